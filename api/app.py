@@ -1,0 +1,88 @@
+"""The application factory: one `create_app(settings)` for the entry point, tests and tools.
+
+Owns the app state (vault, worker pool, token cache) under typed AppKeys, opened and closed
+in one cleanup context, so SIGTERM drains in-flight requests, finishes queued writes and
+closes LMDB cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from client.wire import ADMIN_TOKEN_FILE
+from vault import Vault
+
+from .auth import TokenCache, auth_middleware
+from .errors import error_middleware
+from .settings import Settings
+
+log = logging.getLogger("ckpt.api")
+T = TypeVar("T")
+
+SETTINGS = web.AppKey("settings", Settings)
+VAULT = web.AppKey("vault", Vault)
+POOL = web.AppKey("pool", ThreadPoolExecutor)
+TOKENS = web.AppKey("tokens", TokenCache)
+
+
+async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run blocking engine work on the worker pool, off the event loop."""
+    loop = asyncio.get_running_loop()
+    call = functools.partial(fn, *args, **kwargs)
+    return await loop.run_in_executor(request.app[POOL], call)
+
+
+def refresh_tokens(app: web.Application) -> None:
+    app[TOKENS] = TokenCache(app[VAULT].tokens.all())
+
+
+def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
+    """First start with no tokens: create an admin token and write it, mode 0600."""
+    if vault.tokens.all():
+        return
+    _, secret = vault.tokens.create("admin", ["admin"])
+    path = data_dir / ADMIN_TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    log.warning("created an admin token; it is in %s (mode 0600)", path)
+
+
+async def _vault_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    pool = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="vault-io")
+    vault = await asyncio.get_running_loop().run_in_executor(
+        pool, functools.partial(Vault, settings.data_dir / "vault", settings.vault)
+    )
+    app[POOL] = pool
+    app[VAULT] = vault
+    _bootstrap_admin(vault, settings.data_dir)
+    refresh_tokens(app)
+    try:
+        yield
+    finally:
+        pool.shutdown(wait=True)
+        vault.close()
+
+
+def create_app(settings: Settings) -> web.Application:
+    from .routes import setup_routes
+
+    app = web.Application(
+        client_max_size=settings.max_json_body,
+        middlewares=[error_middleware, auth_middleware(TOKENS)],
+    )
+    app[SETTINGS] = settings
+    app.cleanup_ctx.append(_vault_context)
+    setup_routes(app)
+    return app

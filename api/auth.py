@@ -1,0 +1,85 @@
+"""Bearer-token authentication and scope checks.
+
+Scopes: `admin` (everything), `read:<glob>`, `write:<glob>`, `delete:<glob>`, where the glob
+is matched against the namespace with fnmatch rules. `write` is append-only: it never reads
+file contents and never deletes, so a leaked producer token cannot erase history.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from vault import Token
+from vault.tokens import verify
+
+from .errors import Forbidden, Handler, Unauthorized
+
+PUBLIC_PATHS = frozenset({"/v1/health"})
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    scopes: tuple[str, ...]
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes
+
+    def may(self, action: str, ns: str) -> bool:
+        if self.is_admin:
+            return True
+        prefix = action + ":"
+        return any(
+            s.startswith(prefix) and fnmatch.fnmatchcase(ns, s[len(prefix) :]) for s in self.scopes
+        )
+
+
+class TokenCache:
+    """In-memory copy of the token table (key id -> token), refreshed on every change."""
+
+    def __init__(self, tokens: list[Token]) -> None:
+        self.by_key = {t.key_id: t for t in tokens}
+
+    def authenticate(self, header: str | None) -> Principal:
+        if not header or not header.startswith("Bearer "):
+            raise Unauthorized("missing 'Authorization: Bearer <token>' header")
+        token = verify(self.by_key, header[7:].strip())
+        if token is None:
+            raise Unauthorized("unknown or revoked token")
+        return Principal(token.name, token.scopes)
+
+
+def principal(request: web.Request) -> Principal:
+    p = request.get("principal")
+    if not isinstance(p, Principal):
+        raise Unauthorized("not authenticated")
+    return p
+
+
+def require(request: web.Request, action: str, ns: str) -> None:
+    p = principal(request)
+    if not p.may(action, ns):
+        raise Forbidden(f"token {p.name!r} may not {action} namespace {ns!r}")
+
+
+def require_admin(request: web.Request) -> None:
+    p = principal(request)
+    if not p.is_admin:
+        raise Forbidden(f"token {p.name!r} lacks the admin scope")
+
+
+def auth_middleware(cache_key: web.AppKey[TokenCache]) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in PUBLIC_PATHS:
+            request["principal"] = request.app[cache_key].authenticate(
+                request.headers.get("Authorization")
+            )
+        return await handler(request)
+
+    return middleware

@@ -1,0 +1,91 @@
+"""The one place errors become HTTP responses.
+
+Engine errors (`vault.VaultError`) and the service's own (`ApiError`) carry their status and
+wire code; `error_middleware` turns them, and aiohttp's own HTTP errors, into the JSON error
+shape. Anything else is a bug: logged with a request id and answered 500, with no internal
+detail in the body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from vault import VaultError
+
+log = logging.getLogger("ckpt.api")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiError(Exception):
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "forbidden"
+
+
+class InvalidRange(ApiError):
+    status = 416
+    code = "invalid_range"
+
+
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "invalid_request",
+    413: "too_large",
+    503: "unavailable",
+}
+
+
+def error_response(
+    status: int, code: str, message: str, extra: dict[str, object] | None = None
+) -> web.Response:
+    body: dict[str, object] = {"code": code, "message": message, **(extra or {})}
+    return web.Response(
+        status=status,
+        text=json.dumps({"error": body}),
+        content_type="application/json",
+    )
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except VaultError as e:
+        return error_response(e.status, e.code, e.message, e.details())
+    except ApiError as e:
+        return error_response(e.status, e.code, e.message)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = _HTTP_CODES.get(e.status, "invalid_request" if e.status < 500 else "internal")
+        return error_response(e.status, code, e.reason)
+    except (ConnectionResetError, TimeoutError):
+        raise
+    except Exception:
+        request_id = uuid.uuid4().hex[:16]
+        log.exception("internal error, request id %s", request_id)
+        return error_response(
+            500, "internal", f"internal error; the server log has request id {request_id}"
+        )

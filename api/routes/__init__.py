@@ -1,0 +1,19 @@
+"""Route table: every handler is registered here, and the OpenAPI document is built from it."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..openapi import openapi_handler
+from . import admin, checkpoints, uploads
+
+# A namespace is up to 8 '/'-separated segments; the lazy match lets literal route parts
+# that follow it (/checkpoints, /uploads) decide where it ends. vault.names validates it.
+NS = "{ns:[A-Za-z0-9][A-Za-z0-9._:/-]*?}"
+
+
+def setup_routes(app: web.Application) -> None:
+    admin.add_routes(app)
+    uploads.add_routes(app, NS)
+    checkpoints.add_routes(app, NS)
+    app.router.add_get("/v1/openapi.json", openapi_handler)

@@ -1,0 +1,132 @@
+"""Checkpoint routes: list, show, manifest, file contents, lineage, patch, delete, fork."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..app import VAULT, run
+from ..auth import principal, require
+from ..download import stream_file
+from ..http import json_body, json_response, query_int
+
+
+async def list_namespaces(request: web.Request) -> web.Response:
+    """Namespaces the token may read, with their checkpoint count and newest checkpoint."""
+    vault = request.app[VAULT]
+    who = principal(request)
+    out = []
+    for rec in await run(request, vault.namespaces):
+        if who.may("read", rec.name):
+            out.append(
+                {
+                    "name": rec.name,
+                    "checkpoints": rec.checkpoints,
+                    "latest": await run(request, vault.latest_id, rec.name),
+                    "logical_bytes": rec.logical_bytes,
+                    "chunking": rec.chunking().to_wire(),
+                }
+            )
+    return json_response({"namespaces": out})
+
+
+async def list_checkpoints(request: web.Request) -> web.Response:
+    """Live checkpoints newest first; `next` is the `before` cursor of the next page."""
+    ns = request.match_info["ns"]
+    require(request, "read", ns)
+    q = request.query
+    records, cursor = await run(
+        request,
+        request.app[VAULT].checkpoints,
+        ns,
+        limit=query_int(request, "limit", 100),
+        before=q.get("before"),
+        tag=q.get("tag"),
+        validity=q.get("validity"),
+    )
+    return json_response({"checkpoints": [r.to_wire() for r in records], "next": cursor})
+
+
+async def get_checkpoint(request: web.Request) -> web.Response:
+    """One checkpoint by id, `latest` or `latest-valid`."""
+    ns, ref = request.match_info["ns"], request.match_info["ref"]
+    require(request, "read", ns)
+    return json_response((await run(request, request.app[VAULT].get, ns, ref)).to_wire())
+
+
+async def get_manifest(request: web.Request) -> web.Response:
+    """Every file with its chunk list (id, offset, size), for parallel range reads."""
+    ns, ref = request.match_info["ns"], request.match_info["ref"]
+    require(request, "read", ns)
+    record, files = await run(request, request.app[VAULT].manifest, ns, ref)
+    return json_response(
+        {
+            "id": record.id,
+            "files": {name: entry.to_wire() for name, entry in files.items()},
+        }
+    )
+
+
+async def get_file(request: web.Request) -> web.StreamResponse:
+    """A file's bytes, streamed; supports Range (206) and If-None-Match; ETag = file hash."""
+    ns = request.match_info["ns"]
+    require(request, "read", ns)
+    return await stream_file(request, ns, request.match_info["ref"], request.match_info["name"])
+
+
+async def get_lineage(request: web.Request) -> web.Response:
+    """From this checkpoint back to its root; deleted ancestors appear as tombstones."""
+    ns, ref = request.match_info["ns"], request.match_info["ref"]
+    require(request, "read", ns)
+    chain = await run(request, request.app[VAULT].lineage, ns, ref)
+    return json_response({"chain": [r.to_wire() for r in chain]})
+
+
+async def patch_checkpoint(request: web.Request) -> web.Response:
+    """Set validity, pinned or tags. Unpinning needs the delete scope: it enables deletion."""
+    ns, cid = request.match_info["ns"], request.match_info["ref"]
+    body = await json_body(request)
+    require(request, "delete" if body.get("pinned") is False else "write", ns)
+    record = await run(
+        request,
+        request.app[VAULT].patch,
+        ns,
+        cid,
+        validity=body.get("validity"),
+        pinned=body.get("pinned"),
+        tags=body.get("tags"),
+    )
+    return json_response(record.to_wire())
+
+
+async def delete_checkpoint(request: web.Request) -> web.Response:
+    """Delete a checkpoint (not pinned); a tombstone keeps its place in lineage."""
+    ns, cid = request.match_info["ns"], request.match_info["ref"]
+    require(request, "delete", ns)
+    await run(request, request.app[VAULT].delete, ns, cid)
+    return web.Response(status=204)
+
+
+async def fork_checkpoint(request: web.Request) -> web.Response:
+    """A new checkpoint in the target namespace with the same files; no bytes copied."""
+    ns, ref = request.match_info["ns"], request.match_info["ref"]
+    body = await json_body(request)
+    target = body.get("namespace")
+    require(request, "read", ns)
+    require(request, "write", target if isinstance(target, str) else "")
+    record = await run(
+        request, request.app[VAULT].fork, ns, ref, target, body.get("metadata"), body.get("tags")
+    )
+    return json_response(record.to_wire(), status=201)
+
+
+def add_routes(app: web.Application, ns: str) -> None:
+    base = f"/v1/namespaces/{ns}/checkpoints"
+    app.router.add_get("/v1/namespaces", list_namespaces)
+    app.router.add_get(base, list_checkpoints)
+    app.router.add_get(base + "/{ref}", get_checkpoint)
+    app.router.add_get(base + "/{ref}/manifest", get_manifest)
+    app.router.add_get(base + "/{ref}/files/{name:.+}", get_file)
+    app.router.add_get(base + "/{ref}/lineage", get_lineage)
+    app.router.add_patch(base + "/{ref}", patch_checkpoint)
+    app.router.add_delete(base + "/{ref}", delete_checkpoint)
+    app.router.add_post(base + "/{ref}/fork", fork_checkpoint)

@@ -1,0 +1,153 @@
+"""Upload routes: open a session, ask what is missing, send chunks or whole files, commit."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from vault import TooLarge, UploadSession
+from vault.clock import rfc3339
+
+from ..app import VAULT, run
+from ..auth import require
+from ..http import json_body, json_response
+
+PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
+
+
+async def _session(request: web.Request) -> UploadSession:
+    """The upload named in the path, after checking the caller may write its namespace."""
+    vault = request.app[VAULT]
+    upload_id = request.match_info["upload_id"]
+
+    def load() -> UploadSession:
+        with vault.store.env.read() as txn:
+            return vault.uploads.get(txn, upload_id)
+
+    session = await run(request, load)
+    require(request, "write", session.namespace)
+    return session
+
+
+async def open_upload(request: web.Request) -> web.Response:
+    """Open an upload session; answers the namespace's chunking parameters."""
+    ns = request.match_info["ns"]
+    require(request, "write", ns)
+    body = await json_body(request)
+    session, profile = await run(
+        request,
+        request.app[VAULT].open_upload,
+        ns,
+        parent=body.get("parent"),
+        inherit=bool(body.get("inherit", False)),
+        metadata=body.get("metadata"),
+        tags=body.get("tags"),
+        chunking=body.get("chunking"),
+    )
+    return json_response(
+        {
+            "upload_id": session.id,
+            "namespace": session.namespace,
+            "parent": session.parent,
+            "expires_at": rfc3339(session.expires_at),
+            "chunking": profile.to_wire(),
+        },
+        status=201,
+    )
+
+
+async def missing(request: web.Request) -> web.Response:
+    """Which of these chunk ids the vault lacks; the others are reserved for the upload."""
+    session = await _session(request)
+    body = await json_body(request)
+    result = await run(request, request.app[VAULT].missing, session.id, body.get("chunks"))
+    return json_response({"missing": result})
+
+
+async def put_chunk(request: web.Request) -> web.Response:
+    """Store one chunk; its id must be the BLAKE3 of the body."""
+    session = await _session(request)
+    limit = request.app[VAULT].config.max_chunk_size
+    if request.content_length is not None and request.content_length > limit:
+        raise TooLarge(f"chunk is larger than the {limit}-byte limit")
+    data = await request.content.read(limit + 1)
+    while len(data) <= limit:
+        more = await request.content.read(limit + 1 - len(data))
+        if not more:
+            break
+        data += more
+    if len(data) > limit:
+        raise TooLarge(f"chunk is larger than the {limit}-byte limit")
+    created = await run(
+        request, request.app[VAULT].put_chunk, session.id, request.match_info["chunk_id"], data
+    )
+    return json_response(
+        {"id": request.match_info["chunk_id"], "created": created}, status=201 if created else 200
+    )
+
+
+async def _read_piece(request: web.Request) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while size < PIECE:
+        data = await request.content.read(PIECE - size)
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
+    return b"".join(parts)
+
+
+async def put_file(request: web.Request) -> web.Response:
+    """Stream a whole file; the server chunks it. Memory stays at a few 8 MiB pieces."""
+    session = await _session(request)
+    vault = request.app[VAULT]
+    ingest = await run(request, vault.ingest, session.id, request.match_info["name"])
+    pending: asyncio.Future[None] | None = None
+    try:
+        while True:
+            piece = await _read_piece(request)
+            final = len(piece) < PIECE
+            if pending is not None:
+                await pending
+            pending = asyncio.ensure_future(run(request, ingest.feed, piece, final))
+            if final:
+                break
+    finally:
+        if pending is not None:
+            await pending
+    entry = await run(request, ingest.finish)
+    return json_response(
+        {
+            "name": ingest.name,
+            "size": entry.size,
+            "hash": entry.hash.hex(),
+            "chunks": len(entry.chunks),
+        },
+        status=201,
+    )
+
+
+async def commit(request: web.Request) -> web.Response:
+    """Atomically create the checkpoint; a retry returns the same one with 200."""
+    session = await _session(request)
+    body = await json_body(request)
+    record, created = await run(request, request.app[VAULT].commit, session.id, body.get("files"))
+    return json_response(record.to_wire(), status=201 if created else 200)
+
+
+async def abort(request: web.Request) -> web.Response:
+    """Abort the upload: nothing of it becomes visible."""
+    session = await _session(request)
+    await run(request, request.app[VAULT].abort, session.id)
+    return web.Response(status=204)
+
+
+def add_routes(app: web.Application, ns: str) -> None:
+    app.router.add_post(f"/v1/namespaces/{ns}/uploads", open_upload)
+    app.router.add_post("/v1/uploads/{upload_id}/missing", missing)
+    app.router.add_put("/v1/uploads/{upload_id}/chunks/{chunk_id}", put_chunk)
+    app.router.add_put("/v1/uploads/{upload_id}/files/{name:.+}", put_file)
+    app.router.add_post("/v1/uploads/{upload_id}/commit", commit)
+    app.router.add_delete("/v1/uploads/{upload_id}", abort)

@@ -1,0 +1,144 @@
+"""Service settings, read and validated once at start-up.
+
+Sources, later ones winning: built-in defaults, the TOML file (`--config`), environment
+variables `CKPT_<SECTION>_<KEY>`, command-line flags. An unknown key or a bad value stops
+the start with a message naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from client.wire import DEFAULT_DATA_DIR, DEFAULT_PORT
+from vault import PROFILES, VaultConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|TiB)?")
+_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+class SettingsError(ValueError):
+    """A configuration value is unknown or invalid; the message names the key."""
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or a string like `90s`, `36h`, `7d`."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    m = _DURATION.fullmatch(str(value).strip())
+    if not m:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 36h, 7d)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an integer or a string like `64MiB`."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    m = _SIZE.fullmatch(str(value).strip())
+    if not m:
+        raise ValueError(f"not a size: {value!r} (use e.g. 4194304 or 4MiB)")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
+def _port(value: object) -> int:
+    port = int(str(value))
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port out of range: {port}")
+    return port
+
+
+def _profile(value: object) -> str:
+    if value not in PROFILES:
+        raise ValueError(f"unknown profile {value!r}; known: {sorted(PROFILES)}")
+    return str(value)
+
+
+def _positive_int(value: object) -> int:
+    n = int(str(value))
+    if n < 1:
+        raise ValueError(f"must be at least 1, got {n}")
+    return n
+
+
+# (section, key) -> (attribute on Settings or "vault.<field>", parser)
+_KEYS: dict[tuple[str, str], tuple[str, Any]] = {
+    ("server", "host"): ("host", str),
+    ("server", "port"): ("port", _port),
+    ("server", "data_dir"): ("data_dir", Path),
+    ("server", "worker_threads"): ("worker_threads", _positive_int),
+    ("server", "max_json_body"): ("max_json_body", parse_size),
+    ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
+    ("storage", "map_size"): ("vault.map_size", parse_size),
+    ("storage", "max_chunk_size"): ("vault.max_chunk_size", parse_size),
+    ("storage", "default_profile"): ("vault.default_profile", _profile),
+    ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
+    ("gc", "grace"): ("vault.gc_grace", parse_duration),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    worker_threads: int = 16  # blocking vault calls in flight; most wait on the writer
+    max_json_body: int = 64 << 20  # a commit listing 160k chunks is ~11 MB of JSON
+    shutdown_timeout: float = 30.0
+    vault: VaultConfig = field(default_factory=VaultConfig)
+
+    def with_values(self, values: Mapping[tuple[str, str], object], origin: str) -> Settings:
+        top: dict[str, Any] = {}
+        inner: dict[str, Any] = {}
+        for (section, key), raw in values.items():
+            if (section, key) not in _KEYS:
+                raise SettingsError(f"{origin}: unknown setting [{section}] {key}")
+            attr, parse = _KEYS[(section, key)]
+            try:
+                value = parse(raw)
+            except (TypeError, ValueError) as e:
+                raise SettingsError(f"{origin}: [{section}] {key}: {e}") from None
+            if attr.startswith("vault."):
+                inner[attr[6:]] = value
+            else:
+                top[attr] = value
+        return replace(self, vault=replace(self.vault, **inner), **top)
+
+
+def load_settings(
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[tuple[str, str], object] | None = None,
+) -> Settings:
+    settings = Settings()
+    if config_file is not None:
+        try:
+            doc = tomllib.loads(config_file.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise SettingsError(f"{config_file}: {e}") from None
+        flat: dict[tuple[str, str], object] = {}
+        for section, table in doc.items():
+            if not isinstance(table, dict):
+                raise SettingsError(f"{config_file}: top-level key {section!r} is not a section")
+            flat.update({(section, k): v for k, v in table.items()})
+        settings = settings.with_values(flat, str(config_file))
+    env = os.environ if environ is None else environ
+    from_env = {}
+    for name, value in env.items():
+        if name.startswith("CKPT_") and name not in ("CKPT_URL", "CKPT_TOKEN"):
+            section, _, key = name[5:].lower().partition("_")
+            from_env[(section, key)] = value
+    settings = settings.with_values(from_env, "environment")
+    return settings.with_values(overrides or {}, "command line")

@@ -1,0 +1,52 @@
+"""The `ckpt` command. `serve` imports the server lazily so the client stays light."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .wire import DEFAULT_DATA_DIR, DEFAULT_PORT
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from api.serve import serve
+    from api.settings import SettingsError, load_settings
+
+    overrides: dict[tuple[str, str], object] = {}
+    if args.data is not None:
+        overrides[("server", "data_dir")] = args.data
+    if args.host is not None:
+        overrides[("server", "host")] = args.host
+    if args.port is not None:
+        overrides[("server", "port")] = args.port
+    try:
+        settings = load_settings(args.config, overrides=overrides)
+    except SettingsError as e:
+        print(f"ckpt serve: {e}", file=sys.stderr)
+        return 2
+    serve(settings)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckpt", description="Checkpoint Vault")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the service")
+    p.add_argument(
+        "--data", type=Path, default=None, help=f"data dir (default ./{DEFAULT_DATA_DIR})"
+    )
+    p.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help=f"listen port (default {DEFAULT_PORT})")
+    p.add_argument("--config", type=Path, default=None, help="TOML config file")
+    p.set_defaults(func=_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

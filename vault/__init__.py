@@ -1,0 +1,61 @@
+"""Checkpoint Vault's storage engine: chunking, chunk frames, LMDB store and catalog.
+
+No HTTP here; api/ wraps `Vault`. Public names are re-exported below.
+"""
+
+from .check import CheckReport
+from .chunking import DEFAULT_PROFILE, PROFILES, ChunkingProfile, StreamChunker
+from .clock import Clock, FakeClock, SystemClock
+from .config import VaultConfig
+from .errors import (
+    BlockCorrupt,
+    CheckpointNotFound,
+    Conflict,
+    HashMismatch,
+    InvalidName,
+    InvalidRequest,
+    MissingChunks,
+    NotFound,
+    TooLarge,
+    Unavailable,
+    UploadExpired,
+    UploadNotFound,
+    VaultError,
+)
+from .gc import GcReport
+from .manifest import FileEntry
+from .records import CheckpointRecord, NamespaceRecord, UploadSession
+from .tokens import Token
+from .vault import Vault
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "PROFILES",
+    "BlockCorrupt",
+    "CheckReport",
+    "CheckpointNotFound",
+    "CheckpointRecord",
+    "ChunkingProfile",
+    "Clock",
+    "Conflict",
+    "FakeClock",
+    "FileEntry",
+    "GcReport",
+    "HashMismatch",
+    "InvalidName",
+    "InvalidRequest",
+    "MissingChunks",
+    "NamespaceRecord",
+    "NotFound",
+    "StreamChunker",
+    "SystemClock",
+    "TooLarge",
+    "Token",
+    "Unavailable",
+    "UploadExpired",
+    "UploadNotFound",
+    "UploadSession",
+    "Vault",
+    "VaultConfig",
+    "VaultError",
+]

@@ -1,0 +1,157 @@
+"""The metadata catalog: checkpoints, manifests, namespaces and the per-namespace index.
+
+Transaction-level helpers; the writer thread composes them into atomic operations (commit,
+delete, patch) and read paths use them under a read transaction. The namespace index holds
+live checkpoints only, keyed namespace + NUL + id, so "newest first" is a reverse scan and
+deleted checkpoints survive only as tombstone records reachable through lineage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import lmdb
+
+from .blocks import Blocks
+from .env import Env
+from .errors import CheckpointNotFound, InvalidRequest, NamespaceNotFound
+from .manifest import FileEntry, decode_manifest, distinct_chunks, encode_manifest
+from .records import CheckpointRecord, NamespaceRecord
+
+LATEST = "latest"
+LATEST_VALID = "latest-valid"
+MAX_LINEAGE = 100_000
+
+
+def _index_key(ns: str, cid: str = "") -> bytes:
+    return ns.encode() + b"\0" + cid.encode()
+
+
+class Catalog:
+    def __init__(self, env: Env, blocks: Blocks) -> None:
+        self._records = env.db["checkpoints"]
+        self._manifests = env.db["manifests"]
+        self._index = env.db["nsindex"]
+        self._namespaces = env.db["namespaces"]
+        self._blocks = blocks
+
+    # -- namespaces -------------------------------------------------------------------
+    def namespace(self, txn: lmdb.Transaction, ns: str) -> NamespaceRecord | None:
+        raw = txn.get(ns.encode(), db=self._namespaces)
+        return NamespaceRecord.from_json(raw) if raw is not None else None
+
+    def require_namespace(self, txn: lmdb.Transaction, ns: str) -> NamespaceRecord:
+        rec = self.namespace(txn, ns)
+        if rec is None:
+            raise NamespaceNotFound(f"namespace {ns!r} does not exist")
+        return rec
+
+    def put_namespace(self, txn: lmdb.Transaction, rec: NamespaceRecord) -> None:
+        txn.put(rec.name.encode(), rec.to_json(), db=self._namespaces)
+
+    def namespaces(self, txn: lmdb.Transaction) -> Iterator[NamespaceRecord]:
+        for _, raw in txn.cursor(db=self._namespaces):
+            yield NamespaceRecord.from_json(raw)
+
+    # -- checkpoints ------------------------------------------------------------------
+    def record(self, txn: lmdb.Transaction, cid: str) -> CheckpointRecord | None:
+        raw = txn.get(cid.encode(), db=self._records)
+        return CheckpointRecord.from_json(raw) if raw is not None else None
+
+    def put_record(self, txn: lmdb.Transaction, rec: CheckpointRecord) -> None:
+        txn.put(rec.id.encode(), rec.to_json(), db=self._records)
+
+    def manifest(self, txn: lmdb.Transaction, cid: str) -> dict[str, FileEntry]:
+        raw = txn.get(cid.encode(), db=self._manifests)
+        if raw is None:
+            raise CheckpointNotFound(f"checkpoint {cid} has no manifest (deleted?)")
+        return decode_manifest(raw)
+
+    def ids(self, txn: lmdb.Transaction, ns: str, before: str | None = None) -> Iterator[str]:
+        """Live checkpoint ids of `ns`, newest first, strictly older than `before`."""
+        prefix = _index_key(ns)
+        cur = txn.cursor(db=self._index)
+        start = _index_key(ns, before) if before else _index_key(ns, "\x7f")
+        if not cur.set_range(start) and not cur.last():
+            return
+        while True:
+            key = bytes(cur.key())
+            if key.startswith(prefix) and key < start:
+                yield key[len(prefix) :].decode()
+            elif key < prefix:
+                return
+            if not cur.prev():
+                return
+
+    def latest(self, txn: lmdb.Transaction, ns: str, valid_only: bool) -> CheckpointRecord | None:
+        for cid in self.ids(txn, ns):
+            rec = self.record(txn, cid)
+            if rec is not None and (not valid_only or rec.validity.state != "invalid"):
+                return rec
+        return None
+
+    def resolve(self, txn: lmdb.Transaction, ns: str, ref: str) -> CheckpointRecord:
+        """A live checkpoint of `ns` by id, `latest` or `latest-valid`."""
+        if ref in (LATEST, LATEST_VALID):
+            self.require_namespace(txn, ns)
+            rec = self.latest(txn, ns, valid_only=ref == LATEST_VALID)
+            if rec is None:
+                raise CheckpointNotFound(f"namespace {ns!r} has no {ref} checkpoint")
+            return rec
+        rec = self.record(txn, ref)
+        if rec is None or rec.namespace != ns or rec.is_tombstone:
+            state = "was deleted" if rec is not None and rec.is_tombstone else "does not exist"
+            raise CheckpointNotFound(f"checkpoint {ref!r} {state} in namespace {ns!r}")
+        return rec
+
+    def lineage(self, txn: lmdb.Transaction, rec: CheckpointRecord) -> list[CheckpointRecord]:
+        chain = [rec]
+        seen = {rec.id}
+        while chain[-1].parent and len(chain) < MAX_LINEAGE:
+            parent = self.record(txn, chain[-1].parent)
+            if parent is None or parent.id in seen:
+                break
+            seen.add(parent.id)
+            chain.append(parent)
+        return chain
+
+    # -- changes (writer thread) ------------------------------------------------------
+    def add(
+        self,
+        txn: lmdb.Transaction,
+        rec: CheckpointRecord,
+        files: dict[str, FileEntry],
+        now_ms: int,
+    ) -> None:
+        """Make a checkpoint visible: record, manifest, index, counts, references."""
+        ns = self.require_namespace(txn, rec.namespace)
+        self.put_record(txn, rec)
+        txn.put(rec.id.encode(), encode_manifest(files), db=self._manifests)
+        txn.put(_index_key(rec.namespace, rec.id), b"", db=self._index)
+        ns.checkpoints += 1
+        ns.logical_bytes += rec.size
+        self.put_namespace(txn, ns)
+        self._blocks.add_refs(txn, distinct_chunks(files), +1, now_ms)
+        self._blocks.counters.add(txn, "checkpoints", 1)
+        self._blocks.counters.add(txn, "logical_bytes", rec.size)
+
+    def remove(self, txn: lmdb.Transaction, rec: CheckpointRecord, now: float) -> None:
+        """Replace a checkpoint by its tombstone and drop its references."""
+        if rec.is_tombstone:
+            raise InvalidRequest(f"checkpoint {rec.id} is already deleted")
+        files = self.manifest(txn, rec.id)
+        txn.delete(rec.id.encode(), db=self._manifests)
+        txn.delete(_index_key(rec.namespace, rec.id), db=self._index)
+        rec.deleted_at = now
+        self.put_record(txn, rec)
+        ns = self.require_namespace(txn, rec.namespace)
+        ns.checkpoints -= 1
+        ns.logical_bytes -= rec.size
+        self.put_namespace(txn, ns)
+        self._blocks.add_refs(txn, distinct_chunks(files), -1, int(now * 1000))
+        self._blocks.counters.add(txn, "checkpoints", -1)
+        self._blocks.counters.add(txn, "logical_bytes", -rec.size)
+
+    def all_manifests(self, txn: lmdb.Transaction) -> Iterator[tuple[str, dict[str, FileEntry]]]:
+        for key, raw in txn.cursor(db=self._manifests):
+            yield bytes(key).decode(), decode_manifest(raw)

@@ -1,0 +1,41 @@
+"""The one place the engine reads wall-clock time.
+
+Retention, GC grace periods and upload expiry are all decisions about time; injecting the
+clock lets tests move time forward instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the Unix epoch."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+
+class FakeClock:
+    """A clock tests can move by hand."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def rfc3339(ts: float) -> str:
+    """Format a Unix time as an RFC 3339 UTC string with millisecond precision."""
+    dt = datetime.fromtimestamp(ts, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"

@@ -1,0 +1,136 @@
+"""Atomic commit: one writer transaction makes a checkpoint, its manifest and its reference
+counts visible together, or nothing at all.
+
+Before the transaction, on a worker thread, files listed by the client are checked against
+the stored chunks: sizes add up and the whole-file BLAKE3 matches (a file identical to one of
+the parent's is already proven and skips the read). Inside the transaction the session is
+re-read (a retried commit returns the checkpoint the first one made) and every chunk is
+re-checked, because GC may have run since.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lmdb
+
+from .errors import Conflict, HashMismatch, InvalidRequest, MissingChunks, UploadExpired
+from .manifest import FileEntry, distinct_chunks
+from .names import check_chunk_id, check_file_name
+from .reader import Reader
+from .records import CheckpointRecord, UploadSession
+from .store import Store
+from .uploads import Uploads
+
+
+def _parse_listed(files: Any) -> dict[str, tuple[int, bytes, list[bytes]]]:
+    if files is None:
+        return {}
+    if not isinstance(files, dict):
+        raise InvalidRequest("files must be an object of name -> {size, hash, chunks}")
+    out = {}
+    for name, spec in files.items():
+        check_file_name(name)
+        if not isinstance(spec, dict) or not isinstance(spec.get("chunks"), list):
+            raise InvalidRequest(f"file {name!r} needs size, hash and a chunks list")
+        size = spec.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidRequest(f"file {name!r}: size must be a non-negative integer")
+        digest = check_chunk_id(spec.get("hash", ""))  # same 64-hex form as chunk ids
+        out[name] = (size, digest, [check_chunk_id(c) for c in spec["chunks"]])
+    return out
+
+
+class Committer:
+    def __init__(self, store: Store, uploads: Uploads, reader: Reader) -> None:
+        self._s = store
+        self._uploads = uploads
+        self._reader = reader
+
+    def commit(self, upload_id: str, files: Any) -> tuple[CheckpointRecord, bool]:
+        """Commit an upload; returns the record and whether this call created it."""
+        listed = _parse_listed(files)
+        with self._s.env.read() as txn:
+            session = self._uploads.get(txn, upload_id)
+            if session.committed:
+                return self._existing(txn, session), False
+            entries = self._entries(txn, listed)
+            parent_files = self._parent_files(txn, session)
+        for name, entry in entries.items():
+            if parent_files.get(name) != entry and self._reader.file_hash(entry) != entry.hash:
+                raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")
+        return self._s.writer.run(
+            lambda txn: self._apply(txn, upload_id, entries),
+            size=sum(len(e.chunks) for e in entries.values()) * 64,
+        )
+
+    def _existing(self, txn: lmdb.Transaction, session: UploadSession) -> CheckpointRecord:
+        rec = self._s.catalog.record(txn, session.committed or "")
+        if rec is None:
+            raise Conflict(f"upload {session.id} was committed but its checkpoint is gone")
+        return rec
+
+    def _entries(
+        self, txn: lmdb.Transaction, listed: dict[str, tuple[int, bytes, list[bytes]]]
+    ) -> dict[str, FileEntry]:
+        entries: dict[str, FileEntry] = {}
+        missing: list[str] = []
+        for name, (size, digest, cids) in listed.items():
+            chunks = []
+            for cid in cids:
+                meta = self._s.blocks.meta(txn, cid)
+                if meta is None or meta.damaged:
+                    missing.append(cid.hex())
+                else:
+                    chunks.append((cid, meta.size))
+            if not missing and sum(n for _, n in chunks) != size:
+                raise InvalidRequest(
+                    f"file {name!r}: chunk sizes add up to {sum(n for _, n in chunks)}, not {size}"
+                )
+            entries[name] = FileEntry(size, digest, tuple(chunks))
+        if missing:
+            raise MissingChunks(list(dict.fromkeys(missing)))
+        return entries
+
+    def _parent_files(self, txn: lmdb.Transaction, session: UploadSession) -> dict[str, FileEntry]:
+        if session.parent is None:
+            return {}
+        parent = self._s.catalog.record(txn, session.parent)
+        if parent is None or parent.is_tombstone:
+            if session.inherit:
+                raise Conflict(f"parent {session.parent} was deleted; cannot inherit its files")
+            return {}
+        return self._s.catalog.manifest(txn, parent.id)
+
+    def _apply(
+        self, txn: lmdb.Transaction, upload_id: str, listed: dict[str, FileEntry]
+    ) -> tuple[CheckpointRecord, bool]:
+        session = self._uploads.get(txn, upload_id)
+        if session.committed:
+            return self._existing(txn, session), False
+        now = self._s.clock.now()
+        if session.expires_at <= now:
+            raise UploadExpired(f"upload {upload_id} expired before commit; open a new one")
+        files = self._uploads.files(txn, upload_id)
+        files.update(listed)
+        if session.inherit:
+            for name, entry in self._parent_files(txn, session).items():
+                files.setdefault(name, entry)
+        missing = [c.hex() for c in distinct_chunks(files) if not self._s.blocks.usable(txn, c)]
+        if missing:
+            raise MissingChunks(missing)
+        rec = CheckpointRecord(
+            id=self._s.ids.next(int(now * 1000)),
+            namespace=session.namespace,
+            parent=session.parent,
+            created_at=now,
+            metadata=session.metadata,
+            tags=session.tags,
+            files={n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())},
+            size=sum(e.size for e in files.values()),
+        )
+        self._s.catalog.add(txn, rec, files, int(now * 1000))
+        session.committed = rec.id
+        self._uploads.put(txn, session)
+        self._uploads.drop(txn, upload_id, keep_session=True)
+        return rec, True

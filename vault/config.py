@@ -1,0 +1,23 @@
+"""Engine settings: the safety margins and limits, as one frozen, commented dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class VaultConfig:
+    # How long an upload session lives. Chunks it reserved (told "present" by the missing
+    # query, or uploaded) cannot be collected before it expires. A retried commit within
+    # this window returns the same checkpoint.
+    upload_ttl: float = 6 * 3600.0
+    # How long a chunk whose reference count reached zero waits before GC may delete it.
+    # Covers producers that learned "present" from a missing query answered before the
+    # delete and commit after it, with margin for clock steps.
+    gc_grace: float = 3600.0
+    # Largest chunk a client may PUT (and the largest FastCDC max_size a profile may use).
+    max_chunk_size: int = 4 << 20
+    # Initial LMDB map size; the map grows by doubling (steps of at most 64 GiB) when full.
+    map_size: int = 1 << 30
+    # Profile for namespaces whose first upload does not ask for one.
+    default_profile: str = "large"

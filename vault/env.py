@@ -1,0 +1,142 @@
+"""The LMDB environment: one file holding the hot chunk store and the catalog.
+
+One environment, not two, so that a checkpoint commit (catalog records + reference counts)
+and the chunk bytes it depends on live under one transaction log: LMDB commits are ordered
+and each is synced, so once a commit transaction is durable every earlier chunk
+transaction is too (docs/DESIGN.md, "Crash ordering").
+
+The map grows instead of failing: LMDB needs every transaction of the process closed while
+the map is resized, so readers hold a shared lock for the life of their transaction and the
+writer thread takes it exclusively to grow the map.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import lmdb
+
+DB_NAMES = (
+    b"chunks",  # chunk id (32 B) -> frame
+    b"chunkmeta",  # chunk id -> ChunkMeta (refs, sizes, timestamps, flags)
+    b"checkpoints",  # checkpoint id -> record JSON (or tombstone)
+    b"manifests",  # checkpoint id -> binary manifest
+    b"nsindex",  # namespace \0 checkpoint id -> b"" (live checkpoints only)
+    b"namespaces",  # namespace -> namespace JSON
+    b"uploads",  # upload id -> session JSON
+    b"uploadfiles",  # upload id \0 file name -> FileEntry bytes
+    b"tokens",  # key id -> token JSON (hash of the secret, scopes)
+    b"counters",  # name -> signed 64-bit total
+)
+MIN_MAP_SIZE = 1 << 20
+MAX_GROWTH_STEP = 64 << 30
+
+
+class _SharedExclusiveLock:
+    """Many readers or one resizer; a waiting resizer stops new readers (no starvation)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._exclusive_waiting = 0
+        self._exclusive = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive or self._exclusive_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._exclusive_waiting += 1
+            while self._readers or self._exclusive:
+                self._cond.wait()
+            self._exclusive_waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class Env:
+    """Owns the lmdb.Environment, its named databases and the resize protocol."""
+
+    def __init__(self, path: Path, map_size: int = 1 << 30) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        data_file = path / "data.mdb"
+        existing = data_file.stat().st_size if data_file.exists() else 0
+        self.lmdb = lmdb.open(
+            str(path),
+            map_size=max(map_size, MIN_MAP_SIZE, existing * 2),
+            max_dbs=len(DB_NAMES) + 2,
+            max_readers=512,
+            readahead=False,  # random chunk reads; readahead only pollutes the page cache
+            sync=True,
+            metasync=True,
+        )
+        self.db = {name.decode(): self.lmdb.open_db(name) for name in DB_NAMES}
+        self._lock = _SharedExclusiveLock()
+
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A read transaction; keep it short, it blocks map growth while open."""
+        with self._lock.shared():
+            txn = self.lmdb.begin(buffers=True)
+            try:
+                yield txn
+            finally:
+                txn.abort()
+
+    def grow(self) -> int:
+        """Enlarge the map (called by the writer thread with no write txn open)."""
+        with self._lock.exclusive():
+            current = int(self.lmdb.info()["map_size"])
+            new = current + min(current, MAX_GROWTH_STEP)
+            self.lmdb.set_mapsize(new)
+            return new
+
+    def map_size(self) -> int:
+        return int(self.lmdb.info()["map_size"])
+
+    def close(self) -> None:
+        with self._lock.exclusive():
+            self.lmdb.close()
+
+    def scan(self, db_name: str, batch: int = 10_000) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of a database, read in short transactions of `batch` items.
+
+        Not a snapshot: entries written during the scan may or may not appear. Callers that
+        act on what they see re-check it inside the writer transaction.
+        """
+        db = self.db[db_name]
+        last: bytes | None = None
+        while True:
+            items: list[tuple[bytes, bytes]] = []
+            with self.read() as txn:
+                cur = txn.cursor(db=db)
+                ok = cur.set_range(last) if last is not None else cur.first()
+                while ok and len(items) < batch:
+                    key = bytes(cur.key())
+                    if key != last:
+                        items.append((key, bytes(cur.value())))
+                    ok = cur.next()
+            yield from items
+            if len(items) < batch:
+                return
+            last = items[-1][0]

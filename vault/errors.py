@@ -1,0 +1,130 @@
+"""The engine's error tree.
+
+Every error a caller can act on is a subclass of `VaultError` carrying the HTTP status and the
+stable wire `code` it maps to; api/ turns them into JSON in exactly one middleware. Corruption
+is its own branch (`BlockCorrupt`), never a not-found, so that a damaged chunk is never
+mistaken for an absent one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class VaultError(Exception):
+    """Root of every expected engine error."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def details(self) -> dict[str, object]:
+        """Extra machine-readable fields for the JSON error body."""
+        return {}
+
+
+class InvalidName(VaultError):
+    status = 400
+    code = "invalid_name"
+
+
+class InvalidRequest(VaultError):
+    status = 400
+    code = "invalid_request"
+
+
+class HashMismatch(VaultError):
+    status = 400
+    code = "hash_mismatch"
+
+
+class TooLarge(VaultError):
+    status = 413
+    code = "too_large"
+
+
+class NotFound(VaultError, KeyError):
+    """Something named by the caller does not exist (or was deleted)."""
+
+    status = 404
+    code = "not_found"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class NamespaceNotFound(NotFound):
+    pass
+
+
+class CheckpointNotFound(NotFound):
+    pass
+
+
+class UploadNotFound(NotFound):
+    pass
+
+
+class BlockNotFound(NotFound):
+    pass
+
+
+class Conflict(VaultError):
+    """The request is well formed but contradicts current state (pinned, committed, ...)."""
+
+    status = 409
+    code = "conflict"
+
+
+class MissingChunks(Conflict):
+    code = "missing_chunks"
+
+    def __init__(self, chunks: Sequence[str]) -> None:
+        shown = ", ".join(list(chunks)[:3])
+        more = f" and {len(chunks) - 3} more" if len(chunks) > 3 else ""
+        super().__init__(f"{len(chunks)} chunk(s) are not stored: {shown}{more}")
+        self.chunks = list(chunks)
+
+    def details(self) -> dict[str, object]:
+        return {"missing": self.chunks}
+
+
+class UploadExpired(VaultError):
+    status = 410
+    code = "upload_expired"
+
+
+class Unavailable(VaultError):
+    status = 503
+    code = "unavailable"
+
+
+class BlockCorrupt(VaultError):
+    """A stored chunk no longer hashes to its id: integrity failure, not a miss."""
+
+    status = 500
+    code = "corrupt_chunk"
+
+    def __init__(self, chunk_id: str) -> None:
+        super().__init__(f"chunk {chunk_id} is corrupt")
+        self.chunk_id = chunk_id
+
+
+ALL_ERRORS: tuple[type[VaultError], ...] = (
+    InvalidName,
+    InvalidRequest,
+    HashMismatch,
+    TooLarge,
+    NotFound,
+    Conflict,
+    MissingChunks,
+    UploadExpired,
+    Unavailable,
+    BlockCorrupt,
+)

@@ -1,0 +1,51 @@
+"""Identifiers: time-sortable checkpoint ids and random upload ids.
+
+Checkpoint ids are ULID-shaped (48-bit millisecond time + 80 random bits, Crockford base32,
+26 characters) so that sorting ids sorts by commit time; `IdGenerator` keeps them strictly
+increasing even when two commits share a millisecond, which makes "newest first" a plain
+reverse key scan.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_RANDOM_BITS = 80
+
+
+def _encode(value: int) -> str:
+    out = []
+    for _ in range(26):
+        out.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+def timestamp_ms(checkpoint_id: str) -> int:
+    """The millisecond Unix time encoded in a checkpoint id."""
+    value = 0
+    for ch in checkpoint_id:
+        value = value * 32 + _ALPHABET.index(ch)
+    return value >> _RANDOM_BITS
+
+
+class IdGenerator:
+    """Monotonic ULID source; one per open vault."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self, now_ms: int) -> str:
+        with self._lock:
+            value = (now_ms << _RANDOM_BITS) | secrets.randbits(_RANDOM_BITS)
+            if value <= self._last:
+                value = self._last + 1
+            self._last = value
+            return _encode(value)
+
+
+def new_upload_id() -> str:
+    return secrets.token_hex(16)

@@ -1,0 +1,98 @@
+"""Changes to committed checkpoints: validity, pins and tags, delete, fork.
+
+Each is one writer transaction that re-resolves the checkpoint inside it, so concurrent
+changes serialize and a delete racing a fork can never leave a fork pointing at freed chunks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lmdb
+
+from .catalog import Catalog
+from .errors import Conflict, InvalidRequest
+from .names import check_namespace
+from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, Validity
+from .store import Store
+from .uploads import check_metadata, check_tags
+
+MAX_REASON = 1024
+
+
+def parse_validity(value: Any, source: str, now: float) -> Validity:
+    if not isinstance(value, dict) or value.get("state") not in VALIDITY_STATES:
+        raise InvalidRequest(f"validity needs a state, one of {', '.join(VALIDITY_STATES)}")
+    reason = value.get("reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+        raise InvalidRequest(f"validity reason must be a string of at most {MAX_REASON} chars")
+    return Validity(value["state"], reason, source, now)
+
+
+class Lifecycle:
+    def __init__(self, store: Store) -> None:
+        self._s = store
+
+    @property
+    def _catalog(self) -> Catalog:
+        return self._s.catalog
+
+    def patch(
+        self, ns: str, cid: str, *, validity: Any = None, pinned: Any = None, tags: Any = None
+    ) -> CheckpointRecord:
+        now = self._s.clock.now()
+        new_validity = parse_validity(validity, "producer", now) if validity is not None else None
+        new_tags = check_tags(tags) if tags is not None else None
+        if pinned is not None and not isinstance(pinned, bool):
+            raise InvalidRequest("pinned must be true or false")
+
+        def op(txn: lmdb.Transaction) -> CheckpointRecord:
+            rec = self._catalog.resolve(txn, ns, cid)
+            if new_validity is not None:
+                rec.validity = new_validity
+            if pinned is not None:
+                rec.pinned = pinned
+            if new_tags is not None:
+                rec.tags = new_tags
+            self._catalog.put_record(txn, rec)
+            return rec
+
+        return self._s.writer.run(op)
+
+    def delete(self, ns: str, cid: str) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            rec = self._catalog.resolve(txn, ns, cid)
+            if rec.pinned:
+                raise Conflict(f"checkpoint {cid} is pinned; unpin it before deleting")
+            self._catalog.remove(txn, rec, self._s.clock.now())
+
+        self._s.writer.run(op)
+
+    def fork(self, ns: str, ref: str, target: Any, metadata: Any, tags: Any) -> CheckpointRecord:
+        if not isinstance(target, str):
+            raise InvalidRequest("fork needs a target namespace")
+        check_namespace(target)
+        metadata = check_metadata(metadata)
+        tags = check_tags(tags)
+
+        def op(txn: lmdb.Transaction) -> CheckpointRecord:
+            now = self._s.clock.now()
+            src = self._catalog.resolve(txn, ns, ref)
+            files = self._catalog.manifest(txn, src.id)
+            if self._catalog.namespace(txn, target) is None:
+                source_ns = self._catalog.require_namespace(txn, ns)
+                self._catalog.put_namespace(txn, NamespaceRecord(target, source_ns.profile, now))
+            rec = CheckpointRecord(
+                id=self._s.ids.next(int(now * 1000)),
+                namespace=target,
+                parent=src.id,
+                created_at=now,
+                metadata=metadata,
+                tags=tags,
+                files=dict(src.files),
+                size=src.size,
+            )
+            self._catalog.add(txn, rec, files, int(now * 1000))
+            return rec
+
+        return self._s.writer.run(op)

@@ -1,0 +1,84 @@
+"""Manifests: for each file of a checkpoint, its size, whole-file hash and chunk list.
+
+Every committed checkpoint has a complete manifest, so restoring any checkpoint reads only
+its own manifest whatever its chain length. The binary form is compact (36 bytes per chunk)
+because a 10 GiB file at 64 KiB chunks lists ~160,000 of them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+_FILE_HEAD = struct.Struct("<Q32sI")
+_CHUNK = struct.Struct("<32sI")
+_NAME_LEN = struct.Struct("<H")
+_COUNT = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    size: int
+    hash: bytes
+    chunks: tuple[tuple[bytes, int], ...]  # (chunk id, plaintext length), in file order
+
+    def to_bytes(self) -> bytes:
+        parts = [_FILE_HEAD.pack(self.size, self.hash, len(self.chunks))]
+        parts.extend(_CHUNK.pack(cid, n) for cid, n in self.chunks)
+        return b"".join(parts)
+
+    @classmethod
+    def from_view(cls, view: memoryview) -> tuple[FileEntry, int]:
+        """Decode an entry at the start of `view`; return it and the bytes it used."""
+        size, digest, count = _FILE_HEAD.unpack_from(view)
+        start = _FILE_HEAD.size
+        end = start + count * _CHUNK.size
+        chunks = tuple(_CHUNK.iter_unpack(view[start:end]))
+        return cls(size, bytes(digest), chunks), end
+
+    def spans(self) -> Iterator[tuple[bytes, int, int]]:
+        """(chunk id, offset in file, length) for every chunk, in order."""
+        offset = 0
+        for cid, n in self.chunks:
+            yield cid, offset, n
+            offset += n
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "size": self.size,
+            "hash": self.hash.hex(),
+            "chunks": [{"id": c.hex(), "offset": o, "size": n} for c, o, n in self.spans()],
+        }
+
+
+Manifest = Mapping[str, FileEntry]
+
+
+def encode_manifest(files: Manifest) -> bytes:
+    parts = [_COUNT.pack(len(files))]
+    for name in sorted(files):
+        raw = name.encode()
+        parts.append(_NAME_LEN.pack(len(raw)) + raw)
+        parts.append(files[name].to_bytes())
+    return b"".join(parts)
+
+
+def decode_manifest(blob: bytes | memoryview) -> dict[str, FileEntry]:
+    view = memoryview(blob)
+    (count,) = _COUNT.unpack_from(view)
+    pos = _COUNT.size
+    files: dict[str, FileEntry] = {}
+    for _ in range(count):
+        (n,) = _NAME_LEN.unpack_from(view, pos)
+        pos += _NAME_LEN.size
+        name = bytes(view[pos : pos + n]).decode()
+        pos += n
+        entry, used = FileEntry.from_view(view[pos:])
+        files[name] = entry
+        pos += used
+    return files
+
+
+def distinct_chunks(files: Manifest) -> set[bytes]:
+    return {cid for entry in files.values() for cid, _ in entry.chunks}

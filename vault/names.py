@@ -1,0 +1,46 @@
+"""Validation of every name that reaches the engine from outside.
+
+Names end up as LMDB keys and, on download, as paths on a user's disk, so they are checked
+once, at the edge of the engine, against a strict grammar.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidName
+
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_CHUNK_ID = re.compile(r"[0-9a-f]{64}")
+MAX_NAMESPACE_SEGMENTS = 8
+MAX_FILE_NAME_BYTES = 1024
+
+
+def check_namespace(ns: str) -> str:
+    segments = ns.split("/")
+    if len(segments) > MAX_NAMESPACE_SEGMENTS or not all(_SEGMENT.fullmatch(s) for s in segments):
+        raise InvalidName(
+            f"invalid namespace {ns[:200]!r}: up to {MAX_NAMESPACE_SEGMENTS} '/'-separated "
+            "segments of [A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+        )
+    return ns
+
+
+def check_file_name(name: str) -> str:
+    encoded = name.encode("utf-8", "surrogatepass")
+    if not name or len(encoded) > MAX_FILE_NAME_BYTES:
+        raise InvalidName(f"file name must be 1 to {MAX_FILE_NAME_BYTES} bytes")
+    if name.startswith("/"):
+        raise InvalidName(f"file name {name[:200]!r} must be relative (no leading '/')")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise InvalidName("file name must not contain NUL or control characters")
+    if any(seg in ("", ".", "..") for seg in name.split("/")):
+        raise InvalidName(f"file name {name[:200]!r} has an empty, '.' or '..' segment")
+    return name
+
+
+def check_chunk_id(cid: str) -> bytes:
+    """Return the 32 raw bytes of a chunk id given as 64 lowercase hex characters."""
+    if not isinstance(cid, str) or not _CHUNK_ID.fullmatch(cid):
+        raise InvalidName(f"chunk id must be 64 lowercase hex characters, got {str(cid)[:80]!r}")
+    return bytes.fromhex(cid)

@@ -1,0 +1,124 @@
+"""Catalog records: checkpoints (and their tombstones), namespaces and upload sessions.
+
+Stored as JSON in LMDB: small, self-describing, and easy to extend with new fields without a
+migration; the large part of a checkpoint, its manifest, has its own binary form.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .chunking import ChunkingProfile
+from .clock import rfc3339
+
+VALIDITY_STATES = ("unverified", "valid", "invalid")
+
+
+@dataclass
+class Validity:
+    state: str = "unverified"
+    reason: str | None = None
+    source: str | None = None
+    at: float | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            "source": self.source,
+            "at": rfc3339(self.at) if self.at is not None else None,
+        }
+
+
+@dataclass
+class CheckpointRecord:
+    id: str
+    namespace: str
+    parent: str | None
+    created_at: float
+    metadata: dict[str, Any]
+    tags: list[str]
+    files: dict[str, dict[str, Any]]  # name -> {"size", "hash"}
+    size: int
+    pinned: bool = False
+    validity: Validity = field(default_factory=Validity)
+    tier: str = "hot"
+    deleted_at: float | None = None  # set on tombstones
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.deleted_at is not None
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | memoryview) -> CheckpointRecord:
+        d = json.loads(bytes(raw))
+        d["validity"] = Validity(**d["validity"])
+        return cls(**d)
+
+    def to_wire(self) -> dict[str, Any]:
+        if self.is_tombstone:
+            return {
+                "id": self.id,
+                "namespace": self.namespace,
+                "parent": self.parent,
+                "created_at": rfc3339(self.created_at),
+                "deleted": True,
+                "deleted_at": rfc3339(self.deleted_at or 0.0),
+            }
+        return {
+            "id": self.id,
+            "namespace": self.namespace,
+            "parent": self.parent,
+            "created_at": rfc3339(self.created_at),
+            "metadata": self.metadata,
+            "tags": self.tags,
+            "pinned": self.pinned,
+            "validity": self.validity.to_wire(),
+            "files": self.files,
+            "size": self.size,
+            "tier": self.tier,
+        }
+
+
+@dataclass
+class NamespaceRecord:
+    name: str
+    profile: dict[str, Any]  # ChunkingProfile fields
+    created_at: float
+    checkpoints: int = 0
+    logical_bytes: int = 0
+
+    def chunking(self) -> ChunkingProfile:
+        return ChunkingProfile(**self.profile)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | memoryview) -> NamespaceRecord:
+        return cls(**json.loads(bytes(raw)))
+
+
+@dataclass
+class UploadSession:
+    id: str
+    namespace: str
+    parent: str | None
+    inherit: bool
+    metadata: dict[str, Any]
+    tags: list[str]
+    created_at: float
+    expires_at: float
+    committed: str | None = None  # checkpoint id once committed
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | memoryview) -> UploadSession:
+        return cls(**json.loads(bytes(raw)))

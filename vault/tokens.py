@@ -1,0 +1,107 @@
+"""API tokens: only a hash of each secret is stored.
+
+A token reads `ckpt_<key id>_<secret>`. The key id finds the record; the secret is compared
+by its SHA-256 with `hmac.compare_digest`, so lookups do not leak the secret through timing
+and a stolen catalog does not yield usable tokens. Secrets carry 256 bits of entropy, so a
+plain hash (not a password KDF) is enough.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+from dataclasses import asdict, dataclass
+
+import lmdb
+
+from .errors import Conflict, InvalidName, InvalidRequest, NotFound
+from .store import Store
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_SCOPE = re.compile(r"admin|(read|write|delete):[A-Za-z0-9._:/*?\[\]-]{1,300}")
+
+
+@dataclass(frozen=True)
+class Token:
+    name: str
+    key_id: str
+    secret_hash: str
+    scopes: tuple[str, ...]
+    created_at: float
+
+    def to_wire(self) -> dict[str, object]:
+        return {"name": self.name, "scopes": list(self.scopes), "created_at": self.created_at}
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def check_scopes(scopes: object) -> tuple[str, ...]:
+    if (
+        not isinstance(scopes, list)
+        or not scopes
+        or not all(isinstance(s, str) and _SCOPE.fullmatch(s) for s in scopes)
+    ):
+        raise InvalidRequest(
+            "scopes must be a non-empty list of 'admin', 'read:<glob>', 'write:<glob>' "
+            "or 'delete:<glob>'"
+        )
+    return tuple(scopes)
+
+
+class Tokens:
+    def __init__(self, store: Store) -> None:
+        self._s = store
+        self._db = store.env.db["tokens"]
+
+    def all(self) -> list[Token]:
+        with self._s.env.read() as txn:
+            return [self._decode(v) for _, v in txn.cursor(db=self._db)]
+
+    def create(self, name: object, scopes: object) -> tuple[Token, str]:
+        """Store a new token; the secret is returned once and never again."""
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise InvalidName("token name must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+        checked = check_scopes(scopes)
+        key_id = secrets.token_hex(8)
+        secret = secrets.token_urlsafe(32)
+        token = Token(name, key_id, _digest(secret), checked, self._s.clock.now())
+
+        def op(txn: lmdb.Transaction) -> None:
+            if any(self._decode(v).name == name for _, v in txn.cursor(db=self._db)):
+                raise Conflict(f"a token named {name!r} exists; revoke it first")
+            txn.put(key_id.encode(), json.dumps(asdict(token)).encode(), db=self._db)
+
+        self._s.writer.run(op)
+        return token, f"ckpt_{key_id}_{secret}"
+
+    def revoke(self, name: str) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            for key, v in txn.cursor(db=self._db):
+                if self._decode(v).name == name:
+                    txn.delete(key, db=self._db)
+                    return
+            raise NotFound(f"no token named {name!r}")
+
+        self._s.writer.run(op)
+
+    @staticmethod
+    def _decode(raw: bytes | memoryview) -> Token:
+        d = json.loads(bytes(raw))
+        d["scopes"] = tuple(d["scopes"])
+        return Token(**d)
+
+
+def verify(tokens: dict[str, Token], presented: str) -> Token | None:
+    """The token `presented` names, if its secret matches; `tokens` is keyed by key id."""
+    parts = presented.split("_", 2)
+    if len(parts) != 3 or parts[0] != "ckpt":
+        return None
+    token = tokens.get(parts[1])
+    if token is None:
+        return None
+    return token if hmac.compare_digest(token.secret_hash, _digest(parts[2])) else None

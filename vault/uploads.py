@@ -1,0 +1,234 @@
+"""Upload sessions: open, the missing-chunk query with reservations, chunk PUT, abort.
+
+A session is a catalog record, so it survives a restart: a producer that asked "missing"
+before the server restarted can still commit after. Chunks the missing query reports as
+present, and chunks uploaded, are reserved until the session expires, so GC cannot remove
+them between the query and the commit. The commit itself re-checks every chunk inside the
+writer transaction, which is what makes the reservation an optimisation and never the only
+guard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import lmdb
+
+from .chunking import PROFILES, ChunkingProfile, profile_from_wire
+from .errors import Conflict, HashMismatch, InvalidRequest, TooLarge, UploadExpired, UploadNotFound
+from .frame import Encoder, chunk_id
+from .ids import new_upload_id
+from .manifest import FileEntry
+from .names import check_chunk_id, check_namespace
+from .records import NamespaceRecord, UploadSession
+from .store import Store
+
+MAX_MISSING_QUERY = 100_000
+MAX_TAGS = 64
+MAX_TAG_LENGTH = 128
+
+
+def check_tags(tags: Any) -> list[str]:
+    if tags is None:
+        return []
+    if (
+        not isinstance(tags, list)
+        or len(tags) > MAX_TAGS
+        or not all(isinstance(t, str) and 0 < len(t) <= MAX_TAG_LENGTH for t in tags)
+    ):
+        raise InvalidRequest(
+            f"tags must be a list of at most {MAX_TAGS} strings of 1-{MAX_TAG_LENGTH} characters"
+        )
+    return list(dict.fromkeys(tags))
+
+
+def check_metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise InvalidRequest("metadata must be a JSON object")
+    return metadata
+
+
+def _file_key(upload_id: str, name: str = "") -> bytes:
+    return upload_id.encode() + b"\0" + name.encode()
+
+
+class Uploads:
+    def __init__(self, store: Store) -> None:
+        self._s = store
+        self._db = store.env.db["uploads"]
+        self._files = store.env.db["uploadfiles"]
+
+    # -- session records --------------------------------------------------------------
+    def get(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
+        raw = txn.get(upload_id.encode(), db=self._db) if len(upload_id) <= 64 else None
+        if raw is None:
+            raise UploadNotFound(f"upload {upload_id[:64]!r} does not exist")
+        return UploadSession.from_json(raw)
+
+    def live(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
+        """A session that still accepts chunks and files."""
+        session = self.get(txn, upload_id)
+        if session.committed:
+            raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
+        if session.expires_at <= self._s.clock.now():
+            raise UploadExpired(f"upload {upload_id} expired; open a new one")
+        return session
+
+    def put(self, txn: lmdb.Transaction, session: UploadSession) -> None:
+        txn.put(session.id.encode(), session.to_json(), db=self._db)
+
+    def files(self, txn: lmdb.Transaction, upload_id: str) -> dict[str, FileEntry]:
+        prefix = _file_key(upload_id)
+        out: dict[str, FileEntry] = {}
+        cur = txn.cursor(db=self._files)
+        ok = cur.set_range(prefix)
+        while ok and bytes(cur.key()).startswith(prefix):
+            name = bytes(cur.key())[len(prefix) :].decode()
+            out[name] = FileEntry.from_view(memoryview(bytes(cur.value())))[0]
+            ok = cur.next()
+        return out
+
+    def drop(self, txn: lmdb.Transaction, upload_id: str, keep_session: bool) -> None:
+        for name in self.files(txn, upload_id):
+            txn.delete(_file_key(upload_id, name), db=self._files)
+        if not keep_session:
+            txn.delete(upload_id.encode(), db=self._db)
+
+    # -- operations -------------------------------------------------------------------
+    def open(
+        self,
+        ns: str,
+        parent: str | None,
+        inherit: bool,
+        metadata: Any,
+        tags: Any,
+        chunking: Any = None,
+    ) -> tuple[UploadSession, ChunkingProfile]:
+        check_namespace(ns)
+        metadata = check_metadata(metadata)
+        tags = check_tags(tags)
+        if parent is not None and not isinstance(parent, str):
+            raise InvalidRequest("parent must be a checkpoint id, 'latest' or null")
+        if inherit and parent is None:
+            raise InvalidRequest("inherit needs a parent")
+        wanted = (
+            profile_from_wire(chunking, self._s.config.max_chunk_size)
+            if chunking is not None
+            else PROFILES[self._s.config.default_profile]
+        )
+
+        def op(txn: lmdb.Transaction) -> tuple[UploadSession, ChunkingProfile]:
+            now = self._s.clock.now()
+            ns_rec = self._s.catalog.namespace(txn, ns)
+            if ns_rec is None:
+                ns_rec = NamespaceRecord(ns, asdict(wanted), now)
+                self._s.catalog.put_namespace(txn, ns_rec)
+            parent_id = None
+            if parent is not None:
+                parent_id = self._s.catalog.resolve(txn, ns, parent).id
+            session = UploadSession(
+                id=new_upload_id(),
+                namespace=ns,
+                parent=parent_id,
+                inherit=bool(inherit),
+                metadata=metadata,
+                tags=tags,
+                created_at=now,
+                expires_at=now + self._s.config.upload_ttl,
+            )
+            self.put(txn, session)
+            return session, ns_rec.chunking()
+
+        return self._s.writer.run(op)
+
+    def missing(self, upload_id: str, ids: Any) -> list[str]:
+        if not isinstance(ids, list) or len(ids) > MAX_MISSING_QUERY:
+            raise InvalidRequest(f"chunks must be a list of at most {MAX_MISSING_QUERY} ids")
+        raw_ids = [check_chunk_id(i) for i in ids]
+        with self._s.env.read() as txn:
+            session = self.live(txn, upload_id)
+            metas = [self._s.blocks.meta(txn, c) for c in raw_ids]
+        until_ms = int(session.expires_at * 1000)
+        missing = [i for i, m in zip(ids, metas, strict=True) if m is None or m.damaged]
+        to_reserve = [
+            c
+            for c, m in zip(raw_ids, metas, strict=True)
+            if m is not None and not m.damaged and m.reserved_until_ms < until_ms
+        ]
+        if to_reserve:
+
+            def op(txn: lmdb.Transaction) -> None:
+                for c in to_reserve:
+                    meta = self._s.blocks.meta(txn, c)
+                    if meta is not None:
+                        self._s.blocks.reserve(txn, c, meta, until_ms)
+
+            self._s.writer.run(op, size=len(to_reserve) * 64)
+        return missing
+
+    def put_chunk(self, upload_id: str, cid_hex: str, data: bytes) -> bool:
+        """Store one client-chunked chunk; True if it was new (or healed)."""
+        cid = check_chunk_id(cid_hex)
+        if len(data) > self._s.config.max_chunk_size:
+            raise TooLarge(f"chunk is larger than {self._s.config.max_chunk_size} bytes")
+        if chunk_id(data) != cid:
+            raise HashMismatch(f"BLAKE3 of the body does not match chunk id {cid_hex}")
+        with self._s.env.read() as txn:
+            session = self.live(txn, upload_id)
+            present = self._s.blocks.usable(txn, cid)
+        until_ms = int(session.expires_at * 1000)
+        frame = b"" if present else Encoder().encode(data)
+
+        def op(txn: lmdb.Transaction) -> bool:
+            meta = self._s.blocks.meta(txn, cid)
+            if present and meta is not None and not meta.damaged:
+                self._s.blocks.reserve(txn, cid, meta, until_ms)
+                return False
+            body = frame or Encoder().encode(data)
+            return self._s.blocks.put(txn, cid, len(data), body, self._s.now_ms(), until_ms)
+
+        return self._s.writer.run(op, size=len(frame))
+
+    def add_file(self, upload_id: str, name: str, entry: FileEntry) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            self.live(txn, upload_id)
+            txn.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
+
+        self._s.writer.run(op, size=len(entry.chunks) * 36)
+
+    def abort(self, upload_id: str) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            session = self.get(txn, upload_id)
+            if session.committed:
+                raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
+            self.drop(txn, upload_id, keep_session=False)
+
+        self._s.writer.run(op)
+
+    def expire(self) -> int:
+        """Delete sessions past expiry (committed or not); their reservations lapse with them."""
+        now = self._s.clock.now()
+        expired = [
+            k.decode()
+            for k, v in self._s.env.scan("uploads")
+            if UploadSession.from_json(v).expires_at <= now
+        ]
+        if not expired:
+            return 0
+
+        def op(txn: lmdb.Transaction) -> int:
+            n = 0
+            for upload_id in expired:
+                try:
+                    session = self.get(txn, upload_id)
+                except UploadNotFound:
+                    continue
+                if session.expires_at <= now:
+                    self.drop(txn, upload_id, keep_session=False)
+                    n += 1
+            return n
+
+        return self._s.writer.run(op)

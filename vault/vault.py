@@ -1,0 +1,172 @@
+"""`Vault`: the engine's one entry point, a synchronous, thread-safe facade.
+
+api/ calls these methods from a bounded thread pool; tests and offline tools call them
+directly. Writes go through the single writer thread; reads run in short LMDB read
+transactions on the caller's thread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .catalog import Catalog
+from .check import CheckReport, check
+from .chunking import ChunkingProfile
+from .clock import Clock, SystemClock
+from .commit import Committer
+from .config import VaultConfig
+from .errors import InvalidRequest
+from .gc import GcReport, collect
+from .ingest import FileIngest
+from .lifecycle import Lifecycle
+from .manifest import FileEntry
+from .names import check_namespace
+from .reader import Reader
+from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
+from .store import Store
+from .tokens import Tokens
+from .uploads import Uploads
+
+MAX_LIST = 1000
+
+
+class Vault:
+    def __init__(
+        self, path: str | Path, config: VaultConfig | None = None, clock: Clock | None = None
+    ) -> None:
+        self.config = config or VaultConfig()
+        self.store = Store.open(Path(path), clock or SystemClock(), self.config)
+        self.uploads = Uploads(self.store)
+        self.reader = Reader(self.store)
+        self.lifecycle = Lifecycle(self.store)
+        self.tokens = Tokens(self.store)
+        self._committer = Committer(self.store, self.uploads, self.reader)
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.store.catalog
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- write path -------------------------------------------------------------------
+    def open_upload(
+        self,
+        ns: str,
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: Any = None,
+        tags: Any = None,
+        chunking: Any = None,
+    ) -> tuple[UploadSession, ChunkingProfile]:
+        return self.uploads.open(ns, parent, inherit, metadata, tags, chunking)
+
+    def missing(self, upload_id: str, ids: Any) -> list[str]:
+        return self.uploads.missing(upload_id, ids)
+
+    def put_chunk(self, upload_id: str, cid: str, data: bytes) -> bool:
+        return self.uploads.put_chunk(upload_id, cid, data)
+
+    def ingest(self, upload_id: str, name: str) -> FileIngest:
+        return FileIngest(self.store, self.uploads, upload_id, name)
+
+    def commit(self, upload_id: str, files: Any = None) -> tuple[CheckpointRecord, bool]:
+        return self._committer.commit(upload_id, files)
+
+    def abort(self, upload_id: str) -> None:
+        self.uploads.abort(upload_id)
+
+    # -- read path --------------------------------------------------------------------
+    def namespaces(self) -> list[NamespaceRecord]:
+        with self.store.env.read() as txn:
+            return list(self.catalog.namespaces(txn))
+
+    def latest_id(self, ns: str) -> str | None:
+        with self.store.env.read() as txn:
+            rec = self.catalog.latest(txn, ns, valid_only=False)
+            return rec.id if rec else None
+
+    def checkpoints(
+        self,
+        ns: str,
+        *,
+        limit: int = 100,
+        before: str | None = None,
+        tag: str | None = None,
+        validity: str | None = None,
+    ) -> tuple[list[CheckpointRecord], str | None]:
+        """Live checkpoints newest first, and the cursor for the next page (or None)."""
+        check_namespace(ns)
+        if not 1 <= limit <= MAX_LIST:
+            raise InvalidRequest(f"limit must be 1 to {MAX_LIST}")
+        if validity is not None and validity not in VALIDITY_STATES:
+            raise InvalidRequest(f"validity must be one of {', '.join(VALIDITY_STATES)}")
+        out: list[CheckpointRecord] = []
+        with self.store.env.read() as txn:
+            self.catalog.require_namespace(txn, ns)
+            for cid in self.catalog.ids(txn, ns, before):
+                rec = self.catalog.record(txn, cid)
+                if rec is None or (tag is not None and tag not in rec.tags):
+                    continue
+                if validity is not None and rec.validity.state != validity:
+                    continue
+                if len(out) == limit:
+                    return out, out[-1].id
+                out.append(rec)
+        return out, None
+
+    def get(self, ns: str, ref: str) -> CheckpointRecord:
+        with self.store.env.read() as txn:
+            return self.catalog.resolve(txn, ns, ref)
+
+    def manifest(self, ns: str, ref: str) -> tuple[CheckpointRecord, dict[str, FileEntry]]:
+        with self.store.env.read() as txn:
+            rec = self.catalog.resolve(txn, ns, ref)
+            return rec, self.catalog.manifest(txn, rec.id)
+
+    def lineage(self, ns: str, ref: str) -> list[CheckpointRecord]:
+        with self.store.env.read() as txn:
+            return self.catalog.lineage(txn, self.catalog.resolve(txn, ns, ref))
+
+    def read_chunks(self, cids: list[bytes]) -> list[bytes]:
+        return self.reader.chunks(cids)
+
+    # -- changes to checkpoints -------------------------------------------------------
+    def patch(self, ns: str, cid: str, **changes: Any) -> CheckpointRecord:
+        return self.lifecycle.patch(ns, cid, **changes)
+
+    def delete(self, ns: str, cid: str) -> None:
+        self.lifecycle.delete(ns, cid)
+
+    def fork(
+        self, ns: str, ref: str, target: Any, metadata: Any = None, tags: Any = None
+    ) -> CheckpointRecord:
+        return self.lifecycle.fork(ns, ref, target, metadata, tags)
+
+    # -- maintenance ------------------------------------------------------------------
+    def gc(self, dry_run: bool = False) -> GcReport:
+        return collect(self.store, self.uploads, dry_run)
+
+    def check(self, repair: bool = False) -> CheckReport:
+        return check(self.store, repair)
+
+    def stats(self) -> dict[str, Any]:
+        with self.store.env.read() as txn:
+            c = self.store.blocks.counters
+            logical = c.get(txn, "logical_bytes")
+            stored = c.get(txn, "stored_bytes")
+            chunks = c.get(txn, "chunks")
+            namespaces = sum(1 for _ in self.catalog.namespaces(txn))
+            checkpoints = c.get(txn, "checkpoints")
+        return {
+            "logical_bytes": logical,
+            "stored_bytes": stored,
+            "chunks": chunks,
+            "checkpoints": checkpoints,
+            "namespaces": namespaces,
+            "dedup_ratio": round(logical / stored, 4) if stored else None,
+            "tiers": {"hot": {"bytes": stored, "chunks": chunks}},
+            "map_size": self.store.env.map_size(),
+        }
