@@ -1,0 +1,107 @@
+"""Shared fixtures: an engine on a temp dir, and the real service on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import blake3
+import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient
+
+from api import Settings, create_app
+from vault import FakeClock, Vault, VaultConfig
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def vault(tmp_path: Path, clock: FakeClock) -> Iterator[Vault]:
+    v = Vault(tmp_path / "vault", VaultConfig(map_size=1 << 20, gc_grace=60.0), clock)
+    yield v
+    v.close()
+
+
+def hexhash(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+@dataclass
+class Api:
+    """A real HTTP client against the real app on a loopback port."""
+
+    client: TestClient[Any, Any]
+    token: str
+    data_dir: Path
+
+    def auth(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    async def call(
+        self, method: str, path: str, *, token: str | None = None, expect: int | None = None,
+        **kwargs: Any,
+    ) -> ClientResponse:
+        headers = {**self.auth(token), **kwargs.pop("headers", {})}
+        resp = await self.client.request(method, path, headers=headers, **kwargs)
+        if expect is not None:
+            body = await resp.read()
+            assert resp.status == expect, f"{method} {path}: {resp.status} {body[:500]!r}"
+        return resp
+
+    async def json(self, method: str, path: str, expect: int = 200, **kwargs: Any) -> Any:
+        resp = await self.call(method, path, expect=expect, **kwargs)
+        return await resp.json()
+
+    async def open(self, ns: str, **body: Any) -> dict[str, Any]:
+        result: dict[str, Any] = await self.json(
+            "POST", f"/v1/namespaces/{ns}/uploads", expect=201, json=body
+        )
+        return result
+
+    async def save(self, ns: str, files: dict[str, bytes], **body: Any) -> dict[str, Any]:
+        """Stream each file through the server-side chunker, then commit."""
+        up = await self.open(ns, **body)
+        for name, data in files.items():
+            info = await self.json(
+                "PUT", f"/v1/uploads/{up['upload_id']}/files/{name}", expect=201, data=data
+            )
+            assert info["size"] == len(data) and info["hash"] == hexhash(data)
+        result: dict[str, Any] = await self.json(
+            "POST", f"/v1/uploads/{up['upload_id']}/commit", expect=201, json={}
+        )
+        return result
+
+    async def read(self, ns: str, ref: str, name: str, **kwargs: Any) -> bytes:
+        resp = await self.call(
+            "GET", f"/v1/namespaces/{ns}/checkpoints/{ref}/files/{name}", **kwargs
+        )
+        body = await resp.read()
+        assert resp.status in (200, 206), f"{resp.status} {body[:300]!r}"
+        return body
+
+    async def token_for(self, *scopes: str, name: str = "t") -> str:
+        out = await self.json(
+            "POST", "/v1/admin/tokens", expect=201, json={"name": name, "scopes": list(scopes)}
+        )
+        return str(out["token"])
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        vault=VaultConfig(map_size=4 << 20, gc_grace=0.0, max_chunk_size=1 << 20),
+    )
+
+
+@pytest.fixture
+async def api(aiohttp_client: Any, settings: Settings) -> AsyncIterator[Api]:
+    client = await aiohttp_client(create_app(settings))
+    token = (settings.data_dir / "admin.token").read_text().strip()
+    yield Api(client, token, settings.data_dir)

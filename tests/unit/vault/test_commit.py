@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from vault import (
+    CheckpointNotFound,
+    Conflict,
+    HashMismatch,
+    InvalidRequest,
+    MissingChunks,
+    UploadExpired,
+    Vault,
+)
+from vault.clock import FakeClock
+from vault.frame import chunk_id
+
+from .helpers import client_save, read_file, stream_save
+
+
+def test_streamed_and_client_chunked_files_read_back(vault: Vault) -> None:
+    a, b = os.urandom(250_000), os.urandom(3_333)
+    rec = stream_save(vault, "ns", {"a.bin": a})
+    rec2 = client_save(vault, "ns", {"b.bin": b}, parent=rec.id)
+    assert read_file(vault, "ns", rec.id, "a.bin") == a
+    assert read_file(vault, "ns", rec2.id, "b.bin") == b
+    assert rec2.parent == rec.id and "a.bin" not in rec2.files
+
+
+def test_commit_is_idempotent(vault: Vault) -> None:
+    session, _ = vault.open_upload("ns")
+    first, created = vault.commit(session.id)
+    again, created_again = vault.commit(session.id)
+    assert created and not created_again and first.id == again.id
+    assert vault.stats()["checkpoints"] == 1
+
+
+def test_nothing_is_visible_before_commit_or_after_abort(vault: Vault) -> None:
+    session, _ = vault.open_upload("ns")
+    ingest = vault.ingest(session.id, "x")
+    ingest.feed(b"data" * 1000, final=True)
+    ingest.finish()
+    assert vault.checkpoints("ns") == ([], None)
+    vault.abort(session.id)
+    assert vault.checkpoints("ns") == ([], None)
+    with pytest.raises(CheckpointNotFound):
+        vault.get("ns", "latest")
+
+
+def test_inherit_takes_unsent_files_from_parent(vault: Vault) -> None:
+    base = stream_save(vault, "ns", {"model": b"m" * 5000, "opt": b"o" * 7000})
+    child = stream_save(vault, "ns", {"opt": b"p" * 7000}, parent="latest", inherit=True)
+    assert sorted(child.files) == ["model", "opt"]
+    assert read_file(vault, "ns", child.id, "model") == b"m" * 5000
+    assert read_file(vault, "ns", child.id, "opt") == b"p" * 7000
+    assert child.parent == base.id
+
+
+def test_wrong_hash_size_or_missing_chunk_is_refused(vault: Vault) -> None:
+    data = os.urandom(2000)
+    session, _ = vault.open_upload("ns")
+    cid = chunk_id(data).hex()
+    vault.put_chunk(session.id, cid, data)
+    good = {"size": 2000, "hash": cid, "chunks": [cid]}
+    with pytest.raises(HashMismatch):
+        vault.commit(session.id, {"f": {**good, "hash": "0" * 64}})
+    with pytest.raises(InvalidRequest):
+        vault.commit(session.id, {"f": {**good, "size": 1999}})
+    with pytest.raises(MissingChunks) as err:
+        vault.commit(session.id, {"f": {**good, "chunks": [cid, "a" * 64]}})
+    assert err.value.chunks == ["a" * 64]
+    assert vault.checkpoints("ns") == ([], None)
+    record, _ = vault.commit(session.id, {"f": good})
+    assert read_file(vault, "ns", record.id, "f") == data
+
+
+def test_expired_upload_cannot_commit(vault: Vault, clock: FakeClock) -> None:
+    session, _ = vault.open_upload("ns")
+    clock.advance(vault.config.upload_ttl + 1)
+    with pytest.raises(UploadExpired):
+        vault.commit(session.id)
+    with pytest.raises(UploadExpired):
+        vault.missing(session.id, [])
+
+
+def test_latest_valid_skips_invalid(vault: Vault) -> None:
+    first = stream_save(vault, "ns", {"f": b"1"})
+    second = stream_save(vault, "ns", {"f": b"2"})
+    vault.patch("ns", second.id, validity={"state": "invalid", "reason": "NaN loss"})
+    assert vault.get("ns", "latest").id == second.id
+    assert vault.get("ns", "latest-valid").id == first.id
+    vault.patch("ns", first.id, validity={"state": "invalid"})
+    with pytest.raises(CheckpointNotFound):
+        vault.get("ns", "latest-valid")
+
+
+def test_lineage_keeps_tombstones(vault: Vault) -> None:
+    a = stream_save(vault, "ns", {"f": b"a"})
+    b = stream_save(vault, "ns", {"f": b"b"}, parent="latest")
+    c = stream_save(vault, "ns", {"f": b"c"}, parent="latest")
+    vault.delete("ns", b.id)
+    chain = vault.lineage("ns", c.id)
+    assert [r.id for r in chain] == [c.id, b.id, a.id]
+    assert chain[1].is_tombstone and not chain[0].is_tombstone
+    with pytest.raises(CheckpointNotFound):
+        vault.get("ns", b.id)
+
+
+def test_pinned_checkpoint_cannot_be_deleted(vault: Vault) -> None:
+    rec = stream_save(vault, "ns", {"f": b"x"})
+    vault.patch("ns", rec.id, pinned=True)
+    with pytest.raises(Conflict):
+        vault.delete("ns", rec.id)
+    vault.patch("ns", rec.id, pinned=False)
+    vault.delete("ns", rec.id)
+
+
+def test_listing_pages_newest_first_with_filters(vault: Vault) -> None:
+    ids = [stream_save(vault, "ns", {"f": bytes([i])}, tags=["even"] if i % 2 == 0 else []).id
+           for i in range(7)]
+    page, cursor = vault.checkpoints("ns", limit=3)
+    assert [r.id for r in page] == ids[::-1][:3]
+    page2, cursor2 = vault.checkpoints("ns", limit=3, before=cursor)
+    assert [r.id for r in page2] == ids[::-1][3:6]
+    page3, cursor3 = vault.checkpoints("ns", limit=3, before=cursor2)
+    assert [r.id for r in page3] == ids[:1] and cursor3 is None
+    tagged, _ = vault.checkpoints("ns", tag="even")
+    assert [r.id for r in tagged] == [ids[6], ids[4], ids[2], ids[0]]
+
+
+def test_fork_shares_chunks_and_counts_references(vault: Vault) -> None:
+    data = os.urandom(300_000)
+    src = stream_save(vault, "a", {"f": data})
+    stored = vault.stats()["stored_bytes"]
+    fork = vault.fork("a", src.id, "b/child", metadata={"why": "experiment"})
+    assert vault.stats()["stored_bytes"] == stored
+    assert fork.parent == src.id and fork.namespace == "b/child"
+    vault.delete("a", src.id)
+    assert read_file(vault, "b/child", fork.id, "f") == data
+    assert vault.check().ok

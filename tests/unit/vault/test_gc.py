@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from vault import BlockCorrupt, MissingChunks, Vault
+from vault.clock import FakeClock
+from vault.frame import chunk_id
+
+from .helpers import client_save, read_file, stream_save
+
+
+def test_dedup_stores_repeated_chunks_once(vault: Vault) -> None:
+    data = os.urandom(2_000_000)
+    stream_save(vault, "ns", {"f": data})
+    before = vault.stats()
+    edited = data[:1_000_000] + b"x" * 1000 + data[1_001_000:]
+    stream_save(vault, "ns", {"f": edited})
+    after = vault.stats()
+    assert after["chunks"] - before["chunks"] <= 3
+    assert after["stored_bytes"] - before["stored_bytes"] < 300_000
+
+
+def test_gc_waits_for_grace_and_expiry(vault: Vault, clock: FakeClock) -> None:
+    rec = stream_save(vault, "ns", {"f": os.urandom(200_000)})
+    vault.delete("ns", rec.id)
+    assert vault.gc().chunks_deleted == 0  # upload reservation and grace still running
+    clock.advance(vault.config.upload_ttl + 1)
+    report = vault.gc()
+    assert report.chunks_deleted > 0 and report.uploads_expired == 1
+    assert vault.stats()["chunks"] == 0 and vault.stats()["stored_bytes"] == 0
+    assert vault.check().ok
+
+
+def test_gc_never_takes_a_chunk_a_live_upload_was_told_exists(
+    vault: Vault, clock: FakeClock
+) -> None:
+    data = os.urandom(5000)
+    old = client_save(vault, "ns", {"f": data})
+    vault.delete("ns", old.id)
+    clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
+    session, _ = vault.open_upload("ns")
+    ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 5000, 1000)]
+    assert vault.missing(session.id, ids) == []  # present, so reserved for this session
+    clock.advance(vault.config.gc_grace + 1)
+    assert vault.gc().chunks_deleted == 0
+    listing = {"f": {"size": 5000, "hash": chunk_id(data).hex(), "chunks": ids}}
+    rec, _ = vault.commit(session.id, listing)
+    assert read_file(vault, "ns", rec.id, "f") == data
+
+
+def test_commit_after_chunks_were_collected_reports_them_missing(
+    vault: Vault, clock: FakeClock
+) -> None:
+    data = os.urandom(3000)
+    session, _ = vault.open_upload("ns")
+    ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 3000, 1000)]
+    for i, cid in enumerate(ids):
+        vault.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
+    vault.abort(session.id)
+    clock.advance(vault.config.upload_ttl + 1)
+    assert vault.gc().chunks_deleted == 3
+    later, _ = vault.open_upload("ns")
+    with pytest.raises(MissingChunks) as err:
+        vault.commit(later.id, {"f": {"size": 3000, "hash": chunk_id(data).hex(), "chunks": ids}})
+    assert sorted(err.value.chunks) == sorted(ids)
+
+
+def test_check_reports_and_repairs_drift(vault: Vault) -> None:
+    rec = stream_save(vault, "ns", {"f": os.urandom(100_000)})
+    assert vault.check().ok
+    _, files = vault.manifest("ns", rec.id)
+    victim = files["f"].chunks[0][0]
+
+    def corrupt_count(txn: object) -> None:
+        meta = vault.store.blocks.meta(txn, victim)
+        assert meta is not None
+        from dataclasses import replace
+
+        vault.store.blocks.set_meta(txn, victim, replace(meta, refs=5))
+
+    vault.store.writer.run(corrupt_count)
+    report = vault.check()
+    assert not report.ok and report.drift == [
+        {"chunk": victim.hex(), "refs": 5, "expected": 1}
+    ]
+    assert vault.check(repair=True).repaired == 1
+    assert vault.check().ok
+
+
+def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) -> None:
+    data = os.urandom(4000)
+    rec = client_save(vault, "ns", {"f": data})
+    victim = data[:1000]
+    vid = chunk_id(victim)
+
+    def damage(txn: object) -> None:
+        frame = bytearray(vault.store.blocks.frame(txn, vid) or b"")
+        frame[-1] ^= 1
+        txn.put(vid, bytes(frame), db=vault.store.env.db["chunks"])  # type: ignore[attr-defined]
+
+    vault.store.writer.run(damage)
+    with pytest.raises(BlockCorrupt):
+        read_file(vault, "ns", rec.id, "f")
+    vault.store.writer.run(lambda txn: None)  # the damage flag is written by then
+    assert not vault.check().ok
+    session, _ = vault.open_upload("ns")
+    assert vault.missing(session.id, [vid.hex()]) == [vid.hex()]
+    assert vault.put_chunk(session.id, vid.hex(), victim) is True
+    assert read_file(vault, "ns", rec.id, "f") == data
+    assert vault.check().ok

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from vault.env import Env
+from vault.writer import Writer
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    e = Env(tmp_path / "db", map_size=1 << 20)
+    yield e  # type: ignore[misc]
+    e.close()
+
+
+def test_failing_op_does_not_spoil_its_batch(env: Env) -> None:
+    writer = Writer(env)
+    db = env.db["counters"]
+    started, gate = threading.Event(), threading.Event()
+
+    def hold(txn: lmdb.Transaction) -> None:  # holds the thread so the rest batch up
+        started.set()
+        gate.wait(5)
+
+    blocker = writer.submit(hold)
+    assert started.wait(5)
+
+    def put(key: bytes) -> object:
+        return writer.submit(lambda txn: txn.put(key, b"v", db=db))
+
+    def boom(txn: lmdb.Transaction) -> None:
+        txn.put(b"bad", b"v", db=db)
+        raise ValueError("no")
+
+    ok1, bad, ok2 = put(b"a"), writer.submit(boom), put(b"b")
+    gate.set()
+    blocker.result()
+    assert ok1.result() and ok2.result()  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="no"):
+        bad.result()
+    with env.read() as txn:
+        assert txn.get(b"a", db=db) is not None and txn.get(b"b", db=db) is not None
+        assert txn.get(b"bad", db=db) is None
+    assert writer.stats.batches == 2  # the blocker, then the three together
+    writer.close()
+
+
+def test_map_grows_while_readers_run(env: Env) -> None:
+    writer = Writer(env)
+    db = env.db["chunks"]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        while not stop.wait(0.001):  # pace the readers; a tight loop only measures the GIL
+            try:
+                with env.read() as txn:
+                    for _ in txn.cursor(db=db):
+                        pass
+            except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    values = {i.to_bytes(4, "big"): os.urandom(50_000) for i in range(200)}  # 10 MB > 1 MiB map
+    for key, value in values.items():
+        writer.submit(lambda txn, k=key, v=value: txn.put(k, v, db=db), size=len(value))
+    writer.run(lambda txn: None)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert writer.stats.map_growths >= 3
+    with env.read() as txn:
+        assert all(bytes(txn.get(k, db=db)) == v for k, v in values.items())
+    writer.close()
