@@ -54,9 +54,12 @@ class TokenCache:
         return Principal(token.name, token.scopes)
 
 
+PRINCIPAL = web.RequestKey("principal", Principal)
+
+
 def principal(request: web.Request) -> Principal:
-    p = request.get("principal")
-    if not isinstance(p, Principal):
+    p = request.get(PRINCIPAL)
+    if p is None:
         raise Unauthorized("not authenticated")
     return p
 
@@ -77,7 +80,7 @@ def auth_middleware(cache_key: web.AppKey[TokenCache]) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in PUBLIC_PATHS:
-            request["principal"] = request.app[cache_key].authenticate(
+            request[PRINCIPAL] = request.app[cache_key].authenticate(
                 request.headers.get("Authorization")
             )
         return await handler(request)

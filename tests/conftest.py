@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,8 @@ class Api:
         **kwargs: Any,
     ) -> ClientResponse:
         headers = {**self.auth(token), **kwargs.pop("headers", {})}
+        if isinstance(kwargs.get("data"), bytes):  # aiohttp warns on large raw bodies
+            kwargs["data"] = io.BytesIO(kwargs["data"])
         resp = await self.client.request(method, path, headers=headers, **kwargs)
         if expect is not None:
             body = await resp.read()

@@ -12,6 +12,8 @@ writer thread takes it exclusively to grow the map.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,28 @@ DB_NAMES = (
 )
 MIN_MAP_SIZE = 1 << 20
 MAX_GROWTH_STEP = 64 << 30
+TRIM_EVERY_BYTES = 128 << 20
+_MADV_DONTNEED = 4
+
+
+def _madvise_dontneed(path: Path) -> None:
+    """Unmap this process's resident pages of the file at `path` (Linux; else a no-op).
+
+    Reads go through LMDB's shared, read-only memory map, so every byte streamed out stays
+    counted in the server's RSS until the kernel reclaims it. Dropping the mapping (not the
+    page cache: the data stays cached) keeps RSS proportional to work in flight, not to
+    bytes served; a later access just refaults the page from the cache.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    target = str(path.resolve())
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].strip() == target:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
 class _SharedExclusiveLock:
@@ -92,6 +116,8 @@ class Env:
         )
         self.db = {name.decode(): self.lmdb.open_db(name) for name in DB_NAMES}
         self._lock = _SharedExclusiveLock()
+        self._data_file = data_file
+        self._read_since_trim = 0
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
@@ -102,6 +128,14 @@ class Env:
                 yield txn
             finally:
                 txn.abort()
+
+    def note_read(self, nbytes: int) -> None:
+        """Count bytes read through the map; past TRIM_EVERY_BYTES, drop the mapping."""
+        self._read_since_trim += nbytes  # racy by design: an approximate trigger is enough
+        if self._read_since_trim >= TRIM_EVERY_BYTES:
+            self._read_since_trim = 0
+            with self._lock.shared():  # the map cannot move while we advise on it
+                _madvise_dontneed(self._data_file)
 
     def grow(self) -> int:
         """Enlarge the map (called by the writer thread with no write txn open)."""
