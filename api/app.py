@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from client.wire import ADMIN_TOKEN_FILE
-from vault import Vault
+from vault import Clock, SystemClock, Vault
 
 from .auth import TokenCache, auth_middleware
 from .errors import error_middleware
@@ -32,6 +32,7 @@ SETTINGS = web.AppKey("settings", Settings)
 VAULT = web.AppKey("vault", Vault)
 POOL = web.AppKey("pool", ThreadPoolExecutor)
 TOKENS = web.AppKey("tokens", TokenCache)
+CLOCK = web.AppKey("clock", Clock)
 
 
 async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -42,7 +43,7 @@ async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: 
 
 
 def refresh_tokens(app: web.Application) -> None:
-    app[TOKENS] = TokenCache(app[VAULT].tokens.all())
+    app[TOKENS].reload(app[VAULT].tokens.all())
 
 
 def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
@@ -62,12 +63,12 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="vault-io")
     vault = await asyncio.get_running_loop().run_in_executor(
-        pool, functools.partial(Vault, settings.data_dir / "vault", settings.vault)
+        pool, functools.partial(Vault, settings.data_dir / "vault", settings.vault, app[CLOCK])
     )
     app[POOL] = pool
     app[VAULT] = vault
     _bootstrap_admin(vault, settings.data_dir)
-    refresh_tokens(app)
+    app[TOKENS] = TokenCache(vault.tokens.all())
     try:
         yield
     finally:
@@ -75,7 +76,8 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         vault.close()
 
 
-def create_app(settings: Settings) -> web.Application:
+def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
+    """The service; `clock` is for tests that move time instead of sleeping."""
     from .routes import setup_routes
 
     app = web.Application(
@@ -83,6 +85,7 @@ def create_app(settings: Settings) -> web.Application:
         middlewares=[error_middleware, auth_middleware(TOKENS)],
     )
     app[SETTINGS] = settings
+    app[CLOCK] = clock or SystemClock()
     app.cleanup_ctx.append(_vault_context)
     setup_routes(app)
     return app

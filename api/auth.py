@@ -43,6 +43,10 @@ class TokenCache:
     """In-memory copy of the token table (key id -> token), refreshed on every change."""
 
     def __init__(self, tokens: list[Token]) -> None:
+        self.by_key: dict[str, Token] = {}
+        self.reload(tokens)
+
+    def reload(self, tokens: list[Token]) -> None:
         self.by_key = {t.key_id: t for t in tokens}
 
     def authenticate(self, header: str | None) -> Principal:

@@ -45,7 +45,12 @@ class Api:
         return {"Authorization": f"Bearer {token or self.token}"}
 
     async def call(
-        self, method: str, path: str, *, token: str | None = None, expect: int | None = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        expect: int | None = None,
         **kwargs: Any,
     ) -> ClientResponse:
         headers = {**self.auth(token), **kwargs.pop("headers", {})}
@@ -74,7 +79,8 @@ class Api:
             info = await self.json(
                 "PUT", f"/v1/uploads/{up['upload_id']}/files/{name}", expect=201, data=data
             )
-            assert info["size"] == len(data) and info["hash"] == hexhash(data)
+            assert info["size"] == len(data)
+            assert info["hash"] == hexhash(data)
         result: dict[str, Any] = await self.json(
             "POST", f"/v1/uploads/{up['upload_id']}/commit", expect=201, json={}
         )
@@ -104,7 +110,7 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-async def api(aiohttp_client: Any, settings: Settings) -> AsyncIterator[Api]:
-    client = await aiohttp_client(create_app(settings))
+async def api(aiohttp_client: Any, settings: Settings, clock: FakeClock) -> AsyncIterator[Api]:
+    client = await aiohttp_client(create_app(settings, clock))
     token = (settings.data_dir / "admin.token").read_text().strip()
-    yield Api(client, token, settings.data_dir)
+    return Api(client, token, settings.data_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -99,11 +100,19 @@ async def _read_piece(request: web.Request) -> bytes:
     return b"".join(parts)
 
 
+def _raw_file_name(request: web.Request, upload_id: str) -> str:
+    """The file name as the client sent it: the router's view has dot segments resolved
+    (`a/../b` arrives as `b`), which would silently store a different name than asked."""
+    prefix = f"/v1/uploads/{upload_id}/files/"
+    raw = request.raw_path.split("?", 1)[0]
+    return unquote(raw[len(prefix) :]) if raw.startswith(prefix) else request.match_info["name"]
+
+
 async def put_file(request: web.Request) -> web.Response:
     """Stream a whole file; the server chunks it. Memory stays at a few 8 MiB pieces."""
     session = await _session(request)
     vault = request.app[VAULT]
-    ingest = await run(request, vault.ingest, session.id, request.match_info["name"])
+    ingest = await run(request, vault.ingest, session.id, _raw_file_name(request, session.id))
     pending: asyncio.Future[None] | None = None
     try:
         while True:

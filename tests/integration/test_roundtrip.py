@@ -12,8 +12,17 @@ from vault.chunking import LARGE
 
 from ..conftest import Api, hexhash
 
-BOUNDARY_SIZES = [0, 1, LARGE.min_size - 1, LARGE.min_size, LARGE.min_size + 1,
-                  LARGE.max_size - 1, LARGE.max_size, LARGE.max_size + 1, 3 * LARGE.max_size + 7]
+BOUNDARY_SIZES = [
+    0,
+    1,
+    LARGE.min_size - 1,
+    LARGE.min_size,
+    LARGE.min_size + 1,
+    LARGE.max_size - 1,
+    LARGE.max_size,
+    LARGE.max_size + 1,
+    3 * LARGE.max_size + 7,
+]
 
 
 async def test_sizes_around_chunk_boundaries_round_trip(api: Api) -> None:
@@ -27,8 +36,9 @@ async def test_sizes_around_chunk_boundaries_round_trip(api: Api) -> None:
 
 
 async def test_random_sizes_round_trip(api: Api) -> None:
-    @settings(max_examples=25, deadline=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
     @given(size=st.integers(0, 700_000), seed=st.integers(0, 1000))
     def noop(size: int, seed: int) -> None:
         cases.append((size, seed))
@@ -96,7 +106,13 @@ async def test_client_chunked_upload_sends_only_missing(api: Api) -> None:
     assert missing2 == {"missing": ["f" * 64]}
     manifest = await api.json("GET", f"/v1/namespaces/cc/checkpoints/{rec['id']}/manifest")
     chunks = manifest["files"]["w"]["chunks"]
-    assert [c["id"] for c in chunks] == ids and [c["offset"] for c in chunks] == [0, 5000, 10000, 15000]
+    assert [c["id"] for c in chunks] == ids
+    assert [c["offset"] for c in chunks] == [
+        0,
+        5000,
+        10000,
+        15000,
+    ]
     assert await api.read("cc", "latest", "w") == whole
 
 
@@ -104,19 +120,29 @@ async def test_inherit_lineage_validity_and_fork(api: Api) -> None:
     a = await api.save("life", {"model": b"m" * 1000, "opt": b"o" * 1000}, metadata={"step": 1})
     b = await api.save("life", {"opt": b"p" * 1000}, parent="latest", inherit=True)
     c = await api.save("life", {"opt": b"q" * 1000}, parent="latest", inherit=True)
-    assert sorted(c["files"]) == ["model", "opt"] and c["parent"] == b["id"]
+    assert sorted(c["files"]) == ["model", "opt"]
+    assert c["parent"] == b["id"]
     assert await api.read("life", c["id"], "model") == b"m" * 1000
-    await api.json("PATCH", f"/v1/namespaces/life/checkpoints/{c['id']}",
-                   json={"validity": {"state": "invalid", "reason": "NaN loss"}})
+    await api.json(
+        "PATCH",
+        f"/v1/namespaces/life/checkpoints/{c['id']}",
+        json={"validity": {"state": "invalid", "reason": "NaN loss"}},
+    )
     latest_valid = await api.json("GET", "/v1/namespaces/life/checkpoints/latest-valid")
     assert latest_valid["id"] == b["id"]
     await api.call("DELETE", f"/v1/namespaces/life/checkpoints/{b['id']}", expect=204)
     chain = (await api.json("GET", f"/v1/namespaces/life/checkpoints/{c['id']}/lineage"))["chain"]
     assert [r["id"] for r in chain] == [c["id"], b["id"], a["id"]]
-    assert chain[1]["deleted"] is True and chain[0]["validity"]["state"] == "invalid"
-    fork = await api.json("POST", f"/v1/namespaces/life/checkpoints/{a['id']}/fork", expect=201,
-                          json={"namespace": "life/branch", "tags": ["exp"]})
-    assert fork["parent"] == a["id"] and fork["namespace"] == "life/branch"
+    assert chain[1]["deleted"] is True
+    assert chain[0]["validity"]["state"] == "invalid"
+    fork = await api.json(
+        "POST",
+        f"/v1/namespaces/life/checkpoints/{a['id']}/fork",
+        expect=201,
+        json={"namespace": "life/branch", "tags": ["exp"]},
+    )
+    assert fork["parent"] == a["id"]
+    assert fork["namespace"] == "life/branch"
     assert await api.read("life/branch", "latest", "model") == b"m" * 1000
     listed = await api.json("GET", "/v1/namespaces/life/checkpoints?validity=invalid")
     assert [r["id"] for r in listed["checkpoints"]] == [c["id"]]
@@ -129,8 +155,13 @@ async def test_inherit_lineage_validity_and_fork(api: Api) -> None:
 async def test_openapi_lists_every_route(api: Api) -> None:
     doc = await api.json("GET", "/v1/openapi.json")
     assert doc["openapi"].startswith("3.")
-    for path in ["/v1/namespaces/{ns}/uploads", "/v1/uploads/{upload_id}/missing",
-                 "/v1/uploads/{upload_id}/files/{name}", "/v1/namespaces/{ns}/checkpoints/{ref}",
-                 "/v1/admin/tokens", "/v1/health"]:
+    for path in [
+        "/v1/namespaces/{ns}/uploads",
+        "/v1/uploads/{upload_id}/missing",
+        "/v1/uploads/{upload_id}/files/{name}",
+        "/v1/namespaces/{ns}/checkpoints/{ref}",
+        "/v1/admin/tokens",
+        "/v1/health",
+    ]:
         assert path in doc["paths"], path
     assert "put" in doc["paths"]["/v1/uploads/{upload_id}/chunks/{chunk_id}"]

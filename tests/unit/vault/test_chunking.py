@@ -28,7 +28,9 @@ def streamed(profile: ChunkingProfile, data: bytes, cuts: list[int]) -> list[byt
     seed=st.integers(0, 2**32),
     cuts=st.lists(st.integers(0, 10**9), max_size=8),
 )
-def test_stream_chunking_equals_whole_buffer_chunking(size: int, seed: int, cuts: list[int]) -> None:
+def test_stream_chunking_equals_whole_buffer_chunking(
+    size: int, seed: int, cuts: list[int]
+) -> None:
     data = random.Random(seed).randbytes(size)
     assert streamed(SMALL, data, cuts) == whole(SMALL, data)
 

@@ -25,14 +25,17 @@ def test_streamed_and_client_chunked_files_read_back(vault: Vault) -> None:
     rec2 = client_save(vault, "ns", {"b.bin": b}, parent=rec.id)
     assert read_file(vault, "ns", rec.id, "a.bin") == a
     assert read_file(vault, "ns", rec2.id, "b.bin") == b
-    assert rec2.parent == rec.id and "a.bin" not in rec2.files
+    assert rec2.parent == rec.id
+    assert "a.bin" not in rec2.files
 
 
 def test_commit_is_idempotent(vault: Vault) -> None:
     session, _ = vault.open_upload("ns")
     first, created = vault.commit(session.id)
     again, created_again = vault.commit(session.id)
-    assert created and not created_again and first.id == again.id
+    assert created
+    assert not created_again
+    assert first.id == again.id
     assert vault.stats()["checkpoints"] == 1
 
 
@@ -102,7 +105,8 @@ def test_lineage_keeps_tombstones(vault: Vault) -> None:
     vault.delete("ns", b.id)
     chain = vault.lineage("ns", c.id)
     assert [r.id for r in chain] == [c.id, b.id, a.id]
-    assert chain[1].is_tombstone and not chain[0].is_tombstone
+    assert chain[1].is_tombstone
+    assert not chain[0].is_tombstone
     with pytest.raises(CheckpointNotFound):
         vault.get("ns", b.id)
 
@@ -117,14 +121,17 @@ def test_pinned_checkpoint_cannot_be_deleted(vault: Vault) -> None:
 
 
 def test_listing_pages_newest_first_with_filters(vault: Vault) -> None:
-    ids = [stream_save(vault, "ns", {"f": bytes([i])}, tags=["even"] if i % 2 == 0 else []).id
-           for i in range(7)]
+    ids = [
+        stream_save(vault, "ns", {"f": bytes([i])}, tags=["even"] if i % 2 == 0 else []).id
+        for i in range(7)
+    ]
     page, cursor = vault.checkpoints("ns", limit=3)
     assert [r.id for r in page] == ids[::-1][:3]
     page2, cursor2 = vault.checkpoints("ns", limit=3, before=cursor)
     assert [r.id for r in page2] == ids[::-1][3:6]
     page3, cursor3 = vault.checkpoints("ns", limit=3, before=cursor2)
-    assert [r.id for r in page3] == ids[:1] and cursor3 is None
+    assert [r.id for r in page3] == ids[:1]
+    assert cursor3 is None
     tagged, _ = vault.checkpoints("ns", tag="even")
     assert [r.id for r in tagged] == [ids[6], ids[4], ids[2], ids[0]]
 
@@ -135,7 +142,8 @@ def test_fork_shares_chunks_and_counts_references(vault: Vault) -> None:
     stored = vault.stats()["stored_bytes"]
     fork = vault.fork("a", src.id, "b/child", metadata={"why": "experiment"})
     assert vault.stats()["stored_bytes"] == stored
-    assert fork.parent == src.id and fork.namespace == "b/child"
+    assert fork.parent == src.id
+    assert fork.namespace == "b/child"
     vault.delete("a", src.id)
     assert read_file(vault, "b/child", fork.id, "f") == data
     assert vault.check().ok

@@ -28,8 +28,10 @@ def test_gc_waits_for_grace_and_expiry(vault: Vault, clock: FakeClock) -> None:
     assert vault.gc().chunks_deleted == 0  # upload reservation and grace still running
     clock.advance(vault.config.upload_ttl + 1)
     report = vault.gc()
-    assert report.chunks_deleted > 0 and report.uploads_expired == 1
-    assert vault.stats()["chunks"] == 0 and vault.stats()["stored_bytes"] == 0
+    assert report.chunks_deleted > 0
+    assert report.uploads_expired == 1
+    assert vault.stats()["chunks"] == 0
+    assert vault.stats()["stored_bytes"] == 0
     assert vault.check().ok
 
 
@@ -82,9 +84,8 @@ def test_check_reports_and_repairs_drift(vault: Vault) -> None:
 
     vault.store.writer.run(corrupt_count)
     report = vault.check()
-    assert not report.ok and report.drift == [
-        {"chunk": victim.hex(), "refs": 5, "expected": 1}
-    ]
+    assert not report.ok
+    assert report.drift == [{"chunk": victim.hex(), "refs": 5, "expected": 1}]
     assert vault.check(repair=True).repaired == 1
     assert vault.check().ok
 

@@ -40,11 +40,13 @@ def test_failing_op_does_not_spoil_its_batch(env: Env) -> None:
     ok1, bad, ok2 = put(b"a"), writer.submit(boom), put(b"b")
     gate.set()
     blocker.result()
-    assert ok1.result() and ok2.result()  # type: ignore[attr-defined]
+    assert ok1.result()
+    assert ok2.result()
     with pytest.raises(ValueError, match="no"):
         bad.result()
     with env.read() as txn:
-        assert txn.get(b"a", db=db) is not None and txn.get(b"b", db=db) is not None
+        assert txn.get(b"a", db=db) is not None
+        assert txn.get(b"b", db=db) is not None
         assert txn.get(b"bad", db=db) is None
     assert writer.stats.batches == 2  # the blocker, then the three together
     writer.close()
