@@ -62,10 +62,10 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 
 
 def principal(request: web.Request) -> Principal:
-    p = request.get(PRINCIPAL)
-    if p is None:
-        raise Unauthorized("not authenticated")
-    return p
+    try:
+        return request[PRINCIPAL]
+    except KeyError:
+        raise Unauthorized("not authenticated") from None
 
 
 def require(request: web.Request, action: str, ns: str) -> None:

@@ -1,0 +1,62 @@
+"""Lint, format and type checks run as part of the suite, so CI's one command covers them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ["vault", "tiering", "api", "client"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m <args>`, or `python -c <code>` when args start with -c."""
+    argv = [sys.executable, *args] if args[0] == "-c" else [sys.executable, "-m", *args]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_ruff_lint() -> None:
+    result = run("ruff", "check", "--output-format", "concise", *PACKAGES, "tests", "bench")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format() -> None:
+    result = run("ruff", "format", "--check", *PACKAGES, "tests", "bench")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict() -> None:
+    result = run("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["vault", "tiering", "api", "client", "client.wire", "client.cli", "api.serve", "api.routes"],
+)
+def test_each_module_imports_alone(module: str) -> None:
+    result = run("-c", f"import {module}")
+    assert result.returncode == 0, result.stderr
+
+
+def test_client_does_not_import_server_dependencies() -> None:
+    code = (
+        "import sys, client, client.cli; "
+        "bad = {'lmdb', 'zstandard', 'vault', 'api', 'aiohttp.web'} & set(sys.modules); "
+        "print(sorted(bad)); sys.exit(1 if bad else 0)"
+    )
+    result = run("-c", code)
+    assert result.returncode == 0, result.stdout
+
+
+def test_vault_imports_none_of_our_other_packages() -> None:
+    code = (
+        "import sys, vault; "
+        "bad = {m for m in sys.modules if m.split('.')[0] in ('api', 'client', 'tiering')}; "
+        "print(sorted(bad)); sys.exit(1 if bad else 0)"
+    )
+    result = run("-c", code)
+    assert result.returncode == 0, result.stdout
