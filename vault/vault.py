@@ -79,14 +79,13 @@ class Vault:
         self.uploads.abort(upload_id)
 
     # -- read path --------------------------------------------------------------------
-    def namespaces(self) -> list[NamespaceRecord]:
+    def namespaces(self) -> list[tuple[NamespaceRecord, str | None]]:
+        """Every namespace with the id of its newest live checkpoint (or None)."""
         with self.store.env.read() as txn:
-            return list(self.catalog.namespaces(txn))
-
-    def latest_id(self, ns: str) -> str | None:
-        with self.store.env.read() as txn:
-            rec = self.catalog.latest(txn, ns, valid_only=False)
-            return rec.id if rec else None
+            return [
+                (ns, next(self.catalog.ids(txn, ns.name), None))
+                for ns in self.catalog.namespaces(txn)
+            ]
 
     def checkpoints(
         self,
