@@ -13,13 +13,17 @@ writer thread takes it exclusively to grow the map.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import lmdb
+
+from .errors import VaultError
 
 DB_NAMES = (
     b"chunks",  # chunk id (32 B) -> frame
@@ -57,6 +61,22 @@ def _madvise_dontneed(path: Path) -> None:
             if len(fields) == 6 and fields[5].strip() == target:
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+
+
+def _lock_dir(path: Path) -> IO[bytes]:
+    """Hold an exclusive lock on the data dir for the life of the process.
+
+    LMDB itself would let a second process open the same files, but the writer thread, the
+    id generator and the token cache each assume they are the only ones; the kernel drops
+    the lock when the process dies, so a SIGKILLed server never blocks its successor.
+    """
+    owner = open(path / "vault.lock", "ab")  # noqa: SIM115 - held until close()
+    try:
+        fcntl.flock(owner.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner.close()
+        raise VaultError(f"{path} is in use by another vault process") from None
+    return owner
 
 
 class _SharedExclusiveLock:
@@ -103,6 +123,7 @@ class Env:
 
     def __init__(self, path: Path, map_size: int = 1 << 30) -> None:
         path.mkdir(parents=True, exist_ok=True)
+        self._owner = _lock_dir(path)
         data_file = path / "data.mdb"
         existing = data_file.stat().st_size if data_file.exists() else 0
         self.lmdb = lmdb.open(
@@ -151,6 +172,7 @@ class Env:
     def close(self) -> None:
         with self._lock.exclusive():
             self.lmdb.close()
+        self._owner.close()
 
     def scan(self, db_name: str, batch: int = 10_000) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) of a database, read in short transactions of `batch` items.

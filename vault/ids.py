@@ -23,20 +23,26 @@ def _encode(value: int) -> str:
     return "".join(reversed(out))
 
 
-def timestamp_ms(checkpoint_id: str) -> int:
-    """The millisecond Unix time encoded in a checkpoint id."""
+def _decode(checkpoint_id: str) -> int:
     value = 0
     for ch in checkpoint_id:
         value = value * 32 + _ALPHABET.index(ch)
-    return value >> _RANDOM_BITS
+    return value
+
+
+def timestamp_ms(checkpoint_id: str) -> int:
+    """The millisecond Unix time encoded in a checkpoint id."""
+    return _decode(checkpoint_id) >> _RANDOM_BITS
 
 
 class IdGenerator:
     """Monotonic ULID source; one per open vault."""
 
-    def __init__(self) -> None:
+    def __init__(self, newest: str | None = None) -> None:
+        """`newest`: the largest id already issued, so that a clock that stepped back
+        across a restart still cannot produce an id that sorts before it."""
         self._lock = threading.Lock()
-        self._last = 0
+        self._last = _decode(newest) if newest else 0
 
     def next(self, now_ms: int) -> str:
         with self._lock:

@@ -28,6 +28,9 @@ class Store:
     def open(cls, path: Path, clock: Clock, config: VaultConfig) -> Store:
         env = Env(path, config.map_size)
         blocks = Blocks(env)
+        with env.read() as txn:
+            cur = txn.cursor(db=env.db["checkpoints"])
+            newest = bytes(cur.key()).decode() if cur.last() else None
         return cls(
             env=env,
             writer=Writer(env),
@@ -35,7 +38,7 @@ class Store:
             catalog=Catalog(env, blocks),
             clock=clock,
             config=config,
-            ids=IdGenerator(),
+            ids=IdGenerator(newest),
         )
 
     def now_ms(self) -> int:

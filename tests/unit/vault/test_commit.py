@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +148,18 @@ def test_fork_shares_chunks_and_counts_references(vault: Vault) -> None:
     vault.delete("a", src.id)
     assert read_file(vault, "b/child", fork.id, "f") == data
     assert vault.check().ok
+
+
+def test_ids_keep_increasing_when_the_clock_steps_back_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(2_000_000_000.0)
+    first = Vault(tmp_path / "v", clock=clock)
+    old = stream_save(first, "ns", {"f": b"1"})
+    first.close()
+    clock.advance(-3600)
+    second = Vault(tmp_path / "v", clock=clock)
+    new = stream_save(second, "ns", {"f": b"2"})
+    assert new.id > old.id
+    assert second.get("ns", "latest").id == new.id
+    second.close()

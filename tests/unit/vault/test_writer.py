@@ -7,6 +7,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
+from vault import VaultError
 from vault.env import Env
 from vault.writer import Writer
 
@@ -83,3 +84,11 @@ def test_map_grows_while_readers_run(env: Env) -> None:
     with env.read() as txn:
         assert all(bytes(txn.get(k, db=db)) == v for k, v in values.items())
     writer.close()
+
+
+def test_a_data_dir_opens_in_one_process_only(tmp_path: Path) -> None:
+    first = Env(tmp_path / "db")
+    with pytest.raises(VaultError, match="in use"):
+        Env(tmp_path / "db")
+    first.close()
+    Env(tmp_path / "db").close()
