@@ -11,15 +11,16 @@ import asyncio
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from client.wire import ADMIN_TOKEN_FILE
-from vault import Clock, SystemClock, Vault
+from vault import Clock, SystemClock, Unavailable, Vault
 
 from .auth import TokenCache, auth_middleware
 from .errors import error_middleware
@@ -33,6 +34,45 @@ VAULT = web.AppKey("vault", Vault)
 POOL = web.AppKey("pool", ThreadPoolExecutor)
 TOKENS = web.AppKey("tokens", TokenCache)
 CLOCK = web.AppKey("clock", Clock)
+
+
+class BodyReaders:
+    """Handlers currently reading a request body.
+
+    aiohttp stops reading sockets once shutdown begins, so such a handler could only wait out
+    shutdown_timeout. On SIGTERM they are cancelled at once (nothing they stored is visible
+    before a commit) and later ones are refused with 503, while every other request is left
+    to finish.
+    """
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @contextmanager
+    def track(self) -> Iterator[None]:
+        if self.stopping:
+            raise Unavailable("the server is shutting down; retry against its successor")
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            yield
+        finally:
+            self._tasks.discard(task)
+
+    async def abort_all(self, app: web.Application) -> None:
+        self.stopping = True
+        for task in list(self._tasks):
+            task.cancel()
+
+
+BODY_READERS = web.AppKey("body_readers", BodyReaders)
+
+
+def reading_body(request: web.Request) -> AbstractContextManager[None]:
+    """Mark the current handler as reading its body, so shutdown may abort it."""
+    return request.app[BODY_READERS].track()
 
 
 async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -86,6 +126,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
+    app[BODY_READERS] = BodyReaders()
+    app.on_shutdown.append(app[BODY_READERS].abort_all)
     app.cleanup_ctx.append(_vault_context)
     setup_routes(app)
     return app

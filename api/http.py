@@ -9,10 +9,13 @@ from aiohttp import web
 
 from vault import InvalidRequest
 
+from .app import reading_body
+
 
 async def json_body(request: web.Request) -> dict[str, Any]:
     """The request's JSON object; an empty body is `{}`."""
-    raw = await request.read()
+    with reading_body(request):
+        raw = await request.read()
     if not raw.strip():
         return {}
     try:

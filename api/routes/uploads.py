@@ -10,7 +10,7 @@ from aiohttp import web
 from vault import TooLarge, UploadSession
 from vault.clock import rfc3339
 
-from ..app import VAULT, run
+from ..app import VAULT, reading_body, run
 from ..auth import require
 from ..http import json_body, json_response
 
@@ -72,12 +72,13 @@ async def put_chunk(request: web.Request) -> web.Response:
     limit = request.app[VAULT].config.max_chunk_size
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"chunk is larger than the {limit}-byte limit")
-    data = await request.content.read(limit + 1)
-    while len(data) <= limit:
-        more = await request.content.read(limit + 1 - len(data))
-        if not more:
-            break
-        data += more
+    with reading_body(request):
+        data = await request.content.read(limit + 1)
+        while len(data) <= limit:
+            more = await request.content.read(limit + 1 - len(data))
+            if not more:
+                break
+            data += more
     if len(data) > limit:
         raise TooLarge(f"chunk is larger than the {limit}-byte limit")
     created = await run(
@@ -115,14 +116,15 @@ async def put_file(request: web.Request) -> web.Response:
     ingest = await run(request, vault.ingest, session.id, _raw_file_name(request, session.id))
     pending: asyncio.Future[None] | None = None
     try:
-        while True:
-            piece = await _read_piece(request)
-            final = len(piece) < PIECE
-            if pending is not None:
-                await pending
-            pending = asyncio.ensure_future(run(request, ingest.feed, piece, final))
-            if final:
-                break
+        with reading_body(request):
+            while True:
+                piece = await _read_piece(request)
+                final = len(piece) < PIECE
+                if pending is not None:
+                    await pending
+                pending = asyncio.ensure_future(run(request, ingest.feed, piece, final))
+                if final:
+                    break
     finally:
         if pending is not None:
             await pending

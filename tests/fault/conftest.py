@@ -70,6 +70,7 @@ class ServerProcess:
                 "--port",
                 str(self.port),
             ],
+            cwd=self.data_dir.parent,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -115,6 +116,14 @@ class ServerProcess:
         assert self._proc is not None, "server not running"
         self._proc.send_signal(signal.SIGKILL)
         code = self._proc.wait(timeout=30)
+        self._reap()
+        return code
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit status."""
+        assert self._proc is not None, "server not running"
+        self._proc.send_signal(signal.SIGTERM)
+        code = self._proc.wait(timeout=timeout)
         self._reap()
         return code
 

@@ -43,7 +43,7 @@ KILLS = 6
 PRODUCERS = (("crash-a", 0), ("crash-a", 1), ("crash-b", 2))
 MAX_ATTEMPTS = 400  # per producer; the killer's schedule stops them long before
 MAX_FILE = 6 << 20
-ACKS_PER_ROUND = 3  # commits acknowledged after a (re)start before the next kill is armed
+ACKS_PER_ROUND = 4  # commits acknowledged after a (re)start before the next kill is armed
 PROGRESS_TIMEOUT = 30.0  # seconds to wait for those acks (or a server restart)
 MAX_KILL_DELAY = 1.2  # seconds: the kill lands uniformly in [0, this) once armed
 MAX_COMMIT_KILL_DELAY = 0.03  # seconds after a commit request leaves, in "at-commit" rounds
@@ -106,7 +106,11 @@ def next_file(rng: random.Random, history: list[bytes]) -> bytes:
         data = mutate(rng, rng.choice(history[-6:]))
     else:
         size = rng.choice(
-            (rng.randint(0, 64 << 10), rng.randint(64 << 10, 1 << 20), rng.randint(1 << 20, MAX_FILE))
+            (
+                rng.randint(0, 64 << 10),
+                rng.randint(64 << 10, 1 << 20),
+                rng.randint(1 << 20, MAX_FILE),
+            )
         )
         data = fresh_bytes(rng, size)
     history.append(data)
@@ -213,7 +217,8 @@ class Producer:
     async def loop(self) -> None:
         run = self.run
         for seq in range(MAX_ATTEMPTS):
-            await asyncio.wait_for(run.up.wait(), PROGRESS_TIMEOUT)
+            await wait_up(run)
+            # No await from here to `a.generation`: the server is up in this generation.
             if run.stop.is_set():
                 return
             a = self.plan(seq)
@@ -254,7 +259,9 @@ class Producer:
         if self.rng.random() < 0.5:
             body = pieces(data, random.Random(f"{a.key}/{name}"))
         async with self.run.http.put(
-            self.run.url(f"/v1/uploads/{a.upload_id}/files/{name}"), data=body, headers=self.run.auth
+            self.run.url(f"/v1/uploads/{a.upload_id}/files/{name}"),
+            data=body,
+            headers=self.run.auth,
         ) as resp:
             got = await answer(resp, 201)
         want = {"name": name, "size": len(data), "hash": hexhash(data)}
@@ -298,11 +305,21 @@ async def commit(run: Run, a: Attempt, *statuses: int) -> dict[str, Any]:
 
 
 # -- the killer ----------------------------------------------------------------------------
-async def wait_for(run: Run, event: asyncio.Event, what: str) -> None:
+async def wait_for(event: asyncio.Event, what: str) -> None:
     try:
         await asyncio.wait_for(event.wait(), PROGRESS_TIMEOUT)
     except asyncio.TimeoutError:
         pytest.fail(f"no {what} within {PROGRESS_TIMEOUT}s (seed {SEED})")
+
+
+async def wait_up(run: Run) -> None:
+    """Return (with no await after the last check) once the server is up."""
+    for _ in range(KILLS + 2):  # each turn outlasts at least one restart
+        if run.up.is_set():
+            return
+        # wait_for runs the wait in a task: `up` may be cleared again before we resume.
+        await wait_for(run.up, "server restart")
+    pytest.fail("server never stayed up")
 
 
 async def wait_for_acks(run: Run, target: int) -> None:
@@ -310,7 +327,7 @@ async def wait_for_acks(run: Run, target: int) -> None:
         if run.acks >= target:
             return
         run.progress.clear()
-        await wait_for(run, run.progress, "commit acknowledged")
+        await wait_for(run.progress, "commit acknowledged")
     pytest.fail("ack counter did not advance")
 
 
@@ -320,12 +337,13 @@ async def killer(run: Run) -> None:
         await wait_for_acks(run, run.acks + ACKS_PER_ROUND)
         if rng.random() < 0.5:  # aim at a commit in flight
             run.committing.clear()
-            await wait_for(run, run.committing, "commit sent")
+            await wait_for(run.committing, "commit sent")
             await asyncio.sleep(rng.uniform(0, MAX_COMMIT_KILL_DELAY))
         else:  # anywhere: opening, streaming, chunk PUTs, committing
+            # The sleeps here are the fault schedule (when to strike), not synchronisation.
             await asyncio.sleep(rng.uniform(0, MAX_KILL_DELAY))
         assert run.server.alive(), f"server exited on its own:\n{run.server.log_tail()}"
-        acked_before = {a.checkpoint_id for a in run.attempts if a.state == ACKED}
+        acked_before = {str(a.checkpoint_id) for a in run.attempts if a.state == ACKED}
         run.up.clear()
         run.generation += 1
         run.kills += 1
@@ -339,7 +357,8 @@ async def killer(run: Run) -> None:
 
 
 def namespaces(run: Run) -> list[str]:
-    return sorted({a.namespace for a in run.attempts})
+    """Namespaces known to exist: an upload was opened in each (that creates it)."""
+    return sorted({a.namespace for a in run.attempts if a.upload_id is not None})
 
 
 async def list_checkpoints(run: Run, ns: str) -> list[dict[str, Any]]:
@@ -361,10 +380,13 @@ async def list_checkpoints(run: Run, ns: str) -> list[dict[str, Any]]:
 async def read_back(run: Run, a: Attempt, checkpoint_id: str, gate: asyncio.Semaphore) -> None:
     """Every file of the checkpoint must come back byte for byte as it was sent."""
     for name, data in a.files.items():
-        async with gate, run.http.get(
-            run.url(f"/v1/namespaces/{a.namespace}/checkpoints/{checkpoint_id}/files/{name}"),
-            headers=run.auth,
-        ) as resp:
+        async with (
+            gate,
+            run.http.get(
+                run.url(f"/v1/namespaces/{a.namespace}/checkpoints/{checkpoint_id}/files/{name}"),
+                headers=run.auth,
+            ) as resp,
+        ):
             got = await resp.read()
             assert resp.status == 200, f"{a.key} {name}: {resp.status} {got[:300]!r}"
             assert resp.headers.get("ETag") == f'"{hexhash(data)}"', f"{a.key} {name}: ETag"
@@ -429,7 +451,8 @@ async def retry_commits(run: Run, shown: dict[str, tuple[Attempt, dict[str, Any]
     return retried
 
 
-async def gc_and_check(run: Run, expected_checkpoints: int) -> None:
+async def gc_and_check(run: Run, expected_checkpoints: int) -> dict[str, Any]:
+    """GC, then the consistency check; the counters must agree with what is listed."""
     async with run.http.post(run.url("/v1/admin/gc"), headers=run.auth) as resp:
         await answer(resp, 200)
     async with run.http.post(run.url("/v1/admin/check"), headers=run.auth) as resp:
@@ -439,6 +462,15 @@ async def gc_and_check(run: Run, expected_checkpoints: int) -> None:
     assert report["damaged"] == [], f"damaged chunks: {report['damaged'][:20]}"
     assert report["ok"] is True
     assert report["checkpoints"] == expected_checkpoints
+    async with run.http.get(run.url("/v1/stats"), headers=run.auth) as resp:
+        stats: dict[str, Any] = await answer(resp, 200)
+    assert stats["checkpoints"] == expected_checkpoints, f"stats counter: {stats}"
+    async with run.http.get(run.url("/v1/namespaces"), headers=run.auth) as resp:
+        listed = {n["name"]: n["checkpoints"] for n in (await answer(resp, 200))["namespaces"]}
+    want = {ns: sum(a.namespace == ns and a.state == ACKED for a in run.attempts) for ns in listed}
+    assert sorted(listed) == namespaces(run), f"namespaces: {sorted(listed)}"
+    assert listed == want, f"namespace checkpoint counts {listed}, expected {want}"
+    return stats
 
 
 async def drive(run: Run) -> None:
@@ -446,12 +478,10 @@ async def drive(run: Run) -> None:
     tasks = [asyncio.ensure_future(Producer(run, ns, i).loop()) for ns, i in PRODUCERS]
     tasks.append(asyncio.ensure_future(killer(run)))
     try:
-        for _ in range(len(tasks)):
-            done, _pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()  # re-raises the first failure
-            if len(done) == len(tasks):
-                return
+        # Returns when one task fails or all are done (the killer sets `stop` when it is).
+        done, _pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()  # re-raises the first failure
     finally:
         for task in tasks:
             task.cancel()
@@ -470,19 +500,23 @@ async def test_sigkill_during_uploads_loses_no_acknowledged_checkpoint(
         run.up.set()
         await drive(run)
         assert run.kills == KILLS
-        states = {s: sum(a.state == s for a in run.attempts) for s in (ACKED, UNKNOWN, UNSENT, ABANDONED)}
+        states = {
+            s: sum(a.state == s for a in run.attempts) for s in (ACKED, UNKNOWN, UNSENT, ABANDONED)
+        }
 
         shown = await verify_visible(run)
         retried = await retry_commits(run, shown)
         acked = [a for a in run.attempts if a.state == ACKED]
-        await gc_and_check(run, len(acked))
+        stats = await gc_and_check(run, len(acked))
         after = await verify_visible(run)
         assert {a.key for a, _ in after.values()} == {a.key for a in acked}
 
+    assert crash_server.alive(), f"server exited on its own:\n{crash_server.log_tail()}"
     log = crash_server.log_tail(100_000)
     assert "Traceback" not in log, f"server logged a traceback:\n{log}"
     sent = sum(len(d) for a in run.attempts for d in a.files.values())
     print(
         f"seed {SEED}: {len(run.attempts)} attempts ({sent >> 20} MiB), {run.kills} kills, "
-        f"{len(shown)} visible before {retried} retries, {states}"
+        f"{len(shown)} visible before {retried} retries, {states}, "
+        f"dedup ratio {stats['dedup_ratio']}"
     )

@@ -1,0 +1,48 @@
+"""SIGTERM while an upload streams: the server finishes or aborts it cleanly and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+
+import aiohttp
+
+from .conftest import ServerProcess
+
+
+async def test_sigterm_exits_zero_and_keeps_committed_data(crash_server: ServerProcess) -> None:
+    headers = {"Authorization": f"Bearer {crash_server.token}"}
+    data = os.urandom(3 << 20)
+    async with aiohttp.ClientSession(crash_server.url, headers=headers) as http:
+        async with http.post("/v1/namespaces/term/uploads", json={}) as resp:
+            upload = (await resp.json())["upload_id"]
+        async with http.put(f"/v1/uploads/{upload}/files/a", data=io.BytesIO(data)) as resp:
+            assert resp.status == 201
+        async with http.post(f"/v1/uploads/{upload}/commit", json={}) as resp:
+            record = await resp.json()
+        async with http.post("/v1/namespaces/term/uploads", json={}) as resp:
+            pending = (await resp.json())["upload_id"]
+
+        async def slow_body() -> object:
+            for _ in range(50):
+                yield os.urandom(1 << 16)
+                await asyncio.sleep(0)
+
+        in_flight = asyncio.ensure_future(
+            http.put(f"/v1/uploads/{pending}/files/b", data=slow_body())
+        )
+        await asyncio.sleep(0)
+        code = await asyncio.get_running_loop().run_in_executor(None, crash_server.terminate)
+        assert code == 0, crash_server.log_tail()
+        with contextlib.suppress(aiohttp.ClientError):  # aborted by shutdown: never committed
+            (await in_flight).release()
+    assert "Traceback" not in crash_server.log_path.read_text()
+    crash_server.start()
+    async with aiohttp.ClientSession(crash_server.url, headers=headers) as http:
+        path = f"/v1/namespaces/term/checkpoints/{record['id']}/files/a"
+        async with http.get(path) as resp:
+            assert await resp.read() == data
+        async with http.get("/v1/namespaces/term/checkpoints") as resp:
+            assert [r["id"] for r in (await resp.json())["checkpoints"]] == [record["id"]]
