@@ -39,7 +39,7 @@ DB_NAMES = (
 )
 MIN_MAP_SIZE = 1 << 20
 MAX_GROWTH_STEP = 64 << 30
-TRIM_EVERY_BYTES = 128 << 20
+TRIM_EVERY_BYTES = 8 << 20
 _MADV_DONTNEED = 4
 
 
@@ -150,8 +150,9 @@ class Env:
             finally:
                 txn.abort()
 
-    def note_read(self, nbytes: int) -> None:
-        """Count bytes read through the map; past TRIM_EVERY_BYTES, drop the mapping."""
+    def note_io(self, nbytes: int) -> None:
+        """Count bytes moved through the environment (read or written; LMDB leaves pages it
+        touched mapped in either case); past TRIM_EVERY_BYTES, drop the mapping."""
         self._read_since_trim += nbytes  # racy by design: an approximate trigger is enough
         if self._read_since_trim >= TRIM_EVERY_BYTES:
             self._read_since_trim = 0

@@ -38,7 +38,7 @@ class Reader:
                     self._flag_damaged(cid)
                     raise
                 out.append(data if isinstance(data, bytes) else bytes(data))
-        self._s.env.note_read(sum(len(d) for d in out))
+        self._s.env.note_io(sum(len(d) for d in out))
         return out
 
     def _flag_damaged(self, cid: bytes) -> None:
@@ -58,7 +58,7 @@ class Reader:
                     if frame is None:
                         raise BlockCorrupt(cid.hex())
                     h.update(decoder.plaintext(frame, cid))
-            self._s.env.note_read(READ_BATCH_BYTES)
+            self._s.env.note_io(READ_BATCH_BYTES)
         return h.digest()
 
 

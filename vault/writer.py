@@ -110,6 +110,7 @@ class Writer:
                 return
         self.stats.batches += 1
         self.stats.ops += len(batch)
+        self._env.note_io(sum(item.size for item in batch))
         for item, (ok, value) in zip(batch, outcomes, strict=True):
             if ok:
                 item.future.set_result(value)
