@@ -10,7 +10,6 @@ from aiohttp import web
 from .app import create_app
 from .settings import Settings
 
-
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 
