@@ -44,7 +44,7 @@ async def create_token(request: web.Request) -> web.Response:
     token, secret = await run(
         request, request.app[VAULT].tokens.create, body.get("name"), body.get("scopes")
     )
-    refresh_tokens(request.app)
+    await run(request, refresh_tokens, request.app)
     return json_response({**token.to_wire(), "token": secret}, status=201)
 
 
@@ -59,7 +59,7 @@ async def revoke_token(request: web.Request) -> web.Response:
     """Revoke a token by name; it stops working at once."""
     require_admin(request)
     await run(request, request.app[VAULT].tokens.revoke, request.match_info["name"])
-    refresh_tokens(request.app)
+    await run(request, refresh_tokens, request.app)
     return web.Response(status=204)
 
 

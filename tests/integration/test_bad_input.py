@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 from yarl import URL
 
+from api import Settings
+from vault import FakeClock
+
 from ..conftest import Api, hexhash
 
 
@@ -209,4 +212,20 @@ async def test_missing_chunks_on_commit(api: Api, upload: str) -> None:
         json={"files": {"f": {"size": 14, "hash": ghost, "chunks": [ghost]}}},
     )
     assert body["error"]["missing"] == [ghost]
+    assert await snapshot(api) == before
+
+
+async def test_expired_upload_is_410_and_changes_nothing(
+    api: Api, upload: str, clock: FakeClock, settings: Settings
+) -> None:
+    chunk = b"late chunk"
+    clock.advance(settings.vault.upload_ttl + 1)
+    before = await snapshot(api)
+    for method, path, kwargs in [
+        ("PUT", f"/v1/uploads/{upload}/chunks/{hexhash(chunk)}", {"data": chunk}),
+        ("PUT", f"/v1/uploads/{upload}/files/f", {"data": chunk}),
+        ("POST", f"/v1/uploads/{upload}/missing", {"json": {"chunks": [hexhash(chunk)]}}),
+        ("POST", f"/v1/uploads/{upload}/commit", {"json": {}}),
+    ]:
+        await assert_error(api, 410, "upload_expired", method, path, **kwargs)
     assert await snapshot(api) == before
