@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from vault import InvalidRequest
+from vault import InvalidRequest, TooLarge
 
 from .app import reading_body
 
@@ -25,6 +25,21 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest("body must be a JSON object")
     return body
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole raw body, refusing more than `limit` bytes with 413 before reading them."""
+    if request.content_length is not None and request.content_length > limit:
+        raise TooLarge(f"body is larger than the {limit}-byte limit")
+    parts: list[bytes] = []
+    size = 0
+    with reading_body(request):
+        while data := await request.content.read(min(1 << 20, limit + 1 - size)):
+            parts.append(data)
+            size += len(data)
+            if size > limit:
+                raise TooLarge(f"body is larger than the {limit}-byte limit")
+    return b"".join(parts)
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

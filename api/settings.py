@@ -81,6 +81,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "worker_threads"): ("worker_threads", _positive_int),
     ("server", "max_json_body"): ("max_json_body", parse_size),
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
+    ("server", "max_batch_body"): ("max_batch_body", parse_size),
     ("storage", "map_size"): ("vault.map_size", parse_size),
     ("storage", "max_chunk_size"): ("vault.max_chunk_size", parse_size),
     ("storage", "default_profile"): ("vault.default_profile", _profile),
@@ -97,6 +98,7 @@ class Settings:
     worker_threads: int = 16  # blocking vault calls in flight; most wait on the writer
     max_json_body: int = 64 << 20  # a commit listing 160k chunks is ~11 MB of JSON
     shutdown_timeout: float = 30.0
+    max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     vault: VaultConfig = field(default_factory=VaultConfig)
 
     def with_values(self, values: Mapping[tuple[str, str], object], origin: str) -> Settings:

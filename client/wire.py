@@ -5,6 +5,8 @@ Standard library only, so the client can import it without any server dependency
 
 from __future__ import annotations
 
+import json
+import struct
 from typing import Any, TypedDict
 
 API_PREFIX = "/v1"
@@ -62,3 +64,73 @@ class CheckpointWire(TypedDict):
     files: dict[str, dict[str, Any]]
     size: int
     tier: str
+
+
+# -- binary bodies --------------------------------------------------------------------------
+# POST /v1/uploads/{id}/chunks: the body is a run of records, each the chunk's raw 32-byte
+# id, its length as u32 little endian, then its bytes. One request carries many chunks.
+CHUNK_RECORD_HEAD = struct.Struct("<32sI")
+CHUNK_BATCH_TYPE = "application/vnd.ckpt.chunks"
+# POST /v1/namespaces/{ns}/checkpoints: magic, u32 header length, a JSON header
+# {"files": [[name, size], ...], "parent", "inherit", "metadata", "tags", "chunking", "key"},
+# then every file's bytes in header order. The one-request save for small checkpoints.
+BUNDLE_MAGIC = b"CVB1"
+BUNDLE_HEAD = struct.Struct("<4sI")
+BUNDLE_TYPE = "application/vnd.ckpt.bundle"
+
+
+def encode_chunk_batch(chunks: list[tuple[bytes, bytes | memoryview]]) -> list[bytes | memoryview]:
+    """Body parts (to join or stream) for a chunk batch of (raw id, data)."""
+    parts: list[bytes | memoryview] = []
+    for cid, data in chunks:
+        parts.append(CHUNK_RECORD_HEAD.pack(cid, len(data)))
+        parts.append(data)
+    return parts
+
+
+def decode_chunk_batch(body: bytes) -> list[tuple[bytes, bytes]]:
+    """Inverse of encode_chunk_batch; ValueError if the body is malformed."""
+    view = memoryview(body)
+    out = []
+    pos = 0
+    while pos < len(view):
+        if pos + CHUNK_RECORD_HEAD.size > len(view):
+            raise ValueError(f"truncated chunk record header at byte {pos}")
+        cid, n = CHUNK_RECORD_HEAD.unpack_from(view, pos)
+        pos += CHUNK_RECORD_HEAD.size
+        if pos + n > len(view):
+            raise ValueError(f"chunk record at byte {pos} claims {n} bytes past the end")
+        out.append((bytes(cid), bytes(view[pos : pos + n])))
+        pos += n
+    return out
+
+
+def encode_bundle(header: dict[str, Any], files: list[tuple[str, bytes]]) -> bytes:
+    head = json.dumps({**header, "files": [[n, len(d)] for n, d in files]}).encode()
+    return b"".join([BUNDLE_HEAD.pack(BUNDLE_MAGIC, len(head)), head, *(d for _, d in files)])
+
+
+def decode_bundle(body: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """(header, {name: bytes}); ValueError if the body is malformed."""
+    if len(body) < BUNDLE_HEAD.size:
+        raise ValueError("bundle shorter than its header")
+    magic, head_len = BUNDLE_HEAD.unpack_from(body)
+    if magic != BUNDLE_MAGIC:
+        raise ValueError("not a checkpoint bundle (bad magic)")
+    start = BUNDLE_HEAD.size + head_len
+    header = json.loads(body[BUNDLE_HEAD.size : start])
+    if not isinstance(header, dict) or not isinstance(header.get("files"), list):
+        raise ValueError("bundle header must be an object with a files list")
+    files: dict[str, bytes] = {}
+    pos = start
+    for item in header["files"]:
+        name, size = item
+        if not isinstance(name, str) or not isinstance(size, int) or size < 0:
+            raise ValueError("bundle files entries must be [name, size]")
+        if name in files:
+            raise ValueError(f"file {name!r} appears twice in the bundle")
+        files[name] = body[pos : pos + size]
+        pos += size
+    if pos != len(body):
+        raise ValueError(f"bundle body is {len(body)} bytes, its header describes {pos}")
+    return header, files

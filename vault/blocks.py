@@ -1,9 +1,11 @@
-"""The hot chunk store: frames and per-chunk metadata in LMDB, as transaction-level helpers.
+"""The hot chunk store: frames in the frame environment, per-chunk metadata in the catalog.
 
 A chunk's metadata carries its reference count (number of live checkpoints whose manifest
 lists it), when that count last reached zero (the GC grace period runs from there), until
-when a live upload has reserved it, and whether scrub found it damaged. Functions here take
-an open transaction; the writer thread and read paths compose them.
+when a live upload has reserved it, whether it was found damaged, and the sequence number
+of its frame. Frames are keyed by that sequence number (big endian, so appends go to the
+end of the B-tree); a frame is never rewritten in place: healing a damaged chunk writes a
+new frame under a new number and points the metadata at it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from dataclasses import dataclass, replace
 import lmdb
 
 from .env import Env
+from .frame import Encoder
+from .writer import WriteTxn
 
-_META = struct.Struct("<QIIqqB")
+_META = struct.Struct("<QIIqqBQ")
+_SEQ = struct.Struct(">Q")
 FLAG_DAMAGED = 1
 
 
@@ -27,7 +32,8 @@ class ChunkMeta:
     stored: int  # frame bytes
     zero_since_ms: int  # when refs last became 0 (0 while referenced)
     reserved_until_ms: int  # a live upload may reference it until then
-    flags: int = 0
+    flags: int
+    seq: int  # key of the frame in the frame environment
 
     @property
     def damaged(self) -> bool:
@@ -41,11 +47,20 @@ class ChunkMeta:
             self.zero_since_ms,
             self.reserved_until_ms,
             self.flags,
+            self.seq,
         )
 
     @classmethod
     def unpack(cls, raw: bytes | memoryview) -> ChunkMeta:
         return cls(*_META.unpack(raw))
+
+
+def seq_key(seq: int) -> bytes:
+    return _SEQ.pack(seq)
+
+
+def seq_of(key: bytes | memoryview) -> int:
+    return int(_SEQ.unpack(key)[0])
 
 
 class Counters:
@@ -68,11 +83,14 @@ class Counters:
 
 
 class Blocks:
-    def __init__(self, env: Env) -> None:
-        self._env = env
-        self._data = env.db["chunks"]
-        self._meta = env.db["chunkmeta"]
-        self.counters = Counters(env)
+    def __init__(self, catalog: Env, frames: Env) -> None:
+        self.frames_env = frames
+        self._frames = frames.db["frames"]
+        self._meta = catalog.db["chunkmeta"]
+        self.counters = Counters(catalog)
+        with frames.read() as txn:
+            cur = txn.cursor(db=self._frames)
+            self._next_seq = seq_of(cur.key()) + 1 if cur.last() else 1  # writer thread only
 
     def meta(self, txn: lmdb.Transaction, cid: bytes) -> ChunkMeta | None:
         raw = txn.get(cid, db=self._meta)
@@ -81,45 +99,53 @@ class Blocks:
     def set_meta(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta) -> None:
         txn.put(cid, meta.pack(), db=self._meta)
 
-    def frame(self, txn: lmdb.Transaction, cid: bytes) -> bytes | memoryview | None:
-        return txn.get(cid, db=self._data)
+    def frame(self, txn: lmdb.Transaction, meta: ChunkMeta) -> bytes | memoryview | None:
+        """The frame of `meta`, read in a transaction of the frame environment."""
+        return txn.get(seq_key(meta.seq), db=self._frames)
 
     def usable(self, txn: lmdb.Transaction, cid: bytes) -> bool:
         """Stored and not known to be damaged: what dedup and commit may rely on."""
         meta = self.meta(txn, cid)
         return meta is not None and not meta.damaged
 
-    def put(
+    def store(
         self,
-        txn: lmdb.Transaction,
+        w: WriteTxn,
         cid: bytes,
-        size: int,
-        frame: bytes,
+        data: bytes | memoryview,
+        frame: bytes | None,
         now_ms: int,
         reserve_until_ms: int,
     ) -> bool:
-        """Store a chunk unless a sound copy exists; return True if bytes were written.
+        """Keep a chunk the caller holds: reserve a sound stored copy, or write ours.
 
-        A damaged chunk is overwritten: the next upload of the same bytes heals it.
+        `frame` is the chunk already encoded off the writer thread when the caller believed
+        it absent; a chunk that vanished or was found damaged since is encoded here.
+        Returns True if bytes were written.
         """
-        meta = self.meta(txn, cid)
+        meta = self.meta(w.cat, cid)
         if meta is not None and not meta.damaged:
-            self.reserve(txn, cid, meta, reserve_until_ms)
+            self.reserve(w.cat, cid, meta, reserve_until_ms)
             return False
-        txn.put(cid, frame, db=self._data)
+        body = frame if frame is not None else Encoder().encode(data)
+        seq = self._next_seq
+        self._next_seq += 1
+        w.data.put(seq_key(seq), body, db=self._frames, append=True)
         if meta is None:
-            meta = ChunkMeta(0, size, len(frame), now_ms, reserve_until_ms)
-            self.counters.add(txn, "chunks", 1)
-            self.counters.add(txn, "stored_bytes", len(frame))
-        else:
-            self.counters.add(txn, "stored_bytes", len(frame) - meta.stored)
-            meta = replace(
+            new = ChunkMeta(0, len(data), len(body), now_ms, reserve_until_ms, 0, seq)
+            self.counters.add(w.cat, "chunks", 1)
+            self.counters.add(w.cat, "stored_bytes", len(body))
+        else:  # healing: the damaged frame goes, the new one takes its place
+            w.data.delete(seq_key(meta.seq), db=self._frames)
+            self.counters.add(w.cat, "stored_bytes", len(body) - meta.stored)
+            new = replace(
                 meta,
-                stored=len(frame),
+                stored=len(body),
                 flags=meta.flags & ~FLAG_DAMAGED,
+                seq=seq,
                 reserved_until_ms=max(meta.reserved_until_ms, reserve_until_ms),
             )
-        self.set_meta(txn, cid, meta)
+        self.set_meta(w.cat, cid, new)
         return True
 
     def reserve(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta, until_ms: int) -> None:
@@ -138,11 +164,16 @@ class Blocks:
             zero_since = now_ms if refs == 0 else 0
             self.set_meta(txn, cid, replace(meta, refs=refs, zero_since_ms=zero_since))
 
-    def delete(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta) -> None:
-        txn.delete(cid, db=self._data)
+    def forget(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta) -> None:
+        """Drop a chunk from the catalog; its frame is deleted afterwards (`drop_frames`)."""
         txn.delete(cid, db=self._meta)
         self.counters.add(txn, "chunks", -1)
         self.counters.add(txn, "stored_bytes", -meta.stored)
+
+    def drop_frames(self, txn: lmdb.Transaction, seqs: Iterable[int]) -> None:
+        """Delete frames no metadata points to any more (frame-environment transaction)."""
+        for seq in seqs:
+            txn.delete(seq_key(seq), db=self._frames)
 
     def mark_damaged(self, txn: lmdb.Transaction, cid: bytes) -> None:
         meta = self.meta(txn, cid)

@@ -9,6 +9,7 @@ deleted checkpoints survive only as tombstone records reachable through lineage.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import lmdb
 
@@ -116,6 +117,31 @@ class Catalog:
         return chain
 
     # -- changes (writer thread) ------------------------------------------------------
+    def create(
+        self,
+        txn: lmdb.Transaction,
+        cid: str,
+        ns: str,
+        parent: str | None,
+        metadata: dict[str, Any],
+        tags: list[str],
+        files: dict[str, FileEntry],
+        now: float,
+    ) -> CheckpointRecord:
+        """Build the record of a new checkpoint with these files and make it visible."""
+        rec = CheckpointRecord(
+            id=cid,
+            namespace=ns,
+            parent=parent,
+            created_at=now,
+            metadata=metadata,
+            tags=tags,
+            files={n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())},
+            size=sum(e.size for e in files.values()),
+        )
+        self.add(txn, rec, files, int(now * 1000))
+        return rec
+
     def add(
         self,
         txn: lmdb.Transaction,

@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-import lmdb
-
-from .blocks import ChunkMeta
+from .blocks import ChunkMeta, seq_of
 from .manifest import distinct_chunks
 from .store import Store
+from .writer import WriteTxn
 
 
 @dataclass
@@ -26,6 +25,7 @@ class CheckReport:
     missing: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    orphan_frames: int = 0
     repaired: int = 0
 
     @property
@@ -34,20 +34,23 @@ class CheckReport:
 
 
 def check(store: Store, repair: bool = False) -> CheckReport:
+    """Frames are listed first: a frame is durable before the metadata that names it, so
+    any frame in that list whose chunk is committed appears in the later catalog view."""
     report = CheckReport()
+    frame_seqs = _frame_seqs(store)
     expected: Counter[bytes] = Counter()
+    stored: dict[bytes, ChunkMeta] = {}
     with store.env.read() as txn:
         for _, files in store.catalog.all_manifests(txn):
             report.checkpoints += 1
             expected.update(distinct_chunks(files))
-        stored: dict[bytes, ChunkMeta] = {}
         for key, raw in txn.cursor(db=store.env.db["chunkmeta"]):
-            cid = bytes(key)
-            stored[cid] = ChunkMeta.unpack(raw)
-            if store.blocks.frame(txn, cid) is None:
-                report.missing.append(cid.hex())
+            stored[bytes(key)] = ChunkMeta.unpack(raw)
     report.chunks = len(stored)
-    for cid, _n in expected.items():
+    report.orphan_frames = len(frame_seqs - {m.seq for m in stored.values()})
+    unseen = [cid for cid, m in stored.items() if m.seq not in frame_seqs]
+    report.missing.extend(c.hex() for c in _still_without_frame(store, unseen))
+    for cid in expected:
         meta = stored.get(cid)
         if meta is None:
             report.missing.append(cid.hex())
@@ -61,26 +64,59 @@ def check(store: Store, repair: bool = False) -> CheckReport:
             report.orphans.append(cid.hex())
     if repair and report.drift:
         report.repaired = _repair(store, {bytes.fromhex(str(d["chunk"])) for d in report.drift})
+    if repair and report.orphan_frames:
+        report.repaired += _drop_orphan_frames(store)
     return report
+
+
+def _frame_seqs(store: Store) -> set[int]:
+    with store.frames.read() as txn:
+        cur = txn.cursor(db=store.frames.db["frames"])
+        return {seq_of(k) for k in cur.iternext(keys=True, values=False)}
+
+
+def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
+    """Of chunks whose frame was absent from the earlier frame list, those still absent now
+    (a chunk written between the two views is fine)."""
+    if not cids:
+        return []
+    with store.env.read() as txn:
+        metas = {c: store.blocks.meta(txn, c) for c in cids}
+    with store.frames.read() as txn:
+        return [c for c, m in metas.items() if m is not None and store.blocks.frame(txn, m) is None]
 
 
 def _repair(store: Store, cids: set[bytes]) -> int:
     """Recount the drifted chunks inside the writer, against the catalog as it is now."""
 
-    def op(txn: lmdb.Transaction) -> int:
+    def op(w: WriteTxn) -> int:
         counts: Counter[bytes] = Counter()
-        for _, files in store.catalog.all_manifests(txn):
+        for _, files in store.catalog.all_manifests(w.cat):
             counts.update(c for c in distinct_chunks(files) if c in cids)
         fixed = 0
         now_ms = store.now_ms()
         for cid in cids:
-            meta = store.blocks.meta(txn, cid)
+            meta = store.blocks.meta(w.cat, cid)
             if meta is not None and meta.refs != counts[cid]:
                 zero_since = (meta.zero_since_ms or now_ms) if counts[cid] == 0 else 0
                 store.blocks.set_meta(
-                    txn, cid, replace(meta, refs=counts[cid], zero_since_ms=zero_since)
+                    w.cat, cid, replace(meta, refs=counts[cid], zero_since_ms=zero_since)
                 )
                 fixed += 1
         return fixed
+
+    return store.writer.run(op)
+
+
+def _drop_orphan_frames(store: Store) -> int:
+    """Delete frames no chunk metadata names (left by a crash between the two commits of a
+    write batch), judged inside the writer where no batch is half done."""
+
+    def op(w: WriteTxn) -> int:
+        named = {ChunkMeta.unpack(raw).seq for _, raw in w.cat.cursor(db=store.env.db["chunkmeta"])}
+        cur = w.data.cursor(db=store.frames.db["frames"])
+        orphans = [s for s in map(seq_of, cur.iternext(keys=True, values=False)) if s not in named]
+        store.blocks.drop_frames(w.data, orphans)
+        return len(orphans)
 
     return store.writer.run(op)

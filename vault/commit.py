@@ -60,7 +60,7 @@ class Committer:
             if parent_files.get(name) != entry and self._reader.file_hash(entry) != entry.hash:
                 raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")
         return self._s.writer.run(
-            lambda txn: self._apply(txn, upload_id, entries),
+            lambda w: self._apply(w.cat, upload_id, entries),
             size=sum(len(e.chunks) for e in entries.values()) * 64,
         )
 
@@ -119,17 +119,16 @@ class Committer:
         missing = [c.hex() for c in distinct_chunks(files) if not self._s.blocks.usable(txn, c)]
         if missing:
             raise MissingChunks(missing)
-        rec = CheckpointRecord(
-            id=self._s.ids.next(int(now * 1000)),
-            namespace=session.namespace,
-            parent=session.parent,
-            created_at=now,
-            metadata=session.metadata,
-            tags=session.tags,
-            files={n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())},
-            size=sum(e.size for e in files.values()),
+        rec = self._s.catalog.create(
+            txn,
+            self._s.ids.next(int(now * 1000)),
+            session.namespace,
+            session.parent,
+            session.metadata,
+            session.tags,
+            files,
+            now,
         )
-        self._s.catalog.add(txn, rec, files, int(now * 1000))
         session.committed = rec.id
         self._uploads.put(txn, session)
         self._uploads.drop(txn, upload_id, keep_session=True)

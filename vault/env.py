@@ -1,9 +1,12 @@
-"""The LMDB environment: one file holding the hot chunk store and the catalog.
+"""LMDB environments: the catalog, and the hot tier's chunk frames.
 
-One environment, not two, so that a checkpoint commit (catalog records + reference counts)
-and the chunk bytes it depends on live under one transaction log: LMDB commits are ordered
-and each is synced, so once a commit transaction is durable every earlier chunk
-transaction is too (docs/DESIGN.md, "Crash ordering").
+Two environments, because they are shaped differently. Frames are large and written once;
+keyed by an increasing sequence number they are pure appends, so a write batch touches the
+rightmost leaf and nothing else. Catalog records (chunk metadata keyed by random chunk ids,
+checkpoints, manifests) are small and updated in place; in their own file they stay compact,
+instead of having their B-tree leaves scattered between gigabytes of frames, where every
+random insert maps another page-cache folio into the server's memory. The price is ordering
+across two files, which the writer thread owns (docs/DESIGN.md, "Crash ordering").
 
 The map grows instead of failing: LMDB needs every transaction of the process closed while
 the map is resized, so readers hold a shared lock for the life of their transaction and the
@@ -25,9 +28,9 @@ import lmdb
 
 from .errors import VaultError
 
-DB_NAMES = (
-    b"chunks",  # chunk id (32 B) -> frame
-    b"chunkmeta",  # chunk id -> ChunkMeta (refs, sizes, timestamps, flags)
+FRAME_DBS = (b"frames",)  # sequence number (u64 big endian) -> frame
+CATALOG_DBS = (
+    b"chunkmeta",  # chunk id -> ChunkMeta (refs, sizes, timestamps, flags, frame sequence)
     b"checkpoints",  # checkpoint id -> record JSON (or tombstone)
     b"manifests",  # checkpoint id -> binary manifest
     b"nsindex",  # namespace \0 checkpoint id -> b"" (live checkpoints only)
@@ -121,7 +124,9 @@ class _SharedExclusiveLock:
 class Env:
     """Owns the lmdb.Environment, its named databases and the resize protocol."""
 
-    def __init__(self, path: Path, map_size: int = 1 << 30) -> None:
+    def __init__(
+        self, path: Path, map_size: int = 1 << 30, names: tuple[bytes, ...] = CATALOG_DBS
+    ) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self._owner = _lock_dir(path)
         data_file = path / "data.mdb"
@@ -129,13 +134,13 @@ class Env:
         self.lmdb = lmdb.open(
             str(path),
             map_size=max(map_size, MIN_MAP_SIZE, existing * 2),
-            max_dbs=len(DB_NAMES) + 2,
+            max_dbs=len(names) + 2,
             max_readers=512,
             readahead=False,  # random chunk reads; readahead only pollutes the page cache
             sync=True,
             metasync=True,
         )
-        self.db = {name.decode(): self.lmdb.open_db(name) for name in DB_NAMES}
+        self.db = {name.decode(): self.lmdb.open_db(name) for name in names}
         self._lock = _SharedExclusiveLock()
         self._data_file = data_file
         self._read_since_trim = 0

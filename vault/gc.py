@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import lmdb
-
 from .blocks import ChunkMeta
 from .store import Store
 from .uploads import Uploads
+from .writer import WriteTxn
 
 DELETE_BATCH = 2048
 
@@ -60,16 +59,19 @@ def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
 
 
 def _delete(store: Store, cids: list[bytes], now_ms: int, grace_ms: int, report: GcReport) -> None:
-    def op(txn: lmdb.Transaction) -> tuple[int, int]:
-        n = freed = 0
-        for cid in cids:
-            meta = store.blocks.meta(txn, cid)
-            if meta is not None and _collectable(meta, now_ms, grace_ms):
-                store.blocks.delete(txn, cid, meta)
-                n += 1
-                freed += meta.stored
-        return n, freed
+    """Unreference before delete: drop the metadata in one batch, the frames in the next."""
 
-    n, freed = store.writer.run(op, size=len(cids) * 64)
-    report.chunks_deleted += n
-    report.bytes_freed += freed
+    def forget(w: WriteTxn) -> list[ChunkMeta]:
+        gone = []
+        for cid in cids:
+            meta = store.blocks.meta(w.cat, cid)
+            if meta is not None and _collectable(meta, now_ms, grace_ms):
+                store.blocks.forget(w.cat, cid, meta)
+                gone.append(meta)
+        return gone
+
+    gone = store.writer.run(forget, size=len(cids) * 64)
+    seqs = [m.seq for m in gone]
+    store.writer.run(lambda w: store.blocks.drop_frames(w.data, seqs), size=len(seqs) * 16)
+    report.chunks_deleted += len(gone)
+    report.bytes_freed += sum(m.stored for m in gone)

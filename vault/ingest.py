@@ -10,13 +10,12 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 import blake3
-import lmdb
 
 from .chunking import ChunkingProfile, StreamChunker
 from .frame import Encoder, chunk_id
 from .manifest import FileEntry
 from .names import check_file_name
-from .store import Store
+from .store import Store, store_all
 from .uploads import Uploads
 
 
@@ -39,7 +38,7 @@ class FileIngest:
         self._encoder = Encoder()
         self._chunks: list[tuple[bytes, int]] = []
         self._size = 0
-        self._pending: Future[None] | None = None
+        self._pending: Future[int] | None = None
 
     def feed(self, piece: bytes, final: bool = False) -> None:
         self._hash.update(piece)
@@ -49,36 +48,16 @@ class FileIngest:
         self._chunks.extend(zip(ids, (len(c) for c in chunks), strict=True))
         with self._s.env.read() as txn:
             known = {c for c in set(ids) if self._s.blocks.usable(txn, c)}
-        new: dict[bytes, tuple[int, bytes]] = {}
-        present: dict[bytes, memoryview] = {}
+        items: dict[bytes, tuple[memoryview, bytes | None]] = {}
         for cid, data in zip(ids, chunks, strict=True):
-            if cid in known:
-                present[cid] = data
-            elif cid not in new:
-                new[cid] = (len(data), self._encoder.encode(data))
+            if cid not in items:
+                items[cid] = (data, None if cid in known else self._encoder.encode(data))
         self._wait()
-        if new or present:
+        if items:
             self._pending = self._s.writer.submit(
-                lambda txn: self._store(txn, new, present),
-                size=sum(len(f) for _, f in new.values()),
+                lambda w: store_all(self._s, w, items, self._until_ms),
+                size=sum(len(f) for _, f in items.values() if f is not None),
             )
-
-    def _store(
-        self,
-        txn: lmdb.Transaction,
-        new: dict[bytes, tuple[int, bytes]],
-        present: dict[bytes, memoryview],
-    ) -> None:
-        now_ms = self._s.now_ms()
-        for cid, (size, frame) in new.items():
-            self._s.blocks.put(txn, cid, size, frame, now_ms, self._until_ms)
-        for cid, data in present.items():
-            meta = self._s.blocks.meta(txn, cid)
-            if meta is not None and not meta.damaged:
-                self._s.blocks.reserve(txn, cid, meta, self._until_ms)
-            else:  # collected or damaged since we looked: store our copy after all
-                frame = Encoder().encode(data)
-                self._s.blocks.put(txn, cid, len(data), frame, now_ms, self._until_ms)
 
     def _wait(self) -> None:
         if self._pending is not None:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import lmdb
-
 from .catalog import Catalog
 from .errors import Conflict, InvalidRequest
 from .names import check_namespace
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, Validity
 from .store import Store
 from .uploads import check_metadata, check_tags
+from .writer import WriteTxn
 
 MAX_REASON = 1024
 
@@ -46,7 +45,8 @@ class Lifecycle:
         if pinned is not None and not isinstance(pinned, bool):
             raise InvalidRequest("pinned must be true or false")
 
-        def op(txn: lmdb.Transaction) -> CheckpointRecord:
+        def op(w: WriteTxn) -> CheckpointRecord:
+            txn = w.cat
             rec = self._catalog.resolve(txn, ns, cid)
             if new_validity is not None:
                 rec.validity = new_validity
@@ -60,7 +60,8 @@ class Lifecycle:
         return self._s.writer.run(op)
 
     def delete(self, ns: str, cid: str) -> None:
-        def op(txn: lmdb.Transaction) -> None:
+        def op(w: WriteTxn) -> None:
+            txn = w.cat
             rec = self._catalog.resolve(txn, ns, cid)
             if rec.pinned:
                 raise Conflict(f"checkpoint {cid} is pinned; unpin it before deleting")
@@ -75,24 +76,23 @@ class Lifecycle:
         metadata = check_metadata(metadata)
         tags = check_tags(tags)
 
-        def op(txn: lmdb.Transaction) -> CheckpointRecord:
+        def op(w: WriteTxn) -> CheckpointRecord:
+            txn = w.cat
             now = self._s.clock.now()
             src = self._catalog.resolve(txn, ns, ref)
             files = self._catalog.manifest(txn, src.id)
             if self._catalog.namespace(txn, target) is None:
                 source_ns = self._catalog.require_namespace(txn, ns)
                 self._catalog.put_namespace(txn, NamespaceRecord(target, source_ns.profile, now))
-            rec = CheckpointRecord(
-                id=self._s.ids.next(int(now * 1000)),
-                namespace=target,
-                parent=src.id,
-                created_at=now,
-                metadata=metadata,
-                tags=tags,
-                files=dict(src.files),
-                size=src.size,
+            return self._catalog.create(
+                txn,
+                self._s.ids.next(int(now * 1000)),
+                target,
+                src.id,
+                metadata,
+                tags,
+                files,
+                now,
             )
-            self._catalog.add(txn, rec, files, int(now * 1000))
-            return rec
 
         return self._s.writer.run(op)

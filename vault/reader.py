@@ -1,7 +1,9 @@
 """Reading chunks back: every byte is verified against its id before it leaves the engine.
 
-A chunk that fails verification is flagged damaged on the spot, so the missing query starts
-reporting it and the next upload of the same bytes heals it.
+Metadata comes from the catalog, frames from the frame environment. A chunk that fails
+verification (or whose frame is gone while the catalog still lists it) is flagged damaged on
+the spot, so the missing query starts reporting it and the next upload of the same bytes
+heals it.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import blake3
-import lmdb
 
+from .blocks import ChunkMeta
 from .errors import BlockCorrupt
 from .frame import Decoder
 from .manifest import FileEntry
 from .store import Store
+from .writer import WriteTxn
 
 READ_BATCH_BYTES = 4 << 20  # per worker-thread call: amortizes the hop, bounds memory
 
@@ -23,42 +26,46 @@ class Reader:
     def __init__(self, store: Store) -> None:
         self._s = store
 
-    def chunks(self, cids: Sequence[bytes]) -> list[bytes]:
-        """Verified plaintext of each chunk, in order."""
-        decoder = Decoder()
-        out: list[bytes] = []
+    def _metas(self, cids: Sequence[bytes]) -> list[ChunkMeta]:
         with self._s.env.read() as txn:
-            for cid in cids:
-                frame = self._s.blocks.frame(txn, cid)
+            metas = [self._s.blocks.meta(txn, cid) for cid in cids]
+        for cid, meta in zip(cids, metas, strict=True):
+            if meta is None:
+                raise BlockCorrupt(cid.hex())
+        return metas  # type: ignore[return-value]
+
+    def _plaintexts(self, cids: Sequence[bytes]) -> Iterator[bytes | memoryview]:
+        """Verified plaintext of each chunk, valid until the next item is taken."""
+        metas = self._metas(cids)
+        decoder = Decoder()
+        with self._s.frames.read() as txn:
+            for cid, meta in zip(cids, metas, strict=True):
+                frame = self._s.blocks.frame(txn, meta)
                 try:
                     if frame is None:
                         raise BlockCorrupt(cid.hex())
-                    data = decoder.plaintext(frame, cid)
+                    yield decoder.plaintext(frame, cid)
                 except BlockCorrupt:
                     self._flag_damaged(cid)
                     raise
-                out.append(data if isinstance(data, bytes) else bytes(data))
-        self._s.env.note_io(sum(len(d) for d in out))
-        return out
+        self._s.frames.note_io(sum(m.stored for m in metas))
+
+    def chunks(self, cids: Sequence[bytes]) -> list[bytes]:
+        """Verified plaintext of each chunk, in order."""
+        return [d if isinstance(d, bytes) else bytes(d) for d in self._plaintexts(cids)]
 
     def _flag_damaged(self, cid: bytes) -> None:
-        def op(txn: lmdb.Transaction) -> None:
-            self._s.blocks.mark_damaged(txn, cid)
+        def op(w: WriteTxn) -> None:
+            self._s.blocks.mark_damaged(w.cat, cid)
 
         self._s.writer.submit(op)
 
     def file_hash(self, entry: FileEntry) -> bytes:
         """BLAKE3 of the file as stored, read straight from the memory map."""
         h = blake3.blake3()
-        decoder = Decoder()
         for batch in batches(entry.chunks):
-            with self._s.env.read() as txn:
-                for cid in batch:
-                    frame = self._s.blocks.frame(txn, cid)
-                    if frame is None:
-                        raise BlockCorrupt(cid.hex())
-                    h.update(decoder.plaintext(frame, cid))
-            self._s.env.note_io(READ_BATCH_BYTES)
+            for data in self._plaintexts(batch):
+                h.update(data)
         return h.digest()
 
 

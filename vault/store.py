@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,14 +10,15 @@ from .blocks import Blocks
 from .catalog import Catalog
 from .clock import Clock
 from .config import VaultConfig
-from .env import Env
+from .env import CATALOG_DBS, FRAME_DBS, Env
 from .ids import IdGenerator
-from .writer import Writer
+from .writer import Writer, WriteTxn
 
 
 @dataclass
 class Store:
-    env: Env
+    env: Env  # the catalog environment; frames live in `frames`
+    frames: Env
     writer: Writer
     blocks: Blocks
     catalog: Catalog
@@ -26,14 +28,16 @@ class Store:
 
     @classmethod
     def open(cls, path: Path, clock: Clock, config: VaultConfig) -> Store:
-        env = Env(path, config.map_size)
-        blocks = Blocks(env)
+        env = Env(path / "catalog", config.map_size, CATALOG_DBS)
+        frames = Env(path / "frames", config.map_size, FRAME_DBS)
+        blocks = Blocks(env, frames)
         with env.read() as txn:
             cur = txn.cursor(db=env.db["checkpoints"])
             newest = bytes(cur.key()).decode() if cur.last() else None
         return cls(
             env=env,
-            writer=Writer(env),
+            frames=frames,
+            writer=Writer(env, frames),
             blocks=blocks,
             catalog=Catalog(env, blocks),
             clock=clock,
@@ -47,3 +51,18 @@ class Store:
     def close(self) -> None:
         self.writer.close()
         self.env.close()
+        self.frames.close()
+
+
+def store_all(
+    store: Store,
+    w: WriteTxn,
+    items: Mapping[bytes, tuple[bytes | memoryview, bytes | None]],
+    reserve_until_ms: int,
+) -> int:
+    """Writer-side half of every chunk upload: keep each (data, frame-or-None); count new."""
+    now_ms = store.now_ms()
+    return sum(
+        store.blocks.store(w, cid, data, frame, now_ms, reserve_until_ms)
+        for cid, (data, frame) in items.items()
+    )

@@ -15,10 +15,9 @@ import re
 import secrets
 from dataclasses import asdict, dataclass
 
-import lmdb
-
 from .errors import Conflict, InvalidName, InvalidRequest, NotFound
 from .store import Store
+from .writer import WriteTxn
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SCOPE = re.compile(r"admin|(read|write|delete):[A-Za-z0-9._:/*?\[\]-]{1,300}")
@@ -71,7 +70,8 @@ class Tokens:
         secret = secrets.token_urlsafe(32)
         token = Token(name, key_id, _digest(secret), checked, self._s.clock.now())
 
-        def op(txn: lmdb.Transaction) -> None:
+        def op(w: WriteTxn) -> None:
+            txn = w.cat
             if any(self._decode(v).name == name for _, v in txn.cursor(db=self._db)):
                 raise Conflict(f"a token named {name!r} exists; revoke it first")
             txn.put(key_id.encode(), json.dumps(asdict(token)).encode(), db=self._db)
@@ -80,10 +80,10 @@ class Tokens:
         return token, f"ckpt_{key_id}_{secret}"
 
     def revoke(self, name: str) -> None:
-        def op(txn: lmdb.Transaction) -> None:
-            for key, v in txn.cursor(db=self._db):
+        def op(w: WriteTxn) -> None:
+            for key, v in w.cat.cursor(db=self._db):
                 if self._decode(v).name == name:
-                    txn.delete(key, db=self._db)
+                    w.cat.delete(key, db=self._db)
                     return
             raise NotFound(f"no token named {name!r}")
 

@@ -10,6 +10,7 @@ guard.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -22,7 +23,8 @@ from .ids import new_upload_id
 from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
 from .records import NamespaceRecord, UploadSession
-from .store import Store
+from .store import Store, store_all
+from .writer import WriteTxn
 
 MAX_MISSING_QUERY = 100_000
 MAX_TAGS = 64
@@ -120,7 +122,8 @@ class Uploads:
             else PROFILES[self._s.config.default_profile]
         )
 
-        def op(txn: lmdb.Transaction) -> tuple[UploadSession, ChunkingProfile]:
+        def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
+            txn = w.cat
             now = self._s.clock.now()
             ns_rec = self._s.catalog.namespace(txn, ns)
             if ns_rec is None:
@@ -160,51 +163,52 @@ class Uploads:
         ]
         if to_reserve:
 
-            def op(txn: lmdb.Transaction) -> None:
+            def op(w: WriteTxn) -> None:
                 for c in to_reserve:
-                    meta = self._s.blocks.meta(txn, c)
+                    meta = self._s.blocks.meta(w.cat, c)
                     if meta is not None:
-                        self._s.blocks.reserve(txn, c, meta, until_ms)
+                        self._s.blocks.reserve(w.cat, c, meta, until_ms)
 
             self._s.writer.run(op, size=len(to_reserve) * 64)
         return missing
 
-    def put_chunk(self, upload_id: str, cid_hex: str, data: bytes) -> bool:
-        """Store one client-chunked chunk; True if it was new (or healed)."""
-        cid = check_chunk_id(cid_hex)
-        if len(data) > self._s.config.max_chunk_size:
-            raise TooLarge(f"chunk is larger than {self._s.config.max_chunk_size} bytes")
-        if chunk_id(data) != cid:
-            raise HashMismatch(f"BLAKE3 of the body does not match chunk id {cid_hex}")
+    def put_chunks(self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]]) -> int:
+        """Store client-chunked chunks (raw id, plaintext); returns how many were new.
+
+        Every chunk is checked before any is stored, so a bad one changes nothing.
+        """
+        limit = self._s.config.max_chunk_size
+        for cid, data in chunks:
+            if len(data) > limit:
+                raise TooLarge(f"chunk {cid.hex()} is larger than {limit} bytes")
+            if chunk_id(data) != cid:
+                raise HashMismatch(f"BLAKE3 of the data does not match chunk id {cid.hex()}")
         with self._s.env.read() as txn:
             session = self.live(txn, upload_id)
-            present = self._s.blocks.usable(txn, cid)
+            known = {cid for cid, _ in chunks if self._s.blocks.usable(txn, cid)}
+        encoder = Encoder()
+        items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
+            cid: (data, None if cid in known else encoder.encode(data)) for cid, data in chunks
+        }
         until_ms = int(session.expires_at * 1000)
-        frame = b"" if present else Encoder().encode(data)
-
-        def op(txn: lmdb.Transaction) -> bool:
-            meta = self._s.blocks.meta(txn, cid)
-            if present and meta is not None and not meta.damaged:
-                self._s.blocks.reserve(txn, cid, meta, until_ms)
-                return False
-            body = frame or Encoder().encode(data)
-            return self._s.blocks.put(txn, cid, len(data), body, self._s.now_ms(), until_ms)
-
-        return self._s.writer.run(op, size=len(frame))
+        return self._s.writer.run(
+            lambda w: store_all(self._s, w, items, until_ms),
+            size=sum(len(f) for _, f in items.values() if f is not None),
+        )
 
     def add_file(self, upload_id: str, name: str, entry: FileEntry) -> None:
-        def op(txn: lmdb.Transaction) -> None:
-            self.live(txn, upload_id)
-            txn.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
+        def op(w: WriteTxn) -> None:
+            self.live(w.cat, upload_id)
+            w.cat.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
 
         self._s.writer.run(op, size=len(entry.chunks) * 36)
 
     def abort(self, upload_id: str) -> None:
-        def op(txn: lmdb.Transaction) -> None:
-            session = self.get(txn, upload_id)
+        def op(w: WriteTxn) -> None:
+            session = self.get(w.cat, upload_id)
             if session.committed:
                 raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
-            self.drop(txn, upload_id, keep_session=False)
+            self.drop(w.cat, upload_id, keep_session=False)
 
         self._s.writer.run(op)
 
@@ -219,7 +223,8 @@ class Uploads:
         if not expired:
             return 0
 
-        def op(txn: lmdb.Transaction) -> int:
+        def op(w: WriteTxn) -> int:
+            txn = w.cat
             n = 0
             for upload_id in expired:
                 try:

@@ -7,6 +7,7 @@ transactions on the caller's thread.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,13 @@ from .chunking import ChunkingProfile
 from .clock import Clock, SystemClock
 from .commit import Committer
 from .config import VaultConfig
+from .direct import DirectSaver
 from .errors import InvalidRequest
 from .gc import GcReport, collect
 from .ingest import FileIngest
 from .lifecycle import Lifecycle
 from .manifest import FileEntry
-from .names import check_namespace
+from .names import check_chunk_id, check_namespace
 from .reader import Reader
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .store import Store
@@ -42,6 +44,7 @@ class Vault:
         self.lifecycle = Lifecycle(self.store)
         self.tokens = Tokens(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
+        self._direct = DirectSaver(self.store, self.uploads)
 
     @property
     def catalog(self) -> Catalog:
@@ -67,13 +70,23 @@ class Vault:
         return self.uploads.missing(upload_id, ids)
 
     def put_chunk(self, upload_id: str, cid: str, data: bytes) -> bool:
-        return self.uploads.put_chunk(upload_id, cid, data)
+        """Store one chunk named by its hex id; True if it was new (or healed)."""
+        return self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)]) == 1
+
+    def put_chunks(self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]]) -> int:
+        return self.uploads.put_chunks(upload_id, chunks)
 
     def ingest(self, upload_id: str, name: str) -> FileIngest:
         return FileIngest(self.store, self.uploads, upload_id, name)
 
     def commit(self, upload_id: str, files: Any = None) -> tuple[CheckpointRecord, bool]:
         return self._committer.commit(upload_id, files)
+
+    def save(
+        self, ns: str, files: Mapping[str, bytes], **options: Any
+    ) -> tuple[CheckpointRecord, bool]:
+        """One-shot save of small, in-memory files (see vault/direct.py)."""
+        return self._direct.save(ns, files, **options)
 
     def abort(self, upload_id: str) -> None:
         self.uploads.abort(upload_id)

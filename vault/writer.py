@@ -1,10 +1,14 @@
 """The single writer thread: every LMDB write goes through it, with group commit.
 
-Callers submit operations (functions of a write transaction) and get a Future. The thread
-drains whatever is queued, up to a byte budget, runs each operation in its own nested
-transaction (so one failing operation cannot spoil the others), then commits and syncs
-once for the whole batch: a hundred small chunk writes cost one fsync, and the event loop
-never touches the disk.
+Callers submit operations (functions of a `WriteTxn`) and get a Future. The thread drains
+whatever is queued, up to a byte budget, runs each operation in its own nested transactions
+(so one failing operation cannot spoil the others), then commits the frame environment,
+then the catalog, each synced once for the whole batch: a hundred small chunk writes cost
+two fsyncs, and the event loop never touches the disk.
+
+Order is the crash-safety argument: frames are durable before any catalog record that
+points at them. A crash between the two commits leaves frames nothing points to, which
+`check` finds and GC-by-repair removes; never a record pointing at nothing.
 """
 
 from __future__ import annotations
@@ -23,10 +27,20 @@ from .env import Env
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-Op = Callable[[lmdb.Transaction], Any]
 
 MAX_BATCH_BYTES = 32 << 20  # ~0.1 s of LMDB writes here; bounds commit latency
 MAX_BATCH_OPS = 4096
+
+
+@dataclass(frozen=True)
+class WriteTxn:
+    """The two write transactions an operation runs in."""
+
+    cat: lmdb.Transaction  # catalog environment
+    data: lmdb.Transaction  # frame environment
+
+
+Op = Callable[[WriteTxn], Any]
 
 
 @dataclass
@@ -44,15 +58,16 @@ class WriterStats:
 
 
 class Writer:
-    def __init__(self, env: Env) -> None:
-        self._env = env
+    def __init__(self, catalog: Env, frames: Env) -> None:
+        self._catalog = catalog
+        self._frames = frames
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._closed = False
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="vault-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, op: Callable[[lmdb.Transaction], T], size: int = 0) -> Future[T]:
+    def submit(self, op: Callable[[WriteTxn], T], size: int = 0) -> Future[T]:
         """Queue `op`; the Future resolves once its effects are durable."""
         if self._closed:
             raise RuntimeError("writer is closed")
@@ -60,7 +75,7 @@ class Writer:
         self._queue.put(item)
         return item.future
 
-    def run(self, op: Callable[[lmdb.Transaction], T], size: int = 0) -> T:
+    def run(self, op: Callable[[WriteTxn], T], size: int = 0) -> T:
         return self.submit(op, size).result()
 
     def queue_depth(self) -> int:
@@ -91,17 +106,18 @@ class Writer:
                     break
                 batch.append(nxt)
                 size += nxt.size
-            self._commit_batch(batch)
+            self._commit_batch(batch, size)
             if stop:
                 return
 
-    def _commit_batch(self, batch: list[_Item]) -> None:
+    def _commit_batch(self, batch: list[_Item], size: int) -> None:
         while True:
             try:
                 outcomes = self._apply(batch)
                 break
             except lmdb.MapFullError:
-                self._env.grow()
+                self._catalog.grow()
+                self._frames.grow()
                 self.stats.map_growths += 1
             except BaseException as e:  # noqa: BLE001 - a failed commit fails every op in it
                 log.exception("write batch failed")
@@ -110,7 +126,8 @@ class Writer:
                 return
         self.stats.batches += 1
         self.stats.ops += len(batch)
-        self._env.note_io(sum(item.size for item in batch))
+        self._frames.note_io(size)
+        self._catalog.note_io(size)
         for item, (ok, value) in zip(batch, outcomes, strict=True):
             if ok:
                 item.future.set_result(value)
@@ -118,20 +135,32 @@ class Writer:
                 item.future.set_exception(value)
 
     def _apply(self, batch: list[_Item]) -> list[tuple[bool, Any]]:
-        env = self._env.lmdb
+        cat_env, data_env = self._catalog.lmdb, self._frames.lmdb
         outcomes: list[tuple[bool, Any]] = []
-        with env.begin(write=True) as txn:
-            for item in batch:
-                child = env.begin(write=True, parent=txn)
-                try:
-                    value = item.op(child)
-                except lmdb.MapFullError:
-                    child.abort()
-                    raise
-                except Exception as e:  # noqa: BLE001 - handed to the caller's future
-                    child.abort()
-                    outcomes.append((False, e))
-                else:
-                    child.commit()
-                    outcomes.append((True, value))
+        data = data_env.begin(write=True)
+        try:
+            with cat_env.begin(write=True) as cat:
+                for item in batch:
+                    child = WriteTxn(
+                        cat_env.begin(write=True, parent=cat),
+                        data_env.begin(write=True, parent=data),
+                    )
+                    try:
+                        value = item.op(child)
+                    except lmdb.MapFullError:
+                        child.data.abort()
+                        child.cat.abort()
+                        raise
+                    except Exception as e:  # noqa: BLE001 - handed to the caller's future
+                        child.data.abort()
+                        child.cat.abort()
+                        outcomes.append((False, e))
+                    else:
+                        child.data.commit()
+                        child.cat.commit()
+                        outcomes.append((True, value))
+                data.commit()  # frames durable first; the catalog commits on leaving `with`
+        except BaseException:
+            data.abort()  # no-op if it already committed
+            raise
         return outcomes

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..app import VAULT, run
+from client.wire import decode_bundle
+from vault import InvalidRequest
+
+from ..app import SETTINGS, VAULT, run
 from ..auth import principal, require
 from ..download import stream_file
-from ..http import json_body, json_response, query_int
+from ..http import json_body, json_response, query_int, read_body
 
 
 async def list_namespaces(request: web.Request) -> web.Response:
@@ -44,6 +47,30 @@ async def list_checkpoints(request: web.Request) -> web.Response:
         validity=q.get("validity"),
     )
     return json_response({"checkpoints": [r.to_wire() for r in records], "next": cursor})
+
+
+async def save_checkpoint(request: web.Request) -> web.Response:
+    """One-request save of a small checkpoint (body: a bundle of header and files)."""
+    ns = request.match_info["ns"]
+    require(request, "write", ns)
+    body = await read_body(request, request.app[SETTINGS].max_batch_body)
+    try:
+        header, files = decode_bundle(body)
+    except (ValueError, TypeError) as e:
+        raise InvalidRequest(f"malformed checkpoint bundle: {e}") from None
+    record, created = await run(
+        request,
+        request.app[VAULT].save,
+        ns,
+        files,
+        parent=header.get("parent"),
+        inherit=bool(header.get("inherit", False)),
+        metadata=header.get("metadata"),
+        tags=header.get("tags"),
+        chunking=header.get("chunking"),
+        key=header.get("key"),
+    )
+    return json_response(record.to_wire(), status=201 if created else 200)
 
 
 async def get_checkpoint(request: web.Request) -> web.Response:
@@ -123,6 +150,7 @@ def add_routes(app: web.Application, ns: str) -> None:
     base = f"/v1/namespaces/{ns}/checkpoints"
     app.router.add_get("/v1/namespaces", list_namespaces)
     app.router.add_get(base, list_checkpoints)
+    app.router.add_post(base, save_checkpoint)
     app.router.add_get(base + "/{ref}", get_checkpoint)
     app.router.add_get(base + "/{ref}/manifest", get_manifest)
     app.router.add_get(base + "/{ref}/files/{name:.+}", get_file)

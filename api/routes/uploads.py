@@ -7,12 +7,13 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from vault import TooLarge, UploadSession
+from client.wire import decode_chunk_batch
+from vault import InvalidRequest, UploadSession
 from vault.clock import rfc3339
 
-from ..app import VAULT, reading_body, run
+from ..app import SETTINGS, VAULT, reading_body, run
 from ..auth import require
-from ..http import json_body, json_response
+from ..http import json_body, json_response, read_body
 
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
 
@@ -69,24 +70,22 @@ async def missing(request: web.Request) -> web.Response:
 async def put_chunk(request: web.Request) -> web.Response:
     """Store one chunk; its id must be the BLAKE3 of the body."""
     session = await _session(request)
-    limit = request.app[VAULT].config.max_chunk_size
-    if request.content_length is not None and request.content_length > limit:
-        raise TooLarge(f"chunk is larger than the {limit}-byte limit")
-    with reading_body(request):
-        data = await request.content.read(limit + 1)
-        while len(data) <= limit:
-            more = await request.content.read(limit + 1 - len(data))
-            if not more:
-                break
-            data += more
-    if len(data) > limit:
-        raise TooLarge(f"chunk is larger than the {limit}-byte limit")
-    created = await run(
-        request, request.app[VAULT].put_chunk, session.id, request.match_info["chunk_id"], data
-    )
-    return json_response(
-        {"id": request.match_info["chunk_id"], "created": created}, status=201 if created else 200
-    )
+    data = await read_body(request, request.app[VAULT].config.max_chunk_size)
+    cid = request.match_info["chunk_id"]
+    created = await run(request, request.app[VAULT].put_chunk, session.id, cid, data)
+    return json_response({"id": cid, "created": created}, status=201 if created else 200)
+
+
+async def put_chunks(request: web.Request) -> web.Response:
+    """Store many chunks in one request (body: records of raw id, u32 length, bytes)."""
+    session = await _session(request)
+    body = await read_body(request, request.app[SETTINGS].max_batch_body)
+    try:
+        chunks = decode_chunk_batch(body)
+    except ValueError as e:
+        raise InvalidRequest(f"malformed chunk batch: {e}") from None
+    created = await run(request, request.app[VAULT].put_chunks, session.id, chunks)
+    return json_response({"chunks": len(chunks), "created": created})
 
 
 async def _read_piece(request: web.Request) -> bytes:
@@ -159,6 +158,7 @@ def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_post(f"/v1/namespaces/{ns}/uploads", open_upload)
     app.router.add_post("/v1/uploads/{upload_id}/missing", missing)
     app.router.add_put("/v1/uploads/{upload_id}/chunks/{chunk_id}", put_chunk)
+    app.router.add_post("/v1/uploads/{upload_id}/chunks", put_chunks)
     app.router.add_put("/v1/uploads/{upload_id}/files/{name:.+}", put_file)
     app.router.add_post("/v1/uploads/{upload_id}/commit", commit)
     app.router.add_delete("/v1/uploads/{upload_id}", abort)

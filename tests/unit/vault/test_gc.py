@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
 from vault import BlockCorrupt, MissingChunks, Vault
+from vault.blocks import seq_key
 from vault.clock import FakeClock
 from vault.frame import chunk_id
+from vault.writer import WriteTxn
 
 from .helpers import client_save, read_file, stream_save
 
@@ -75,12 +78,10 @@ def test_check_reports_and_repairs_drift(vault: Vault) -> None:
     _, files = vault.manifest("ns", rec.id)
     victim = files["f"].chunks[0][0]
 
-    def corrupt_count(txn: object) -> None:
-        meta = vault.store.blocks.meta(txn, victim)
+    def corrupt_count(w: WriteTxn) -> None:
+        meta = vault.store.blocks.meta(w.cat, victim)
         assert meta is not None
-        from dataclasses import replace
-
-        vault.store.blocks.set_meta(txn, victim, replace(meta, refs=5))
+        vault.store.blocks.set_meta(w.cat, victim, replace(meta, refs=5))
 
     vault.store.writer.run(corrupt_count)
     report = vault.check()
@@ -96,10 +97,12 @@ def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) ->
     victim = data[:1000]
     vid = chunk_id(victim)
 
-    def damage(txn: object) -> None:
-        frame = bytearray(vault.store.blocks.frame(txn, vid) or b"")
+    def damage(w: WriteTxn) -> None:
+        meta = vault.store.blocks.meta(w.cat, vid)
+        assert meta is not None
+        frame = bytearray(vault.store.blocks.frame(w.data, meta) or b"")
         frame[-1] ^= 1
-        txn.put(vid, bytes(frame), db=vault.store.env.db["chunks"])  # type: ignore[attr-defined]
+        w.data.put(seq_key(meta.seq), bytes(frame), db=vault.store.frames.db["frames"])
 
     vault.store.writer.run(damage)
     with pytest.raises(BlockCorrupt):
@@ -111,3 +114,18 @@ def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) ->
     assert vault.put_chunk(session.id, vid.hex(), victim) is True
     assert read_file(vault, "ns", rec.id, "f") == data
     assert vault.check().ok
+
+
+def test_frames_left_by_a_crash_between_commits_are_found_and_dropped(vault: Vault) -> None:
+    """The writer commits frames before the catalog; a crash in between leaves frames that
+    no chunk names. check counts them, repair drops them, and nothing else changes."""
+    data = os.urandom(50_000)
+    rec = stream_save(vault, "ns", {"f": data})
+    frames_db = vault.store.frames.db["frames"]
+    vault.store.writer.run(lambda w: w.data.put(seq_key(10**9), b"stray", db=frames_db))
+    report = vault.check()
+    assert report.ok
+    assert report.orphan_frames == 1
+    assert vault.check(repair=True).repaired == 1
+    assert vault.check().orphan_frames == 0
+    assert read_file(vault, "ns", rec.id, "f") == data

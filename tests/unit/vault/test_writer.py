@@ -2,29 +2,36 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-import lmdb
 import pytest
 
 from vault import VaultError
-from vault.env import Env
-from vault.writer import Writer
+from vault.env import FRAME_DBS, Env
+from vault.writer import Writer, WriteTxn
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Env:
+def env(tmp_path: Path) -> Iterator[Env]:
     e = Env(tmp_path / "db", map_size=1 << 20)
-    yield e  # type: ignore[misc]
+    yield e
     e.close()
 
 
-def test_failing_op_does_not_spoil_its_batch(env: Env) -> None:
-    writer = Writer(env)
+@pytest.fixture
+def frames(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path / "frames", map_size=1 << 20, names=FRAME_DBS)
+    yield e
+    e.close()
+
+
+def test_failing_op_does_not_spoil_its_batch(env: Env, frames: Env) -> None:
+    writer = Writer(env, frames)
     db = env.db["counters"]
     started, gate = threading.Event(), threading.Event()
 
-    def hold(txn: lmdb.Transaction) -> None:  # holds the thread so the rest batch up
+    def hold(w: WriteTxn) -> None:  # holds the thread so the rest batch up
         started.set()
         gate.wait(5)
 
@@ -32,10 +39,11 @@ def test_failing_op_does_not_spoil_its_batch(env: Env) -> None:
     assert started.wait(5)
 
     def put(key: bytes) -> object:
-        return writer.submit(lambda txn: txn.put(key, b"v", db=db))
+        return writer.submit(lambda w: w.cat.put(key, b"v", db=db))
 
-    def boom(txn: lmdb.Transaction) -> None:
-        txn.put(b"bad", b"v", db=db)
+    def boom(w: WriteTxn) -> None:
+        w.cat.put(b"bad", b"v", db=db)
+        w.data.put(b"bad", b"v", db=frames.db["frames"])
         raise ValueError("no")
 
     ok1, bad, ok2 = put(b"a"), writer.submit(boom), put(b"b")
@@ -49,20 +57,22 @@ def test_failing_op_does_not_spoil_its_batch(env: Env) -> None:
         assert txn.get(b"a", db=db) is not None
         assert txn.get(b"b", db=db) is not None
         assert txn.get(b"bad", db=db) is None
+    with frames.read() as txn:
+        assert txn.get(b"bad", db=frames.db["frames"]) is None
     assert writer.stats.batches == 2  # the blocker, then the three together
     writer.close()
 
 
-def test_map_grows_while_readers_run(env: Env) -> None:
-    writer = Writer(env)
-    db = env.db["chunks"]
+def test_map_grows_while_readers_run(env: Env, frames: Env) -> None:
+    writer = Writer(env, frames)
+    db = frames.db["frames"]
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def reader() -> None:
         while not stop.wait(0.001):  # pace the readers; a tight loop only measures the GIL
             try:
-                with env.read() as txn:
+                with frames.read() as txn:
                     for _ in txn.cursor(db=db):
                         pass
             except BaseException as e:  # noqa: BLE001 - reported by the assertion below
@@ -74,14 +84,14 @@ def test_map_grows_while_readers_run(env: Env) -> None:
         t.start()
     values = {i.to_bytes(4, "big"): os.urandom(50_000) for i in range(200)}  # 10 MB > 1 MiB map
     for key, value in values.items():
-        writer.submit(lambda txn, k=key, v=value: txn.put(k, v, db=db), size=len(value))
-    writer.run(lambda txn: None)
+        writer.submit(lambda w, k=key, v=value: w.data.put(k, v, db=db), size=len(value))
+    writer.run(lambda w: None)
     stop.set()
     for t in threads:
         t.join()
     assert not errors
     assert writer.stats.map_growths >= 3
-    with env.read() as txn:
+    with frames.read() as txn:
         assert all(bytes(txn.get(k, db=db)) == v for k, v in values.items())
     writer.close()
 
