@@ -167,7 +167,7 @@ def train_steps(model: Any, opt: Any, gen: Any, steps: int, batch: int, seq: int
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def parameter_count(model: Any, trainable_only: bool = False) -> int:

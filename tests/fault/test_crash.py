@@ -36,7 +36,7 @@ import blake3
 import pytest
 from pyfastcdc import FastCDC
 
-from .conftest import ServerProcess
+from ..serverproc import ServerProcess
 
 SEED = int(os.environ.get("CRASH_SEED", "20240611"))
 KILLS = 6

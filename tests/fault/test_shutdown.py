@@ -9,7 +9,7 @@ import os
 
 import aiohttp
 
-from .conftest import ServerProcess
+from ..serverproc import ServerProcess
 
 
 async def test_sigterm_exits_zero_and_keeps_committed_data(crash_server: ServerProcess) -> None:

@@ -1,0 +1,140 @@
+"""Client-side chunking: the same FastCDC cuts the server makes, so chunks dedup across
+producers. Mirrors vault/chunking.py's StreamChunker (the client may not import the
+server); tests/unit/client/test_chunking.py pins the two to identical output."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import blake3
+from pyfastcdc import FastCDC
+
+FileSpec = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]
+
+
+def chunker_for(profile: Mapping[str, Any]) -> FastCDC:
+    """A FastCDC instance with the parameters an upload session advertised."""
+    if profile.get("algorithm") != "fastcdc" or profile.get("variant", "fastcdc2020") != (
+        "fastcdc2020"
+    ):
+        raise ValueError(f"unsupported chunking {profile!r}")
+    return FastCDC(
+        int(profile["avg_size"]),
+        min_size=int(profile["min_size"]),
+        max_size=int(profile["max_size"]),
+    )
+
+
+class StreamChunker:
+    """Cuts a stream fed in pieces exactly as if it had been cut whole."""
+
+    def __init__(self, profile: Mapping[str, Any]) -> None:
+        self._cdc = chunker_for(profile)
+        self._tail = b""
+
+    def feed(self, piece: bytes, final: bool) -> list[memoryview]:
+        buf = self._tail + piece if self._tail else piece
+        chunks = [c.data for c in self._cdc.cut_buf(buf)] if buf else []
+        if final or not chunks:
+            self._tail = b""
+            return chunks
+        self._tail = bytes(chunks.pop())
+        return chunks
+
+
+def chunk_ids(chunks: list[memoryview]) -> list[bytes]:
+    return [blake3.blake3(c).digest() for c in chunks]
+
+
+class Reader(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file to save: its name in the checkpoint and how to read it (size -1: unknown)."""
+
+    name: str
+    size: int
+    open: Callable[[], Reader]
+    in_memory: bytes | None = None
+
+
+def collect_sources(files: FileSpec | Mapping[str, FileSpec]) -> list[Source]:
+    """A directory path (every regular file under it, by relative path) or a mapping of
+    name -> path | bytes | binary file object."""
+    if isinstance(files, (str, os.PathLike)) and Path(files).is_dir():
+        root = Path(files)
+        return [
+            _from_path(p.relative_to(root).as_posix(), p)
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        ]
+    if not isinstance(files, Mapping):
+        raise TypeError("files must be a directory path or a mapping of name -> file")
+    return [_source(name, spec) for name, spec in files.items()]
+
+
+def _source(name: str, spec: FileSpec) -> Source:
+    if isinstance(spec, (bytes, bytearray, memoryview)):
+        data = bytes(spec)
+        return Source(name, len(data), lambda: _BytesReader(data), data)
+    if isinstance(spec, (str, os.PathLike)):
+        return _from_path(name, Path(spec))
+    if hasattr(spec, "read"):
+        f = spec
+        start = f.tell() if f.seekable() else 0
+        size = os.fstat(f.fileno()).st_size - start if _has_fileno(f) else -1
+
+        def reopen() -> Reader:
+            if f.seekable():
+                f.seek(start)
+            return _Borrowed(f)
+
+        return Source(name, size, reopen)
+    raise TypeError(f"file {name!r}: expected a path, bytes or a binary file object")
+
+
+def _from_path(name: str, path: Path) -> Source:
+    return Source(name, path.stat().st_size, lambda: open(path, "rb"))  # noqa: SIM115
+
+
+def _has_fileno(f: IO[bytes]) -> bool:
+    try:
+        f.fileno()
+    except (OSError, AttributeError, ValueError):
+        return False
+    return True
+
+
+class _BytesReader:
+    def __init__(self, data: bytes) -> None:
+        self._view = memoryview(data)
+        self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._view) if n < 0 else min(len(self._view), self._pos + n)
+        out = bytes(self._view[self._pos : end])
+        self._pos = end
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class _Borrowed:
+    """A caller's file object: read it, never close it."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+
+    def read(self, n: int = -1) -> bytes:
+        return self._f.read(n)
+
+    def close(self) -> None:
+        pass

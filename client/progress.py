@@ -1,0 +1,29 @@
+"""Progress bars for long saves and loads: tqdm on a terminal, nothing otherwise."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+class Progress:
+    """`enabled=None` means: only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool | None, total: int, label: str) -> None:
+        on = sys.stderr.isatty() if enabled is None else enabled
+        self._bar: Any = None
+        if on:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=label, unit="B", unit_scale=True, leave=False)
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -1,0 +1,230 @@
+"""`VaultClient`: the blocking face of `AsyncVaultClient`, for training loops and scripts.
+
+It runs one private event loop on a daemon thread and hands each call to it, so the
+connection pool is shared by every call and by threads that use the same client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import threading
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
+
+from .aio import AsyncVaultClient
+from .chunking import FileSpec
+from .models import Checkpoint, Transfer
+from .transport import RetryPolicy
+
+T = TypeVar("T")
+OPEN_BUFFER = 1 << 20  # range reads of at least this much; torch.load reads in small pieces
+
+
+class VaultClient:
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        connections: int = 8,
+        retry: RetryPolicy | None = None,
+        timeout: float = 300.0,
+        progress: bool | None = None,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="ckpt-client", daemon=True
+        )
+        self._thread.start()
+        self.aio = AsyncVaultClient(
+            url,
+            token,
+            connections=connections,
+            retry=retry,
+            timeout=timeout,
+            progress=progress,
+        )
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def url(self) -> str:
+        return self.aio.url
+
+    @property
+    def transfer(self) -> Transfer:
+        return self.aio.transfer
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self.aio.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def __enter__(self) -> VaultClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def save(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        chunking: str | dict[str, int] | None = None,
+    ) -> Checkpoint:
+        return self._run(
+            self.aio.save(
+                namespace,
+                files,
+                parent=parent,
+                inherit=inherit,
+                metadata=metadata,
+                tags=tags,
+                chunking=chunking,
+            )
+        )
+
+    def load(
+        self, namespace: str, ref: str = "latest-valid", dest: str | os.PathLike[str] = "."
+    ) -> Checkpoint:
+        return self._run(self.aio.load(namespace, ref, dest))
+
+    def open(self, namespace: str, ref: str, name: str) -> io.BufferedReader:
+        """A seekable, read-only file object that fetches byte ranges on demand."""
+        ckpt = self.get(namespace, ref)  # pin the id: every range comes from one checkpoint
+        if name not in ckpt.files:
+            from .errors import NotFound
+
+            raise NotFound(f"checkpoint {ckpt.id} has no file {name!r}")
+        raw = _RemoteFile(self, namespace, ckpt.id, name, int(ckpt.files[name]["size"]))
+        return io.BufferedReader(raw, buffer_size=OPEN_BUFFER)
+
+    def read_range(self, namespace: str, ref: str, name: str, start: int, length: int) -> bytes:
+        return self._run(self.aio.read_range(namespace, ref, name, start, length))
+
+    def get(self, namespace: str, ref: str = "latest") -> Checkpoint:
+        return self._run(self.aio.get(namespace, ref))
+
+    def namespaces(self) -> list[dict[str, Any]]:
+        return self._run(self.aio.namespaces())
+
+    def lineage(self, namespace: str, ref: str = "latest") -> list[Checkpoint]:
+        return self._run(self.aio.lineage(namespace, ref))
+
+    def manifest(self, namespace: str, ref: str) -> dict[str, Any]:
+        return self._run(self.aio.manifest(namespace, ref))
+
+    def mark_valid(
+        self, namespace: str, checkpoint_id: str, reason: str | None = None
+    ) -> Checkpoint:
+        return self._run(self.aio.mark_valid(namespace, checkpoint_id, reason))
+
+    def mark_invalid(
+        self, namespace: str, checkpoint_id: str, reason: str | None = None
+    ) -> Checkpoint:
+        return self._run(self.aio.mark_invalid(namespace, checkpoint_id, reason))
+
+    def pin(self, namespace: str, checkpoint_id: str, pinned: bool = True) -> Checkpoint:
+        return self._run(self.aio.pin(namespace, checkpoint_id, pinned))
+
+    def tag(self, namespace: str, checkpoint_id: str, tags: list[str]) -> Checkpoint:
+        return self._run(self.aio.tag(namespace, checkpoint_id, tags))
+
+    def delete(self, namespace: str, checkpoint_id: str) -> None:
+        self._run(self.aio.delete(namespace, checkpoint_id))
+
+    def fork(
+        self,
+        namespace: str,
+        ref: str,
+        target: str,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+    ) -> Checkpoint:
+        return self._run(self.aio.fork(namespace, ref, target, metadata, tags))
+
+    def stats(self) -> dict[str, Any]:
+        return self._run(self.aio.stats())
+
+    def health(self) -> dict[str, Any]:
+        return self._run(self.aio.health())
+
+    def create_token(self, name: str, scopes: list[str]) -> dict[str, Any]:
+        return self._run(self.aio.create_token(name, scopes))
+
+    def tokens(self) -> list[dict[str, Any]]:
+        return self._run(self.aio.tokens())
+
+    def revoke_token(self, name: str) -> None:
+        self._run(self.aio.revoke_token(name))
+
+    def gc(self, dry_run: bool = False) -> dict[str, Any]:
+        return self._run(self.aio.gc(dry_run))
+
+    def check(self, repair: bool = False) -> dict[str, Any]:
+        return self._run(self.aio.check(repair))
+
+    # Named like the builtin, so it comes last: annotations above must see the builtin.
+    def list(
+        self,
+        namespace: str,
+        *,
+        limit: int = 100,
+        before: str | None = None,
+        tag: str | None = None,
+        validity: str | None = None,
+    ) -> list[Checkpoint]:
+        return self._run(
+            self.aio.list(namespace, limit=limit, before=before, tag=tag, validity=validity)
+        )
+
+
+class _RemoteFile(io.RawIOBase):
+    """Raw, seekable reads of one stored file through HTTP Range requests."""
+
+    def __init__(
+        self, client: VaultClient, namespace: str, checkpoint_id: str, name: str, size: int
+    ) -> None:
+        super().__init__()
+        self._client = client
+        self._where = (namespace, checkpoint_id, name)
+        self._size = size
+        self._pos = 0
+        self.name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._size - self._pos)
+        if want <= 0:
+            return 0
+        ns, cid, name = self._where
+        data = self._client.read_range(ns, cid, name, self._pos, want)
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)

@@ -1,0 +1,111 @@
+"""The client against a real server: save, load, dedup on the wire, open, catalog calls."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+from pathlib import Path
+
+import blake3
+import pytest
+
+from client import IntegrityError, NotFound, VaultClient
+
+
+def test_small_save_is_one_request_and_round_trips(vault: VaultClient, tmp_path: Path) -> None:
+    before = vault.transfer.requests
+    ckpt = vault.save(
+        "c/small",
+        {"state.json": b'{"step": 1}', "empty": b""},
+        metadata={"step": 1},
+        chunking="small",
+    )
+    assert vault.transfer.requests - before == 1
+    assert ckpt.files["state.json"]["hash"] == blake3.blake3(b'{"step": 1}').hexdigest()
+    loaded = vault.load("c/small", ckpt.id, tmp_path)
+    assert loaded.id == ckpt.id
+    assert (tmp_path / "state.json").read_bytes() == b'{"step": 1}'
+    assert (tmp_path / "empty").read_bytes() == b""
+
+
+def test_large_save_sends_only_changed_chunks(vault: VaultClient, tmp_path: Path) -> None:
+    data = bytearray(random.Random(1).randbytes(24 << 20))
+    src = tmp_path / "model.bin"
+    src.write_bytes(data)
+    first = vault.save("c/large", {"model.bin": src})
+    data[10 << 20 : (10 << 20) + 4096] = os.urandom(4096)
+    src.write_bytes(data)
+    sent = vault.transfer.bytes_sent
+    second = vault.save("c/large", {"model.bin": src}, parent=first.id)
+    on_wire = vault.transfer.bytes_sent - sent
+    assert on_wire < 600_000, on_wire  # a few 64 KiB chunks plus the id lists, not 24 MiB
+    assert second.parent == first.id
+    out = tmp_path / "out"
+    vault.load("c/large", "latest", out)
+    assert (out / "model.bin").read_bytes() == bytes(data)
+
+
+def test_directory_save_with_nested_files_and_file_objects(
+    vault: VaultClient, tmp_path: Path
+) -> None:
+    root = tmp_path / "ckpt"
+    (root / "shards").mkdir(parents=True)
+    (root / "meta.json").write_bytes(b"{}")
+    (root / "shards" / "0.bin").write_bytes(os.urandom(6 << 20))
+    ckpt = vault.save("c/dir", root)
+    assert sorted(ckpt.files) == ["meta.json", "shards/0.bin"]
+    with open(root / "shards" / "0.bin", "rb") as f:
+        via_fileobj = vault.save("c/dir", {"again.bin": f})
+    assert via_fileobj.files["again.bin"]["hash"] == ckpt.files["shards/0.bin"]["hash"]
+    vault.load("c/dir", ckpt.id, tmp_path / "restored")
+    assert (tmp_path / "restored" / "shards" / "0.bin").read_bytes() == (
+        root / "shards" / "0.bin"
+    ).read_bytes()
+
+
+def test_open_reads_ranges_and_seeks(vault: VaultClient) -> None:
+    data = random.Random(2).randbytes(5 << 20)
+    ckpt = vault.save("c/open", {"w.bin": io.BytesIO(data)})
+    with vault.open("c/open", ckpt.id, "w.bin") as f:
+        assert f.read(10) == data[:10]
+        f.seek(3 << 20)
+        assert f.read(100) == data[3 << 20 : (3 << 20) + 100]
+        f.seek(-5, io.SEEK_END)
+        assert f.read() == data[-5:]
+        f.seek(0)
+        assert f.read() == data
+    with pytest.raises(NotFound):
+        vault.open("c/open", ckpt.id, "absent")
+
+
+def test_catalog_calls(vault: VaultClient) -> None:
+    a = vault.save("c/cat", {"f": b"a"}, tags=["x"])
+    b = vault.save("c/cat", {"f": b"b"}, parent="latest")
+    vault.mark_invalid("c/cat", b.id, "NaN loss")
+    assert vault.get("c/cat", "latest-valid").id == a.id
+    assert vault.mark_valid("c/cat", a.id).valid is True
+    assert [c.id for c in vault.list("c/cat")] == [b.id, a.id]
+    assert [c.id for c in vault.list("c/cat", tag="x")] == [a.id]
+    assert [c.id for c in vault.lineage("c/cat", b.id)] == [b.id, a.id]
+    assert vault.pin("c/cat", a.id).pinned
+    vault.delete("c/cat", b.id)
+    assert [c.id for c in vault.list("c/cat")] == [a.id]
+    with pytest.raises(NotFound):
+        vault.get("c/cat", b.id)
+    assert vault.stats()["checkpoints"] >= 1
+
+
+def test_load_refuses_bytes_that_do_not_match(vault: VaultClient, tmp_path: Path) -> None:
+    ckpt = vault.save("c/verify", {"f": b"payload"})
+    tampered = type(ckpt)(**{**ckpt.__dict__, "files": {"f": {"size": 7, "hash": "0" * 64}}})
+    with pytest.raises(IntegrityError):
+        vault._run(
+            vault.aio._download(tampered, "f", tampered.files["f"], tmp_path / "f", _NoBar())
+        )
+    assert not (tmp_path / "f").exists()
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass

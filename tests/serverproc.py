@@ -1,0 +1,154 @@
+"""A real `ckpt serve` process for tests: started, SIGKILLed, SIGTERMed and restarted.
+
+The server runs as a child process on a free loopback port over a data directory under
+`tmp_path`. `ServerProcess.restart()` starts a new process on the same port and data dir;
+readiness is detected by polling `GET /v1/health` (a bounded number of attempts, a short
+timeout each), never by a fixed sleep. Teardown SIGKILLs whatever is still running.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+READY_ATTEMPTS = 300  # x up to POLL_INTERVAL each: a start may take ~15 s on a slow machine
+POLL_INTERVAL = 0.05  # seconds between health probes (waiting on the process, see _wait_ready)
+PROBE_TIMEOUT = 0.5  # seconds for one health probe
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """One `ckpt serve` child at a time over a fixed data dir and port."""
+
+    def __init__(self, data_dir: Path, port: int, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.host = "127.0.0.1"
+        self.url = f"http://{self.host}:{port}"
+        self.log_path = log_path
+        self.token = ""
+        self.starts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        """Start the server and return once it answers health; reads the admin token."""
+        assert self._proc is None, "server already running"
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
+        self._log.write(f"--- start #{self.starts + 1} ---\n".encode())
+        self._log.flush()
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "client.cli",
+                "serve",
+                "--data",
+                str(self.data_dir),
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+            ],
+            cwd=self.data_dir.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
+        )
+        self.starts += 1
+        self._wait_ready()
+        self.token = (self.data_dir / "admin.token").read_text().strip()
+        assert self.token, "admin.token is empty"
+
+    def _probe(self) -> bool:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=PROBE_TIMEOUT)
+        try:
+            conn.request("GET", "/v1/health")
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None
+        for _ in range(READY_ATTEMPTS):
+            if self._probe():
+                return
+            # Waiting on the child between probes both paces the polling and notices at
+            # once a server that died during start-up.
+            try:
+                code = self._proc.wait(timeout=POLL_INTERVAL)
+            except subprocess.TimeoutExpired:
+                continue
+            self._reap()
+            pytest.fail(f"server exited with {code} during start-up:\n{self.log_tail()}")
+        pytest.fail(f"server not healthy after {READY_ATTEMPTS} probes:\n{self.log_tail()}")
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> int:
+        """SIGKILL the server and reap it; returns its exit status (-9 if the kill did it)."""
+        assert self._proc is not None, "server not running"
+        self._proc.send_signal(signal.SIGKILL)
+        code = self._proc.wait(timeout=30)
+        self._reap()
+        return code
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit status."""
+        assert self._proc is not None, "server not running"
+        self._proc.send_signal(signal.SIGTERM)
+        code = self._proc.wait(timeout=timeout)
+        self._reap()
+        return code
+
+    def restart(self) -> None:
+        """SIGKILL (if running) and start again over the same data dir and port."""
+        if self._proc is not None:
+            self.kill()
+        self.start()
+
+    def _reap(self) -> None:
+        self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def stop(self) -> None:
+        """Teardown: SIGKILL whatever is left of this server (ours only, by pid)."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.send_signal(signal.SIGKILL)
+            self._proc.wait(timeout=30)
+        self._reap()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no server log)"
+        return "\n".join(text.splitlines()[-lines:])
