@@ -1,0 +1,73 @@
+"""The client keeps its promises when the network or the server fails mid-save."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from client import RetryPolicy, VaultClient
+
+from ..serverproc import ServerProcess
+from .proxy import CuttingProxy
+
+
+@pytest.fixture
+def proxy(server: ServerProcess) -> Iterator[CuttingProxy]:
+    p = CuttingProxy(server.port)
+    yield p
+    p.close()
+
+
+def test_save_survives_a_connection_dropped_mid_upload(
+    server: ServerProcess, proxy: CuttingProxy, tmp_path: Path
+) -> None:
+    data = random.Random(3).randbytes(20 << 20)
+    with VaultClient(f"http://127.0.0.1:{proxy.port}", server.token, progress=False) as vault:
+        proxy.cut_after(5 << 20)  # inside the first chunk batches
+        ckpt = vault.save("f/drop", {"w.bin": data})
+        assert proxy.cuts == 1
+        assert vault.transfer.retries >= 1
+        proxy.cut_after(3 << 20)  # and a download cut halfway resumes with a Range request
+        vault.load("f/drop", ckpt.id, tmp_path)
+    assert (tmp_path / "w.bin").read_bytes() == data
+
+
+class _RestartingReader:
+    """A file whose second read restarts the server: the upload's missing queries happen
+    before the restart and its commit after."""
+
+    def __init__(self, data: bytes, server: ServerProcess) -> None:
+        self._data = memoryview(data)
+        self._pos = 0
+        self._reads = 0
+        self._server = server
+
+    def read(self, n: int = -1) -> bytes:
+        self._reads += 1
+        if self._reads == 2:
+            self._server.restart()
+        end = len(self._data) if n < 0 else min(len(self._data), self._pos + n)
+        out = bytes(self._data[self._pos : end])
+        self._pos = end
+        return out
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return 0
+
+
+def test_save_survives_a_server_restart_between_missing_query_and_commit(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    data = random.Random(4).randbytes(20 << 20)
+    retry = RetryPolicy(attempts=10, base=0.05, cap=1.0)
+    with VaultClient(server.url, server.token, retry=retry, progress=False) as vault:
+        ckpt = vault.save("f/restart", {"w.bin": _RestartingReader(data, server)})  # type: ignore[dict-item]
+        vault.load("f/restart", ckpt.id, tmp_path)
+    assert server.starts >= 2
+    assert (tmp_path / "w.bin").read_bytes() == data
