@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -494,8 +495,11 @@ class RunContext:
     keep: bool
 
 
-def run_series(name: str, ctx: RunContext) -> SeriesFigures:
+def run_series(name: str, ctx: RunContext, results: dict[str, SeriesFigures]) -> None:
+    """Generate, baseline, ingest and restore one series; its figures go into `results`
+    at once, so a failure part-way still reports what was measured."""
     fig = SeriesFigures(name=name, namespace=f"bench/{name}", chunking=CHUNKING[name])
+    results[name] = fig
     gen_dir = ctx.tmp / "series" / name
     ckpts, fig.generate_s = generate(name, gen_dir, ctx.seed, ctx.count)
     fig.checkpoints = len(ckpts)
@@ -513,7 +517,6 @@ def run_series(name: str, ctx: RunContext) -> SeriesFigures:
     fig.client_maxrss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / KiB
     if not ctx.keep:
         shutil.rmtree(gen_dir, ignore_errors=True)
-    return fig
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -552,14 +555,16 @@ def run(args: argparse.Namespace) -> RunFigures:
                         client, sampler, tmp, args.seed, args.count, args.restore_last, args.keep
                     )
                     for name in args.series:
-                        figs.series[name] = run_series(name, ctx)
+                        run_series(name, ctx, figs.series)
                         server.check_alive()
                     figs.final_stats = client.stats()
             finally:
                 client.close()
-        except BenchError as e:
-            figs.error = str(e)
-            log(f"error: {e}; server log tail:\n{server.log_tail()}")
+        except Exception as e:  # report what was measured before the failure
+            figs.error = f"{type(e).__name__}: {e}"
+            if not isinstance(e, BenchError):
+                log(traceback.format_exc().rstrip())
+            log(f"error: {figs.error}; server log tail:\n{server.log_tail()}")
         finally:
             figs.server_exit_code, figs.server_stop_s, figs.server_killed = server.stop()
             log(f"server stopped: exit code {figs.server_exit_code}")

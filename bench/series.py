@@ -16,7 +16,7 @@ machine, torch version and thread count gives byte-identical files.
 
 - `lora`: a frozen ~48M-parameter fp32 transformer with rank-8 adapters on the q/k/v/o
   projections trained by Adam on random tokens; `model.pt` (torch.save of base + adapters +
-  optimizer state) every 3 steps, 10 checkpoints of ~194 MB. Only ~0.4M parameters and
+  optimizer state) every 3 steps, 10 checkpoints of ~198 MB. Only ~0.4M parameters and
   their Adam moments change between checkpoints.
 - `finetune`: full fine-tuning of a ~20M-parameter transformer with AdamW, 2 steps between
   checkpoints, 8 checkpoints, each `train.pt` (model + optimizer) and `model.safetensors`
@@ -383,7 +383,7 @@ SERIES: dict[str, Series] = {
             lora,
             10,
             "large",
-            "frozen ~48M-param base + rank-8 q/k/v/o adapters + Adam state, model.pt ~194 MB",
+            "frozen ~48M-param base + rank-8 q/k/v/o adapters + Adam state, model.pt ~198 MB",
         ),
         Series(
             "finetune",

@@ -1,0 +1,39 @@
+"""The `ckpt` command: producer and operator commands over HTTP, and `serve`.
+
+Every command takes `--json` (machine output on stdout), prints tables for people otherwise,
+exits 0 on success and 1 with one line on stderr on failure (2 for usage errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import ClientError
+from . import admin, checkpoints, serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckpt", description="Checkpoint Vault")
+    parser.add_argument("--url", default=None, help="server URL (default: $CKPT_URL or local)")
+    parser.add_argument("--token", default=None, help="API token (default: $CKPT_TOKEN)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve.register(sub)
+    checkpoints.register(sub)
+    admin.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ClientError as e:
+        print(f"ckpt {args.command}: {e.message}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
+        print(f"ckpt {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"ckpt {args.command}: interrupted", file=sys.stderr)
+        return 130

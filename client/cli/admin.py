@@ -1,0 +1,117 @@
+"""Operator commands: stats, token create|ls|revoke, gc, check."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..sync import VaultClient
+from .output import emit_json, human_bytes, table
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("stats", help="storage totals and dedup ratio")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=stats)
+
+    token = sub.add_parser("token", help="manage API tokens")
+    tsub = token.add_subparsers(dest="action", required=True)
+    p = tsub.add_parser("create", help="create a token (its secret is printed once)")
+    p.add_argument("name")
+    p.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        help="admin, read:<glob>, write:<glob> or delete:<glob>; repeatable",
+    )
+    p.add_argument("--json", action="store_true")
+    p = tsub.add_parser("ls", help="list tokens")
+    p.add_argument("--json", action="store_true")
+    p = tsub.add_parser("revoke", help="revoke a token")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    token.set_defaults(func=tokens)
+
+    p = sub.add_parser("gc", help="collect unreferenced chunks and expired uploads")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=gc)
+
+    p = sub.add_parser("check", help="recompute reference counts; report drift")
+    p.add_argument("--repair", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=check)
+
+
+def _client(args: argparse.Namespace) -> VaultClient:
+    return VaultClient(args.url, args.token, progress=False)
+
+
+def stats(args: argparse.Namespace) -> int:
+    with _client(args) as vault:
+        s = vault.stats()
+    if args.json:
+        emit_json(s)
+        return 0
+    table(
+        ["figure", "value"],
+        [
+            ["checkpoints", s["checkpoints"]],
+            ["namespaces", s["namespaces"]],
+            ["chunks", s["chunks"]],
+            ["logical", human_bytes(s["logical_bytes"])],
+            ["stored", human_bytes(s["stored_bytes"])],
+            ["dedup ratio", s["dedup_ratio"]],
+        ],
+    )
+    return 0
+
+
+def tokens(args: argparse.Namespace) -> int:
+    with _client(args) as vault:
+        if args.action == "create":
+            out: Any = vault.create_token(args.name, args.scope)
+            if not args.json:
+                print(out["token"])
+        elif args.action == "ls":
+            out = vault.tokens()
+            if not args.json:
+                table(["name", "scopes"], [[t["name"], t["scopes"]] for t in out])
+        else:
+            vault.revoke_token(args.name)
+            out = {"name": args.name, "revoked": True}
+            if not args.json:
+                print(f"{args.name}: revoked")
+    if args.json:
+        emit_json(out)
+    return 0
+
+
+def gc(args: argparse.Namespace) -> int:
+    with _client(args) as vault:
+        report = vault.gc(args.dry_run)
+    if args.json:
+        emit_json(report)
+    else:
+        verb = "would free" if args.dry_run else "freed"
+        print(
+            f"{verb} {report['chunks_deleted']} chunks, {human_bytes(report['bytes_freed'])}; "
+            f"{report['uploads_expired']} expired uploads removed"
+        )
+    return 0
+
+
+def check(args: argparse.Namespace) -> int:
+    with _client(args) as vault:
+        report = vault.check(args.repair)
+    if args.json:
+        emit_json(report)
+    else:
+        print(
+            f"{'ok' if report['ok'] else 'PROBLEMS'}: {report['checkpoints']} checkpoints, "
+            f"{report['chunks']} chunks; drift {len(report['drift'])}, missing "
+            f"{len(report['missing'])}, damaged {len(report['damaged'])}, orphans "
+            f"{len(report['orphans'])}, unnamed frames {report['orphan_frames']}"
+            + (f"; repaired {report['repaired']}" if args.repair else "")
+        )
+    return 0 if report["ok"] else 1

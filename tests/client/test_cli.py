@@ -1,0 +1,103 @@
+"""The `ckpt` command end to end, as a user runs it: a subprocess against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..serverproc import ServerProcess
+
+
+def ckpt(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
+    result = subprocess.run(
+        [sys.executable, "-m", "client.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    if ok:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def js(server: ServerProcess, *args: str) -> Any:
+    return json.loads(ckpt(server, *args, "--json").stdout)
+
+
+def test_push_pull_and_catalog_commands(server: ServerProcess, tmp_path: Path) -> None:
+    src = tmp_path / "run"
+    (src / "opt").mkdir(parents=True)
+    (src / "model.bin").write_bytes(os.urandom(300_000))
+    (src / "opt" / "state.bin").write_bytes(os.urandom(5000))
+    first_id = ckpt(
+        server,
+        "push",
+        "cli/run",
+        str(src),
+        "--meta",
+        "step=100",
+        "--meta",
+        "note=warmup",
+        "--tag",
+        "nightly",
+    ).stdout.strip()
+    (src / "model.bin").write_bytes(os.urandom(300_000))
+    second = js(
+        server, "push", "cli/run", str(src / "model.bin"), "--parent", "latest", "--inherit"
+    )
+    assert second["parent"] == first_id
+    assert sorted(second["files"]) == ["model.bin", "opt/state.bin"]
+
+    listed = js(server, "ls", "cli/run")
+    assert [r["id"] for r in listed] == [second["id"], first_id]
+    assert any(n["name"] == "cli/run" for n in js(server, "ls"))
+    shown = js(server, "show", "cli/run", first_id)
+    assert shown["metadata"] == {"step": 100, "note": "warmup"}
+    assert shown["tags"] == ["nightly"]
+    assert "model.bin" in ckpt(server, "show", "cli/run", first_id).stdout
+    assert [r["id"] for r in js(server, "lineage", "cli/run", "latest")] == [second["id"], first_id]
+
+    js(server, "mark", "cli/run", second["id"], "invalid", "--reason", "NaN loss")
+    dest = tmp_path / "restored"
+    pulled = js(server, "pull", "cli/run", "latest-valid", str(dest))
+    assert pulled["id"] == first_id
+    assert (dest / "opt" / "state.bin").read_bytes() == (src / "opt" / "state.bin").read_bytes()
+
+    assert js(server, "pin", "cli/run", first_id)["pinned"] is True
+    refused = ckpt(server, "rm", "cli/run", first_id, ok=False)
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1
+    assert "pinned" in refused.stderr
+    js(server, "unpin", "cli/run", first_id)
+    assert js(server, "rm", "cli/run", first_id)["deleted"] is True
+    assert [r["id"] for r in js(server, "ls", "cli/run")] == [second["id"]]
+
+
+def test_operator_commands(server: ServerProcess, tmp_path: Path) -> None:
+    stats = js(server, "stats")
+    assert {"chunks", "stored_bytes", "logical_bytes", "dedup_ratio"} <= set(stats)
+    secret = ckpt(server, "token", "create", "reader", "--scope", "read:cli/*").stdout.strip()
+    assert secret.startswith("ckpt_")
+    assert "reader" in {t["name"] for t in js(server, "token", "ls")}
+    env_server = ServerProcess(server.data_dir, server.port, server.log_path)
+    env_server.token = secret
+    denied = ckpt(env_server, "push", "cli/other", str(tmp_path), ok=False)
+    assert denied.returncode == 1
+    js(server, "token", "revoke", "reader")
+    assert js(server, "gc", "--dry-run")["dry_run"] is True
+    assert js(server, "check")["ok"] is True
+
+
+def test_errors_are_one_line_and_nonzero(server: ServerProcess) -> None:
+    missing = ckpt(server, "show", "cli/none", "latest", ok=False)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("ckpt show: ")
+    assert missing.stderr.count("\n") == 1
+    usage = ckpt(server, "mark", "ns", "id", "maybe", ok=False)
+    assert usage.returncode == 2
