@@ -342,15 +342,17 @@ def generate(name: str, out: Path, seed: int, count: int | None) -> tuple[list[C
 
 
 def _copy_fsync(src: Path, dst: Path) -> None:
-    with src.open("rb", buffering=0) as fin, dst.open("wb", buffering=0) as fout:
+    with src.open("rb", buffering=0) as fin, dst.open("wb") as fout:
         while piece := fin.read(PIECE):
-            fout.write(piece)
+            fout.write(piece)  # the buffered writer writes large pieces whole, straight through
+        fout.flush()
         os.fsync(fout.fileno())
 
 
 def _write_fsync(data: bytes, dst: Path) -> None:
-    with dst.open("wb", buffering=0) as fout:
+    with dst.open("wb") as fout:
         fout.write(data)
+        fout.flush()
         os.fsync(fout.fileno())
 
 
