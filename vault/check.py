@@ -9,9 +9,9 @@ collected them). `repair` rewrites drifted counts in one writer transaction.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from .blocks import ChunkMeta, seq_of
+from .blocks import INLINE, ChunkMeta, seq_of
 from .manifest import distinct_chunks
 from .store import Store
 from .writer import WriteTxn
@@ -48,7 +48,8 @@ def check(store: Store, repair: bool = False) -> CheckReport:
             stored[bytes(key)] = ChunkMeta.unpack(raw)
     report.chunks = len(stored)
     report.orphan_frames = len(frame_seqs - {m.seq for m in stored.values()})
-    unseen = [cid for cid, m in stored.items() if m.seq not in frame_seqs]
+    unseen = [cid for cid, m in stored.items() if m.seq != INLINE and m.seq not in frame_seqs]
+    report.missing.extend(c.hex() for c in _inline_without_frame(store, stored))
     report.missing.extend(c.hex() for c in _still_without_frame(store, unseen))
     for cid in expected:
         meta = stored.get(cid)
@@ -75,6 +76,15 @@ def _frame_seqs(store: Store) -> set[int]:
         return {seq_of(k) for k in cur.iternext(keys=True, values=False)}
 
 
+def _inline_without_frame(store: Store, stored: dict[bytes, ChunkMeta]) -> list[bytes]:
+    with store.env.read() as txn:
+        return [
+            c
+            for c, m in stored.items()
+            if m.seq == INLINE and store.blocks.inline_frame(txn, c) is None
+        ]
+
+
 def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
     """Of chunks whose frame was absent from the earlier frame list, those still absent now
     (a chunk written between the two views is fine)."""
@@ -83,7 +93,11 @@ def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
     with store.env.read() as txn:
         metas = {c: store.blocks.meta(txn, c) for c in cids}
     with store.frames.read() as txn:
-        return [c for c, m in metas.items() if m is not None and store.blocks.frame(txn, m) is None]
+        return [
+            c
+            for c, m in metas.items()
+            if m is not None and m.seq != INLINE and store.blocks.frame(txn, m) is None
+        ]
 
 
 def _repair(store: Store, cids: set[bytes]) -> int:
@@ -100,7 +114,7 @@ def _repair(store: Store, cids: set[bytes]) -> int:
             if meta is not None and meta.refs != counts[cid]:
                 zero_since = (meta.zero_since_ms or now_ms) if counts[cid] == 0 else 0
                 store.blocks.set_meta(
-                    w.cat, cid, replace(meta, refs=counts[cid], zero_since_ms=zero_since)
+                    w.cat, cid, meta._replace(refs=counts[cid], zero_since_ms=zero_since)
                 )
                 fixed += 1
         return fixed

@@ -69,7 +69,8 @@ class DirectSaver:
             elif current.chunking() != profile:
                 raise Conflict(f"namespace {ns!r} changed its chunking profile; save again")
             parent_id = self._s.catalog.resolve(txn, ns, parent).id if parent else None
-            store_all(self._s, w, items, int(now * 1000))
+            # Referenced by the checkpoint made in this same transaction: no reservation.
+            store_all(self._s, w, items, 0, inline=True)
             all_files = dict(entries)
             if inherit and parent_id is not None:
                 for name, entry in self._s.catalog.manifest(txn, parent_id).items():

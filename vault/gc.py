@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .blocks import ChunkMeta
+from .blocks import INLINE, ChunkMeta
 from .store import Store
 from .uploads import Uploads
 from .writer import WriteTxn
@@ -71,7 +71,8 @@ def _delete(store: Store, cids: list[bytes], now_ms: int, grace_ms: int, report:
         return gone
 
     gone = store.writer.run(forget, size=len(cids) * 64)
-    seqs = [m.seq for m in gone]
-    store.writer.run(lambda w: store.blocks.drop_frames(w.data, seqs), size=len(seqs) * 16)
+    seqs = [m.seq for m in gone if m.seq != INLINE]
+    if seqs:
+        store.writer.run(lambda w: store.blocks.drop_frames(w.data, seqs), size=len(seqs) * 16)
     report.chunks_deleted += len(gone)
     report.bytes_freed += sum(m.stored for m in gone)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 
 import blake3
 
-from .blocks import ChunkMeta
+from .blocks import INLINE, ChunkMeta
 from .errors import BlockCorrupt
 from .frame import Decoder
 from .manifest import FileEntry
@@ -26,21 +26,29 @@ class Reader:
     def __init__(self, store: Store) -> None:
         self._s = store
 
-    def _metas(self, cids: Sequence[bytes]) -> list[ChunkMeta]:
+    def _locate(self, cids: Sequence[bytes]) -> tuple[list[ChunkMeta], dict[bytes, bytes]]:
+        """Metadata of each chunk, and the frames of inline ones (copied out of the map)."""
+        inline: dict[bytes, bytes] = {}
+        metas: list[ChunkMeta] = []
         with self._s.env.read() as txn:
-            metas = [self._s.blocks.meta(txn, cid) for cid in cids]
-        for cid, meta in zip(cids, metas, strict=True):
-            if meta is None:
-                raise BlockCorrupt(cid.hex())
-        return metas  # type: ignore[return-value]
+            for cid in cids:
+                meta = self._s.blocks.meta(txn, cid)
+                if meta is None:
+                    raise BlockCorrupt(cid.hex())
+                if meta.seq == INLINE and cid not in inline:
+                    frame = self._s.blocks.inline_frame(txn, cid)
+                    if frame is not None:
+                        inline[cid] = bytes(frame)
+                metas.append(meta)
+        return metas, inline
 
     def _plaintexts(self, cids: Sequence[bytes]) -> Iterator[bytes | memoryview]:
         """Verified plaintext of each chunk, valid until the next item is taken."""
-        metas = self._metas(cids)
+        metas, inline = self._locate(cids)
         decoder = Decoder()
         with self._s.frames.read() as txn:
             for cid, meta in zip(cids, metas, strict=True):
-                frame = self._s.blocks.frame(txn, meta)
+                frame = inline.get(cid) if meta.seq == INLINE else self._s.blocks.frame(txn, meta)
                 try:
                     if frame is None:
                         raise BlockCorrupt(cid.hex())

@@ -52,7 +52,10 @@ class CheckpointRecord:
         return self.deleted_at is not None
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        # Built by hand: dataclasses.asdict deep-copies metadata and files on every commit.
+        fields = {f: getattr(self, f) for f in _RECORD_FIELDS}
+        fields["validity"] = self.validity.__dict__
+        return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | memoryview) -> CheckpointRecord:
@@ -83,6 +86,22 @@ class CheckpointRecord:
             "size": self.size,
             "tier": self.tier,
         }
+
+
+_RECORD_FIELDS = (
+    "id",
+    "namespace",
+    "parent",
+    "created_at",
+    "metadata",
+    "tags",
+    "files",
+    "size",
+    "pinned",
+    "validity",
+    "tier",
+    "deleted_at",
+)
 
 
 @dataclass

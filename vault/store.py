@@ -59,10 +59,11 @@ def store_all(
     w: WriteTxn,
     items: Mapping[bytes, tuple[bytes | memoryview, bytes | None]],
     reserve_until_ms: int,
+    inline: bool = False,
 ) -> int:
     """Writer-side half of every chunk upload: keep each (data, frame-or-None); count new."""
     now_ms = store.now_ms()
     return sum(
-        store.blocks.store(w, cid, data, frame, now_ms, reserve_until_ms)
+        store.blocks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
         for cid, (data, frame) in items.items()
     )

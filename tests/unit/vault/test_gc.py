@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+import random
 
 import pytest
 
@@ -15,7 +15,7 @@ from .helpers import client_save, read_file, stream_save
 
 
 def test_dedup_stores_repeated_chunks_once(vault: Vault) -> None:
-    data = os.urandom(2_000_000)
+    data = random.Random(8).randbytes(2_000_000)
     stream_save(vault, "ns", {"f": data})
     before = vault.stats()
     edited = data[:1_000_000] + b"x" * 1000 + data[1_001_000:]
@@ -81,7 +81,7 @@ def test_check_reports_and_repairs_drift(vault: Vault) -> None:
     def corrupt_count(w: WriteTxn) -> None:
         meta = vault.store.blocks.meta(w.cat, victim)
         assert meta is not None
-        vault.store.blocks.set_meta(w.cat, victim, replace(meta, refs=5))
+        vault.store.blocks.set_meta(w.cat, victim, meta._replace(refs=5))
 
     vault.store.writer.run(corrupt_count)
     report = vault.check()
@@ -129,3 +129,24 @@ def test_frames_left_by_a_crash_between_commits_are_found_and_dropped(vault: Vau
     assert vault.check(repair=True).repaired == 1
     assert vault.check().orphan_frames == 0
     assert read_file(vault, "ns", rec.id, "f") == data
+
+
+def test_one_request_saves_store_inline_and_gc_collects_them(
+    vault: Vault, clock: FakeClock
+) -> None:
+    state = os.urandom(30_000)
+    rec, created = vault.save("agent", {"state.json": state}, chunking="small")
+    assert created
+    assert read_file(vault, "agent", rec.id, "state.json") == state
+    with vault.store.env.read() as txn:
+        assert sum(1 for _ in txn.cursor(db=vault.store.env.db["inline"])) > 0
+    with vault.store.frames.read() as txn:
+        assert sum(1 for _ in txn.cursor(db=vault.store.frames.db["frames"])) == 0
+    assert vault.check().ok
+    vault.delete("agent", rec.id)
+    clock.advance(vault.config.gc_grace + 1)
+    assert vault.gc().chunks_deleted > 0
+    with vault.store.env.read() as txn:
+        assert sum(1 for _ in txn.cursor(db=vault.store.env.db["inline"])) == 0
+    assert vault.check().ok
+    assert vault.stats()["stored_bytes"] == 0
