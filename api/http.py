@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -31,6 +32,14 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole raw body, refusing more than `limit` bytes with 413 before reading them."""
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"body is larger than the {limit}-byte limit")
+    if request.content_length is not None:  # known and within the limit: one read
+        if request.content_length == 0:
+            return b""
+        with reading_body(request):
+            try:
+                return await request.content.readexactly(request.content_length)
+            except asyncio.IncompleteReadError:
+                raise InvalidRequest("body ended before its Content-Length") from None
     parts: list[bytes] = []
     size = 0
     with reading_body(request):

@@ -40,6 +40,7 @@ PIECE = 8 << 20  # bytes read, chunked and sent per step
 BATCH_BYTES = 2 << 20  # chunk bytes per POST .../chunks; a piece goes as up to 4 in parallel
 MAX_IDS_PER_QUERY = 50_000
 SMALL_SAVE_LIMIT = 4 << 20  # below this, one request does the whole save
+PIECES_IN_FLIGHT = 3  # pieces being sent at once: bounds memory at ~3 x 8 MiB
 
 
 def default_token() -> str | None:
@@ -395,31 +396,42 @@ class _Sender:
         ids: list[bytes] = []
         size = 0
         reader = source.open()
+        sending: list[asyncio.Future[None]] = []
         try:
-            pending = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
+            cutting = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
             while True:
-                chunks, final, nbytes = await pending
+                chunks, final, nbytes = await cutting
                 if not final:  # read and cut the next piece while this one is sent
-                    pending = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
+                    cutting = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
                 ids.extend(cid for cid, _ in chunks)
                 size += nbytes
-                await self._send_chunks(chunks, force)
-                self._bar.update(nbytes)
+                # Several pieces in flight: the server syncs piece k while k+1 travels.
+                sending.append(asyncio.ensure_future(self._send_chunks(chunks, force, nbytes)))
+                if len(sending) >= PIECES_IN_FLIGHT:
+                    await sending.pop(0)
                 if final:
                     break
+            for task in sending:
+                await task
         finally:
+            for task in sending:
+                task.cancel()
             reader.close()
         return {"size": size, "hash": whole.hexdigest(), "chunks": [c.hex() for c in ids]}
 
     async def _send_chunks(
-        self, chunks: list[tuple[bytes, memoryview]], force: set[str] | None
+        self, chunks: list[tuple[bytes, memoryview]], force: set[str] | None, nbytes: int
     ) -> None:
         fresh: dict[bytes, memoryview] = {}
         for cid, data in chunks:
             if cid not in self._known or (force and cid.hex() in force):
                 fresh.setdefault(cid, data)
-        if not fresh:
-            return
+        self._known.update(fresh)
+        if fresh:
+            await self._query_and_send(fresh, force)
+        self._bar.update(nbytes)
+
+    async def _query_and_send(self, fresh: dict[bytes, memoryview], force: set[str] | None) -> None:
         ask = [c.hex() for c in fresh]
         missing: set[str] = set()
         for i in range(0, len(ask), MAX_IDS_PER_QUERY):
@@ -433,7 +445,6 @@ class _Sender:
             missing |= force & set(ask)
         todo = [(c, d) for c, d in fresh.items() if c.hex() in missing]
         await asyncio.gather(*(self._post(b) for b in _batches(todo, BATCH_BYTES)))
-        self._known.update(fresh)
 
     async def _post(self, batch: list[tuple[bytes, memoryview]]) -> None:
         body = b"".join(encode_chunk_batch(list(batch)))

@@ -86,6 +86,8 @@ class Transport:
         hdrs = dict(headers or {})
         if json_body is not None:
             hdrs.setdefault("Content-Type", "application/json")
+        if body is not None:  # sliced bodies would otherwise go chunked
+            hdrs["Content-Length"] = str(len(body))
         for attempt in range(self.retry.attempts):
             last = attempt == self.retry.attempts - 1
             try:

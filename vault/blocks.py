@@ -122,17 +122,18 @@ class Blocks:
         now_ms: int,
         reserve_until_ms: int,
         inline: bool = False,
-    ) -> bool:
+    ) -> tuple[bool, int, int]:
         """Keep a chunk the caller holds: reserve a sound stored copy, or write ours.
 
         `frame` is the chunk already encoded off the writer thread when the caller believed
         it absent; a chunk that vanished or was found damaged since is encoded here.
-        Returns True if bytes were written.
+        Returns (bytes written?, chunks added, stored bytes added); the caller updates the
+        counters once per batch.
         """
         meta = self.meta(w.cat, cid)
         if meta is not None and not meta.damaged:
             self.reserve(w.cat, cid, meta, reserve_until_ms)
-            return False
+            return False, 0, 0
         body = frame if frame is not None else Encoder().encode(data)
         if inline:
             seq = INLINE
@@ -142,23 +143,23 @@ class Blocks:
             self._next_seq += 1
             w.data.put(seq_key(seq), body, db=self._frames, append=True)
         if meta is None:
-            new = ChunkMeta(0, len(data), len(body), now_ms, reserve_until_ms, 0, seq)
-            self.counters.add(w.cat, "chunks", 1)
-            self.counters.add(w.cat, "stored_bytes", len(body))
-        else:  # healing: the damaged frame goes, the new one takes its place
-            if meta.seq == INLINE and not inline:
-                w.cat.delete(cid, db=self._inline)
-            elif meta.seq != INLINE:
-                w.data.delete(seq_key(meta.seq), db=self._frames)
-            self.counters.add(w.cat, "stored_bytes", len(body) - meta.stored)
-            new = meta._replace(
-                stored=len(body),
-                flags=meta.flags & ~FLAG_DAMAGED,
-                seq=seq,
-                reserved_until_ms=max(meta.reserved_until_ms, reserve_until_ms),
+            self.set_meta(
+                w.cat, cid, ChunkMeta(0, len(data), len(body), now_ms, reserve_until_ms, 0, seq)
             )
+            return True, 1, len(body)
+        # healing: the damaged frame goes, the new one takes its place
+        if meta.seq == INLINE and not inline:
+            w.cat.delete(cid, db=self._inline)
+        elif meta.seq != INLINE:
+            w.data.delete(seq_key(meta.seq), db=self._frames)
+        new = meta._replace(
+            stored=len(body),
+            flags=meta.flags & ~FLAG_DAMAGED,
+            seq=seq,
+            reserved_until_ms=max(meta.reserved_until_ms, reserve_until_ms),
+        )
         self.set_meta(w.cat, cid, new)
-        return True
+        return True, 0, len(body) - meta.stored
 
     def reserve(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta, until_ms: int) -> None:
         if meta.reserved_until_ms < until_ms:

@@ -63,7 +63,14 @@ def store_all(
 ) -> int:
     """Writer-side half of every chunk upload: keep each (data, frame-or-None); count new."""
     now_ms = store.now_ms()
-    return sum(
-        store.blocks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
-        for cid, (data, frame) in items.items()
-    )
+    written = added = grown = 0
+    for cid, (data, frame) in items.items():
+        wrote, n, b = store.blocks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
+        written += wrote
+        added += n
+        grown += b
+    if added:
+        store.blocks.counters.add(w.cat, "chunks", added)
+    if grown:
+        store.blocks.counters.add(w.cat, "stored_bytes", grown)
+    return written

@@ -81,7 +81,7 @@ async def put_chunks(request: web.Request) -> web.Response:
     session = await _session(request)
     body = await read_body(request, request.app[SETTINGS].max_batch_body)
     try:
-        chunks = decode_chunk_batch(body)
+        chunks = await run(request, decode_chunk_batch, body)
     except ValueError as e:
         raise InvalidRequest(f"malformed chunk batch: {e}") from None
     created = await run(request, request.app[VAULT].put_chunks, session.id, chunks)

@@ -9,13 +9,14 @@ from ..serverproc import free_port
 
 
 class CuttingProxy:
-    """Forwards 127.0.0.1:port to a server; `cut_after(n)` drops the next connection that
-    has sent n request bytes, once."""
+    """Forwards 127.0.0.1:port to a server; `cut_after(n)` drops, once, the connection
+    that carries the n-th request byte from now on (counted over all connections)."""
 
     def __init__(self, target_port: int) -> None:
         self.port = free_port()
         self._target = target_port
         self._cut_at: int | None = None
+        self._sent = 0
         self.cuts = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -24,7 +25,7 @@ class CuttingProxy:
         assert self._ready.wait(10)
 
     def cut_after(self, nbytes: int) -> None:
-        self._cut_at = nbytes
+        self._cut_at = self._sent + nbytes
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -47,13 +48,11 @@ class CuttingProxy:
         except OSError:
             writer.transport.abort()
             return
-        sent = 0
 
         async def upstream() -> None:
-            nonlocal sent
             while data := await reader.read(1 << 16):
-                sent += len(data)
-                if self._cut_at is not None and sent >= self._cut_at:
+                self._sent += len(data)
+                if self._cut_at is not None and self._sent >= self._cut_at:
                     self._cut_at = None
                     self.cuts += 1
                     raise ConnectionResetError("cut by the test proxy")
