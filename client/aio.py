@@ -41,6 +41,10 @@ BATCH_BYTES = 2 << 20  # chunk bytes per POST .../chunks; a piece goes as up to 
 MAX_IDS_PER_QUERY = 50_000
 SMALL_SAVE_LIMIT = 4 << 20  # below this, one request does the whole save
 PIECES_IN_FLIGHT = 3  # pieces being sent at once: bounds memory at ~3 x 8 MiB
+# After this many pieces in a row with nothing the vault already had, send without asking
+# (bytes on the wire can exceed the changed bytes by at most what a partly known piece
+# holds, and such a piece ends the streak).
+NOVEL_STREAK = 2
 
 
 def default_token() -> str | None:
@@ -388,6 +392,7 @@ class _Sender:
         self._profile = profile
         self._bar = bar
         self._known: set[bytes] = set()  # ids the vault has (or we sent) in this upload
+        self._novel_streak = 0  # consecutive pieces in which every chunk was missing
 
     async def send(self, source: Source, force: set[str] | None = None) -> dict[str, Any]:
         """Stream one file; return its commit listing. `force`: hex ids to send anyway."""
@@ -433,6 +438,13 @@ class _Sender:
 
     async def _query_and_send(self, fresh: dict[bytes, memoryview], force: set[str] | None) -> None:
         ask = [c.hex() for c in fresh]
+        if self._novel_streak >= NOVEL_STREAK:
+            # The last pieces were all new (a fresh file): asking would only add a round trip
+            # per piece; the server keeps what it already has and stores the rest.
+            await asyncio.gather(
+                *(self._post(b) for b in _batches(list(fresh.items()), BATCH_BYTES))
+            )
+            return
         missing: set[str] = set()
         for i in range(0, len(ask), MAX_IDS_PER_QUERY):
             out = await self._t.json(
@@ -443,6 +455,7 @@ class _Sender:
             missing.update(out["missing"])
         if force:
             missing |= force & set(ask)
+        self._novel_streak = self._novel_streak + 1 if len(missing) == len(ask) else 0
         todo = [(c, d) for c, d in fresh.items() if c.hex() in missing]
         await asyncio.gather(*(self._post(b) for b in _batches(todo, BATCH_BYTES)))
 
