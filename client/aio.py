@@ -40,7 +40,7 @@ PIECE = 8 << 20  # bytes read, chunked and sent per step
 BATCH_BYTES = 2 << 20  # chunk bytes per POST .../chunks; a piece goes as up to 4 in parallel
 MAX_IDS_PER_QUERY = 50_000
 SMALL_SAVE_LIMIT = 4 << 20  # below this, one request does the whole save
-PIECES_IN_FLIGHT = 3  # pieces being sent at once: bounds memory at ~3 x 8 MiB
+PIECES_IN_FLIGHT = 2  # pieces being sent at once: bounds memory at ~2 x 8 MiB
 # After this many pieces in a row with nothing the vault already had, send without asking
 # (bytes on the wire can exceed the changed bytes by at most what a partly known piece
 # holds, and such a piece ends the streak).
@@ -460,10 +460,9 @@ class _Sender:
         await asyncio.gather(*(self._post(b) for b in _batches(todo, BATCH_BYTES)))
 
     async def _post(self, batch: list[tuple[bytes, memoryview]]) -> None:
-        body = b"".join(encode_chunk_batch(list(batch)))
         await self._t.request(
             "POST",
             f"/v1/uploads/{self.upload_id}/chunks",
-            data=body,
+            data=encode_chunk_batch(batch),
             headers={"Content-Type": CHUNK_BATCH_TYPE},
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -73,29 +73,38 @@ class Transport:
         path: str,
         *,
         json_body: Any = None,
-        data: bytes | None = None,
+        data: bytes | Sequence[bytes | memoryview] | None = None,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        """Send with retries; return (status, body) of a success or raise its ClientError."""
-        body = (
-            data
-            if data is not None
-            else (json.dumps(json_body).encode() if json_body is not None else None)
-        )
+        """Send with retries; return (status, body) of a success or raise its ClientError.
+
+        `data` may be a list of parts, sent one after the other without joining them."""
+        parts: Sequence[bytes | memoryview] | None
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            parts = [data]
+        elif data is not None:
+            parts = data
+        else:
+            parts = [json.dumps(json_body).encode()] if json_body is not None else None
+        size = sum(len(p) for p in parts) if parts is not None else 0
         hdrs = dict(headers or {})
         if json_body is not None:
             hdrs.setdefault("Content-Type", "application/json")
-        if body is not None:  # sliced bodies would otherwise go chunked
-            hdrs["Content-Length"] = str(len(body))
+        if parts is not None:  # streamed bodies would otherwise go chunked
+            hdrs["Content-Length"] = str(size)
         for attempt in range(self.retry.attempts):
             last = attempt == self.retry.attempts - 1
             try:
                 async with self._http().request(
-                    method, self.url + path, data=_payload(body), headers=hdrs, params=params
+                    method,
+                    self.url + path,
+                    data=_payload(parts, size),
+                    headers=hdrs,
+                    params=params,
                 ) as resp:
                     payload = await resp.read()
-                    self._count(len(body or b""), len(payload))
+                    self._count(size, len(payload))
                     if resp.status in RETRY_STATUSES and not last:
                         await self._backoff(attempt)
                         continue
@@ -147,18 +156,24 @@ class Transport:
         await asyncio.sleep(self.retry.delay(attempt))
 
 
-def _payload(body: bytes | None) -> bytes | AsyncIterator[bytes] | None:
-    """Bodies over 1 MiB go as a stream of slices: aiohttp warns that writing a large
-    bytes body in one go can stall its event loop."""
-    if body is None or len(body) <= _WHOLE_BODY_LIMIT:
-        return body
+def _payload(
+    parts: Sequence[bytes | memoryview] | None, size: int
+) -> bytes | memoryview | AsyncIterator[bytes | memoryview] | None:
+    """A small body goes whole; a large one (or many parts) as a stream of its parts, never
+    joined: aiohttp warns that a large bytes body in one write can stall its event loop,
+    and joining would copy every chunk once more."""
+    if parts is None:
+        return None
+    if len(parts) == 1 and size <= _WHOLE_BODY_LIMIT:
+        return parts[0]
 
-    async def slices() -> AsyncIterator[bytes]:
-        view = memoryview(body)
-        for i in range(0, len(view), _WHOLE_BODY_LIMIT):
-            yield bytes(view[i : i + _WHOLE_BODY_LIMIT])
+    async def stream() -> AsyncIterator[bytes | memoryview]:
+        for part in parts:
+            view = memoryview(part)
+            for i in range(0, len(view), _WHOLE_BODY_LIMIT):
+                yield view[i : i + _WHOLE_BODY_LIMIT]
 
-    return slices()
+    return stream()
 
 
 def _parse(payload: bytes) -> Any:

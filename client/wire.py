@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 API_PREFIX = "/v1"
@@ -79,7 +80,9 @@ BUNDLE_HEAD = struct.Struct("<4sI")
 BUNDLE_TYPE = "application/vnd.ckpt.bundle"
 
 
-def encode_chunk_batch(chunks: list[tuple[bytes, bytes | memoryview]]) -> list[bytes | memoryview]:
+def encode_chunk_batch(
+    chunks: Sequence[tuple[bytes, bytes | memoryview]],
+) -> list[bytes | memoryview]:
     """Body parts (to join or stream) for a chunk batch of (raw id, data)."""
     parts: list[bytes | memoryview] = []
     for cid, data in chunks:
