@@ -360,7 +360,15 @@ def _cut(
 ) -> tuple[list[tuple[bytes, memoryview]], bool, int]:
     """Read the next piece, cut it, hash it: (chunks with ids, last piece?, bytes read).
     Runs on a worker thread; pieces are taken in order, one at a time."""
-    piece = reader.read(PIECE)
+    parts = [reader.read(PIECE)]
+    got = len(parts[0])
+    while 0 < got < PIECE:  # pipes and raw files may return less before the end
+        more = reader.read(PIECE - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    piece = parts[0] if len(parts) == 1 else b"".join(parts)
     final = len(piece) < PIECE
     whole.update(piece)
     chunks = chunker.feed(piece, final)
@@ -402,6 +410,7 @@ class _Sender:
         size = 0
         reader = source.open()
         sending: list[asyncio.Future[None]] = []
+        cutting: asyncio.Future[Any] | None = None
         try:
             cutting = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
             while True:
@@ -421,6 +430,9 @@ class _Sender:
         finally:
             for task in sending:
                 task.cancel()
+            if cutting is not None and not cutting.done():
+                # Let the worker thread finish its read before the file is closed.
+                await asyncio.gather(cutting, return_exceptions=True)
             reader.close()
         return {"size": size, "hash": whole.hexdigest(), "chunks": [c.hex() for c in ids]}
 
