@@ -39,6 +39,7 @@ CATALOG_DBS = (
     b"uploads",  # upload id -> session JSON
     b"uploadfiles",  # upload id \0 file name -> FileEntry bytes
     b"tokens",  # key id -> token JSON (hash of the secret, scopes)
+    b"policies",  # namespace (or NUL "default") -> policy JSON
     b"counters",  # name -> signed 64-bit total
 )
 MIN_MAP_SIZE = 1 << 20

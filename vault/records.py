@@ -22,6 +22,7 @@ class Validity:
     reason: str | None = None
     source: str | None = None
     at: float | None = None
+    previous: str | None = None  # the state scrub replaced, restored when the chunk heals
 
     def to_wire(self) -> dict[str, Any]:
         return {

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import prune, scrub
 from .catalog import Catalog
 from .check import CheckReport, check
 from .chunking import ChunkingProfile
@@ -24,11 +25,15 @@ from .ingest import FileIngest
 from .lifecycle import Lifecycle
 from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
+from .policy import Policies, Policy
+from .prune import RetentionResult
 from .reader import Reader
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
+from .scrub import ScrubReport
 from .store import Store
 from .tokens import Tokens
 from .uploads import Uploads
+from .writer import WriteTxn
 
 MAX_LIST = 1000
 
@@ -45,6 +50,7 @@ class Vault:
         self.tokens = Tokens(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store, self.uploads)
+        self._policies = Policies(self.store.env.db["policies"])
 
     @property
     def catalog(self) -> Catalog:
@@ -156,6 +162,41 @@ class Vault:
         self, ns: str, ref: str, target: Any, metadata: Any = None, tags: Any = None
     ) -> CheckpointRecord:
         return self.lifecycle.fork(ns, ref, target, metadata, tags)
+
+    # -- policies and maintenance -------------------------------------------------------
+    def policy(self, ns: str | None) -> Policy:
+        """A namespace's own policy (or the default with ns=None); defaults if unset."""
+        with self.store.env.read() as txn:
+            if ns is not None:
+                self.catalog.require_namespace(txn, ns)
+            return self._policies.get(txn, ns) or Policy()
+
+    def set_policy(self, ns: str | None, changes: Any) -> Policy:
+        """Merge `changes` ({"retention": {...}, "tiering": {...}}, any keys) into a policy."""
+        if ns is not None:
+            check_namespace(ns)
+
+        def op(w: WriteTxn) -> Policy:
+            if ns is not None:
+                self.catalog.require_namespace(w.cat, ns)
+            policy = (self._policies.get(w.cat, ns) or Policy()).updated(changes)
+            self._policies.put(w.cat, ns, policy)
+            return policy
+
+        return self.store.writer.run(op)
+
+    def retention(self, dry_run: bool = True, namespace: str | None = None) -> RetentionResult:
+        """Plan retention for one or every namespace; unless dry_run, apply that plan."""
+        plans = prune.plan(self.store, self._policies, namespace)
+        deleted = [] if dry_run else prune.apply(self.store, plans)
+        return RetentionResult(plans, deleted, dry_run)
+
+    def verify(
+        self, namespace: str | None = None, sample: float = 1.0, rate: float | None = None
+    ) -> ScrubReport:
+        if not 0.0 < sample <= 1.0:
+            raise InvalidRequest("sample must be a fraction in (0, 1]")
+        return scrub.verify(self.store, namespace, sample, rate)
 
     # -- maintenance ------------------------------------------------------------------
     def gc(self, dry_run: bool = False) -> GcReport:

@@ -1,0 +1,158 @@
+"""Namespace policies: retention rules (and tiering settings, stored for the tiering work).
+
+A policy is stored per namespace, with a default for namespaces that have none. A PUT may
+give only some keys; the others keep their values. A retention rule left unset does not
+apply; a policy with no rule at all keeps everything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import lmdb
+
+from .errors import InvalidRequest
+
+DEFAULT_KEY = b"\0default"  # namespaces cannot start with NUL
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d|w)")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+COUNT_RULES = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
+
+
+def parse_duration(value: Any, key: str) -> float:
+    """Seconds from `90s`, `36h`, `7d`, `2w` (or a number of seconds)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    m = _DURATION.fullmatch(str(value).strip()) if isinstance(value, str) else None
+    if not m:
+        raise InvalidRequest(f"{key} must be a duration like 90s, 36h or 7d")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    for unit in ("w", "d", "h", "m"):
+        if seconds and seconds % _UNITS[unit] == 0:
+            return f"{int(seconds // _UNITS[unit])}{unit}"
+    return f"{seconds:g}s"
+
+
+@dataclass(frozen=True)
+class KeepBest:
+    metric: str
+    mode: str  # "min" or "max"
+    n: int
+
+
+@dataclass(frozen=True)
+class Retention:
+    keep_last: int | None = None
+    keep_hourly: int | None = None
+    keep_daily: int | None = None
+    keep_weekly: int | None = None
+    keep_monthly: int | None = None
+    keep_within: float | None = None  # seconds
+    keep_tags: tuple[str, ...] = ()
+    keep_best: KeepBest | None = None
+    keep_valid_min: int = 1
+
+    @property
+    def has_rules(self) -> bool:
+        counts = any(getattr(self, r) is not None for r in COUNT_RULES)
+        return (
+            counts or self.keep_within is not None or bool(self.keep_tags) or bool(self.keep_best)
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {r: getattr(self, r) for r in COUNT_RULES}
+        out["keep_within"] = (
+            format_duration(self.keep_within) if self.keep_within is not None else None
+        )
+        out["keep_tags"] = list(self.keep_tags)
+        out["keep_best"] = asdict(self.keep_best) if self.keep_best else None
+        out["keep_valid_min"] = self.keep_valid_min
+        return out
+
+    def updated(self, changes: Any) -> Retention:
+        """This policy with the keys in `changes` replaced (null clears a rule)."""
+        if not isinstance(changes, dict):
+            raise InvalidRequest("retention must be an object")
+        known = {f.name for f in fields(self)}
+        unknown = set(changes) - known
+        if unknown:
+            raise InvalidRequest(f"unknown retention keys: {sorted(unknown)}")
+        values: dict[str, Any] = {}
+        for key, value in changes.items():
+            values[key] = _parse_rule(key, value)
+        merged = {**{f.name: getattr(self, f.name) for f in fields(self)}, **values}
+        return Retention(**merged)
+
+
+def _count(key: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRequest(f"{key} must be a non-negative integer")
+    return value
+
+
+def _parse_rule(key: str, value: Any) -> Any:
+    if key == "keep_valid_min":
+        return 1 if value is None else _count(key, value)
+    if value is None:
+        return () if key == "keep_tags" else None
+    if key in COUNT_RULES:
+        return _count(key, value)
+    if key == "keep_within":
+        return parse_duration(value, key)
+    if key == "keep_tags":
+        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+            raise InvalidRequest("keep_tags must be a list of strings")
+        return tuple(value)
+    best = value if isinstance(value, dict) else {}
+    if not (isinstance(best.get("metric"), str) and best.get("mode") in ("min", "max")):
+        raise InvalidRequest('keep_best needs {"metric": <metadata key>, "mode": min|max, "n"}')
+    return KeepBest(best["metric"], best["mode"], _count("keep_best.n", best.get("n")))
+
+
+@dataclass(frozen=True)
+class Policy:
+    retention: Retention = field(default_factory=Retention)
+    tiering: dict[str, Any] = field(default_factory=dict)  # kept as given until tiering lands
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"retention": self.retention.to_wire(), "tiering": dict(self.tiering)}
+
+    def updated(self, body: Any) -> Policy:
+        if not isinstance(body, dict) or set(body) - {"retention", "tiering"}:
+            raise InvalidRequest('a policy is {"retention": {...}, "tiering": {...}}')
+        tiering = self.tiering
+        if "tiering" in body:
+            if not isinstance(body["tiering"], dict):
+                raise InvalidRequest("tiering must be an object")
+            tiering = {**self.tiering, **body["tiering"]}
+        retention = self.retention.updated(body.get("retention", {}))
+        return Policy(retention, tiering)
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_wire()).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | memoryview) -> Policy:
+        d = json.loads(bytes(raw))
+        return cls().updated({"retention": d.get("retention", {}), "tiering": d.get("tiering", {})})
+
+
+class Policies:
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    def get(self, txn: lmdb.Transaction, ns: str | None) -> Policy | None:
+        raw = txn.get(DEFAULT_KEY if ns is None else ns.encode(), db=self._db)
+        return Policy.from_json(raw) if raw is not None else None
+
+    def effective(self, txn: lmdb.Transaction, ns: str) -> Policy:
+        return self.get(txn, ns) or self.get(txn, None) or Policy()
+
+    def put(self, txn: lmdb.Transaction, ns: str | None, policy: Policy) -> None:
+        txn.put(DEFAULT_KEY if ns is None else ns.encode(), policy.to_json(), db=self._db)

@@ -1,0 +1,102 @@
+"""Applying retention: plan every namespace, then delete exactly what the plan says.
+
+The plan is computed from one catalog snapshot, including the bytes deletion would really
+free: a chunk is freed only if every checkpoint that references it is being deleted.
+Deletion runs in writer transactions of up to DELETE_BATCH checkpoints; a checkpoint pinned
+or deleted since the plan was made is skipped, never forced.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from dataclasses import dataclass
+
+import lmdb
+
+from .errors import CheckpointNotFound
+from .manifest import distinct_chunks
+from .policy import Policies
+from .records import CheckpointRecord
+from .retention import NamespacePlan, plan_namespace
+from .store import Store
+from .writer import WriteTxn
+
+DELETE_BATCH = 256
+
+
+@dataclass
+class RetentionResult:
+    plans: list[NamespacePlan]
+    deleted: list[str]
+    dry_run: bool
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "dry_run": self.dry_run,
+            "delete": [i for p in self.plans for i in p.delete],
+            "keep": [i for p in self.plans for i in p.keep],
+            "reclaimable_bytes": sum(p.reclaimable_bytes for p in self.plans),
+            "deleted": self.deleted,
+            "namespaces": {p.namespace: p.to_wire() for p in self.plans},
+        }
+
+
+def live_records(store: Store, txn: lmdb.Transaction, ns: str) -> list[CheckpointRecord]:
+    out = []
+    for cid in store.catalog.ids(txn, ns):
+        rec = store.catalog.record(txn, cid)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+def plan(store: Store, policies: Policies, namespace: str | None = None) -> list[NamespacePlan]:
+    now = store.clock.now()
+    plans = []
+    with store.env.read() as txn:
+        names = [namespace] if namespace else [n.name for n in store.catalog.namespaces(txn)]
+        if namespace:
+            store.catalog.require_namespace(txn, namespace)
+        for ns in names:
+            policy = policies.effective(txn, ns).retention
+            plans.append(plan_namespace(ns, live_records(store, txn, ns), policy, now))
+        doomed: Counter[bytes] = Counter()
+        for p in plans:
+            for cid in p.delete:
+                doomed.update(distinct_chunks(store.catalog.manifest(txn, cid)))
+        freed: dict[bytes, int] = {}
+        for chunk, n in doomed.items():
+            meta = store.blocks.meta(txn, chunk)
+            if meta is not None and meta.refs <= n:
+                freed[chunk] = meta.stored
+        for p in plans:  # attribute each freed chunk to one namespace's plan
+            for cid in p.delete:
+                for chunk in distinct_chunks(store.catalog.manifest(txn, cid)):
+                    p.reclaimable_bytes += freed.pop(chunk, 0)
+    return plans
+
+
+def apply(store: Store, plans: list[NamespacePlan]) -> list[str]:
+    """Delete what the plans say; returns the ids actually deleted."""
+    todo = [(p.namespace, cid) for p in plans for cid in p.delete]
+    deleted: list[str] = []
+    for i in range(0, len(todo), DELETE_BATCH):
+        batch = todo[i : i + DELETE_BATCH]
+        deleted.extend(store.writer.run(functools.partial(_delete, store, batch=batch)))
+    return deleted
+
+
+def _delete(store: Store, w: WriteTxn, *, batch: list[tuple[str, str]]) -> list[str]:
+    done = []
+    now = store.clock.now()
+    for ns, cid in batch:
+        try:
+            rec = store.catalog.resolve(w.cat, ns, cid)
+        except CheckpointNotFound:
+            continue  # deleted since the plan
+        if rec.pinned:
+            continue  # pinned since the plan: pins always win
+        store.catalog.remove(w.cat, rec, now)
+        done.append(cid)
+    return done

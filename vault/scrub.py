@@ -1,0 +1,159 @@
+"""Verification (scrub): re-read chunks, find the damaged ones, invalidate and heal.
+
+A damaged chunk is flagged (so the missing query reports it and the next upload of the same
+bytes replaces it), and every live checkpoint that uses it becomes `invalid` with reason
+`corrupt chunk <id>` and source `scrub`, remembering the state it replaced. When a later
+verify finds all chunks of such a checkpoint sound again, it restores that state; a
+checkpoint a producer marked invalid is never touched. Reading is paced to a byte rate so a
+background scrub never starves producers.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .blocks import INLINE, ChunkMeta
+from .errors import BlockCorrupt
+from .frame import Decoder
+from .manifest import distinct_chunks
+from .prune import live_records
+from .records import Validity
+from .store import Store
+from .writer import WriteTxn
+
+BATCH = 256
+
+
+@dataclass
+class ScrubReport:
+    chunks_checked: int = 0
+    bytes_checked: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    checkpoints_invalidated: list[str] = field(default_factory=list)
+    checkpoints_healed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_checked / self.seconds / 1e6 if self.seconds else 0.0
+
+
+def verify(
+    store: Store,
+    namespace: str | None = None,
+    sample: float = 1.0,
+    rate: float | None = None,
+    seed: int | None = None,
+) -> ScrubReport:
+    """Check chunks (all, a namespace's, or a random `sample` fraction) at most `rate` B/s."""
+    report = ScrubReport()
+    start = time.monotonic()
+    rng = random.Random(seed)
+    damaged: list[bytes] = []
+    batch: list[bytes] = []
+    for cid in _candidates(store, namespace):
+        if sample < 1.0 and rng.random() >= sample:
+            continue
+        batch.append(cid)
+        if len(batch) >= BATCH:
+            damaged += _check_batch(store, batch, report)
+            batch = []
+            _pace(report, start, rate)
+    damaged += _check_batch(store, batch, report)
+    report.corrupt = [c.hex() for c in damaged]
+    invalidated, healed = store.writer.run(lambda w: _settle(store, w, damaged))
+    report.checkpoints_invalidated, report.checkpoints_healed = invalidated, healed
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _candidates(store: Store, namespace: str | None) -> Iterable[bytes]:
+    if namespace is None:
+        return (key for key, _ in store.env.scan("chunkmeta"))
+    with store.env.read() as txn:
+        store.catalog.require_namespace(txn, namespace)
+        chunks: set[bytes] = set()
+        for rec in live_records(store, txn, namespace):
+            chunks |= distinct_chunks(store.catalog.manifest(txn, rec.id))
+    return sorted(chunks)
+
+
+def _check_batch(store: Store, cids: list[bytes], report: ScrubReport) -> list[bytes]:
+    bad: list[bytes] = []
+    decoder = Decoder()
+    with store.env.read() as cat:
+        metas = [(c, store.blocks.meta(cat, c)) for c in cids]
+        inline = {
+            c: bytes(f)
+            for c, m in metas
+            if m is not None
+            and m.seq == INLINE
+            and (f := store.blocks.inline_frame(cat, c)) is not None
+        }
+    with store.frames.read() as txn:
+        for cid, meta in metas:
+            if meta is None:
+                continue  # collected since the scan
+            frame = inline.get(cid) if meta.seq == INLINE else store.blocks.frame(txn, meta)
+            report.chunks_checked += 1
+            report.bytes_checked += meta.stored
+            try:
+                if frame is None:
+                    raise BlockCorrupt(cid.hex())
+                decoder.plaintext(frame, cid)
+            except BlockCorrupt:
+                bad.append(cid)
+    store.frames.note_io(sum(m.stored for _, m in metas if m is not None))
+    return bad
+
+
+def _pace(report: ScrubReport, start: float, rate: float | None) -> None:
+    if rate:
+        ahead = report.bytes_checked / rate - (time.monotonic() - start)
+        if ahead > 0:
+            time.sleep(ahead)  # pacing, not synchronisation: keeps scrub under its rate
+
+
+def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str], list[str]]:
+    """Flag damaged chunks, invalidate the checkpoints using them, heal the ones whose
+    chunks are all sound again. One writer transaction: one consistent view."""
+    for cid in damaged:
+        store.blocks.mark_damaged(w.cat, cid)
+    bad = set(damaged)
+    now = store.clock.now()
+    invalidated: list[str] = []
+    healed: list[str] = []
+    for ckpt_id, files in store.catalog.all_manifests(w.cat):
+        rec = store.catalog.record(w.cat, ckpt_id)
+        if rec is None or rec.is_tombstone:
+            continue
+        chunks = distinct_chunks(files)
+        hit = sorted(bad & chunks)
+        if hit and rec.validity.state != "invalid":
+            rec.validity = Validity(
+                "invalid",
+                f"corrupt chunk {hit[0].hex()}",
+                "scrub",
+                now,
+                previous=rec.validity.state,
+            )
+            store.catalog.put_record(w.cat, rec)
+            invalidated.append(rec.id)
+        elif (
+            not hit
+            and rec.validity.state == "invalid"
+            and rec.validity.source == "scrub"
+            and _all_sound(store, w, chunks)
+        ):
+            rec.validity = Validity(rec.validity.previous or "unverified", "healed", "scrub", now)
+            store.catalog.put_record(w.cat, rec)
+            healed.append(rec.id)
+    return invalidated, healed
+
+
+def _all_sound(store: Store, w: WriteTxn, chunks: set[bytes]) -> bool:
+    metas: list[ChunkMeta | None] = [store.blocks.meta(w.cat, c) for c in chunks]
+    return all(m is not None and not m.damaged for m in metas)
