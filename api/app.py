@@ -68,6 +68,9 @@ class BodyReaders:
 
 
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
+# Retention, GC, verify and check run one at a time, whether an operator or the schedule
+# starts them: each is a long scan, and two at once would only slow producers down.
+MAINTENANCE = web.AppKey("maintenance", asyncio.Lock)
 
 
 def reading_body(request: web.Request) -> AbstractContextManager[None]:
@@ -119,6 +122,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
     """The service; `clock` is for tests that move time instead of sleeping."""
     from .routes import setup_routes
+    from .scheduler import maintenance_context
 
     app = web.Application(
         client_max_size=settings.max_json_body,
@@ -127,7 +131,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[BODY_READERS] = BodyReaders()
+    app[MAINTENANCE] = asyncio.Lock()
     app.on_shutdown.append(app[BODY_READERS].abort_all)
     app.cleanup_ctx.append(_vault_context)
+    app.cleanup_ctx.append(maintenance_context)
     setup_routes(app)
     return app

@@ -73,7 +73,17 @@ def _positive_int(value: object) -> int:
     return n
 
 
-# (section, key) -> (attribute on Settings or "vault.<field>", parser)
+@dataclass(frozen=True)
+class Maintenance:
+    """Intervals in seconds; 0 disables the job."""
+
+    retention_interval: float = 3600.0
+    gc_interval: float = 3600.0
+    scrub_interval: float = 86400.0
+    scrub_rate: float = 50e6  # bytes per second the background scrub may read
+
+
+# (section, key) -> (attribute on Settings, "vault.<field>" or "maintenance.<field>", parser)
 _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "host"): ("host", str),
     ("server", "port"): ("port", _port),
@@ -87,6 +97,10 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("storage", "default_profile"): ("vault.default_profile", _profile),
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
     ("gc", "grace"): ("vault.gc_grace", parse_duration),
+    ("maintenance", "retention_interval"): ("maintenance.retention_interval", parse_duration),
+    ("maintenance", "gc_interval"): ("maintenance.gc_interval", parse_duration),
+    ("maintenance", "scrub_interval"): ("maintenance.scrub_interval", parse_duration),
+    ("maintenance", "scrub_rate"): ("maintenance.scrub_rate", parse_size),
 }
 
 
@@ -100,10 +114,12 @@ class Settings:
     shutdown_timeout: float = 30.0
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     vault: VaultConfig = field(default_factory=VaultConfig)
+    maintenance: Maintenance = field(default_factory=Maintenance)
 
     def with_values(self, values: Mapping[tuple[str, str], object], origin: str) -> Settings:
         top: dict[str, Any] = {}
         inner: dict[str, Any] = {}
+        jobs: dict[str, Any] = {}
         for (section, key), raw in values.items():
             if (section, key) not in _KEYS:
                 raise SettingsError(f"{origin}: unknown setting [{section}] {key}")
@@ -114,9 +130,16 @@ class Settings:
                 raise SettingsError(f"{origin}: [{section}] {key}: {e}") from None
             if attr.startswith("vault."):
                 inner[attr[6:]] = value
+            elif attr.startswith("maintenance."):
+                jobs[attr[12:]] = value
             else:
                 top[attr] = value
-        return replace(self, vault=replace(self.vault, **inner), **top)
+        return replace(
+            self,
+            vault=replace(self.vault, **inner),
+            maintenance=replace(self.maintenance, **jobs),
+            **top,
+        )
 
 
 def load_settings(

@@ -14,6 +14,7 @@ NS = "{ns:[A-Za-z0-9][A-Za-z0-9._:/-]*?}"
 
 def setup_routes(app: web.Application) -> None:
     admin.add_routes(app)
+    admin.add_policy_routes(app, NS)
     uploads.add_routes(app, NS)
     checkpoints.add_routes(app, NS)
     app.router.add_get("/v1/openapi.json", openapi_handler)

@@ -6,8 +6,10 @@ from dataclasses import asdict
 
 from aiohttp import web
 
+from vault import InvalidRequest
+
 from .. import __version__
-from ..app import VAULT, refresh_tokens, run
+from ..app import MAINTENANCE, VAULT, refresh_tokens, run
 from ..auth import require_admin
 from ..http import json_body, json_response, query_bool
 
@@ -26,15 +28,55 @@ async def stats(request: web.Request) -> web.Response:
 async def gc(request: web.Request) -> web.Response:
     """Collect expired uploads and chunks unreferenced past the grace period."""
     require_admin(request)
-    report = await run(request, request.app[VAULT].gc, query_bool(request, "dry_run", False))
+    async with request.app[MAINTENANCE]:
+        report = await run(request, request.app[VAULT].gc, query_bool(request, "dry_run", False))
     return json_response(asdict(report))
 
 
 async def check(request: web.Request) -> web.Response:
-    """Recompute reference counts from manifests; `repair=true` fixes drifted counts."""
+    """Recompute reference counts from manifests; `repair=true` fixes counts, drops orphans."""
     require_admin(request)
-    report = await run(request, request.app[VAULT].check, query_bool(request, "repair", False))
+    async with request.app[MAINTENANCE]:
+        report = await run(request, request.app[VAULT].check, query_bool(request, "repair", False))
     return json_response({**asdict(report), "ok": report.ok})
+
+
+async def retention(request: web.Request) -> web.Response:
+    """Plan retention (dry_run=true, the default) or apply exactly that plan."""
+    require_admin(request)
+    dry_run = query_bool(request, "dry_run", True)
+    namespace = request.query.get("namespace") or None
+    async with request.app[MAINTENANCE]:
+        result = await run(request, request.app[VAULT].retention, dry_run, namespace)
+    return json_response(result.to_wire())
+
+
+async def verify(request: web.Request) -> web.Response:
+    """Re-read chunks and check their ids; invalidate what uses damaged ones, heal the rest."""
+    require_admin(request)
+    try:
+        sample = float(request.query.get("sample", "1"))
+    except ValueError:
+        raise InvalidRequest("sample must be a number in (0, 1]") from None
+    namespace = request.query.get("namespace") or None
+    async with request.app[MAINTENANCE]:
+        report = await run(request, request.app[VAULT].verify, namespace, sample)
+    return json_response({**asdict(report), "mb_per_s": round(report.mb_per_s, 1)})
+
+
+async def get_policy(request: web.Request) -> web.Response:
+    """A namespace's retention and tiering policy (its own, without the default merged)."""
+    require_admin(request)
+    ns = request.match_info.get("ns")
+    return json_response((await run(request, request.app[VAULT].policy, ns)).to_wire())
+
+
+async def put_policy(request: web.Request) -> web.Response:
+    """Change some keys of a policy; the others keep their values."""
+    require_admin(request)
+    ns = request.match_info.get("ns")
+    body = await json_body(request)
+    return json_response((await run(request, request.app[VAULT].set_policy, ns, body)).to_wire())
 
 
 async def create_token(request: web.Request) -> web.Response:
@@ -63,11 +105,20 @@ async def revoke_token(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+def add_policy_routes(app: web.Application, ns: str) -> None:
+    app.router.add_get(f"/v1/namespaces/{ns}/policy", get_policy)
+    app.router.add_put(f"/v1/namespaces/{ns}/policy", put_policy)
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/health", health)
     app.router.add_get("/v1/stats", stats)
     app.router.add_post("/v1/admin/gc", gc)
     app.router.add_post("/v1/admin/check", check)
+    app.router.add_post("/v1/admin/retention", retention)
+    app.router.add_post("/v1/admin/verify", verify)
+    app.router.add_get("/v1/policy/default", get_policy)
+    app.router.add_put("/v1/policy/default", put_policy)
     app.router.add_post("/v1/admin/tokens", create_token)
     app.router.add_get("/v1/admin/tokens", list_tokens)
     app.router.add_delete("/v1/admin/tokens/{name}", revoke_token)
