@@ -324,6 +324,28 @@ class AsyncVaultClient:
             await self._t.json("POST", "/v1/admin/gc", params={"dry_run": str(dry_run).lower()})
         )
 
+    async def policy(self, namespace: str | None = None) -> dict[str, Any]:
+        """A namespace's policy, or the default one."""
+        path = f"/v1/namespaces/{_ns(namespace)}/policy" if namespace else "/v1/policy/default"
+        return dict(await self._t.json("GET", path))
+
+    async def set_policy(self, namespace: str | None, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change some keys of a policy ({"retention": {...}, "tiering": {...}})."""
+        path = f"/v1/namespaces/{_ns(namespace)}/policy" if namespace else "/v1/policy/default"
+        return dict(await self._t.json("PUT", path, json_body=changes))
+
+    async def retention(self, dry_run: bool = True, namespace: str | None = None) -> dict[str, Any]:
+        params = {"dry_run": str(dry_run).lower()}
+        if namespace:
+            params["namespace"] = namespace
+        return dict(await self._t.json("POST", "/v1/admin/retention", params=params))
+
+    async def verify(self, namespace: str | None = None, sample: float = 1.0) -> dict[str, Any]:
+        params = {"sample": str(sample)}
+        if namespace:
+            params["namespace"] = namespace
+        return dict(await self._t.json("POST", "/v1/admin/verify", params=params))
+
     async def check(self, repair: bool = False) -> dict[str, Any]:
         return dict(
             await self._t.json("POST", "/v1/admin/check", params={"repair": str(repair).lower()})

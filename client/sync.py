@@ -171,6 +171,18 @@ class VaultClient:
     def gc(self, dry_run: bool = False) -> dict[str, Any]:
         return self._run(self.aio.gc(dry_run))
 
+    def policy(self, namespace: str | None = None) -> dict[str, Any]:
+        return self._run(self.aio.policy(namespace))
+
+    def set_policy(self, namespace: str | None, changes: dict[str, Any]) -> dict[str, Any]:
+        return self._run(self.aio.set_policy(namespace, changes))
+
+    def retention(self, dry_run: bool = True, namespace: str | None = None) -> dict[str, Any]:
+        return self._run(self.aio.retention(dry_run, namespace))
+
+    def verify(self, namespace: str | None = None, sample: float = 1.0) -> dict[str, Any]:
+        return self._run(self.aio.verify(namespace, sample))
+
     def check(self, repair: bool = False) -> dict[str, Any]:
         return self._run(self.aio.check(repair))
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ..errors import ClientError
-from . import admin, checkpoints, serve
+from . import admin, checkpoints, lifecycle, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(sub)
     checkpoints.register(sub)
     admin.register(sub)
+    lifecycle.register(sub)
     return parser
 
 

@@ -37,11 +37,6 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=gc)
 
-    p = sub.add_parser("check", help="recompute reference counts; report drift")
-    p.add_argument("--repair", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=check)
-
 
 def _client(args: argparse.Namespace) -> VaultClient:
     return VaultClient(args.url, args.token, progress=False)
@@ -99,19 +94,3 @@ def gc(args: argparse.Namespace) -> int:
             f"{report['uploads_expired']} expired uploads removed"
         )
     return 0
-
-
-def check(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
-        report = vault.check(args.repair)
-    if args.json:
-        emit_json(report)
-    else:
-        print(
-            f"{'ok' if report['ok'] else 'PROBLEMS'}: {report['checkpoints']} checkpoints, "
-            f"{report['chunks']} chunks; drift {len(report['drift'])}, missing "
-            f"{len(report['missing'])}, damaged {len(report['damaged'])}, orphans "
-            f"{len(report['orphans'])}, unnamed frames {report['orphan_frames']}"
-            + (f"; repaired {report['repaired']}" if args.repair else "")
-        )
-    return 0 if report["ok"] else 1

@@ -101,3 +101,49 @@ def test_errors_are_one_line_and_nonzero(server: ServerProcess) -> None:
     assert missing.stderr.count("\n") == 1
     usage = ckpt(server, "mark", "ns", "id", "maybe", ok=False)
     assert usage.returncode == 2
+
+
+def test_retention_verify_and_check_commands(server: ServerProcess, tmp_path: Path) -> None:
+    ids = [js(server, "push", "cli/ret", str(_file(tmp_path, f"f{i}", i)))["id"] for i in range(3)]
+    policy = js(
+        server, "retention", "set", "cli/ret", "--keep-last", "1", "--keep-best", "step:max:1"
+    )
+    assert policy["retention"]["keep_last"] == 1
+    assert js(server, "retention", "get", "cli/ret")["retention"]["keep_best"]["mode"] == "max"
+    plan = js(server, "retention", "plan", "--namespace", "cli/ret")
+    assert plan["delete"] == [ids[1], ids[0]]
+    table = ckpt(server, "retention", "plan", "--namespace", "cli/ret").stdout
+    assert "kept because" in table
+    assert "last" in table
+    applied = js(server, "retention", "apply", "--namespace", "cli/ret")
+    assert applied["deleted"] == [ids[1], ids[0]]
+    assert [r["id"] for r in js(server, "ls", "cli/ret")] == [ids[2]]
+    verified = js(server, "verify", "--namespace", "cli/ret")
+    assert verified["corrupt"] == []
+    assert verified["chunks_checked"] >= 1
+    busy = ckpt(server, "check", "--data", str(server.data_dir), ok=False)
+    assert busy.returncode == 1
+    assert "in use" in busy.stderr
+
+
+def test_offline_check_of_a_stopped_data_dir(server: ServerProcess, tmp_path: Path) -> None:
+    from vault import Vault
+
+    engine = Vault(tmp_path / "data" / "vault")
+    session, _ = engine.open_upload("offline")
+    ingest = engine.ingest(session.id, "f")
+    ingest.feed(b"offline bytes" * 1000, final=True)
+    ingest.finish()
+    engine.commit(session.id)
+    engine.close()
+    report = js(server, "check", "--data", str(tmp_path / "data"))
+    assert report["ok"] is True
+    assert report["checkpoints"] == 1
+    missing = ckpt(server, "check", "--data", str(tmp_path / "nothing"), ok=False)
+    assert missing.returncode == 1
+
+
+def _file(root: Path, name: str, i: int) -> Path:
+    path = root / name
+    path.write_bytes(os.urandom(2000) + bytes([i]))
+    return path

@@ -1,0 +1,182 @@
+"""Lifecycle commands: retention get|set|plan|apply, verify, and check (online or offline)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..sync import VaultClient
+from .output import emit_json, human_bytes, table
+
+_COUNTS = (
+    "keep_last",
+    "keep_hourly",
+    "keep_daily",
+    "keep_weekly",
+    "keep_monthly",
+    "keep_valid_min",
+)
+
+
+def register(sub: Any) -> None:
+    ret = sub.add_parser("retention", help="show, set, plan or apply retention policies")
+    rsub = ret.add_subparsers(dest="action", required=True)
+    p = rsub.add_parser("get", help="a namespace's policy, or the default")
+    p.add_argument("namespace", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p = rsub.add_parser("set", help="change rules of a namespace's policy, or the default")
+    p.add_argument("namespace", nargs="?")
+    for rule in _COUNTS:
+        p.add_argument("--" + rule.replace("_", "-"), type=int, dest=rule)
+    p.add_argument("--keep-within", help="duration, e.g. 7d or 36h")
+    p.add_argument("--keep-tag", action="append", dest="keep_tags", help="repeatable")
+    p.add_argument(
+        "--keep-best",
+        metavar="METRIC:min|max:N",
+        help="keep the N best checkpoints by a numeric metadata key",
+    )
+    p.add_argument(
+        "--clear",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="unset a rule, e.g. --clear keep_daily",
+    )
+    p.add_argument("--json", action="store_true")
+    for action, helptext in (
+        ("plan", "what retention would delete, and why the rest stays"),
+        ("apply", "delete what the plan says"),
+    ):
+        p = rsub.add_parser(action, help=helptext)
+        p.add_argument("--namespace", default=None)
+        p.add_argument("--json", action="store_true")
+    ret.set_defaults(func=retention)
+
+    p = sub.add_parser("verify", help="re-read chunks; invalidate checkpoints with damage")
+    p.add_argument("--namespace", default=None)
+    p.add_argument("--sample", type=float, default=1.0, help="fraction of chunks to read")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=verify)
+
+    p = sub.add_parser("check", help="recompute reference counts; report drift")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="check a data dir offline (the server must be stopped)",
+    )
+    p.add_argument("--repair", action="store_true", help="fix counts, drop unnamed frames")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=check)
+
+
+def _client(args: argparse.Namespace) -> VaultClient:
+    return VaultClient(args.url, args.token, progress=False)
+
+
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    rules: dict[str, Any] = {r: getattr(args, r) for r in _COUNTS if getattr(args, r) is not None}
+    if args.keep_within:
+        rules["keep_within"] = args.keep_within
+    if args.keep_tags:
+        rules["keep_tags"] = args.keep_tags
+    if args.keep_best:
+        metric, _, rest = args.keep_best.partition(":")
+        mode, _, n = rest.partition(":")
+        if not metric or mode not in ("min", "max") or not n.isdigit():
+            raise ValueError("--keep-best takes METRIC:min|max:N, e.g. eval_loss:min:3")
+        rules["keep_best"] = {"metric": metric, "mode": mode, "n": int(n)}
+    for rule in args.clear:
+        rules[rule] = None
+    return {"retention": rules}
+
+
+def _print_policy(policy: dict[str, Any]) -> None:
+    table(
+        ["rule", "value"], [[k, v] for k, v in policy["retention"].items() if v not in (None, [])]
+    )
+
+
+def retention(args: argparse.Namespace) -> int:
+    with _client(args) as vault:
+        if args.action == "get":
+            out: dict[str, Any] = vault.policy(args.namespace)
+        elif args.action == "set":
+            out = vault.set_policy(args.namespace, _changes(args))
+        else:
+            out = vault.retention(args.action == "plan", args.namespace)
+    if args.json:
+        emit_json(out)
+    elif args.action in ("get", "set"):
+        _print_policy(out)
+    else:
+        _print_plan(out, applied=args.action == "apply")
+    return 0
+
+
+def _print_plan(out: dict[str, Any], applied: bool) -> None:
+    rows = []
+    for ns, plan in sorted(out["namespaces"].items()):
+        rows += [[ns, cid, "keep", ", ".join(why)] for cid, why in plan["keep"].items()]
+        rows += [[ns, cid, "deleted" if applied else "delete", ""] for cid in plan["delete"]]
+    table(["namespace", "checkpoint", "action", "kept because"], rows)
+    verb = "freed once GC runs" if applied else "would be freed"
+    print(
+        f"\n{len(out['delete'])} to delete, {len(out['keep'])} kept; "
+        f"{human_bytes(out['reclaimable_bytes'])} {verb}"
+    )
+
+
+def verify(args: argparse.Namespace) -> int:
+    with _client(args) as vault:
+        out = vault.verify(args.namespace, args.sample)
+    if args.json:
+        emit_json(out)
+    else:
+        print(
+            f"checked {out['chunks_checked']} chunks ({human_bytes(out['bytes_checked'])}) "
+            f"at {out['mb_per_s']} MB/s; corrupt {len(out['corrupt'])}, invalidated "
+            f"{len(out['checkpoints_invalidated'])}, healed {len(out['checkpoints_healed'])}"
+        )
+    return 1 if out["corrupt"] else 0
+
+
+def check(args: argparse.Namespace) -> int:
+    if args.data is not None:
+        out = _check_offline(args.data, args.repair)
+    else:
+        with _client(args) as vault:
+            out = vault.check(args.repair)
+    if args.json:
+        emit_json(out)
+    else:
+        print(
+            f"{'ok' if out['ok'] else 'PROBLEMS'}: {out['checkpoints']} checkpoints, "
+            f"{out['chunks']} chunks; drift {len(out['drift'])}, missing "
+            f"{len(out['missing'])}, damaged {len(out['damaged'])}, orphans "
+            f"{len(out['orphans'])}, unnamed frames {out['orphan_frames']}"
+            + (f"; repaired {out['repaired']}" if args.repair else "")
+        )
+    return 0 if out["ok"] else 1
+
+
+def _check_offline(data_dir: Path, repair: bool) -> dict[str, Any]:
+    """Open the engine directly; the data-dir lock refuses if a server has it open."""
+    from dataclasses import asdict
+
+    from vault import Vault, VaultError
+
+    if not (data_dir / "vault").is_dir():
+        raise ValueError(f"{data_dir} holds no vault (no {data_dir / 'vault'})")
+    try:
+        vault = Vault(data_dir / "vault")
+    except VaultError as e:
+        print(f"ckpt check: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    try:
+        report = vault.check(repair)
+    finally:
+        vault.close()
+    return {**asdict(report), "ok": report.ok}
