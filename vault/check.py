@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .blocks import INLINE, ChunkMeta, seq_of
+from .gc import GcReport, delete_unreferenced
 from .manifest import distinct_chunks
 from .store import Store
 from .writer import WriteTxn
@@ -65,6 +66,14 @@ def check(store: Store, repair: bool = False) -> CheckReport:
             report.orphans.append(cid.hex())
     if repair and report.drift:
         report.repaired = _repair(store, {bytes.fromhex(str(d["chunk"])) for d in report.drift})
+    if repair and report.orphans:
+        # Orphans no live upload reserved go now, without waiting out the GC grace period
+        # (the recount above already settled that nothing references them).
+        dropped = GcReport()
+        delete_unreferenced(
+            store, [bytes.fromhex(c) for c in report.orphans], store.now_ms(), 0, dropped
+        )
+        report.repaired += dropped.chunks_deleted
     if repair and report.orphan_frames:
         report.repaired += _drop_orphan_frames(store)
     return report

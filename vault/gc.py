@@ -51,14 +51,16 @@ def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
             continue
         batch.append(key)
         if len(batch) >= DELETE_BATCH:
-            _delete(store, batch, now_ms, grace_ms, report)
+            delete_unreferenced(store, batch, now_ms, grace_ms, report)
             batch = []
     if batch:
-        _delete(store, batch, now_ms, grace_ms, report)
+        delete_unreferenced(store, batch, now_ms, grace_ms, report)
     return report
 
 
-def _delete(store: Store, cids: list[bytes], now_ms: int, grace_ms: int, report: GcReport) -> None:
+def delete_unreferenced(
+    store: Store, cids: list[bytes], now_ms: int, grace_ms: int, report: GcReport
+) -> None:
     """Unreference before delete: drop the metadata in one batch, the frames in the next."""
 
     def forget(w: WriteTxn) -> list[ChunkMeta]:

@@ -150,3 +150,19 @@ def test_one_request_saves_store_inline_and_gc_collects_them(
         assert sum(1 for _ in txn.cursor(db=vault.store.env.db["inline"])) == 0
     assert vault.check().ok
     assert vault.stats()["stored_bytes"] == 0
+
+
+def test_repair_drops_unreserved_orphans_but_not_reserved_ones(
+    vault: Vault, clock: FakeClock
+) -> None:
+    data = random.Random(12).randbytes(3000)
+    ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 3000, 1000)]
+    session, _ = vault.open_upload("ns")
+    for i, cid in enumerate(ids):
+        vault.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
+    assert len(vault.check().orphans) == 3
+    assert vault.check(repair=True).repaired == 0  # the live upload reserved them
+    vault.abort(session.id)
+    clock.advance(vault.config.upload_ttl + 1)
+    assert vault.check(repair=True).repaired == 3
+    assert vault.stats()["chunks"] == 0

@@ -13,12 +13,14 @@ from .helpers import read_file, stream_save
 
 
 def flip_on_disk(data_file: Path, needle: bytes) -> None:
-    """Flip one byte of `needle` where it is stored in an LMDB data file."""
+    """Flip one byte of `needle` wherever it is in an LMDB data file (copy-on-write can
+    leave stale copies on free pages; flipping those too changes nothing live)."""
     blob = bytearray(data_file.read_bytes())
     at = blob.find(needle)
     assert at >= 0, "chunk bytes not found on disk"
-    assert blob.find(needle, at + 1) < 0, "chunk bytes stored twice?"
-    blob[at + len(needle) // 2] ^= 0x55
+    while at >= 0:
+        blob[at + len(needle) // 2] ^= 0x55
+        at = blob.find(needle, at + 1)
     data_file.write_bytes(bytes(blob))
 
 
@@ -74,3 +76,30 @@ def test_sample_and_namespace_limit_what_is_read(vault: Vault) -> None:
     assert 0 < half.chunks_checked < everything.chunks_checked
     assert 0 < only_ns0.chunks_checked < everything.chunks_checked
     assert everything.corrupt == []
+
+
+def test_verify_finds_every_damaged_chunk_in_both_stores(tmp_path: Path) -> None:
+    rng = random.Random(10)
+    clock = FakeClock()
+    vault = Vault(tmp_path / "v", VaultConfig(), clock)
+    big = [stream_save(vault, "tensors", {"w": rng.randbytes(400_000)}) for _ in range(3)]
+    agent, _ = vault.save("agent", {"state.json": rng.randbytes(20_000)}, chunking="small")
+    victims: list[tuple[bytes, bytes, str]] = []  # (chunk, bytes, store) to damage
+    for rec in big:
+        _, files = vault.manifest("tensors", rec.id)
+        cid = files["w"].chunks[2][0]
+        victims.append((cid, b"".join(vault.read_chunks([cid])), "frames"))
+    _, files = vault.manifest("agent", agent.id)
+    cid = files["state.json"].chunks[1][0]
+    victims.append((cid, b"".join(vault.read_chunks([cid])), "catalog"))
+    vault.close()
+    for _, data, where in victims:
+        flip_on_disk(tmp_path / "v" / where / "data.mdb", data[100:164])
+
+    vault = Vault(tmp_path / "v", VaultConfig(), clock)
+    report = vault.verify()
+    assert sorted(report.corrupt) == sorted(c.hex() for c, _, _ in victims)
+    assert sorted(report.checkpoints_invalidated) == sorted([r.id for r in big] + [agent.id])
+    check = vault.check()
+    assert sorted(check.damaged) == sorted(c.hex() for c, _, _ in victims)
+    vault.close()
