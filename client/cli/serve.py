@@ -24,6 +24,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from api.serve import serve
     from api.settings import SettingsError, load_settings
+    from vault import VaultError
 
     overrides: dict[tuple[str, str], object] = {}
     if args.data is not None:
@@ -37,5 +38,9 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"ckpt serve: {e}", file=sys.stderr)
         return 2
-    serve(settings)
+    try:
+        serve(settings)
+    except VaultError as e:  # e.g. the data dir is already served by another process
+        print(f"ckpt serve: {e}", file=sys.stderr)
+        return 1
     return 0

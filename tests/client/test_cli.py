@@ -94,6 +94,27 @@ def test_operator_commands(server: ServerProcess, tmp_path: Path) -> None:
     assert js(server, "check")["ok"] is True
 
 
+def test_second_server_on_one_data_dir_is_refused(server: ServerProcess) -> None:
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "client.cli",
+            "serve",
+            "--data",
+            str(server.data_dir),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert other.returncode == 1
+    assert "in use by another vault process" in other.stderr
+    assert "Traceback" not in other.stderr
+
+
 def test_errors_are_one_line_and_nonzero(server: ServerProcess) -> None:
     missing = ckpt(server, "show", "cli/none", "latest", ok=False)
     assert missing.returncode == 1
