@@ -36,6 +36,8 @@ import blake3
 import pytest
 from pyfastcdc import FastCDC
 
+from client.wire import encode_bundle
+
 from ..serverproc import ServerProcess
 
 SEED = int(os.environ.get("CRASH_SEED", "20240611"))
@@ -151,6 +153,7 @@ class Attempt:
     namespace: str
     files: dict[str, bytes]
     chunked: set[str] = field(default_factory=set)  # files sent client-chunked
+    bundle: bool = False  # sent as one request (POST .../checkpoints) with an idempotency key
     upload_id: str | None = None
     commit_body: dict[str, Any] = field(default_factory=dict)
     state: str = ABANDONED
@@ -212,6 +215,8 @@ class Producer:
             f"p{self.index}-{seq}", self.ns, {n: next_file(self.rng, self.history) for n in names}
         )
         a.chunked = {n for n in names if self.rng.random() < 0.3}
+        small = sum(len(d) for d in a.files.values()) <= 4 << 20
+        a.bundle = small and not a.chunked and self.rng.random() < 0.3
         return a
 
     async def loop(self) -> None:
@@ -235,6 +240,12 @@ class Producer:
 
     async def attempt(self, a: Attempt) -> None:
         run = self.run
+        if a.bundle:
+            a.state = COMMITTING
+            run.committing.set()
+            record = await commit(run, a, 201)
+            run.acked(a, record["id"])
+            return
         async with run.http.post(
             run.url(f"/v1/namespaces/{a.namespace}/uploads"),
             json={"metadata": {"attempt": a.key}, "tags": ["crash"]},
@@ -292,11 +303,30 @@ class Producer:
         return {"size": len(data), "hash": hexhash(data), "chunks": ids}
 
 
+def bundle_body(a: Attempt) -> bytes:
+    """The one-request save of an attempt; its key makes a retry return the same record."""
+    header = {
+        "metadata": {"attempt": a.key},
+        "tags": ["crash"],
+        "key": f"crash-idempotency-{a.key}",
+    }
+    return encode_bundle(header, list(a.files.items()))
+
+
 async def commit(run: Run, a: Attempt, *statuses: int) -> dict[str, Any]:
-    """POST the attempt's commit and check the record describes exactly what was sent."""
-    async with run.http.post(
-        run.url(f"/v1/uploads/{a.upload_id}/commit"), json=a.commit_body, headers=run.auth
-    ) as resp:
+    """POST the attempt's commit (or its one-request save) and check the record describes
+    exactly what was sent."""
+    if a.bundle:
+        post = run.http.post(
+            run.url(f"/v1/namespaces/{a.namespace}/checkpoints"),
+            data=io.BytesIO(bundle_body(a)),
+            headers=run.auth,
+        )
+    else:
+        post = run.http.post(
+            run.url(f"/v1/uploads/{a.upload_id}/commit"), json=a.commit_body, headers=run.auth
+        )
+    async with post as resp:
         record: dict[str, Any] = await answer(resp, *statuses)
     assert record["files"] == a.expected_files(), f"{a.key}: commit record lists other files"
     assert record["metadata"] == {"attempt": a.key}, f"{a.key}: commit record metadata"
@@ -510,6 +540,8 @@ async def test_sigkill_during_uploads_loses_no_acknowledged_checkpoint(
         stats = await gc_and_check(run, len(acked))
         after = await verify_visible(run)
         assert {a.key for a, _ in after.values()} == {a.key for a in acked}
+        assert any(a.bundle for a in acked), "no one-request save was exercised"
+        assert any(a.chunked for a in acked), "no client-chunked upload was exercised"
 
     assert crash_server.alive(), f"server exited on its own:\n{crash_server.log_tail()}"
     log = crash_server.log_tail(100_000)
