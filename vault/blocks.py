@@ -26,6 +26,10 @@ from .frame import Encoder
 from .writer import WriteTxn
 
 _META = struct.Struct("<QIIqqBQ")
+# Hot paths touch single fields in place (every commit adjusts one count per chunk).
+_REFS = struct.Struct("<Q")  # at offset 0
+_ZERO_SINCE = struct.Struct("<q")  # at offset 16
+_FLAGS_AT = 32
 _SEQ = struct.Struct(">Q")
 INLINE = 0  # ChunkMeta.seq of a frame kept in the catalog environment
 FLAG_DAMAGED = 1
@@ -110,8 +114,8 @@ class Blocks:
 
     def usable(self, txn: lmdb.Transaction, cid: bytes) -> bool:
         """Stored and not known to be damaged: what dedup and commit may rely on."""
-        meta = self.meta(txn, cid)
-        return meta is not None and not meta.damaged
+        raw = txn.get(cid, db=self._meta)
+        return raw is not None and not raw[_FLAGS_AT] & FLAG_DAMAGED
 
     def store(
         self,
@@ -170,12 +174,14 @@ class Blocks:
     ) -> None:
         """Change reference counts; a count reaching zero starts the GC grace period."""
         for cid in cids:
-            meta = self.meta(txn, cid)
-            if meta is None:  # only reachable through catalog drift; check() reports it
+            raw = txn.get(cid, db=self._meta)
+            if raw is None:  # only reachable through catalog drift; check() reports it
                 continue
-            refs = max(0, meta.refs + delta)
-            zero_since = now_ms if refs == 0 else 0
-            self.set_meta(txn, cid, meta._replace(refs=refs, zero_since_ms=zero_since))
+            buf = bytearray(raw)
+            refs = max(0, _REFS.unpack_from(buf)[0] + delta)
+            _REFS.pack_into(buf, 0, refs)
+            _ZERO_SINCE.pack_into(buf, 16, now_ms if refs == 0 else 0)
+            txn.put(cid, buf, db=self._meta)
 
     def forget(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta) -> None:
         """Drop a chunk from the catalog (an inline frame with it); a frame in the frame
