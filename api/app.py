@@ -24,6 +24,13 @@ from vault import Clock, SystemClock, Unavailable, Vault
 
 from .auth import TokenCache, auth_middleware
 from .errors import error_middleware
+from .observability import (
+    JobLog,
+    Metrics,
+    add_request_id_header,
+    metrics_middleware,
+    request_id_middleware,
+)
 from .settings import Settings
 
 log = logging.getLogger("ckpt.api")
@@ -71,6 +78,8 @@ BODY_READERS = web.AppKey("body_readers", BodyReaders)
 # Retention, GC, verify and check run one at a time, whether an operator or the schedule
 # starts them: each is a long scan, and two at once would only slow producers down.
 MAINTENANCE = web.AppKey("maintenance", asyncio.Lock)
+JOBS = web.AppKey("jobs", JobLog)
+METRICS = web.AppKey("metrics", Metrics)
 
 
 def reading_body(request: web.Request) -> AbstractContextManager[None]:
@@ -126,12 +135,20 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
 
     app = web.Application(
         client_max_size=settings.max_json_body,
-        middlewares=[error_middleware, auth_middleware(TOKENS)],
+        middlewares=[
+            request_id_middleware,
+            metrics_middleware(METRICS),
+            error_middleware,
+            auth_middleware(TOKENS),
+        ],
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[BODY_READERS] = BodyReaders()
     app[MAINTENANCE] = asyncio.Lock()
+    app[JOBS] = JobLog()
+    app[METRICS] = Metrics(lambda: app[VAULT], app[JOBS])
+    app.on_response_prepare.append(add_request_id_header)
     app.on_shutdown.append(app[BODY_READERS].abort_all)
     app.cleanup_ctx.append(_vault_context)
     app.cleanup_ctx.append(maintenance_context)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from vault import VaultError
+
+from .observability import request_id
 
 log = logging.getLogger("ckpt.api")
 
@@ -84,8 +85,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except (ConnectionResetError, TimeoutError):
         raise
     except Exception:
-        request_id = uuid.uuid4().hex[:16]
-        log.exception("internal error, request id %s", request_id)
+        rid = request_id(request)
+        log.exception("internal error, request id %s", rid, extra={"request_id": rid})
         return error_response(
-            500, "internal", f"internal error; the server log has request id {request_id}"
+            500, "internal", f"internal error; the server log has request id {rid}"
         )

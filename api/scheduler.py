@@ -20,7 +20,8 @@ from aiohttp import web
 
 from vault import Vault
 
-from .app import MAINTENANCE, POOL, SETTINGS, VAULT
+from .app import JOBS, MAINTENANCE, POOL, SETTINGS, VAULT
+from .observability import timed
 
 log = logging.getLogger("ckpt.maintenance")
 
@@ -66,7 +67,15 @@ async def _loop(app: web.Application) -> None:
         started = time.monotonic()
         try:
             async with app[MAINTENANCE]:
-                result = await loop.run_in_executor(app[POOL], jobs[name])
+                with timed(app[JOBS], name) as numbers:
+                    result = await loop.run_in_executor(app[POOL], jobs[name])
+                    numbers.update(
+                        {
+                            k: float(v)
+                            for k, v in result.items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)
+                        }
+                    )
         except Exception:
             log.exception("maintenance %s failed", name)
         else:

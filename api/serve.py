@@ -8,6 +8,7 @@ import logging
 from aiohttp import web
 
 from .app import create_app
+from .observability import AccessLogger, configure_logging
 from .settings import Settings
 
 _M_TRIM_THRESHOLD = -1
@@ -32,9 +33,7 @@ def _tune_malloc() -> None:
 
 def serve(settings: Settings) -> None:
     _tune_malloc()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_format)
     logging.getLogger("ckpt.api").info(
         "serving %s on http://%s:%d", settings.data_dir, settings.host, settings.port
     )
@@ -46,6 +45,7 @@ def serve(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         shutdown_timeout=settings.shutdown_timeout,
-        access_log=None,
+        access_log=logging.getLogger("ckpt.access"),
+        access_log_class=AccessLogger,
         print=None,
     )

@@ -66,6 +66,12 @@ def _profile(value: object) -> str:
     return str(value)
 
 
+def _log_format(value: object) -> str:
+    if value not in ("auto", "json", "text"):
+        raise ValueError(f"must be auto, json or text, got {value!r}")
+    return str(value)
+
+
 def _positive_int(value: object) -> int:
     n = int(str(value))
     if n < 1:
@@ -92,6 +98,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "max_json_body"): ("max_json_body", parse_size),
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
+    ("log", "format"): ("log_format", _log_format),
     ("storage", "map_size"): ("vault.map_size", parse_size),
     ("storage", "max_chunk_size"): ("vault.max_chunk_size", parse_size),
     ("storage", "default_profile"): ("vault.default_profile", _profile),
@@ -113,6 +120,7 @@ class Settings:
     max_json_body: int = 64 << 20  # a commit listing 160k chunks is ~11 MB of JSON
     shutdown_timeout: float = 30.0
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
+    log_format: str = "auto"  # JSON lines unless stderr is a terminal
     vault: VaultConfig = field(default_factory=VaultConfig)
     maintenance: Maintenance = field(default_factory=Maintenance)
 

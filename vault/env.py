@@ -177,6 +177,11 @@ class Env:
     def map_size(self) -> int:
         return int(self.lmdb.info()["map_size"])
 
+    def used_bytes(self) -> int:
+        """Bytes of the map in use (pages up to the last one written)."""
+        info = self.lmdb.info()
+        return (int(info["last_pgno"]) + 1) * int(self.lmdb.stat()["psize"])
+
     def close(self) -> None:
         with self._lock.exclusive():
             self.lmdb.close()

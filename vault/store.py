@@ -69,6 +69,8 @@ def store_all(
         written += wrote
         added += n
         grown += b
+    store.writer.stats.chunks_written += written  # writer thread only: no lock needed
+    store.writer.stats.chunks_deduplicated += len(items) - written
     if added:
         store.blocks.counters.add(w.cat, "chunks", added)
     if grown:

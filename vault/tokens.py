@@ -20,7 +20,7 @@ from .store import Store
 from .writer import WriteTxn
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_SCOPE = re.compile(r"admin|(read|write|delete):[A-Za-z0-9._:/*?\[\]-]{1,300}")
+_SCOPE = re.compile(r"admin|metrics|(read|write|delete):[A-Za-z0-9._:/*?\[\]-]{1,300}")
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ def check_scopes(scopes: object) -> tuple[str, ...]:
         or not all(isinstance(s, str) and _SCOPE.fullmatch(s) for s in scopes)
     ):
         raise InvalidRequest(
-            "scopes must be a non-empty list of 'admin', 'read:<glob>', 'write:<glob>' "
-            "or 'delete:<glob>'"
+            "scopes must be a non-empty list of 'admin', 'metrics', 'read:<glob>', "
+            "'write:<glob>' or 'delete:<glob>'"
         )
     return tuple(scopes)
 

@@ -8,6 +8,7 @@ transactions on the caller's thread.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,31 @@ class Vault:
 
     def check(self, repair: bool = False) -> CheckReport:
         return check(self.store, repair)
+
+    def observe(self) -> dict[str, Any]:
+        """Gauges for monitoring: storage, sessions, maps, writer, recovery points."""
+        now = self.store.clock.now()
+        recovery: dict[str, tuple[float | None, float | None]] = {}
+        with self.store.env.read() as txn:
+            sessions = int(txn.stat(self.store.env.db["uploads"])["entries"])
+            for ns in self.catalog.namespaces(txn):
+                newest = self.catalog.latest(txn, ns.name, valid_only=False)
+                valid = self.catalog.latest(txn, ns.name, valid_only=True)
+                recovery[ns.name] = (
+                    now - newest.created_at if newest else None,
+                    now - valid.created_at if valid else None,
+                )
+        return {
+            **self.stats(),
+            "upload_sessions": sessions,
+            "maps": {
+                name: {"used": env.used_bytes(), "size": env.map_size()}
+                for name, env in (("catalog", self.store.env), ("frames", self.store.frames))
+            },
+            "writer": asdict(self.store.writer.stats),
+            "writer_queue": self.store.writer.queue_depth(),
+            "recovery_seconds": recovery,
+        }
 
     def stats(self) -> dict[str, Any]:
         with self.store.env.read() as txn:

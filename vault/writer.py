@@ -52,9 +52,14 @@ class _Item:
 
 @dataclass
 class WriterStats:
+    """Since the vault opened; read by metrics (group-commit size = ops / batches)."""
+
     batches: int = 0
     ops: int = 0
+    bytes: int = 0
     map_growths: int = 0
+    chunks_written: int = 0  # frames stored by uploads and saves
+    chunks_deduplicated: int = 0  # chunks offered that the vault already had
 
 
 class Writer:
@@ -126,6 +131,7 @@ class Writer:
                 return
         self.stats.batches += 1
         self.stats.ops += len(batch)
+        self.stats.bytes += size
         self._frames.note_io(size)
         self._catalog.note_io(size)
         for item, (ok, value) in zip(batch, outcomes, strict=True):

@@ -5,18 +5,30 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vault import InvalidRequest
 
 from .. import __version__
-from ..app import MAINTENANCE, VAULT, refresh_tokens, run
-from ..auth import require_admin
+from ..app import JOBS, MAINTENANCE, METRICS, VAULT, refresh_tokens, run
+from ..auth import principal, require_admin
+from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool
+from ..observability import timed
 
 
 async def health(request: web.Request) -> web.Response:
     """Liveness; needs no token."""
     return json_response({"status": "ok", "version": __version__})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition (admin or `metrics` scope)."""
+    who = principal(request)
+    if not (who.is_admin or "metrics" in who.scopes):
+        raise Forbidden(f"token {who.name!r} lacks the metrics scope")
+    body = await run(request, generate_latest, request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def stats(request: web.Request) -> web.Response:
@@ -29,7 +41,11 @@ async def gc(request: web.Request) -> web.Response:
     """Collect expired uploads and chunks unreferenced past the grace period."""
     require_admin(request)
     async with request.app[MAINTENANCE]:
-        report = await run(request, request.app[VAULT].gc, query_bool(request, "dry_run", False))
+        with timed(request.app[JOBS], "gc") as numbers:
+            report = await run(
+                request, request.app[VAULT].gc, query_bool(request, "dry_run", False)
+            )
+            numbers.update(chunks_deleted=report.chunks_deleted, bytes_freed=report.bytes_freed)
     return json_response(asdict(report))
 
 
@@ -47,7 +63,9 @@ async def retention(request: web.Request) -> web.Response:
     dry_run = query_bool(request, "dry_run", True)
     namespace = request.query.get("namespace") or None
     async with request.app[MAINTENANCE]:
-        result = await run(request, request.app[VAULT].retention, dry_run, namespace)
+        with timed(request.app[JOBS], "retention") as numbers:
+            result = await run(request, request.app[VAULT].retention, dry_run, namespace)
+            numbers.update(deleted=len(result.deleted))
     return json_response(result.to_wire())
 
 
@@ -60,7 +78,9 @@ async def verify(request: web.Request) -> web.Response:
         raise InvalidRequest("sample must be a number in (0, 1]") from None
     namespace = request.query.get("namespace") or None
     async with request.app[MAINTENANCE]:
-        report = await run(request, request.app[VAULT].verify, namespace, sample)
+        with timed(request.app[JOBS], "scrub") as numbers:
+            report = await run(request, request.app[VAULT].verify, namespace, sample)
+            numbers.update(bytes_checked=report.bytes_checked, corrupt=len(report.corrupt))
     return json_response({**asdict(report), "mb_per_s": round(report.mb_per_s, 1)})
 
 
@@ -113,6 +133,7 @@ def add_policy_routes(app: web.Application, ns: str) -> None:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/health", health)
     app.router.add_get("/v1/stats", stats)
+    app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/admin/gc", gc)
     app.router.add_post("/v1/admin/check", check)
     app.router.add_post("/v1/admin/retention", retention)

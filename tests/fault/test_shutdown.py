@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 
 import aiohttp
@@ -46,3 +47,21 @@ async def test_sigterm_exits_zero_and_keeps_committed_data(crash_server: ServerP
             assert await resp.read() == data
         async with http.get("/v1/namespaces/term/checkpoints") as resp:
             assert [r["id"] for r in (await resp.json())["checkpoints"]] == [record["id"]]
+
+
+async def test_log_lines_are_json_with_request_ids(crash_server: ServerProcess) -> None:
+    headers = {"Authorization": f"Bearer {crash_server.token}", "X-Request-Id": "log-check-1"}
+    async with (
+        aiohttp.ClientSession(crash_server.url, headers=headers) as http,
+        http.get("/v1/namespaces/missing/checkpoints/latest") as resp,
+    ):
+        assert resp.status == 404
+    assert crash_server.terminate() == 0
+    lines = [ln for ln in crash_server.log_path.read_text().splitlines() if ln.startswith("{")]
+    records = [json.loads(ln) for ln in lines]
+    assert records, "no JSON log lines"
+    access = [r for r in records if r.get("request_id") == "log-check-1"]
+    assert len(access) == 1
+    assert access[0]["status"] == 404
+    assert access[0]["logger"] == "ckpt.access"
+    assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)

@@ -1,0 +1,271 @@
+"""What operators see: request ids, JSON log lines, the access log and Prometheus metrics.
+
+Every request gets an id (the caller's `X-Request-Id` if it sent a sane one), returned in the
+`X-Request-Id` header and carried by its access-log line and any error logged for it. Logs
+are one JSON object per line unless stderr is a terminal. Metrics live in a registry owned
+by the app (no process-global state) and are rendered on a worker thread, because the
+engine gauges read LMDB.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.typedefs import Handler, Middleware
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from vault import Vault
+
+REQUEST_ID = web.RequestKey("request_id", str)
+_SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+def request_id(request: web.BaseRequest) -> str:
+    rid = request.get(REQUEST_ID)
+    return rid if isinstance(rid, str) else "-"
+
+
+@web.middleware
+async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    incoming = request.headers.get("X-Request-Id", "")
+    request[REQUEST_ID] = incoming if _SANE_ID.fullmatch(incoming) else uuid.uuid4().hex[:16]
+    return await handler(request)
+
+
+async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: also reaches streamed responses and error answers."""
+    response.headers["X-Request-Id"] = request_id(request)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and any `extra` fields."""
+
+    _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        out.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+JsonFormatter.converter = time.gmtime
+
+
+def configure_logging(fmt: str = "auto") -> None:
+    """JSON lines for machines; readable text on a terminal (fmt: auto, json or text)."""
+    handler = logging.StreamHandler(sys.stderr)
+    as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    handler.setFormatter(
+        JsonFormatter()
+        if as_json
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+class AccessLogger(AbstractAccessLogger):
+    """One line per request, with its id, route, status, size and duration."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.info(
+            "%s %s %s",
+            request.method,
+            request.path,
+            response.status,
+            extra={
+                "request_id": request_id(request),
+                "method": request.method,
+                "path": request.path,
+                "status": response.status,
+                "bytes_out": response.body_length,
+                "ms": round(time * 1000, 2),
+                "remote": request.remote,
+            },
+        )
+
+
+@dataclass
+class JobLog:
+    """Outcomes of retention, GC, verify and check runs, for metrics."""
+
+    runs: dict[tuple[str, str], int] = field(default_factory=dict)
+    last_seconds: dict[str, float] = field(default_factory=dict)
+    last_at: dict[str, float] = field(default_factory=dict)
+    totals: dict[str, float] = field(default_factory=dict)
+
+    def record(self, job: str, seconds: float, ok: bool, numbers: dict[str, float]) -> None:
+        key = (job, "ok" if ok else "error")
+        self.runs[key] = self.runs.get(key, 0) + 1
+        self.last_seconds[job] = seconds
+        self.last_at[job] = time.time()
+        for name, value in numbers.items():
+            self.totals[f"{job}_{name}"] = self.totals.get(f"{job}_{name}", 0.0) + value
+
+
+@contextmanager
+def timed(jobs: JobLog, job: str) -> Iterator[dict[str, float]]:
+    """Record a maintenance run: its duration, outcome, and the numbers the caller fills in."""
+    numbers: dict[str, float] = {}
+    started = time.perf_counter()
+    ok = False
+    try:
+        yield numbers
+        ok = True
+    finally:
+        jobs.record(job, time.perf_counter() - started, ok, numbers)
+
+
+class _EngineCollector(Collector):
+    """Engine gauges, read at scrape time (on a worker thread)."""
+
+    def __init__(self, vault: Callable[[], Vault], jobs: JobLog) -> None:
+        self._vault = vault
+        self._jobs = jobs
+
+    def collect(self) -> Iterator[Any]:
+        o = self._vault().observe()
+        yield _gauge("ckpt_logical_bytes", "Bytes of all live checkpoints", o["logical_bytes"])
+        yield _gauge("ckpt_stored_bytes", "Bytes of stored chunk frames", o["stored_bytes"])
+        yield _gauge("ckpt_chunks", "Stored chunks", o["chunks"])
+        yield _gauge("ckpt_checkpoints", "Live checkpoints", o["checkpoints"])
+        yield _gauge("ckpt_dedup_ratio", "Logical over stored bytes", o["dedup_ratio"] or 0)
+        yield _gauge(
+            "ckpt_upload_sessions", "Upload sessions (open or retained)", o["upload_sessions"]
+        )
+        yield _gauge(
+            "ckpt_writer_queue_depth", "Operations waiting for the writer", o["writer_queue"]
+        )
+        tier_bytes = GaugeMetricFamily("ckpt_tier_bytes", "Stored bytes by tier", labels=["tier"])
+        tier_chunks = GaugeMetricFamily("ckpt_tier_chunks", "Chunks by tier", labels=["tier"])
+        for tier, t in o["tiers"].items():
+            tier_bytes.add_metric([tier], t["bytes"])
+            tier_chunks.add_metric([tier], t["chunks"])
+        yield tier_bytes
+        yield tier_chunks
+        maps = GaugeMetricFamily("ckpt_lmdb_map_bytes", "LMDB map use", labels=["env", "kind"])
+        for env, m in o["maps"].items():
+            maps.add_metric([env, "used"], m["used"])
+            maps.add_metric([env, "size"], m["size"])
+        yield maps
+        w = o["writer"]
+        for name in (
+            "batches",
+            "ops",
+            "bytes",
+            "map_growths",
+            "chunks_written",
+            "chunks_deduplicated",
+        ):
+            yield CounterMetricFamily(
+                f"ckpt_writer_{name}", f"Writer {name} since start", value=w[name]
+            )
+        rpo = GaugeMetricFamily(
+            "ckpt_recovery_point_seconds",
+            "Seconds since the newest (valid) checkpoint",
+            labels=["namespace", "which"],
+        )
+        for ns, (newest, valid) in o["recovery_seconds"].items():
+            if newest is not None:
+                rpo.add_metric([ns, "newest"], newest)
+            if valid is not None:
+                rpo.add_metric([ns, "valid"], valid)
+        yield rpo
+        yield from self._job_metrics()
+
+    def _job_metrics(self) -> Iterator[Any]:
+        runs = CounterMetricFamily(
+            "ckpt_maintenance_runs", "Maintenance runs", labels=["job", "outcome"]
+        )
+        for (job, outcome), n in self._jobs.runs.items():
+            runs.add_metric([job, outcome], n)
+        yield runs
+        last = GaugeMetricFamily(
+            "ckpt_maintenance_last_seconds", "Duration of the last run", labels=["job"]
+        )
+        for job, s in self._jobs.last_seconds.items():
+            last.add_metric([job], s)
+        yield last
+        totals = CounterMetricFamily(
+            "ckpt_maintenance_result", "Summed results of runs", labels=["what"]
+        )
+        for what, v in self._jobs.totals.items():
+            totals.add_metric([what], v)
+        yield totals
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class Metrics:
+    def __init__(self, vault: Callable[[], Vault], jobs: JobLog) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = Counter(
+            "ckpt_http_requests",
+            "HTTP requests",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "ckpt_http_request_seconds",
+            "HTTP request latency",
+            ["route", "method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.bytes_in = Counter(
+            "ckpt_http_request_bytes", "Request body bytes", ["route"], registry=self.registry
+        )
+        self.bytes_out = Counter(
+            "ckpt_http_response_bytes", "Response body bytes", ["route"], registry=self.registry
+        )
+        self.registry.register(_EngineCollector(vault, jobs))
+
+    def observe(self, request: web.Request, status: int, seconds: float, sent: int) -> None:
+        route = _route(request)
+        self.requests.labels(route, request.method, str(status)).inc()
+        self.latency.labels(route, request.method).observe(seconds)
+        self.bytes_in.labels(route).inc(request.content_length or 0)
+        self.bytes_out.labels(route).inc(sent)
+
+
+def metrics_middleware(key: web.AppKey[Metrics]) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        response = await handler(request)
+        request.app[key].observe(
+            request, response.status, time.perf_counter() - started, response.body_length
+        )
+        return response
+
+    return middleware
+
+
+def _route(request: web.Request) -> str:
+    info = request.match_info
+    resource = info.route.resource if info.route is not None else None
+    return resource.canonical if resource is not None else "unmatched"

@@ -1,0 +1,62 @@
+"""Metrics change with what the service does; request ids come back on every answer."""
+
+from __future__ import annotations
+
+import re
+
+from ..conftest import Api
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-z_]+)(?:\{(.*)\})? (\S+)", line)
+        if (
+            m
+            and m.group(1) == name
+            and ",".join(sorted((m.group(2) or "").split(",")))
+            == (",".join(sorted(want.split(","))))
+        ):
+            return float(m.group(3))
+    return 0.0
+
+
+async def scrape(api: Api, token: str | None = None) -> str:
+    resp = await api.call("GET", "/metrics", token=token, expect=200)
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    return await resp.text()
+
+
+async def test_metrics_follow_an_upload(api: Api) -> None:
+    before = await scrape(api)
+    await api.save("obs/run", {"w": b"weights" * 10_000})
+    after = await scrape(api)
+    assert metric(after, "ckpt_checkpoints") == metric(before, "ckpt_checkpoints") + 1
+    assert metric(after, "ckpt_stored_bytes") > metric(before, "ckpt_stored_bytes")
+    route = "/v1/uploads/{upload_id}/commit"
+    assert metric(after, "ckpt_http_requests_total", route=route, method="POST", status="201") == 1
+    assert metric(after, "ckpt_writer_chunks_written_total") >= 1
+    assert metric(after, "ckpt_recovery_point_seconds", namespace="obs/run", which="newest") >= 0
+    assert "ckpt_http_request_seconds_bucket" in after
+    await api.json("POST", "/v1/admin/gc")
+    gc = await scrape(api)
+    assert metric(gc, "ckpt_maintenance_runs_total", job="gc", outcome="ok") == 1
+
+
+async def test_metrics_need_admin_or_metrics_scope(api: Api) -> None:
+    reader = await api.token_for("read:*", name="reader")
+    await api.call("GET", "/metrics", token=reader, expect=403)
+    monitor = await api.token_for("metrics", name="prometheus")
+    assert "ckpt_chunks" in await scrape(api, monitor)
+
+
+async def test_request_ids_are_returned_and_kept(api: Api) -> None:
+    resp = await api.call("GET", "/v1/namespaces", headers={"X-Request-Id": "trace-42"})
+    assert resp.headers["X-Request-Id"] == "trace-42"
+    resp = await api.call("GET", "/v1/namespaces/none/checkpoints/latest")
+    assert resp.status == 404
+    assert re.fullmatch(r"[0-9a-f]{16}", resp.headers["X-Request-Id"])
+    resp = await api.call("GET", "/v1/namespaces", headers={"X-Request-Id": "bad id\\u00ff"})
+    assert resp.headers["X-Request-Id"] != "bad id\\u00ff"
