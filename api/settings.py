@@ -150,6 +150,24 @@ class Settings:
         )
 
 
+REDACTED_KEYS = frozenset({"token", "secret", "password", "key", "credentials"})
+
+
+def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Every setting by [section] key, as the service would run with it; values of keys
+    whose name says secret are shown as "<redacted>"."""
+    out: dict[str, dict[str, Any]] = {}
+    for (section, key), (attr, _) in _KEYS.items():
+        holder: Any = settings
+        for part in attr.split("."):
+            holder = getattr(holder, part)
+        value = str(holder) if isinstance(holder, Path) else holder
+        if any(word in key for word in REDACTED_KEYS):
+            value = "<redacted>"
+        out.setdefault(section, {})[key] = value
+    return out
+
+
 def load_settings(
     config_file: Path | None = None,
     environ: Mapping[str, str] | None = None,

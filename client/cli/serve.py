@@ -20,6 +20,35 @@ def register(sub: Any) -> None:
     p.add_argument("--config", type=Path, default=None, help="TOML config file")
     p.set_defaults(func=run)
 
+    config = sub.add_parser("config", help="show the effective server configuration")
+    csub = config.add_subparsers(dest="action", required=True)
+    show = csub.add_parser("show", help="defaults, then --config file, then CKPT_* variables")
+    show.add_argument("--config", type=Path, default=None, help="TOML config file")
+    show.add_argument("--json", action="store_true")
+    config.set_defaults(func=show_config)
+
+
+def show_config(args: argparse.Namespace) -> int:
+    import json
+
+    from api.settings import SettingsError, effective_config, load_settings
+
+    try:
+        settings = load_settings(args.config)
+    except SettingsError as e:
+        print(f"ckpt config: {e}", file=sys.stderr)
+        return 2
+    config = effective_config(settings)
+    if args.json:
+        print(json.dumps(config, indent=2, sort_keys=True))
+        return 0
+    for section, values in config.items():
+        print(f"[{section}]")
+        for key, value in values.items():
+            print(f"{key} = {json.dumps(value)}")
+        print()
+    return 0
+
 
 def run(args: argparse.Namespace) -> int:
     from api.serve import serve

@@ -1,0 +1,81 @@
+"""Configuration: file, environment and flags, validated at start with the bad key named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.settings import SettingsError, effective_config, load_settings
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "ckpt.toml"
+    path.write_text(text)
+    return path
+
+
+def test_file_then_environment_then_flags(tmp_path: Path) -> None:
+    cfg = write(tmp_path, '[server]\nport = 9000\n[gc]\ngrace = "2h"\n[uploads]\nttl = "1d"\n')
+    settings = load_settings(
+        cfg,
+        environ={"CKPT_SERVER_PORT": "9100", "CKPT_URL": "x"},
+        overrides={("server", "host"): "0.0.0.0"},
+    )
+    assert settings.port == 9100
+    assert settings.host == "0.0.0.0"
+    assert settings.vault.gc_grace == 7200
+    assert settings.vault.upload_ttl == 86400
+    shown = effective_config(settings)
+    assert shown["server"]["port"] == 9100
+    assert shown["maintenance"]["scrub_interval"] == 86400
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "named"),
+    [
+        ("[server]\nprot = 1\n", {}, "[server] prot"),
+        ('[gc]\ngrace = "soon"\n', {}, "[gc] grace"),
+        ("[server]\nport = 70000\n", {}, "[server] port"),
+        ("", {"CKPT_STORAGE_MAP_SIZE": "lots"}, "[storage] map_size"),
+        ("", {"CKPT_NOPE_X": "1"}, "[nope] x"),
+        ('[log]\nformat = "xml"\n', {}, "[log] format"),
+        ("server = 1\n", {}, "not a section"),
+    ],
+)
+def test_bad_settings_name_the_key(
+    tmp_path: Path, text: str, env: dict[str, str], named: str
+) -> None:
+    with pytest.raises(SettingsError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        load_settings(write(tmp_path, text), environ=env)
+
+
+def test_config_show_command(tmp_path: Path) -> None:
+    cfg = write(tmp_path, '[storage]\nmax_chunk_size = "8MiB"\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "client.cli", "config", "show", "--config", str(cfg), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["storage"]["max_chunk_size"] == 8 << 20
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "client.cli",
+            "config",
+            "show",
+            "--config",
+            str(write(tmp_path, "[server]\nprot = 1\n")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert "[server] prot" in bad.stderr
