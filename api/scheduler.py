@@ -42,7 +42,8 @@ def _jobs(vault: Vault, scrub_rate: float) -> dict[str, Callable[[], dict[str, A
         report = vault.verify(rate=scrub_rate or None)
         return {
             "chunks_checked": report.chunks_checked,
-            "corrupt": report.corrupt,
+            "corrupt": len(report.corrupt),
+            "corrupt_ids": report.corrupt,
             "invalidated": report.checkpoints_invalidated,
             "healed": report.checkpoints_healed,
             "mb_per_s": round(report.mb_per_s, 1),
