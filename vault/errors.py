@@ -116,6 +116,36 @@ class BlockCorrupt(VaultError):
         self.chunk_id = chunk_id
 
 
+class TierError(VaultError):
+    """A tier (filesystem or object store) failed in a way retrying will not fix."""
+
+    status = 500
+    code = "tier_error"
+
+
+class ObjectNotFound(TierError, KeyError):
+    """A tier holds no object under the key: data the catalog points to is missing."""
+
+    code = "tier_object_missing"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ObjectExists(TierError):
+    """A create-if-absent put found the key taken."""
+
+    status = 409
+    code = "conflict"
+
+
+class TierUnavailable(TierError, Unavailable):
+    """The tier did not answer (down, unreachable, timing out): retry later."""
+
+    status = 503
+    code = "unavailable"
+
+
 ALL_ERRORS: tuple[type[VaultError], ...] = (
     InvalidName,
     InvalidRequest,
@@ -127,4 +157,8 @@ ALL_ERRORS: tuple[type[VaultError], ...] = (
     UploadExpired,
     Unavailable,
     BlockCorrupt,
+    TierError,
+    ObjectNotFound,
+    ObjectExists,
+    TierUnavailable,
 )

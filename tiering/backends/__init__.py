@@ -1,0 +1,1 @@
+"""Tier backends: local filesystem, object stores through obstore, and memory (tests)."""
