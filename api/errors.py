@@ -23,6 +23,9 @@ log = logging.getLogger("ckpt.api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+RETRY_AFTER_SECONDS = 5  # what a 503 tells clients to wait: a tier or the store recovering
+
+
 class ApiError(Exception):
     status = 400
     code = "invalid_request"
@@ -74,7 +77,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except VaultError as e:
-        return error_response(e.status, e.code, e.message, e.details())
+        response = error_response(e.status, e.code, e.message, e.details())
+        if e.status == 503:
+            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
     except ApiError as e:
         return error_response(e.status, e.code, e.message)
     except web.HTTPException as e:

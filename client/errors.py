@@ -82,6 +82,10 @@ class UploadExpired(ClientError):
     code = "upload_expired"
 
 
+class TooManyUploads(ClientError):
+    code = "too_many_uploads"
+
+
 class Unavailable(ClientError):
     code = "unavailable"
 
@@ -108,6 +112,7 @@ _BY_CODE: dict[str, type[ClientError]] = {
         Conflict,
         MissingChunks,
         UploadExpired,
+        TooManyUploads,
         Unavailable,
         CorruptChunk,
         ServerError,

@@ -29,6 +29,7 @@ ERROR_CODES = {
     "missing_chunks": 409,
     "conflict": 409,
     "upload_expired": 410,
+    "too_many_uploads": 429,
     "unavailable": 503,
     "corrupt_chunk": 500,
     "internal": 500,

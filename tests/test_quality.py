@@ -60,3 +60,16 @@ def test_vault_imports_none_of_our_other_packages() -> None:
     )
     result = run("-c", code)
     assert result.returncode == 0, result.stdout
+
+
+def test_wire_error_codes_match_the_engine_and_the_client() -> None:
+    from api.errors import Forbidden, InvalidRange, Unauthorized
+    from client.errors import _BY_CODE
+    from client.wire import ERROR_CODES
+    from vault.errors import ALL_ERRORS
+
+    for cls in (*ALL_ERRORS, Unauthorized, Forbidden, InvalidRange):
+        if cls.code.startswith("tier_"):
+            continue  # internal: never crosses the wire as its own code today
+        assert ERROR_CODES.get(cls.code) == cls.status, cls.__name__
+        assert cls.code in _BY_CODE, f"client has no class for {cls.code}"

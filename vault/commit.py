@@ -20,7 +20,7 @@ from .names import check_chunk_id, check_file_name
 from .reader import Reader
 from .records import CheckpointRecord, UploadSession
 from .store import Store
-from .uploads import Uploads
+from .uploads import OPEN_UPLOADS, Uploads
 
 
 def _parse_listed(files: Any) -> dict[str, tuple[int, bytes, list[bytes]]]:
@@ -130,6 +130,7 @@ class Committer:
             now,
         )
         session.committed = rec.id
+        self._s.blocks.counters.add(txn, OPEN_UPLOADS, -1)
         self._uploads.put(txn, session)
         self._uploads.drop(txn, upload_id, keep_session=True)
         return rec, True

@@ -19,5 +19,8 @@ class VaultConfig:
     max_chunk_size: int = 4 << 20
     # Initial LMDB map size; the map grows by doubling (steps of at most 64 GiB) when full.
     map_size: int = 1 << 30
+    # Upload sessions open at once (opened, not yet committed, aborted or expired); beyond
+    # it opening one answers 429. One-request saves do not count.
+    max_upload_sessions: int = 10_000
     # Profile for namespaces whose first upload does not ask for one.
     default_profile: str = "large"

@@ -95,6 +95,11 @@ class MissingChunks(Conflict):
         return {"missing": self.chunks}
 
 
+class TooManyUploads(VaultError):
+    status = 429
+    code = "too_many_uploads"
+
+
 class UploadExpired(VaultError):
     status = 410
     code = "upload_expired"
@@ -155,6 +160,7 @@ ALL_ERRORS: tuple[type[VaultError], ...] = (
     Conflict,
     MissingChunks,
     UploadExpired,
+    TooManyUploads,
     Unavailable,
     BlockCorrupt,
     TierError,

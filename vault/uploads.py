@@ -17,7 +17,15 @@ from typing import Any
 import lmdb
 
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
-from .errors import Conflict, HashMismatch, InvalidRequest, TooLarge, UploadExpired, UploadNotFound
+from .errors import (
+    Conflict,
+    HashMismatch,
+    InvalidRequest,
+    TooLarge,
+    TooManyUploads,
+    UploadExpired,
+    UploadNotFound,
+)
 from .frame import Encoder, chunk_id
 from .ids import new_upload_id
 from .manifest import FileEntry
@@ -27,6 +35,7 @@ from .store import Store, store_all
 from .writer import WriteTxn
 
 MAX_MISSING_QUERY = 100_000
+OPEN_UPLOADS = "open_uploads"  # counter: sessions opened and neither committed nor ended
 MAX_TAGS = 64
 MAX_TAG_LENGTH = 128
 
@@ -125,6 +134,11 @@ class Uploads:
         def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
             txn = w.cat
             now = self._s.clock.now()
+            limit = self._s.config.max_upload_sessions
+            if self._s.blocks.counters.get(txn, OPEN_UPLOADS) >= limit:
+                raise TooManyUploads(
+                    f"{limit} upload sessions are open; commit or abort some, or let them expire"
+                )
             ns_rec = self._s.catalog.namespace(txn, ns)
             if ns_rec is None:
                 ns_rec = NamespaceRecord(ns, asdict(wanted), now)
@@ -143,6 +157,7 @@ class Uploads:
                 expires_at=now + self._s.config.upload_ttl,
             )
             self.put(txn, session)
+            self._s.blocks.counters.add(txn, OPEN_UPLOADS, 1)
             return session, ns_rec.chunking()
 
         return self._s.writer.run(op)
@@ -209,6 +224,7 @@ class Uploads:
             if session.committed:
                 raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
             self.drop(w.cat, upload_id, keep_session=False)
+            self._s.blocks.counters.add(w.cat, OPEN_UPLOADS, -1)
 
         self._s.writer.run(op)
 
@@ -233,6 +249,8 @@ class Uploads:
                     continue
                 if session.expires_at <= now:
                     self.drop(txn, upload_id, keep_session=False)
+                    if not session.committed:
+                        self._s.blocks.counters.add(txn, OPEN_UPLOADS, -1)
                     n += 1
             return n
 

@@ -11,8 +11,10 @@ from vault import (
     HashMismatch,
     InvalidRequest,
     MissingChunks,
+    TooManyUploads,
     UploadExpired,
     Vault,
+    VaultConfig,
 )
 from vault.clock import FakeClock
 from vault.frame import chunk_id
@@ -163,3 +165,23 @@ def test_ids_keep_increasing_when_the_clock_steps_back_across_a_restart(
     assert new.id > old.id
     assert second.get("ns", "latest").id == new.id
     second.close()
+
+
+def test_open_upload_sessions_are_limited(tmp_path: Path) -> None:
+    clock = FakeClock()
+    vault = Vault(tmp_path / "v", VaultConfig(max_upload_sessions=2), clock)
+    first, _ = vault.open_upload("ns")
+    second, _ = vault.open_upload("ns")
+    with pytest.raises(TooManyUploads):
+        vault.open_upload("ns")
+    vault.save("ns", {"f": b"one-request saves do not count"})
+    vault.commit(first.id)
+    third, _ = vault.open_upload("ns")
+    vault.abort(second.id)
+    vault.open_upload("ns")
+    clock.advance(vault.config.upload_ttl + 1)
+    vault.gc()
+    vault.open_upload("ns")
+    vault.open_upload("ns")
+    assert third.id
+    vault.close()
