@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from client.wire import ADMIN_TOKEN_FILE
+from tiering import open_tier
+from tiering.wrappers import RetryingTier
 from vault import Clock, SystemClock, Unavailable, Vault
 
 from .auth import TokenCache, auth_middleware
@@ -114,8 +116,15 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="vault-io")
+    tiers = {
+        name: RetryingTier(
+            open_tier(name, spec["url"], {k: v for k, v in spec.items() if k != "url"})
+        )
+        for name, spec in settings.tiers.items()
+    }
     vault = await asyncio.get_running_loop().run_in_executor(
-        pool, functools.partial(Vault, settings.data_dir / "vault", settings.vault, app[CLOCK])
+        pool,
+        functools.partial(Vault, settings.data_dir / "vault", settings.vault, app[CLOCK], tiers),
     )
     app[POOL] = pool
     app[VAULT] = vault

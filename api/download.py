@@ -61,13 +61,19 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
     if rng is not None:
         resp.headers["Content-Range"] = f"bytes {first}-{last}/{entry.size}"
     resp.content_length = last - first + 1 if entry.size else 0
-    await resp.prepare(request)
     if request.method == "HEAD" or entry.size == 0:
+        await resp.prepare(request)
         await resp.write_eof()
         return resp
     spans = _spans(entry, first, last)
     groups = list(batches([(c, n) for c, _, n in spans]))
-    next_batch = asyncio.ensure_future(run(request, vault.read_chunks, groups[0]))
+    # The first batch is read before the status goes out, so a tier that is down or a
+    # corrupt first chunk still gets its proper JSON error (503, 500) instead of a 200
+    # cut short; later failures can only cut the connection.
+    first_batch = await run(request, vault.read_chunks, groups[0])
+    await resp.prepare(request)
+    next_batch: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
+    next_batch.set_result(first_batch)
     pos = spans[0][1]
     try:
         for i in range(len(groups)):

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tiering.runner import run_tiering
 from vault import Vault
 
 from .app import JOBS, MAINTENANCE, POOL, SETTINGS, VAULT
@@ -49,7 +50,14 @@ def _jobs(vault: Vault, scrub_rate: float) -> dict[str, Callable[[], dict[str, A
             "mb_per_s": round(report.mb_per_s, 1),
         }
 
-    return {"retention": retention, "gc": gc, "scrub": scrub}
+    def tiering() -> dict[str, Any]:
+        result = run_tiering(vault)
+        return {
+            "bytes_moved": sum(m["bytes"] for m in result["moved"].values()),
+            "retiered": len(result["retiered"]),
+        }
+
+    return {"retention": retention, "gc": gc, "scrub": scrub, "tiering": tiering}
 
 
 async def _loop(app: web.Application) -> None:
@@ -58,6 +66,7 @@ async def _loop(app: web.Application) -> None:
         "retention": settings.retention_interval,
         "gc": settings.gc_interval,
         "scrub": settings.scrub_interval,
+        "tiering": settings.tiering_interval if app[SETTINGS].tiers else 0.0,
     }
     jobs = _jobs(app[VAULT], settings.scrub_rate)
     loop = asyncio.get_running_loop()

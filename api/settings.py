@@ -87,6 +87,7 @@ class Maintenance:
     gc_interval: float = 3600.0
     scrub_interval: float = 86400.0
     scrub_rate: float = 50e6  # bytes per second the background scrub may read
+    tiering_interval: float = 3600.0
 
 
 # (section, key) -> (attribute on Settings, "vault.<field>" or "maintenance.<field>", parser)
@@ -109,6 +110,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("maintenance", "gc_interval"): ("maintenance.gc_interval", parse_duration),
     ("maintenance", "scrub_interval"): ("maintenance.scrub_interval", parse_duration),
     ("maintenance", "scrub_rate"): ("maintenance.scrub_rate", parse_size),
+    ("maintenance", "tiering_interval"): ("maintenance.tiering_interval", parse_duration),
 }
 
 
@@ -124,6 +126,9 @@ class Settings:
     log_format: str = "auto"  # JSON lines unless stderr is a terminal
     vault: VaultConfig = field(default_factory=VaultConfig)
     maintenance: Maintenance = field(default_factory=Maintenance)
+    # [tiers.<name>]: url plus backend options (endpoint, region, access_key_id, ...).
+    # Credentials may instead come from each provider's usual environment variables.
+    tiers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def with_values(self, values: Mapping[tuple[str, str], object], origin: str) -> Settings:
         top: dict[str, Any] = {}
@@ -158,6 +163,10 @@ def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
     """Every setting by [section] key, as the service would run with it; values of keys
     whose name says secret are shown as "<redacted>"."""
     out: dict[str, dict[str, Any]] = {}
+    for name, spec in settings.tiers.items():
+        out[f"tiers.{name}"] = {
+            k: "<redacted>" if any(w in k for w in REDACTED_KEYS) else v for k, v in spec.items()
+        }
     for (section, key), (attr, _) in _KEYS.items():
         holder: Any = settings
         for part in attr.split("."):
@@ -166,6 +175,23 @@ def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
         if any(word in key for word in REDACTED_KEYS):
             value = "<redacted>"
         out.setdefault(section, {})[key] = value
+    return out
+
+
+_TIER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def _tiers(table: object, origin: str) -> dict[str, dict[str, Any]]:
+    """[tiers.<name>] sections: a `url` (file://, s3://, gs://, az://) and backend options."""
+    if not isinstance(table, dict):
+        raise SettingsError(f"{origin}: tiers must be [tiers.<name>] sections")
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in table.items():
+        if not _TIER_NAME.fullmatch(name) or name == "hot":
+            raise SettingsError(f"{origin}: [tiers.{name}]: bad tier name (hot is LMDB)")
+        if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
+            raise SettingsError(f"{origin}: [tiers.{name}] needs a url")
+        out[name] = dict(spec)
     return out
 
 
@@ -181,11 +207,12 @@ def load_settings(
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise SettingsError(f"{config_file}: {e}") from None
         flat: dict[tuple[str, str], object] = {}
+        tiers = _tiers(doc.pop("tiers", {}), str(config_file))
         for section, table in doc.items():
             if not isinstance(table, dict):
                 raise SettingsError(f"{config_file}: top-level key {section!r} is not a section")
             flat.update({(section, k): v for k, v in table.items()})
-        settings = settings.with_values(flat, str(config_file))
+        settings = replace(settings.with_values(flat, str(config_file)), tiers=tiers)
     env = os.environ if environ is None else environ
     from_env = {}
     for name, value in env.items():

@@ -16,6 +16,8 @@ from aiohttp.test_utils import TestClient
 from api import Settings, create_app
 from vault import FakeClock, Vault, VaultConfig
 
+from .seaweed import SeaweedFS
+
 
 @pytest.fixture
 def clock() -> FakeClock:
@@ -114,3 +116,14 @@ async def api(aiohttp_client: Any, settings: Settings, clock: FakeClock) -> Asyn
     client = await aiohttp_client(create_app(settings, clock))
     token = (settings.data_dir / "admin.token").read_text().strip()
     return Api(client, token, settings.data_dir)
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """One real S3-compatible server for the session (tests use their own prefixes)."""
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweed"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -115,6 +115,9 @@ class SeaweedFS:
             self._log.close()
             self._log = None
 
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def kill(self) -> None:
         """An outage: the server vanishes at once."""
         if self._proc is not None:

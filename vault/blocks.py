@@ -7,6 +7,9 @@ of its frame. Frames are keyed by that sequence number (big endian, so appends g
 end of the B-tree); a frame is never rewritten in place: healing a damaged chunk writes a
 new frame under a new number and points the metadata at it.
 
+Chunks moved to another tier are *packed*: their frame lives at a byte range of a pack object
+in that tier, recorded in the catalog (sequence number PACKED).
+
 Chunks of one-request saves (small checkpoints, agent state) are stored *inline*: the frame
 sits in the catalog environment next to its metadata (sequence number 0), so such a save
 commits one environment, not two, which halves its fsyncs. Their total size is bounded by
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import lmdb
@@ -32,6 +36,30 @@ _ZERO_SINCE = struct.Struct("<q")  # at offset 16
 _FLAGS_AT = 32
 _SEQ = struct.Struct(">Q")
 INLINE = 0  # ChunkMeta.seq of a frame kept in the catalog environment
+PACKED = (1 << 64) - 1  # ChunkMeta.seq of a frame that lives in a pack in another tier
+_LOCATION = struct.Struct("<QIH")  # offset, length, tier-name length; then name, then key
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a packed chunk's frame is: which tier, which object, which bytes."""
+
+    tier: str
+    key: str
+    offset: int
+    length: int
+
+    def pack(self) -> bytes:
+        name = self.tier.encode()
+        return _LOCATION.pack(self.offset, self.length, len(name)) + name + self.key.encode()
+
+    @classmethod
+    def unpack(cls, raw: bytes | memoryview) -> Location:
+        offset, length, n = _LOCATION.unpack_from(raw)
+        rest = bytes(raw[_LOCATION.size :])
+        return cls(rest[:n].decode(), rest[n:].decode(), offset, length)
+
+
 FLAG_DAMAGED = 1
 
 
@@ -92,6 +120,7 @@ class Blocks:
         self._frames = frames.db["frames"]
         self._meta = catalog.db["chunkmeta"]
         self._inline = catalog.db["inline"]
+        self._packed = catalog.db["packed"]
         self.counters = Counters(catalog)
         with frames.read() as txn:
             cur = txn.cursor(db=self._frames)
@@ -111,6 +140,21 @@ class Blocks:
     def inline_frame(self, txn: lmdb.Transaction, cid: bytes) -> bytes | memoryview | None:
         """The frame of an inline chunk, read in a catalog transaction."""
         return txn.get(cid, db=self._inline)
+
+    def location(self, txn: lmdb.Transaction, cid: bytes) -> Location | None:
+        """Where a packed chunk lives (catalog transaction)."""
+        raw = txn.get(cid, db=self._packed)
+        return Location.unpack(raw) if raw is not None else None
+
+    def move_to_pack(
+        self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta, where: Location
+    ) -> None:
+        """Point a chunk at its copy in a pack; the caller deletes the old frame after the
+        commit (copy, verify, switch the pointer, then delete the source)."""
+        if meta.seq == INLINE:
+            txn.delete(cid, db=self._inline)
+        txn.put(cid, where.pack(), db=self._packed)
+        self.set_meta(txn, cid, meta._replace(seq=PACKED, stored=where.length))
 
     def usable(self, txn: lmdb.Transaction, cid: bytes) -> bool:
         """Stored and not known to be damaged: what dedup and commit may rely on."""
@@ -154,6 +198,8 @@ class Blocks:
         # healing: the damaged frame goes, the new one takes its place
         if meta.seq == INLINE and not inline:
             w.cat.delete(cid, db=self._inline)
+        elif meta.seq == PACKED:  # a fresh hot copy replaces the damaged packed one
+            w.cat.delete(cid, db=self._packed)
         elif meta.seq != INLINE:
             w.data.delete(seq_key(meta.seq), db=self._frames)
         new = meta._replace(
@@ -189,6 +235,8 @@ class Blocks:
         txn.delete(cid, db=self._meta)
         if meta.seq == INLINE:
             txn.delete(cid, db=self._inline)
+        elif meta.seq == PACKED:  # the pack keeps the bytes until it is repacked
+            txn.delete(cid, db=self._packed)
         self.counters.add(txn, "chunks", -1)
         self.counters.add(txn, "stored_bytes", -meta.stored)
 

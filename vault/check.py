@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .blocks import INLINE, ChunkMeta, seq_of
+from .blocks import INLINE, PACKED, ChunkMeta, seq_of
 from .gc import GcReport, delete_unreferenced
 from .manifest import distinct_chunks
 from .store import Store
@@ -49,8 +49,13 @@ def check(store: Store, repair: bool = False) -> CheckReport:
             stored[bytes(key)] = ChunkMeta.unpack(raw)
     report.chunks = len(stored)
     report.orphan_frames = len(frame_seqs - {m.seq for m in stored.values()})
-    unseen = [cid for cid, m in stored.items() if m.seq != INLINE and m.seq not in frame_seqs]
+    unseen = [
+        cid
+        for cid, m in stored.items()
+        if m.seq not in (INLINE, PACKED) and m.seq not in frame_seqs
+    ]
     report.missing.extend(c.hex() for c in _inline_without_frame(store, stored))
+    report.missing.extend(c.hex() for c in _packed_without_location(store, stored))
     report.missing.extend(c.hex() for c in _still_without_frame(store, unseen))
     for cid in expected:
         meta = stored.get(cid)
@@ -94,6 +99,16 @@ def _inline_without_frame(store: Store, stored: dict[bytes, ChunkMeta]) -> list[
         ]
 
 
+def _packed_without_location(store: Store, stored: dict[bytes, ChunkMeta]) -> list[bytes]:
+    """Packed chunks the catalog cannot place (it does not read the tiers: verify does)."""
+    with store.env.read() as txn:
+        return [
+            c
+            for c, m in stored.items()
+            if m.seq == PACKED and store.blocks.location(txn, c) is None
+        ]
+
+
 def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
     """Of chunks whose frame was absent from the earlier frame list, those still absent now
     (a chunk written between the two views is fine)."""
@@ -105,7 +120,9 @@ def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
         return [
             c
             for c, m in metas.items()
-            if m is not None and m.seq != INLINE and store.blocks.frame(txn, m) is None
+            if m is not None
+            and m.seq not in (INLINE, PACKED)
+            and store.blocks.frame(txn, m) is None
         ]
 
 

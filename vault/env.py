@@ -32,6 +32,7 @@ FRAME_DBS = (b"frames",)  # sequence number (u64 big endian) -> frame
 CATALOG_DBS = (
     b"chunkmeta",  # chunk id -> ChunkMeta (refs, sizes, timestamps, flags, frame sequence)
     b"inline",  # chunk id -> frame, for chunks of one-request saves (ChunkMeta.seq == 0)
+    b"packed",  # chunk id -> location in a tier's pack (ChunkMeta.seq == PACKED)
     b"checkpoints",  # checkpoint id -> record JSON (or tombstone)
     b"manifests",  # checkpoint id -> binary manifest
     b"nsindex",  # namespace \0 checkpoint id -> b"" (live checkpoints only)

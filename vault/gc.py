@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .blocks import INLINE, ChunkMeta
+from .blocks import INLINE, PACKED, ChunkMeta
 from .store import Store
 from .uploads import Uploads
 from .writer import WriteTxn
@@ -73,7 +73,7 @@ def delete_unreferenced(
         return gone
 
     gone = store.writer.run(forget, size=len(cids) * 64)
-    seqs = [m.seq for m in gone if m.seq != INLINE]
+    seqs = [m.seq for m in gone if m.seq not in (INLINE, PACKED)]
     if seqs:
         store.writer.run(lambda w: store.blocks.drop_frames(w.data, seqs), size=len(seqs) * 16)
     report.chunks_deleted += len(gone)

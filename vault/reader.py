@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 
 import blake3
 
-from .blocks import INLINE, ChunkMeta
-from .errors import BlockCorrupt
+from .blocks import INLINE, PACKED, ChunkMeta, Location
+from .errors import BlockCorrupt, ObjectNotFound, TierError
 from .frame import Decoder
 from .manifest import FileEntry
 from .store import Store
@@ -26,39 +26,61 @@ class Reader:
     def __init__(self, store: Store) -> None:
         self._s = store
 
-    def _locate(self, cids: Sequence[bytes]) -> tuple[list[ChunkMeta], dict[bytes, bytes]]:
-        """Metadata of each chunk, and the frames of inline ones (copied out of the map)."""
-        inline: dict[bytes, bytes] = {}
-        metas: list[ChunkMeta] = []
+    def frames(self, cids: Sequence[bytes]) -> tuple[list[ChunkMeta | None], list[bytes | None]]:
+        """Metadata and frame of each chunk, wherever it lives: the catalog (inline), the
+        frame environment, or a pack in another tier. A frame that cannot be found is None;
+        a tier that does not answer raises TierUnavailable."""
+        metas: list[ChunkMeta | None] = []
+        frames: list[bytes | None] = []
+        packed: dict[int, Location] = {}
         with self._s.env.read() as txn:
-            for cid in cids:
+            for i, cid in enumerate(cids):
                 meta = self._s.blocks.meta(txn, cid)
-                if meta is None:
-                    raise BlockCorrupt(cid.hex())
-                if meta.seq == INLINE and cid not in inline:
-                    frame = self._s.blocks.inline_frame(txn, cid)
-                    if frame is not None:
-                        inline[cid] = bytes(frame)
                 metas.append(meta)
-        return metas, inline
+                frame = None
+                if meta is not None and meta.seq == INLINE:
+                    raw = self._s.blocks.inline_frame(txn, cid)
+                    frame = bytes(raw) if raw is not None else None
+                elif meta is not None and meta.seq == PACKED:
+                    where = self._s.blocks.location(txn, cid)
+                    if where is not None:
+                        packed[i] = where
+                frames.append(frame)
+        with self._s.frames.read() as txn:
+            for i, meta in enumerate(metas):
+                if meta is not None and meta.seq not in (INLINE, PACKED):
+                    raw = self._s.blocks.frame(txn, meta)
+                    frames[i] = bytes(raw) if raw is not None else None
+        for i, where in packed.items():
+            frames[i] = self._packed_frame(where)
+        self._s.frames.note_io(sum(m.stored for m in metas if m is not None))
+        return metas, frames
+
+    def _packed_frame(self, where: Location) -> bytes | None:
+        tier = self._s.tiers.get(where.tier)
+        if tier is None:
+            raise TierError(f"chunk is in tier {where.tier!r}, which is not configured")
+        try:
+            frame = tier.get_range(where.key, where.offset, where.length)
+        except ObjectNotFound:
+            return None
+        return frame if len(frame) == where.length else None
 
     def _plaintexts(
         self, cids: Sequence[bytes], verify: bool = True
     ) -> Iterator[bytes | memoryview]:
-        """Verified plaintext of each chunk, valid until the next item is taken."""
-        metas, inline = self._locate(cids)
+        """Verified plaintext of each chunk, in order."""
+        metas, frames = self.frames(cids)
         decoder = Decoder()
-        with self._s.frames.read() as txn:
-            for cid, meta in zip(cids, metas, strict=True):
-                frame = inline.get(cid) if meta.seq == INLINE else self._s.blocks.frame(txn, meta)
-                try:
-                    if frame is None:
-                        raise BlockCorrupt(cid.hex())
-                    yield decoder.plaintext(frame, cid, verify)
-                except BlockCorrupt:
+        for cid, meta, frame in zip(cids, metas, frames, strict=True):
+            try:
+                if meta is None or frame is None:
+                    raise BlockCorrupt(cid.hex())
+                yield decoder.plaintext(frame, cid, verify)
+            except BlockCorrupt:
+                if meta is not None:
                     self._flag_damaged(cid)
-                    raise
-        self._s.frames.note_io(sum(m.stored for m in metas))
+                raise
 
     def chunks(self, cids: Sequence[bytes]) -> list[bytes]:
         """Verified plaintext of each chunk, in order."""

@@ -15,11 +15,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .blocks import INLINE, ChunkMeta
+from .blocks import ChunkMeta
 from .errors import BlockCorrupt
 from .frame import Decoder
 from .manifest import distinct_chunks
 from .prune import live_records
+from .reader import Reader
 from .records import Validity
 from .store import Store
 from .writer import WriteTxn
@@ -84,29 +85,18 @@ def _candidates(store: Store, namespace: str | None) -> Iterable[bytes]:
 def _check_batch(store: Store, cids: list[bytes], report: ScrubReport) -> list[bytes]:
     bad: list[bytes] = []
     decoder = Decoder()
-    with store.env.read() as cat:
-        metas = [(c, store.blocks.meta(cat, c)) for c in cids]
-        inline = {
-            c: bytes(f)
-            for c, m in metas
-            if m is not None
-            and m.seq == INLINE
-            and (f := store.blocks.inline_frame(cat, c)) is not None
-        }
-    with store.frames.read() as txn:
-        for cid, meta in metas:
-            if meta is None:
-                continue  # collected since the scan
-            frame = inline.get(cid) if meta.seq == INLINE else store.blocks.frame(txn, meta)
-            report.chunks_checked += 1
-            report.bytes_checked += meta.stored
-            try:
-                if frame is None:
-                    raise BlockCorrupt(cid.hex())
-                decoder.plaintext(frame, cid)
-            except BlockCorrupt:
-                bad.append(cid)
-    store.frames.note_io(sum(m.stored for _, m in metas if m is not None))
+    metas, frames = Reader(store).frames(cids)
+    for cid, meta, frame in zip(cids, metas, frames, strict=True):
+        if meta is None:
+            continue  # collected since the scan
+        report.chunks_checked += 1
+        report.bytes_checked += meta.stored
+        try:
+            if frame is None:
+                raise BlockCorrupt(cid.hex())
+            decoder.plaintext(frame, cid)
+        except BlockCorrupt:
+            bad.append(cid)
     return bad
 
 

@@ -12,6 +12,7 @@ from .clock import Clock
 from .config import VaultConfig
 from .env import CATALOG_DBS, FRAME_DBS, Env
 from .ids import IdGenerator
+from .tier import Tier
 from .writer import Writer, WriteTxn
 
 
@@ -25,9 +26,16 @@ class Store:
     clock: Clock
     config: VaultConfig
     ids: IdGenerator
+    tiers: Mapping[str, Tier]  # by name; hot (LMDB) is not among them
 
     @classmethod
-    def open(cls, path: Path, clock: Clock, config: VaultConfig) -> Store:
+    def open(
+        cls,
+        path: Path,
+        clock: Clock,
+        config: VaultConfig,
+        tiers: Mapping[str, Tier] | None = None,
+    ) -> Store:
         env = Env(path / "catalog", config.map_size, CATALOG_DBS)
         frames = Env(path / "frames", config.map_size, FRAME_DBS)
         blocks = Blocks(env, frames)
@@ -43,6 +51,7 @@ class Store:
             clock=clock,
             config=config,
             ids=IdGenerator(newest),
+            tiers=dict(tiers or {}),
         )
 
     def now_ms(self) -> int:

@@ -32,6 +32,7 @@ from .reader import Reader
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .scrub import ScrubReport
 from .store import Store
+from .tier import Tier
 from .tokens import Tokens
 from .uploads import Uploads
 from .writer import WriteTxn
@@ -41,10 +42,14 @@ MAX_LIST = 1000
 
 class Vault:
     def __init__(
-        self, path: str | Path, config: VaultConfig | None = None, clock: Clock | None = None
+        self,
+        path: str | Path,
+        config: VaultConfig | None = None,
+        clock: Clock | None = None,
+        tiers: Mapping[str, Tier] | None = None,
     ) -> None:
         self.config = config or VaultConfig()
-        self.store = Store.open(Path(path), clock or SystemClock(), self.config)
+        self.store = Store.open(Path(path), clock or SystemClock(), self.config, tiers)
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
         self.lifecycle = Lifecycle(self.store)
@@ -171,6 +176,10 @@ class Vault:
             if ns is not None:
                 self.catalog.require_namespace(txn, ns)
             return self._policies.get(txn, ns) or Policy()
+
+    def policy_for(self, txn: Any, ns: str) -> Policy:
+        """The policy in force for `ns` (its own, else the default) inside a read txn."""
+        return self._policies.effective(txn, ns)
 
     def set_policy(self, ns: str | None, changes: Any) -> Policy:
         """Merge `changes` ({"retention": {...}, "tiering": {...}}, any keys) into a policy."""

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tiering.runner import run_tiering
 from vault import InvalidRequest
 
 from .. import __version__
@@ -84,6 +85,17 @@ async def verify(request: web.Request) -> web.Response:
     return json_response({**asdict(report), "mb_per_s": round(report.mb_per_s, 1)})
 
 
+async def tiering(request: web.Request) -> web.Response:
+    """Plan (dry_run=true, the default) or run demotion of old checkpoints' chunks."""
+    require_admin(request)
+    dry_run = query_bool(request, "dry_run", True)
+    async with request.app[MAINTENANCE]:
+        with timed(request.app[JOBS], "tiering") as numbers:
+            result = await run(request, run_tiering, request.app[VAULT], dry_run)
+            numbers.update(bytes_moved=sum(m["bytes"] for m in result.get("moved", {}).values()))
+    return json_response(result)
+
+
 async def get_policy(request: web.Request) -> web.Response:
     """A namespace's retention and tiering policy (its own, without the default merged)."""
     require_admin(request)
@@ -138,6 +150,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/admin/check", check)
     app.router.add_post("/v1/admin/retention", retention)
     app.router.add_post("/v1/admin/verify", verify)
+    app.router.add_post("/v1/admin/tiering", tiering)
     app.router.add_get("/v1/policy/default", get_policy)
     app.router.add_put("/v1/policy/default", put_policy)
     app.router.add_post("/v1/admin/tokens", create_token)

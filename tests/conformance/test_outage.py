@@ -4,7 +4,6 @@ seconds, and everything it held reads again once it is back."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +13,8 @@ from vault.errors import TierUnavailable
 from ..seaweed import SeaweedFS
 
 
-def test_outage_is_unavailable_then_recovers(tmp_path: Path) -> None:
-    server = SeaweedFS(tmp_path)
-    server.start()
+def test_outage_is_unavailable_then_recovers(seaweed: SeaweedFS) -> None:
+    server = seaweed  # the shared one, killed and restarted: two at once do not start cleanly
     try:
         tier = open_tier("cold", "s3://vault/outage", server.options())
         tier.put("packs/p1", b"kept across the outage")
@@ -34,4 +32,5 @@ def test_outage_is_unavailable_then_recovers(tmp_path: Path) -> None:
         server.start()
         assert tier.get("packs/p1") == b"kept across the outage"
     finally:
-        server.stop()
+        if not server.running():
+            server.start()

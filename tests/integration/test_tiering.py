@@ -1,0 +1,88 @@
+"""Tiering through the service against a real SeaweedFS: old checkpoints move to packs in
+the object store and still stream back; an outage answers 503 with Retry-After."""
+
+from __future__ import annotations
+
+import random
+import secrets
+from pathlib import Path
+from typing import Any
+
+from api import Settings, create_app
+from vault import FakeClock, VaultConfig
+
+from ..conftest import Api
+from ..seaweed import SeaweedFS
+
+
+def tier_settings(tmp_path: Path, seaweed: SeaweedFS) -> Settings:
+    url = f"s3://vault/{secrets.token_hex(4)}"
+    return Settings(
+        data_dir=tmp_path / "data",
+        vault=VaultConfig(map_size=4 << 20, gc_grace=0.0),
+        tiers={"cold": {"url": url, **seaweed.options()}},
+    )
+
+
+async def start(aiohttp_client: Any, settings: Settings, clock: FakeClock) -> Api:
+    client = await aiohttp_client(create_app(settings, clock))
+    token = (settings.data_dir / "admin.token").read_text().strip()
+    return Api(client, token, settings.data_dir)
+
+
+async def test_demote_to_seaweedfs_and_stream_back(
+    aiohttp_client: Any, tmp_path: Path, seaweed: SeaweedFS, clock: FakeClock
+) -> None:
+    api = await start(aiohttp_client, tier_settings(tmp_path, seaweed), clock)
+    rng = random.Random(6)
+    files = [rng.randbytes(600_000) for _ in range(3)]
+    ids = [(await api.save("tiered", {"w": data}))["id"] for data in files]
+    clock.advance(3 * 86400)
+    await api.json(
+        "PUT",
+        "/v1/namespaces/tiered/policy",
+        json={"tiering": {"target": "cold", "demote_after": "1d", "keep_hot_last": 1}},
+    )
+    plan = await api.json("POST", "/v1/admin/tiering?dry_run=true")
+    assert sorted(plan["tiers"]["cold"]["checkpoints"]) == sorted(ids[:2])
+    done = await api.json("POST", "/v1/admin/tiering?dry_run=false")
+    assert done["moved"]["cold"]["chunks"] > 0
+    for cid, data in zip(ids, files, strict=True):
+        rec = await api.json("GET", f"/v1/namespaces/tiered/checkpoints/{cid}")
+        assert rec["tier"] == ("hot" if cid == ids[2] else "cold")
+        assert await api.read("tiered", cid, "w") == data
+        part = await api.read("tiered", cid, "w", headers={"Range": "bytes=1000-1999"})
+        assert part == data[1000:2000]
+    assert (await api.json("POST", "/v1/admin/check"))["ok"] is True
+    assert (await api.json("POST", "/v1/admin/verify"))["corrupt"] == []
+
+
+async def test_cold_reads_during_an_outage_are_503_then_recover(
+    aiohttp_client: Any, tmp_path: Path, clock: FakeClock, seaweed: SeaweedFS
+) -> None:
+    own = seaweed  # killed and restarted here; two SeaweedFS at once do not start cleanly
+    try:
+        api = await start(aiohttp_client, tier_settings(tmp_path, own), clock)
+        data = random.Random(7).randbytes(300_000)
+        cid = (await api.save("out", {"w": data}))["id"]
+        await api.save("out", {"w": b"newest stays hot"})
+        clock.advance(2 * 86400)
+        await api.json(
+            "PUT",
+            "/v1/namespaces/out/policy",
+            json={"tiering": {"target": "cold", "demote_after": "1d"}},
+        )
+        moved = await api.json("POST", "/v1/admin/tiering?dry_run=false")
+        assert moved["moved"]["cold"]["chunks"] > 0, moved
+        own.kill()
+        resp = await api.call("GET", f"/v1/namespaces/out/checkpoints/{cid}/files/w")
+        assert resp.status == 503
+        assert int(resp.headers["Retry-After"]) > 0
+        assert (await resp.json())["error"]["code"] == "unavailable"
+        assert await api.read("out", "latest", "w") == b"newest stays hot"  # hot still reads
+        await api.save("out", {"w": b"writes still land hot"})
+        own.start()
+        assert await api.read("out", cid, "w") == data
+    finally:
+        if not own.running():
+            own.start()

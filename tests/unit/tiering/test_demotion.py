@@ -1,0 +1,92 @@
+"""Demotion to a tier (memory here; SeaweedFS in the integration tests): chunks leave the
+hot store, reads come from packs, records say where their bytes are."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tiering import MemoryTier
+from tiering.mover import demote
+from tiering.runner import run_tiering
+from tiering.wrappers import FaultyTier
+from vault import FakeClock, Vault, VaultConfig
+from vault.errors import TierUnavailable
+
+from ..vault.helpers import read_file, stream_save
+
+
+@pytest.fixture
+def cold() -> FaultyTier:
+    return FaultyTier(MemoryTier("cold"))
+
+
+@pytest.fixture
+def tiered(tmp_path: Path, cold: FaultyTier) -> Vault:
+    vault = Vault(tmp_path / "v", VaultConfig(gc_grace=0.0), FakeClock(), tiers={"cold": cold})
+    yield vault  # type: ignore[misc]
+    vault.close()
+
+
+def test_old_checkpoints_move_and_read_back(tiered: Vault, cold: FaultyTier) -> None:
+    rng = random.Random(3)
+    shared = rng.randbytes(300_000)
+    old = [stream_save(tiered, "ns", {"w": shared + rng.randbytes(100_000)}) for _ in range(3)]
+    tiered.store.clock.advance(8 * 86400)  # type: ignore[attr-defined]
+    new = stream_save(tiered, "ns", {"w": shared + rng.randbytes(100_000)})
+    tiered.set_policy(
+        "ns", {"tiering": {"target": "cold", "demote_after": "7d", "keep_hot_last": 1}}
+    )
+    plan = run_tiering(tiered, dry_run=True)
+    assert sorted(plan["tiers"]["cold"]["checkpoints"]) == sorted(r.id for r in old)
+    frames_before = tiered.stats()["chunks"]
+    result = run_tiering(tiered)
+    moved = result["moved"]["cold"]
+    assert moved["chunks"] > 0
+    assert moved["packs"] >= 1
+    assert {tiered.get("ns", r.id).tier for r in old} == {"mixed"}  # `shared` stays hot
+    assert tiered.get("ns", new.id).tier == "hot"  # shares `shared` chunks: they stay hot
+    assert tiered.stats()["chunks"] == frames_before  # moved, not copied or lost
+    for rec in old:
+        _, files = tiered.manifest("ns", rec.id)
+        assert read_file(tiered, "ns", rec.id, "w") == b"".join(
+            tiered.read_chunks([c for c, _ in files["w"].chunks])
+        )
+    assert tiered.check().ok
+    assert tiered.check().orphan_frames == 0
+    assert tiered.verify().corrupt == []
+
+
+def test_reads_of_cold_chunks_during_an_outage_are_unavailable(
+    tiered: Vault, cold: FaultyTier
+) -> None:
+    data = random.Random(4).randbytes(200_000)
+    rec = stream_save(tiered, "ns", {"w": data})
+    _, files = tiered.manifest("ns", rec.id)
+    demote(tiered, "cold", [c for c, _ in files["w"].chunks])
+    cold.fail_next = 1_000
+    with pytest.raises(TierUnavailable):
+        read_file(tiered, "ns", rec.id, "w")
+    cold.fail_next = 0
+    assert read_file(tiered, "ns", rec.id, "w") == data
+    assert tiered.check().ok
+
+
+def test_corrupt_pack_bytes_are_detected_and_healed_by_upload(
+    tiered: Vault, cold: FaultyTier
+) -> None:
+    data = random.Random(5).randbytes(150_000)
+    rec = stream_save(tiered, "ns", {"w": data})
+    _, files = tiered.manifest("ns", rec.id)
+    demote(tiered, "cold", [c for c, _ in files["w"].chunks])
+    cold.corrupt_reads = True
+    report = tiered.verify()
+    assert len(report.corrupt) == len({c for c, _ in files["w"].chunks})
+    assert report.checkpoints_invalidated == [rec.id]
+    cold.corrupt_reads = False
+    again = stream_save(tiered, "ns", {"w": data})  # the same bytes: heal into the hot store
+    assert tiered.verify().checkpoints_healed == [rec.id]
+    assert read_file(tiered, "ns", rec.id, "w") == data
+    assert again.id != rec.id
