@@ -346,6 +346,13 @@ class AsyncVaultClient:
             params["namespace"] = namespace
         return dict(await self._t.json("POST", "/v1/admin/verify", params=params))
 
+    async def tiering(self, dry_run: bool = True) -> dict[str, Any]:
+        return dict(
+            await self._t.json(
+                "POST", "/v1/admin/tiering", params={"dry_run": str(dry_run).lower()}
+            )
+        )
+
     async def check(self, repair: bool = False) -> dict[str, Any]:
         return dict(
             await self._t.json("POST", "/v1/admin/check", params={"repair": str(repair).lower()})

@@ -183,6 +183,9 @@ class VaultClient:
     def verify(self, namespace: str | None = None, sample: float = 1.0) -> dict[str, Any]:
         return self._run(self.aio.verify(namespace, sample))
 
+    def tiering(self, dry_run: bool = True) -> dict[str, Any]:
+        return self._run(self.aio.tiering(dry_run))
+
     def check(self, repair: bool = False) -> dict[str, Any]:
         return self._run(self.aio.check(repair))
 

@@ -155,6 +155,26 @@ class Blocks:
             txn.delete(cid, db=self._inline)
         txn.put(cid, where.pack(), db=self._packed)
         self.set_meta(txn, cid, meta._replace(seq=PACKED, stored=where.length))
+        self._count_tier(txn, where.tier, 1, where.length)
+
+    def _count_tier(self, txn: lmdb.Transaction, tier: str, chunks: int, nbytes: int) -> None:
+        self.counters.add(txn, f"tier:{tier}:chunks", chunks)
+        self.counters.add(txn, f"tier:{tier}:bytes", nbytes)
+
+    def tier_totals(self, txn: lmdb.Transaction, tiers: Iterable[str]) -> dict[str, dict[str, int]]:
+        """Chunks and stored bytes per tier; hot is whatever is not in another tier."""
+        out = {
+            t: {
+                "chunks": self.counters.get(txn, f"tier:{t}:chunks"),
+                "bytes": self.counters.get(txn, f"tier:{t}:bytes"),
+            }
+            for t in tiers
+        }
+        out["hot"] = {
+            "chunks": self.counters.get(txn, "chunks") - sum(v["chunks"] for v in out.values()),
+            "bytes": self.counters.get(txn, "stored_bytes") - sum(v["bytes"] for v in out.values()),
+        }
+        return out
 
     def usable(self, txn: lmdb.Transaction, cid: bytes) -> bool:
         """Stored and not known to be damaged: what dedup and commit may rely on."""
@@ -199,7 +219,10 @@ class Blocks:
         if meta.seq == INLINE and not inline:
             w.cat.delete(cid, db=self._inline)
         elif meta.seq == PACKED:  # a fresh hot copy replaces the damaged packed one
+            where = self.location(w.cat, cid)
             w.cat.delete(cid, db=self._packed)
+            if where is not None:
+                self._count_tier(w.cat, where.tier, -1, -meta.stored)
         elif meta.seq != INLINE:
             w.data.delete(seq_key(meta.seq), db=self._frames)
         new = meta._replace(
@@ -236,7 +259,10 @@ class Blocks:
         if meta.seq == INLINE:
             txn.delete(cid, db=self._inline)
         elif meta.seq == PACKED:  # the pack keeps the bytes until it is repacked
+            where = self.location(txn, cid)
             txn.delete(cid, db=self._packed)
+            if where is not None:
+                self._count_tier(txn, where.tier, -1, -meta.stored)
         self.counters.add(txn, "chunks", -1)
         self.counters.add(txn, "stored_bytes", -meta.stored)
 

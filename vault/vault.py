@@ -248,6 +248,7 @@ class Vault:
             chunks = c.get(txn, "chunks")
             namespaces = sum(1 for _ in self.catalog.namespaces(txn))
             checkpoints = c.get(txn, "checkpoints")
+            tiers = self.store.blocks.tier_totals(txn, self.store.tiers)
         return {
             "logical_bytes": logical,
             "stored_bytes": stored,
@@ -255,6 +256,6 @@ class Vault:
             "checkpoints": checkpoints,
             "namespaces": namespaces,
             "dedup_ratio": round(logical / stored, 4) if stored else None,
-            "tiers": {"hot": {"bytes": stored, "chunks": chunks}},
+            "tiers": tiers,
             "map_size": self.store.env.map_size(),
         }

@@ -54,6 +54,27 @@ def register(sub: Any) -> None:
         p.add_argument("--json", action="store_true")
     ret.set_defaults(func=retention)
 
+    tier = sub.add_parser("tier", help="show, set, plan or run tiering")
+    tsub = tier.add_subparsers(dest="action", required=True)
+    p = tsub.add_parser("get", help="a namespace's tiering settings, or the default")
+    p.add_argument("namespace", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p = tsub.add_parser("set", help="change tiering settings of a namespace, or the default")
+    p.add_argument("namespace", nargs="?")
+    p.add_argument("--target", help="tier name from [tiers.<name>] in the server config")
+    p.add_argument("--demote-after", help="duration, e.g. 7d")
+    p.add_argument("--keep-hot-last", type=int)
+    p.add_argument("--pinned-stay-hot", choices=["true", "false"])
+    p.add_argument("--json", action="store_true")
+    for action, helptext in (
+        ("plan", "what would move where"),
+        ("run", "move it now"),
+        ("status", "bytes and chunks per tier"),
+    ):
+        p = tsub.add_parser(action, help=helptext)
+        p.add_argument("--json", action="store_true")
+    tier.set_defaults(func=tiering)
+
     p = sub.add_parser("verify", help="re-read chunks; invalidate checkpoints with damage")
     p.add_argument("--namespace", default=None)
     p.add_argument("--sample", type=float, default=1.0, help="fraction of chunks to read")
@@ -127,6 +148,50 @@ def _print_plan(out: dict[str, Any], applied: bool) -> None:
         f"\n{len(out['delete'])} to delete, {len(out['keep'])} kept; "
         f"{human_bytes(out['reclaimable_bytes'])} {verb}"
     )
+
+
+def tiering(args: argparse.Namespace) -> int:
+    with _client(args) as vault:
+        if args.action == "get":
+            out: dict[str, Any] = vault.policy(args.namespace)["tiering"]
+        elif args.action == "set":
+            changes: dict[str, Any] = {}
+            if args.target is not None:
+                changes["target"] = args.target
+            if args.demote_after is not None:
+                changes["demote_after"] = args.demote_after
+            if args.keep_hot_last is not None:
+                changes["keep_hot_last"] = args.keep_hot_last
+            if args.pinned_stay_hot is not None:
+                changes["pinned_stay_hot"] = args.pinned_stay_hot == "true"
+            out = vault.set_policy(args.namespace, {"tiering": changes})["tiering"]
+        elif args.action == "status":
+            out = vault.stats()["tiers"]
+        else:
+            out = vault.tiering(dry_run=args.action == "plan")
+    if args.json:
+        emit_json(out)
+    elif args.action == "status":
+        table(
+            ["tier", "chunks", "bytes"],
+            [[t, v["chunks"], human_bytes(v["bytes"])] for t, v in out.items()],
+        )
+    elif args.action in ("plan", "run"):
+        table(
+            ["tier", "checkpoints", "chunks", "bytes"],
+            [
+                [t, len(v["checkpoints"]), v["chunks"], human_bytes(v["bytes"])]
+                for t, v in out["tiers"].items()
+            ],
+        )
+        for t, m in out.get("moved", {}).items():
+            print(
+                f"moved to {t}: {m['chunks']} chunks in {m['packs']} packs, "
+                f"{human_bytes(m['bytes'])} at {m['mb_per_s']} MB/s"
+            )
+    else:
+        table(["key", "value"], [[k, v] for k, v in out.items()])
+    return 0
 
 
 def verify(args: argparse.Namespace) -> int:

@@ -168,3 +168,25 @@ def _file(root: Path, name: str, i: int) -> Path:
     path = root / name
     path.write_bytes(os.urandom(2000) + bytes([i]))
     return path
+
+
+def test_tier_commands(server: ServerProcess, tmp_path: Path) -> None:
+    js(server, "push", "cli/tier", str(_file(tmp_path, "t", 1)))
+    settings = js(
+        server,
+        "tier",
+        "set",
+        "cli/tier",
+        "--demote-after",
+        "7d",
+        "--keep-hot-last",
+        "2",
+        "--pinned-stay-hot",
+        "false",
+    )
+    assert settings == {"demote_after": "7d", "keep_hot_last": 2, "pinned_stay_hot": False}
+    assert js(server, "tier", "get", "cli/tier")["keep_hot_last"] == 2
+    status = js(server, "tier", "status")
+    assert status["hot"]["chunks"] >= 1
+    assert js(server, "tier", "plan")["tiers"] == {}  # no target, no tier configured
+    assert "hot" in ckpt(server, "tier", "status").stdout

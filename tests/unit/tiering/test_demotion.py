@@ -48,7 +48,11 @@ def test_old_checkpoints_move_and_read_back(tiered: Vault, cold: FaultyTier) -> 
     assert moved["packs"] >= 1
     assert {tiered.get("ns", r.id).tier for r in old} == {"mixed"}  # `shared` stays hot
     assert tiered.get("ns", new.id).tier == "hot"  # shares `shared` chunks: they stay hot
-    assert tiered.stats()["chunks"] == frames_before  # moved, not copied or lost
+    stats = tiered.stats()
+    assert stats["chunks"] == frames_before  # moved, not copied or lost
+    assert stats["tiers"]["cold"]["chunks"] == moved["chunks"]
+    assert stats["tiers"]["hot"]["chunks"] + stats["tiers"]["cold"]["chunks"] == stats["chunks"]
+    assert stats["tiers"]["hot"]["bytes"] + stats["tiers"]["cold"]["bytes"] == stats["stored_bytes"]
     for rec in old:
         _, files = tiered.manifest("ns", rec.id)
         assert read_file(tiered, "ns", rec.id, "w") == b"".join(
