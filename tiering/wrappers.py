@@ -65,8 +65,8 @@ class RetryingTier:
 
 
 class FaultyTier:
-    """Fails the next `fail_next` calls with TierUnavailable; flips a bit in what `get` and
-    `get_range` return while `corrupt_reads` is set."""
+    """Fails the next `fail_next` calls with TierUnavailable; flips a bit in every KiB of
+    what `get` and `get_range` return while `corrupt_reads` is set."""
 
     def __init__(self, inner: Tier) -> None:
         self.name = inner.name
@@ -84,7 +84,8 @@ class FaultyTier:
     def _maybe_flip(self, data: bytes) -> bytes:
         if self.corrupt_reads and data:
             flipped = bytearray(data)
-            flipped[len(flipped) // 2] ^= 0x01
+            for i in range(len(flipped) // 2 % 1024, len(flipped), 1024):
+                flipped[i] ^= 0x01
             return bytes(flipped)
         return data
 

@@ -20,6 +20,7 @@ from .store import Store
 from .writer import WriteTxn
 
 READ_BATCH_BYTES = 4 << 20  # per worker-thread call: amortizes the hop, bounds memory
+RUN_LIMIT = 16 << 20  # largest single range read from a pack
 
 
 class Reader:
@@ -51,20 +52,47 @@ class Reader:
                 if meta is not None and meta.seq not in (INLINE, PACKED):
                     raw = self._s.blocks.frame(txn, meta)
                     frames[i] = bytes(raw) if raw is not None else None
-        for i, where in packed.items():
-            frames[i] = self._packed_frame(where)
+        for i, frame in self._packed_frames(packed).items():
+            frames[i] = frame
         self._s.frames.note_io(sum(m.stored for m in metas if m is not None))
         return metas, frames
 
-    def _packed_frame(self, where: Location) -> bytes | None:
-        tier = self._s.tiers.get(where.tier)
-        if tier is None:
-            raise TierError(f"chunk is in tier {where.tier!r}, which is not configured")
-        try:
-            frame = tier.get_range(where.key, where.offset, where.length)
-        except ObjectNotFound:
-            return None
-        return frame if len(frame) == where.length else None
+    def _packed_frames(self, packed: dict[int, Location]) -> dict[int, bytes | None]:
+        """Frames from packs, one range request per run of adjacent frames: the chunks of
+        a file were packed in order, so a batch is usually a few requests, not one each."""
+        out: dict[int, bytes | None] = {}
+        runs: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for i, where in packed.items():
+            runs.setdefault((where.tier, where.key), []).append((where.offset, i))
+        for (tier_name, key), items in runs.items():
+            tier = self._s.tiers.get(tier_name)
+            if tier is None:
+                raise TierError(f"chunk is in tier {tier_name!r}, which is not configured")
+            items.sort()
+            start = 0
+            while start < len(items):
+                end = start + 1
+                stop = items[start][0] + packed[items[start][1]].length
+                while (
+                    end < len(items)
+                    and items[end][0] <= stop
+                    and (
+                        items[end][0] + packed[items[end][1]].length - items[start][0] <= RUN_LIMIT
+                    )
+                ):
+                    stop = max(stop, items[end][0] + packed[items[end][1]].length)
+                    end += 1
+                base = items[start][0]
+                try:
+                    blob = tier.get_range(key, base, stop - base)
+                except ObjectNotFound:
+                    blob = b""
+                for offset, i in items[start:end]:
+                    length = packed[i].length
+                    piece = blob[offset - base : offset - base + length]
+                    out[i] = piece if len(piece) == length else None
+                start = end
+        return out
 
     def _plaintexts(
         self, cids: Sequence[bytes], verify: bool = True

@@ -68,6 +68,14 @@ class ObjectStoreTier:
         if length <= 0:
             return b""
         try:
+            return bytes(obstore.get_range(self._store, key, start=start, length=length))
+        except Exception as e:
+            if _range_refused(e):  # past the end: clamp to the object's size, once
+                return self._clamped_range(key, start, length)
+            raise self._translate(e, key) from e
+
+    def _clamped_range(self, key: str, start: int, length: int) -> bytes:
+        try:
             size = obstore.head(self._store, key)["size"]
             if start >= size:
                 return b""
@@ -113,3 +121,11 @@ class ObjectStoreTier:
         if isinstance(e, (GenericError, ConnectionError, TimeoutError, OSError)):
             return TierUnavailable(f"tier {self.name}: object store unavailable")
         return TierError(f"tier {self.name}: {type(e).__name__} on {key}")
+
+
+def _range_refused(e: Exception) -> bool:
+    """A range request the store answered 416, or that obstore found longer than the object."""
+    if isinstance(e, (FileNotFoundError, NotFoundError)):
+        return False
+    text = str(e)
+    return "416" in text or "Range Not Satisfiable" in text or "range" in text.lower()
