@@ -85,3 +85,14 @@ def test_systemd_unit_sandboxing() -> None:
         "KillSignal=SIGTERM",
     ):
         assert option in text
+
+
+def test_compose_config_declares_the_cold_tier() -> None:
+    from api.settings import effective_config, load_settings
+
+    settings = load_settings(DEPLOY / "ckpt.compose.toml", environ={})
+    assert settings.tiers["cold"]["url"].startswith("s3://")
+    shown = effective_config(settings)
+    assert shown["tiers.cold"]["secret_access_key"] == "<redacted>"
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    assert {"vault", "seaweedfs"} <= set(services)
