@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -22,12 +23,15 @@ from tiering.runner import run_tiering
 from vault import Vault
 
 from .app import JOBS, MAINTENANCE, POOL, SETTINGS, VAULT
+from .catalog_backup import backup
 from .observability import timed
 
 log = logging.getLogger("ckpt.maintenance")
 
 
-def _jobs(vault: Vault, scrub_rate: float) -> dict[str, Callable[[], dict[str, Any]]]:
+def _jobs(
+    vault: Vault, scrub_rate: float, data_dir: Path
+) -> dict[str, Callable[[], dict[str, Any]]]:
     def retention() -> dict[str, Any]:
         result = vault.retention(dry_run=False)
         return {
@@ -57,7 +61,16 @@ def _jobs(vault: Vault, scrub_rate: float) -> dict[str, Callable[[], dict[str, A
             "retiered": len(result["retiered"]),
         }
 
-    return {"retention": retention, "gc": gc, "scrub": scrub, "tiering": tiering}
+    def catalog_backup() -> dict[str, Any]:
+        return backup(vault, data_dir, None)
+
+    return {
+        "retention": retention,
+        "gc": gc,
+        "scrub": scrub,
+        "tiering": tiering,
+        "catalog_backup": catalog_backup,
+    }
 
 
 async def _loop(app: web.Application) -> None:
@@ -67,8 +80,9 @@ async def _loop(app: web.Application) -> None:
         "gc": settings.gc_interval,
         "scrub": settings.scrub_interval,
         "tiering": settings.tiering_interval if app[SETTINGS].tiers else 0.0,
+        "catalog_backup": settings.backup_interval if app[SETTINGS].tiers else 0.0,
     }
-    jobs = _jobs(app[VAULT], settings.scrub_rate)
+    jobs = _jobs(app[VAULT], settings.scrub_rate, app[SETTINGS].data_dir)
     loop = asyncio.get_running_loop()
     due = {name: time.monotonic() + every for name, every in intervals.items() if every > 0}
     while due:

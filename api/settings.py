@@ -88,6 +88,7 @@ class Maintenance:
     scrub_interval: float = 86400.0
     scrub_rate: float = 50e6  # bytes per second the background scrub may read
     tiering_interval: float = 3600.0
+    backup_interval: float = 6 * 3600.0  # catalog backup to the coldest tier (when one exists)
 
 
 # (section, key) -> (attribute on Settings, "vault.<field>" or "maintenance.<field>", parser)
@@ -111,6 +112,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("maintenance", "scrub_interval"): ("maintenance.scrub_interval", parse_duration),
     ("maintenance", "scrub_rate"): ("maintenance.scrub_rate", parse_size),
     ("maintenance", "tiering_interval"): ("maintenance.tiering_interval", parse_duration),
+    ("maintenance", "backup_interval"): ("maintenance.backup_interval", parse_duration),
 }
 
 

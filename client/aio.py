@@ -353,6 +353,10 @@ class AsyncVaultClient:
             )
         )
 
+    async def catalog_backup(self, to: str | None = None) -> dict[str, Any]:
+        params = {"to": to} if to else None
+        return dict(await self._t.json("POST", "/v1/admin/catalog/backup", params=params))
+
     async def check(self, repair: bool = False) -> dict[str, Any]:
         return dict(
             await self._t.json("POST", "/v1/admin/check", params={"repair": str(repair).lower()})

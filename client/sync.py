@@ -186,6 +186,9 @@ class VaultClient:
     def tiering(self, dry_run: bool = True) -> dict[str, Any]:
         return self._run(self.aio.tiering(dry_run))
 
+    def catalog_backup(self, to: str | None = None) -> dict[str, Any]:
+        return self._run(self.aio.catalog_backup(to))
+
     def check(self, repair: bool = False) -> dict[str, Any]:
         return self._run(self.aio.check(repair))
 

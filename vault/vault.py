@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import prune, scrub
+from . import backup, prune, scrub
 from .catalog import Catalog
 from .check import CheckReport, check
 from .chunking import ChunkingProfile
@@ -239,6 +239,10 @@ class Vault:
             "writer_queue": self.store.writer.queue_depth(),
             "recovery_seconds": recovery,
         }
+
+    def backup_catalog(self, dest: Path) -> int:
+        """A consistent, compacted copy of the catalog at `dest`; returns its size."""
+        return backup.backup_catalog(self.store, dest)
 
     def stats(self) -> dict[str, Any]:
         with self.store.env.read() as txn:

@@ -11,8 +11,9 @@ from tiering.runner import run_tiering
 from vault import InvalidRequest
 
 from .. import __version__
-from ..app import JOBS, MAINTENANCE, METRICS, VAULT, refresh_tokens, run
+from ..app import JOBS, MAINTENANCE, METRICS, SETTINGS, VAULT, refresh_tokens, run
 from ..auth import principal, require_admin
+from ..catalog_backup import backup
 from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool
 from ..observability import timed
@@ -96,6 +97,19 @@ async def tiering(request: web.Request) -> web.Response:
     return json_response(result)
 
 
+async def catalog_backup(request: web.Request) -> web.Response:
+    """A consistent copy of the catalog, taken while serving, to a tier or a server path."""
+    require_admin(request)
+    to = request.query.get("to") or None
+    async with request.app[MAINTENANCE]:
+        with timed(request.app[JOBS], "catalog_backup") as numbers:
+            result = await run(
+                request, backup, request.app[VAULT], request.app[SETTINGS].data_dir, to
+            )
+            numbers.update(bytes=result["bytes"])
+    return json_response(result, status=201)
+
+
 async def get_policy(request: web.Request) -> web.Response:
     """A namespace's retention and tiering policy (its own, without the default merged)."""
     require_admin(request)
@@ -151,6 +165,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/admin/retention", retention)
     app.router.add_post("/v1/admin/verify", verify)
     app.router.add_post("/v1/admin/tiering", tiering)
+    app.router.add_post("/v1/admin/catalog/backup", catalog_backup)
     app.router.add_get("/v1/policy/default", get_policy)
     app.router.add_put("/v1/policy/default", put_policy)
     app.router.add_post("/v1/admin/tokens", create_token)

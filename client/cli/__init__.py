@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ..errors import ClientError
-from . import admin, checkpoints, lifecycle, serve
+from . import admin, catalog, checkpoints, lifecycle, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.register(sub)
     admin.register(sub)
     lifecycle.register(sub)
+    catalog.register(sub)
     return parser
 
 
