@@ -23,7 +23,7 @@ def test_yaml_parses(path: str) -> None:
 
 def test_k8s_manifests_have_what_an_operator_relies_on() -> None:
     docs = {d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "k8s" / "vault.yaml").read_text())}
-    assert {"ConfigMap", "Service", "StatefulSet"} <= set(docs)
+    assert {"ConfigMap", "Secret", "Service", "StatefulSet"} <= set(docs)
     pod = docs["StatefulSet"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["readinessProbe"]["httpGet"]["path"] == "/v1/health"
