@@ -35,7 +35,10 @@ def free_port() -> int:
 class ServerProcess:
     """One `ckpt serve` child at a time over a fixed data dir and port."""
 
-    def __init__(self, data_dir: Path, port: int, log_path: Path) -> None:
+    def __init__(
+        self, data_dir: Path, port: int, log_path: Path, config: Path | None = None
+    ) -> None:
+        self.config = config
         self.data_dir = data_dir
         self.port = port
         self.host = "127.0.0.1"
@@ -68,6 +71,7 @@ class ServerProcess:
                 self.host,
                 "--port",
                 str(self.port),
+                *(["--config", str(self.config)] if self.config else []),
             ],
             cwd=self.data_dir.parent,
             stdin=subprocess.DEVNULL,
