@@ -18,14 +18,14 @@ from typing import Any
 import blake3
 import lmdb
 
-from .chunking import PROFILES, ChunkingProfile, profile_from_wire
+from .chunking import ChunkingProfile
 from .errors import Conflict, InvalidRequest
 from .frame import Encoder, chunk_id
 from .manifest import FileEntry
-from .names import check_file_name, check_namespace
+from .names import check_file_name
 from .records import CheckpointRecord, NamespaceRecord, UploadSession
 from .store import Store, store_all
-from .uploads import Uploads, check_metadata, check_tags
+from .uploads import Uploads, check_metadata, check_new_checkpoint, check_tags
 from .writer import WriteTxn
 
 _KEY = re.compile(r"[A-Za-z0-9_-]{16,64}")
@@ -115,18 +115,11 @@ class DirectSaver:
         chunking: Any,
     ) -> ChunkingProfile:
         """Validate the request; return the profile a new namespace would get."""
-        check_namespace(ns)
         for name in files:
             check_file_name(name)
-        if parent is not None and not isinstance(parent, str):
-            raise InvalidRequest("parent must be a checkpoint id, 'latest' or null")
-        if inherit and parent is None:
-            raise InvalidRequest("inherit needs a parent")
         if key is not None and not _KEY.fullmatch(key):
             raise InvalidRequest("idempotency key must be 16-64 characters of [A-Za-z0-9_-]")
-        if chunking is not None:
-            return profile_from_wire(chunking, self._s.config.max_chunk_size)
-        return PROFILES[self._s.config.default_profile]
+        return check_new_checkpoint(self._s, ns, parent, inherit, chunking)
 
     def _replay(self, txn: lmdb.Transaction, key: str, ns: str) -> CheckpointRecord | None:
         """The checkpoint an earlier attempt with this key made, if any."""

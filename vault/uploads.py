@@ -62,6 +62,21 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
     return metadata
 
 
+def check_new_checkpoint(
+    store: Store, ns: str, parent: Any, inherit: bool, chunking: Any
+) -> ChunkingProfile:
+    """Checks shared by every way of making a checkpoint (upload session or one-request
+    save); returns the chunking profile a namespace created now would get."""
+    check_namespace(ns)
+    if parent is not None and not isinstance(parent, str):
+        raise InvalidRequest("parent must be a checkpoint id, 'latest' or null")
+    if inherit and parent is None:
+        raise InvalidRequest("inherit needs a parent")
+    if chunking is not None:
+        return profile_from_wire(chunking, store.config.max_chunk_size)
+    return PROFILES[store.config.default_profile]
+
+
 def _file_key(upload_id: str, name: str = "") -> bytes:
     return upload_id.encode() + b"\0" + name.encode()
 
@@ -78,6 +93,11 @@ class Uploads:
         if raw is None:
             raise UploadNotFound(f"upload {upload_id[:64]!r} does not exist")
         return UploadSession.from_json(raw)
+
+    def session(self, upload_id: str) -> UploadSession:
+        """A session as stored (committed or not), in its own read transaction."""
+        with self._s.env.read() as txn:
+            return self.get(txn, upload_id)
 
     def live(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
         """A session that still accepts chunks and files."""
@@ -118,18 +138,9 @@ class Uploads:
         tags: Any,
         chunking: Any = None,
     ) -> tuple[UploadSession, ChunkingProfile]:
-        check_namespace(ns)
+        wanted = check_new_checkpoint(self._s, ns, parent, inherit, chunking)
         metadata = check_metadata(metadata)
         tags = check_tags(tags)
-        if parent is not None and not isinstance(parent, str):
-            raise InvalidRequest("parent must be a checkpoint id, 'latest' or null")
-        if inherit and parent is None:
-            raise InvalidRequest("inherit needs a parent")
-        wanted = (
-            profile_from_wire(chunking, self._s.config.max_chunk_size)
-            if chunking is not None
-            else PROFILES[self._s.config.default_profile]
-        )
 
         def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
             txn = w.cat

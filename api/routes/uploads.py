@@ -20,14 +20,9 @@ PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer 
 
 async def _session(request: web.Request) -> UploadSession:
     """The upload named in the path, after checking the caller may write its namespace."""
-    vault = request.app[VAULT]
-    upload_id = request.match_info["upload_id"]
-
-    def load() -> UploadSession:
-        with vault.store.env.read() as txn:
-            return vault.uploads.get(txn, upload_id)
-
-    session = await run(request, load)
+    session = await run(
+        request, request.app[VAULT].uploads.session, request.match_info["upload_id"]
+    )
     require(request, "write", session.namespace)
     return session
 

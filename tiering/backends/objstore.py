@@ -128,4 +128,4 @@ def _range_refused(e: Exception) -> bool:
     if isinstance(e, (FileNotFoundError, NotFoundError)):
         return False
     text = str(e)
-    return "416" in text or "Range Not Satisfiable" in text or "range" in text.lower()
+    return "416" in text or "not satisfiable" in text.lower() or "InvalidRange" in text
