@@ -22,7 +22,7 @@ from aiohttp import web
 from client.wire import ADMIN_TOKEN_FILE
 from tiering import open_tier
 from tiering.wrappers import RetryingTier
-from vault import Clock, SystemClock, Unavailable, Vault
+from vault import Clock, Keyring, SystemClock, Unavailable, Vault
 
 from .auth import TokenCache, auth_middleware
 from .errors import error_middleware
@@ -122,9 +122,12 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         )
         for name, spec in settings.tiers.items()
     }
+    keyring = Keyring.load(settings.key_file) if settings.key_file is not None else None
     vault = await asyncio.get_running_loop().run_in_executor(
         pool,
-        functools.partial(Vault, settings.data_dir / "vault", settings.vault, app[CLOCK], tiers),
+        functools.partial(
+            Vault, settings.data_dir / "vault", settings.vault, app[CLOCK], tiers, keyring
+        ),
     )
     app[POOL] = pool
     app[VAULT] = vault

@@ -1,6 +1,7 @@
 """Catalog backups from the running service: to a tier (by default the last one configured,
 the coldest) or to a path on the server. In a tier a backup is `catalog/<time>.mdb` plus
-`catalog/latest`, which names the newest; restore reads `latest`."""
+`catalog/latest`, which names the newest; restore reads `latest`. With encryption on, the
+copy is sealed (it holds manifests, chunk ids and inline frames) wherever it goes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from vault import InvalidRequest, Vault
 
 LATEST = "catalog/latest"
+SEAL_CONTEXT = b"ckpt catalog backup"  # associated data: a sealed backup opens only as one
 
 
 def backup(vault: Vault, data_dir: Path, to: str | None) -> dict[str, Any]:
@@ -26,6 +28,10 @@ def backup(vault: Vault, data_dir: Path, to: str | None) -> dict[str, Any]:
     tmp = Path(tmp_name)
     try:
         size = vault.backup_catalog(tmp)
+        keyring = vault.store.keyring
+        if keyring is not None:
+            tmp.write_bytes(keyring.seal_blob(tmp.read_bytes(), SEAL_CONTEXT))
+            os.chmod(tmp, 0o600)
         if target in tiers:
             key = f"catalog/{time.strftime('%Y%m%dt%H%M%S', time.gmtime())}-{os.getpid()}.mdb"
             tiers[target].put(key, tmp.read_bytes())
@@ -38,4 +44,9 @@ def backup(vault: Vault, data_dir: Path, to: str | None) -> dict[str, Any]:
             raise InvalidRequest(f"{target!r} is neither a configured tier nor an absolute path")
     finally:
         tmp.unlink(missing_ok=True)
-    return {**where, "bytes": size, "seconds": round(time.monotonic() - started, 3)}
+    return {
+        **where,
+        "bytes": size,
+        "sealed": keyring is not None,
+        "seconds": round(time.monotonic() - started, 3),
+    }

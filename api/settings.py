@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from client.wire import DEFAULT_DATA_DIR, DEFAULT_PORT
-from vault import PROFILES, VaultConfig
+from vault import PROFILES, Keyring, VaultConfig, VaultError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,6 +72,18 @@ def _log_format(value: object) -> str:
     return str(value)
 
 
+def _key_file(value: object) -> Path | None:
+    """Empty: no encryption. Otherwise the file must load now, not at the first demotion."""
+    if value in ("", None):
+        return None
+    path = Path(str(value))
+    try:
+        Keyring.load(path)
+    except VaultError as e:
+        raise ValueError(str(e)) from None
+    return path
+
+
 def _positive_int(value: object) -> int:
     n = int(str(value))
     if n < 1:
@@ -101,6 +113,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
     ("log", "format"): ("log_format", _log_format),
+    ("encryption", "key_file"): ("key_file", _key_file),
     ("storage", "map_size"): ("vault.map_size", parse_size),
     ("storage", "max_chunk_size"): ("vault.max_chunk_size", parse_size),
     ("storage", "default_profile"): ("vault.default_profile", _profile),
@@ -126,6 +139,8 @@ class Settings:
     shutdown_timeout: float = 30.0
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     log_format: str = "auto"  # JSON lines unless stderr is a terminal
+    # Seals everything written to other tiers (AES-256-GCM); None: stored plain.
+    key_file: Path | None = None
     vault: VaultConfig = field(default_factory=VaultConfig)
     maintenance: Maintenance = field(default_factory=Maintenance)
     # [tiers.<name>]: url plus backend options (endpoint, region, access_key_id, ...).
@@ -174,7 +189,7 @@ def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
         for part in attr.split("."):
             holder = getattr(holder, part)
         value = str(holder) if isinstance(holder, Path) else holder
-        if any(word in key for word in REDACTED_KEYS):
+        if any(word in key for word in REDACTED_KEYS) and key != "key_file":
             value = "<redacted>"
         out.setdefault(section, {})[key] = value
     return out

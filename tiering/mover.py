@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from vault import BlockCorrupt, Vault
 from vault.blocks import INLINE, PACKED, Location
 from vault.errors import InvalidRequest
-from vault.frame import Decoder
+from vault.frame import Decoder, seal_frame
 from vault.writer import WriteTxn
 
 from .packs import PACK_TARGET, PackBuilder, pack_key, upload
@@ -54,6 +54,7 @@ def demote(
     if tier_name not in vault.store.tiers:
         raise InvalidRequest(f"tier {tier_name!r} is not configured")
     decoder = Decoder()
+    keyring = vault.store.keyring
     pack = PackBuilder(pack_target)
     sources: dict[bytes, int] = {}  # chunk -> the seq it had when copied
     todo = list(chunks)
@@ -69,7 +70,8 @@ def demote(
             except BlockCorrupt:
                 report.skipped += 1  # scrub will flag it; it must not travel
                 continue
-            pack.add(cid, frame)
+            sealed = seal_frame(keyring, frame, cid) if keyring is not None else frame
+            pack.add(cid, sealed)
             sources[cid] = meta.seq
             if pack.full:
                 _ship(vault, tier_name, pack, sources, report)
@@ -83,7 +85,7 @@ def demote(
 def _ship(
     vault: Vault, tier_name: str, pack: PackBuilder, sources: dict[bytes, int], report: MoveReport
 ) -> None:
-    upload(vault.store.tiers[tier_name], pack)
+    upload(vault.store.tiers[tier_name], pack, vault.store.keyring)
     key = pack_key(pack.pack_id)
     blocks = vault.store.blocks
 

@@ -5,7 +5,8 @@ A pack is two objects: `packs/<id>`, the chunk frames back to back, and `packs/<
 its index (chunk id, offset, length per frame), written after the pack so an index never
 names a pack that is not whole. Reads fetch one frame by byte range. The catalog keeps each
 chunk's (pack, offset, length) for reads; the index object is there to rebuild a catalog
-from the tier alone.
+from the tier alone. With encryption on, frames arrive here already sealed and the index is
+sealed whole (it lists chunk ids), bound to its pack's id.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import struct
 from dataclasses import dataclass, field
 
 from vault.errors import TierError
+from vault.seal import Keyring, open_blob
 from vault.tier import Tier
 
 PACK_TARGET = 32 << 20  # bytes per pack: ~0.3 s of upload at object-store speeds here
@@ -74,7 +76,7 @@ def decode_index(raw: bytes) -> list[PackEntry]:
     return [PackEntry(*e) for e in _INDEX_ENTRY.iter_unpack(raw[_INDEX_HEAD.size :])]
 
 
-def upload(tier: Tier, pack: PackBuilder) -> None:
+def upload(tier: Tier, pack: PackBuilder, keyring: Keyring | None = None) -> None:
     """Store the pack, check the tier holds all of it, then its index (conditional creates:
     a pack id is never reused)."""
     body = pack.body()
@@ -82,7 +84,10 @@ def upload(tier: Tier, pack: PackBuilder) -> None:
     stored = tier.head(pack_key(pack.pack_id))
     if stored != len(body):
         raise TierError(f"tier {tier.name}: pack {pack.pack_id} stored {stored} of {len(body)}")
-    tier.put(index_key(pack.pack_id), encode_index(pack.entries), if_absent=True)
+    index = encode_index(pack.entries)
+    if keyring is not None:
+        index = keyring.seal_blob(index, pack.pack_id.encode())
+    tier.put(index_key(pack.pack_id), index, if_absent=True)
 
 
 def read_frame(tier: Tier, pack_id: str, offset: int, length: int) -> bytes:
@@ -92,8 +97,8 @@ def read_frame(tier: Tier, pack_id: str, offset: int, length: int) -> bytes:
     return frame
 
 
-def load_index(tier: Tier, pack_id: str) -> list[PackEntry]:
-    return decode_index(tier.get(index_key(pack_id)))
+def load_index(tier: Tier, pack_id: str, keyring: Keyring | None = None) -> list[PackEntry]:
+    return decode_index(open_blob(keyring, tier.get(index_key(pack_id)), pack_id.encode()))
 
 
 def delete_pack(tier: Tier, pack_id: str) -> None:

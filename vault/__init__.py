@@ -26,6 +26,7 @@ from .errors import (
 from .gc import GcReport
 from .manifest import FileEntry
 from .records import CheckpointRecord, NamespaceRecord, UploadSession
+from .seal import Keyring
 from .tokens import Token
 from .vault import Vault
 
@@ -45,6 +46,7 @@ __all__ = [
     "HashMismatch",
     "InvalidName",
     "InvalidRequest",
+    "Keyring",
     "MissingChunks",
     "NamespaceRecord",
     "NotFound",

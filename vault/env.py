@@ -42,6 +42,7 @@ CATALOG_DBS = (
     b"tokens",  # key id -> token JSON (hash of the secret, scopes)
     b"policies",  # namespace (or NUL "default") -> policy JSON
     b"counters",  # name -> signed 64-bit total
+    b"keys",  # encryption key id (2 bytes, big endian) -> check value of that key
 )
 MIN_MAP_SIZE = 1 << 20
 MAX_GROWTH_STEP = 64 << 30

@@ -121,6 +121,20 @@ class BlockCorrupt(VaultError):
         self.chunk_id = chunk_id
 
 
+class KeyUnavailable(Unavailable):
+    """Data is encrypted with a key this server was not given: an operator must fix the
+    key file; the data itself is fine, so nothing is flagged damaged."""
+
+    code = "key_unavailable"
+
+
+class SealBroken(VaultError):
+    """Encrypted data failed authentication: changed, truncated or moved. For a chunk frame
+    the reader turns this into BlockCorrupt (the chunk is damaged)."""
+
+    code = "corrupt_object"
+
+
 class TierError(VaultError):
     """A tier (filesystem or object store) failed in a way retrying will not fix."""
 

@@ -1,7 +1,10 @@
 """Chunk frames: the self-describing byte form a chunk is stored in.
 
 Layout (little endian): magic b"CV", format version (1 byte), codec (1 byte: 0 raw, 1 zstd),
-flags (1 byte, reserved for encryption), plaintext length (4 bytes), payload. A chunk is
+flags (1 byte: bit 0 sealed), plaintext length (4 bytes), payload. A sealed frame's payload
+is the key id, nonce and AES-GCM ciphertext of the plain payload, with the header and the
+chunk id as associated data (see `seal.py`); frames are sealed only on their way out of the
+hot store, and opened on the way back in, so only plain frames reach `Decoder`. A chunk is
 stored zstd-compressed only when that saves at least 1/16 of its size: incompressible data
 (random, already-compressed) is stored raw and costs nothing to read back; so are chunks
 whose 4 KiB sample compresses by less than 1/8 (fp32 weights), see `_worth_trying`. Decoding always
@@ -17,7 +20,8 @@ from collections.abc import Iterable
 import blake3
 import zstandard
 
-from .errors import BlockCorrupt
+from .errors import BlockCorrupt, KeyUnavailable
+from .seal import Keyring
 
 MAGIC = b"CV"
 VERSION = 1
@@ -27,6 +31,8 @@ HEADER = struct.Struct("<2sBBBI")
 ZSTD_LEVEL = 1  # ~0.7 GB/s on fp32 weights here; higher levels gain <1% on tensors.
 MIN_SAVING_FRACTION = 16  # store compressed only if it saves >= 1/16 of the bytes
 SAMPLE = 4096  # bytes compressed first to decide whether a large chunk is worth it
+FLAG_SEALED = 1
+_FLAGS_AT = 4
 
 
 def chunk_id(data: bytes | memoryview) -> bytes:
@@ -74,10 +80,10 @@ class Decoder:
         """
         view = memoryview(frame)
         try:
-            magic, version, codec, _flags, n = HEADER.unpack_from(view)
+            magic, version, codec, flags, n = HEADER.unpack_from(view)
         except struct.error:
             raise BlockCorrupt(expected_id.hex()) from None
-        if magic != MAGIC or version != VERSION:
+        if magic != MAGIC or version != VERSION or flags & FLAG_SEALED:
             raise BlockCorrupt(expected_id.hex())
         payload = view[HEADER.size :]
         data: bytes | memoryview
@@ -93,6 +99,29 @@ class Decoder:
         if len(data) != n or (verify and blake3.blake3(data).digest() != expected_id):
             raise BlockCorrupt(expected_id.hex())
         return data
+
+
+def seal_frame(keyring: Keyring, frame: bytes | memoryview, cid: bytes) -> bytes:
+    """The frame with its payload encrypted; the header stays readable (it says the frame
+    is sealed, and the plaintext length, which chunk boundaries reveal anyway)."""
+    header = bytearray(frame[: HEADER.size])
+    header[_FLAGS_AT] |= FLAG_SEALED
+    return bytes(header) + keyring.seal(memoryview(frame)[HEADER.size :], bytes(header) + cid)
+
+
+def open_frame(keyring: Keyring | None, frame: bytes, cid: bytes) -> bytes:
+    """A plain frame back from a sealed one (plain ones pass through). Raises SealBroken
+    if a byte changed or the frame belongs to another chunk, KeyUnavailable if this
+    server lacks the key."""
+    if len(frame) < HEADER.size or not frame[_FLAGS_AT] & FLAG_SEALED:
+        return frame
+    if keyring is None:
+        raise KeyUnavailable("a chunk is encrypted and no key file is configured")
+    header = frame[: HEADER.size]
+    payload = keyring.open(memoryview(frame)[HEADER.size :], header + cid)
+    plain_header = bytearray(header)
+    plain_header[_FLAGS_AT] &= ~FLAG_SEALED
+    return bytes(plain_header) + payload
 
 
 def plaintext_length(frame: bytes | memoryview) -> int:

@@ -4,6 +4,10 @@ Metadata comes from the catalog, frames from the frame environment. A chunk that
 verification (or whose frame is gone while the catalog still lists it) is flagged damaged on
 the spot, so the missing query starts reporting it and the next upload of the same bytes
 heals it.
+
+A chunk can move while it is being read (demotion drops its hot frame, promotion or a repack
+retires a pack): a frame missing on the first look is looked up once more before it counts
+as damaged.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from collections.abc import Iterator, Sequence
 import blake3
 
 from .blocks import INLINE, PACKED, ChunkMeta, Location
-from .errors import BlockCorrupt, ObjectNotFound, TierError
-from .frame import Decoder
+from .errors import BlockCorrupt, ObjectNotFound, SealBroken, TierError
+from .frame import Decoder, open_frame
 from .manifest import FileEntry
 from .store import Store
 from .writer import WriteTxn
@@ -28,9 +32,19 @@ class Reader:
         self._s = store
 
     def frames(self, cids: Sequence[bytes]) -> tuple[list[ChunkMeta | None], list[bytes | None]]:
-        """Metadata and frame of each chunk, wherever it lives: the catalog (inline), the
-        frame environment, or a pack in another tier. A frame that cannot be found is None;
-        a tier that does not answer raises TierUnavailable."""
+        """Metadata and (plain) frame of each chunk, wherever it lives: the catalog
+        (inline), the frame environment, or a pack in another tier. A frame that cannot be
+        found, or fails to unseal, is None; a tier that does not answer raises
+        TierUnavailable."""
+        metas, frames = self._lookup(cids)
+        misses = [i for i, (m, f) in enumerate(zip(metas, frames, strict=True)) if m and not f]
+        if misses:  # moved under us? look again, once
+            again_metas, again_frames = self._lookup([cids[i] for i in misses])
+            for i, meta, frame in zip(misses, again_metas, again_frames, strict=True):
+                metas[i], frames[i] = meta, frame
+        return metas, frames
+
+    def _lookup(self, cids: Sequence[bytes]) -> tuple[list[ChunkMeta | None], list[bytes | None]]:
         metas: list[ChunkMeta | None] = []
         frames: list[bytes | None] = []
         packed: dict[int, Location] = {}
@@ -53,9 +67,17 @@ class Reader:
                     raw = self._s.blocks.frame(txn, meta)
                     frames[i] = bytes(raw) if raw is not None else None
         for i, frame in self._packed_frames(packed).items():
-            frames[i] = frame
+            frames[i] = self._unseal(frame, cids[i])
         self._s.frames.note_io(sum(m.stored for m in metas if m is not None))
         return metas, frames
+
+    def _unseal(self, frame: bytes | None, cid: bytes) -> bytes | None:
+        if frame is None:
+            return None
+        try:
+            return open_frame(self._s.keyring, frame, cid)
+        except SealBroken:
+            return None  # tampered with, truncated or misplaced: damaged
 
     def _packed_frames(self, packed: dict[int, Location]) -> dict[int, bytes | None]:
         """Frames from packs, one range request per run of adjacent frames: the chunks of

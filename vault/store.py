@@ -12,6 +12,7 @@ from .clock import Clock
 from .config import VaultConfig
 from .env import CATALOG_DBS, FRAME_DBS, Env
 from .ids import IdGenerator
+from .seal import Keyring
 from .tier import Tier
 from .writer import Writer, WriteTxn
 
@@ -27,6 +28,7 @@ class Store:
     config: VaultConfig
     ids: IdGenerator
     tiers: Mapping[str, Tier]  # by name; hot (LMDB) is not among them
+    keyring: Keyring | None  # seals what goes to other tiers; None: stored plain
 
     @classmethod
     def open(
@@ -35,8 +37,15 @@ class Store:
         clock: Clock,
         config: VaultConfig,
         tiers: Mapping[str, Tier] | None = None,
+        keyring: Keyring | None = None,
     ) -> Store:
         env = Env(path / "catalog", config.map_size, CATALOG_DBS)
+        if keyring is not None:
+            try:
+                _remember_keys(env, keyring)
+            except BaseException:
+                env.close()
+                raise
         frames = Env(path / "frames", config.map_size, FRAME_DBS)
         blocks = Blocks(env, frames)
         with env.read() as txn:
@@ -52,6 +61,7 @@ class Store:
             config=config,
             ids=IdGenerator(newest),
             tiers=dict(tiers or {}),
+            keyring=keyring,
         )
 
     def now_ms(self) -> int:
@@ -61,6 +71,19 @@ class Store:
         self.writer.close()
         self.env.close()
         self.frames.close()
+
+
+def _remember_keys(env: Env, keyring: Keyring) -> None:
+    """Record each key's check value at first sight; refuse a key file whose key id now
+    names another key (before the writer starts, so a plain transaction is fine)."""
+    db = env.db["keys"]
+    with env.read() as txn:
+        known = {int.from_bytes(k, "big"): bytes(v) for k, v in txn.cursor(db=db)}
+    new = keyring.unknown_to(known)
+    if new:
+        with env.lmdb.begin(write=True) as txn:
+            for kid, check in new.items():
+                txn.put(kid.to_bytes(2, "big"), check, db=db)
 
 
 def store_all(

@@ -31,6 +31,7 @@ from .prune import RetentionResult
 from .reader import Reader
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .scrub import ScrubReport
+from .seal import Keyring
 from .store import Store
 from .tier import Tier
 from .tokens import Tokens
@@ -47,9 +48,10 @@ class Vault:
         config: VaultConfig | None = None,
         clock: Clock | None = None,
         tiers: Mapping[str, Tier] | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self.config = config or VaultConfig()
-        self.store = Store.open(Path(path), clock or SystemClock(), self.config, tiers)
+        self.store = Store.open(Path(path), clock or SystemClock(), self.config, tiers, keyring)
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
         self.lifecycle = Lifecycle(self.store)

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ..errors import ClientError
-from . import admin, catalog, checkpoints, lifecycle, serve
+from . import admin, catalog, checkpoints, keys, lifecycle, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin.register(sub)
     lifecycle.register(sub)
     catalog.register(sub)
+    keys.register(sub)
     return parser
 
 

@@ -28,7 +28,10 @@ def register(sub: Any) -> None:
     p.add_argument("src", help="a backup file, or tier:NAME for the newest in that tier")
     p.add_argument("--data", type=Path, required=True, help="an empty data dir to fill")
     p.add_argument(
-        "--config", type=Path, default=None, help="server config declaring the tier (for tier:NAME)"
+        "--config",
+        type=Path,
+        default=None,
+        help="the server config: tiers (for tier:NAME) and the key file of sealed backups",
     )
     p.add_argument("--json", action="store_true")
     cat.set_defaults(func=run)
@@ -39,7 +42,12 @@ def run(args: argparse.Namespace) -> int:
         with VaultClient(args.url, args.token, progress=False) as vault:
             out = vault.catalog_backup(args.dest)
     else:
-        out = _restore(args.src, args.data, args.config)
+        from vault import VaultError
+
+        try:
+            out = _restore(args.src, args.data, args.config)
+        except VaultError as e:  # offline: engine errors are the message to show
+            raise ValueError(str(e)) from None
     if args.json:
         emit_json(out)
     else:
@@ -48,21 +56,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _restore(src: str, data: Path, config: Path | None) -> dict[str, Any]:
-    from api.catalog_backup import LATEST
+    """From a file or a tier's `latest`; a sealed backup is opened with the config's key
+    file (the same one the service ran with)."""
+    from api.catalog_backup import LATEST, SEAL_CONTEXT
     from api.settings import load_settings
     from tiering import open_tier
     from vault.backup import restore_catalog
+    from vault.seal import Keyring, open_blob
 
-    if not src.startswith("tier:"):
-        return {"from": src, **restore_catalog(Path(src), data / "vault")}
-    name = src[len("tier:") :]
-    spec = load_settings(config).tiers.get(name)
-    if spec is None:
-        print(f"ckpt catalog: no [tiers.{name}] in the config", file=sys.stderr)
-        raise SystemExit(1)
-    tier = open_tier(name, spec["url"], {k: v for k, v in spec.items() if k != "url"})
-    key = tier.get(LATEST).decode()
+    settings = load_settings(config)
+    keyring = Keyring.load(settings.key_file) if settings.key_file is not None else None
+    if src.startswith("tier:"):
+        name = src[len("tier:") :]
+        spec = settings.tiers.get(name)
+        if spec is None:
+            print(f"ckpt catalog: no [tiers.{name}] in the config", file=sys.stderr)
+            raise SystemExit(1)
+        tier = open_tier(name, spec["url"], {k: v for k, v in spec.items() if k != "url"})
+        key = tier.get(LATEST).decode()
+        raw, origin = tier.get(key), f"{name}:{key}"
+    else:
+        raw, origin = Path(src).read_bytes(), src
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "catalog.mdb"
-        copy.write_bytes(tier.get(key))
-        return {"from": f"{name}:{key}", **restore_catalog(copy, data / "vault")}
+        copy.write_bytes(open_blob(keyring, raw, SEAL_CONTEXT))
+        return {"from": origin, **restore_catalog(copy, data / "vault")}
