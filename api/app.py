@@ -142,6 +142,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
     """The service; `clock` is for tests that move time instead of sleeping."""
+    from .promotion import promotion_context
     from .routes import setup_routes
     from .scheduler import maintenance_context
 
@@ -164,5 +165,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app.on_shutdown.append(app[BODY_READERS].abort_all)
     app.cleanup_ctx.append(_vault_context)
     app.cleanup_ctx.append(maintenance_context)
+    app.cleanup_ctx.append(promotion_context)
     setup_routes(app)
     return app

@@ -17,6 +17,7 @@ from vault.reader import batches
 
 from .app import VAULT, run
 from .errors import InvalidRange
+from .promotion import PROMOTIONS
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 
@@ -51,6 +52,8 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
     entry = files.get(name)
     if entry is None:
         raise NotFound(f"checkpoint {record.id} has no file {name!r}")
+    if request.method == "GET":
+        request.app[PROMOTIONS].after_read(request.app, record)
     etag = f'"{entry.hash.hex()}"'
     headers = {"ETag": etag, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
     if request.headers.get("If-None-Match") == etag:

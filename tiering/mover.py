@@ -9,9 +9,13 @@
    left as it is; its bytes in the pack are simply dead).
 4. Delete: a later writer transaction drops the hot frames.
 
-A SIGKILL between 2 and 3 leaves a pack nothing points to (dead space in the tier); between
-3 and 4, hot frames nothing points to (`check --repair` drops them). Never a pointer to
-nothing.
+A SIGKILL between 2 and 3 leaves a pack nothing points to (dead space in the tier, which
+repacking deletes); between 3 and 4, hot frames nothing points to (`check --repair` drops
+them). Never a pointer to nothing.
+
+Promotion is the same in reverse, in one step: read the range, verify, then one writer
+transaction writes the hot frame and switches the pointer, if the chunk is still where it
+was read from. The pack keeps its copy as dead bytes until repacking.
 """
 
 from __future__ import annotations
@@ -78,6 +82,47 @@ def demote(
                 pack, sources = PackBuilder(pack_target), {}
     if pack.entries:
         _ship(vault, tier_name, pack, sources, report)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def promote(vault: Vault, chunks: Iterable[bytes]) -> MoveReport:
+    """Bring the given packed chunks back into the hot store."""
+    report = MoveReport()
+    started = time.monotonic()
+    decoder = Decoder()
+    blocks = vault.store.blocks
+    todo = list(chunks)
+    for i in range(0, len(todo), READ_BATCH):
+        batch = todo[i : i + READ_BATCH]
+        metas, frames = vault.reader.frames(batch)
+        ready: dict[bytes, tuple[Location | None, bytes]] = {}
+        with vault.store.env.read() as txn:
+            for cid, meta, frame in zip(batch, metas, frames, strict=True):
+                if meta is None or frame is None or meta.seq != PACKED:
+                    report.skipped += 1
+                    continue
+                try:
+                    decoder.plaintext(frame, cid)
+                except BlockCorrupt:
+                    report.skipped += 1
+                    continue
+                ready[cid] = (blocks.location(txn, cid), frame)
+
+        def switch(w: WriteTxn, ready: dict[bytes, tuple[Location | None, bytes]] = ready) -> int:
+            moved = 0
+            for cid, (where, frame) in ready.items():
+                meta = blocks.meta(w.cat, cid)
+                if meta is None or meta.seq != PACKED or blocks.location(w.cat, cid) != where:
+                    continue  # collected, healed or moved since it was read
+                blocks.move_to_hot(w, cid, meta, frame)
+                moved += 1
+            return moved
+
+        report.chunks_moved += vault.store.writer.run(
+            switch, size=sum(len(f) for _, f in ready.values())
+        )
+        report.bytes_moved += sum(len(f) for _, f in ready.values())
     report.seconds = time.monotonic() - started
     return report
 

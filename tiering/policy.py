@@ -1,75 +1,220 @@
-"""Which chunks should leave the hot tier: a pure plan over the catalog, like retention.
+"""Which chunks should leave the hot tier, and which should come back: a pure plan over the
+catalog, like retention.
 
-Per namespace (its policy's `tiering` object):
-- `target`: the tier to demote to (no target: nothing moves);
-- `demote_after`: only checkpoints older than this (duration, e.g. `7d`);
-- `keep_hot_last`: the newest N checkpoints always stay hot;
-- `pinned_stay_hot`: pinned checkpoints stay hot (default true).
-A chunk used by any checkpoint that stays hot stays hot, whatever other checkpoints share it.
+Per namespace (its policy's `tiering` object, else the default policy's):
+- `target`: the tier to demote to (no target: nothing moves, and packed chunks come back);
+- `demote_after`: only checkpoints older than this (duration, e.g. `7d`); a checkpoint
+  promoted by a read ages from that read instead of its creation;
+- `keep_hot_last`: the newest N checkpoints always stay hot (default 1);
+- `pinned_stay_hot`: pinned checkpoints stay hot (default true);
+- `promote_on_read`: a read of a checkpoint with cold bytes brings them back (api/);
+- `hot_high_watermark` / `hot_low_watermark`: when hot bytes exceed the high mark, the
+  oldest checkpoints that no rule holds hot are demoted early until the low mark is reached.
+  In a namespace's own policy they bound that namespace's hot bytes; in the default policy,
+  the whole hot store's.
+
+A chunk used by any checkpoint that stays hot stays hot, whatever other checkpoints share
+it; a chunk wanted by two targets goes to the one declared first (the warmer). Checkpoints
+that a rule holds hot (newest N, pinned, no target, recently promoted) get their packed
+chunks back: promotion by policy. Checkpoints merely younger than `demote_after` are left
+where they are, so the watermark and the age rule never undo each other.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from vault import Vault
-from vault.blocks import PACKED
+from vault.blocks import PACKED, ChunkMeta
 from vault.errors import InvalidRequest
 from vault.manifest import distinct_chunks
-from vault.policy import parse_duration
+from vault.policy import Policy, parse_duration, parse_size
 from vault.prune import live_records
+
+
+@dataclass
+class _Checkpoint:
+    id: str
+    namespace: str
+    age_from: float
+    chunks: set[bytes]
+    target: str | None
+    held: bool  # a rule keeps it hot: never demoted, its packed chunks come back
+    hot: bool  # stays hot in this plan
 
 
 @dataclass
 class TieringPlan:
     moves: dict[str, set[bytes]] = field(default_factory=dict)  # target tier -> chunks
-    bytes: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)  # target tier -> stored bytes
     checkpoints: dict[str, list[str]] = field(default_factory=dict)  # target -> ids
+    by_watermark: list[str] = field(default_factory=list)  # demoted early for capacity
+    promote: set[bytes] = field(default_factory=set)
+    promote_bytes: int = 0
+    promote_checkpoints: list[str] = field(default_factory=list)
+    hot_bytes: int = 0
+    hot_bytes_after: int = 0
 
     def to_wire(self) -> dict[str, object]:
         return {
             "tiers": {
                 t: {
                     "chunks": len(c),
-                    "bytes": self.bytes.get(t, 0),
+                    "bytes": self.sizes.get(t, 0),
                     "checkpoints": self.checkpoints.get(t, []),
                 }
                 for t, c in self.moves.items()
-            }
+            },
+            "by_watermark": self.by_watermark,
+            "promote": {
+                "chunks": len(self.promote),
+                "bytes": self.promote_bytes,
+                "checkpoints": self.promote_checkpoints,
+            },
+            "hot": {"bytes": self.hot_bytes, "bytes_after": self.hot_bytes_after},
         }
 
 
+class _Planner:
+    """Holds the per-chunk counts the plan needs: how many staying-hot checkpoints use each
+    chunk, and each chunk's metadata, read once."""
+
+    def __init__(self, vault: Vault, txn: Any, checkpoints: list[_Checkpoint]) -> None:
+        self._vault = vault
+        self._txn = txn
+        self.checkpoints = checkpoints
+        self.users: Counter[bytes] = Counter()
+        for c in checkpoints:
+            if c.hot:
+                self.users.update(c.chunks)
+        self._meta: dict[bytes, ChunkMeta | None] = {}
+
+    def meta(self, cid: bytes) -> ChunkMeta | None:
+        if cid not in self._meta:
+            self._meta[cid] = self._vault.store.blocks.meta(self._txn, cid)
+        return self._meta[cid]
+
+    def movable(self, cid: bytes) -> bool:
+        meta = self.meta(cid)
+        return meta is not None and meta.seq != PACKED and not meta.damaged
+
+    def hot_size(self, chunks: Iterable[bytes]) -> int:
+        """Stored bytes of those chunks that are hot now."""
+        return sum(m.stored for m in map(self.meta, chunks) if m is not None and m.seq != PACKED)
+
+    def demote(self, c: _Checkpoint) -> int:
+        """Mark a staying-hot checkpoint cold; the hot bytes that frees."""
+        c.hot = False
+        freed = 0
+        for cid in c.chunks:
+            self.users[cid] -= 1
+            if self.users[cid] == 0 and self.movable(cid):
+                freed += self.meta(cid).stored  # type: ignore[union-attr]
+        return freed
+
+
 def plan(vault: Vault, now: float) -> TieringPlan:
-    out = TieringPlan()
-    hot: set[bytes] = set()
     store = vault.store
+    rank = {name: i for i, name in enumerate(store.tiers)}  # declared first = warmer
     with store.env.read() as txn:
+        default = vault.own_policy(txn, None) or Policy()
+        own: dict[str, Policy | None] = {}
+        checkpoints: list[_Checkpoint] = []
         for ns in [n.name for n in store.catalog.namespaces(txn)]:
-            settings = vault.policy_for(txn, ns).tiering
-            target = settings.get("target")
-            if target is not None and not isinstance(target, str):
-                raise InvalidRequest(f"namespace {ns}: tiering target must be a tier name")
-            if target is not None and target not in store.tiers:
-                raise InvalidRequest(f"namespace {ns}: tier {target!r} is not configured")
-            after = parse_duration(settings.get("demote_after", 0), "demote_after")
-            keep = int(settings.get("keep_hot_last", 1))
-            pinned_hot = bool(settings.get("pinned_stay_hot", True))
-            for i, rec in enumerate(live_records(store, txn, ns)):
-                chunks = distinct_chunks(store.catalog.manifest(txn, rec.id))
-                cold = (
-                    i >= keep and rec.created_at <= now - after and not (rec.pinned and pinned_hot)
-                )
-                if target is not None and cold:
-                    out.moves.setdefault(target, set()).update(chunks)
-                    out.checkpoints.setdefault(target, []).append(rec.id)
-                else:
-                    hot |= chunks
-        for target, chunks in out.moves.items():
-            keep_moving = set()
-            for cid in chunks - hot:
-                meta = store.blocks.meta(txn, cid)
-                if meta is not None and meta.seq != PACKED and not meta.damaged:
-                    keep_moving.add(cid)
-                    out.bytes[target] = out.bytes.get(target, 0) + meta.stored
-            out.moves[target] = keep_moving
+            own[ns] = vault.own_policy(txn, ns)
+            checkpoints += _namespace(vault, txn, ns, own[ns] or default, now)
+        planner = _Planner(vault, txn, checkpoints)
+        out = TieringPlan(hot_bytes=store.blocks.tier_totals(txn, store.tiers)["hot"]["bytes"])
+        for ns, policy in own.items():
+            if policy is not None:
+                _watermark(planner, policy, [c for c in checkpoints if c.namespace == ns], out)
+        _watermark(planner, default, checkpoints, out, whole_store=True)
+        _settle(planner, rank, out)
     return out
+
+
+def _namespace(vault: Vault, txn: Any, ns: str, policy: Policy, now: float) -> list[_Checkpoint]:
+    settings = policy.tiering
+    target = settings.get("target")
+    if target is not None and target not in vault.store.tiers:
+        raise InvalidRequest(f"namespace {ns}: tier {target!r} is not configured")
+    after = parse_duration(settings.get("demote_after", 0), "demote_after")
+    keep = int(settings.get("keep_hot_last", 1))
+    pinned_hot = bool(settings.get("pinned_stay_hot", True))
+    out = []
+    for i, rec in enumerate(live_records(vault.store, txn, ns)):
+        age_from = max(rec.created_at, rec.promoted_at or 0.0)
+        recently_read = rec.promoted_at is not None and rec.promoted_at > now - after
+        held = target is None or i < keep or (rec.pinned and pinned_hot) or recently_read
+        hot = held or age_from > now - after
+        chunks = distinct_chunks(vault.store.catalog.manifest(txn, rec.id))
+        out.append(_Checkpoint(rec.id, ns, age_from, chunks, target, held, hot))
+    return out
+
+
+def _watermark(
+    planner: _Planner,
+    policy: Policy,
+    scope: list[_Checkpoint],
+    out: TieringPlan,
+    whole_store: bool = False,
+) -> None:
+    """Demote the oldest unheld checkpoints of `scope` while its hot bytes are above the
+    high mark, down to the low mark (the high mark if no low one is set)."""
+    high = policy.tiering.get("hot_high_watermark")
+    if high is None:
+        return
+    high_bytes = parse_size(high, "hot_high_watermark")
+    low = policy.tiering.get("hot_low_watermark")
+    low_bytes = parse_size(low, "hot_low_watermark") if low is not None else high_bytes
+    if whole_store:
+        hot = out.hot_bytes - _planned_freed(planner)
+    else:
+        hot = planner.hot_size(
+            {cid for c in scope if c.hot for cid in c.chunks if planner.users[cid] > 0}
+        )
+    if hot <= high_bytes:
+        return
+    for c in sorted(scope, key=lambda c: c.age_from):
+        if hot <= low_bytes:
+            break
+        if c.hot and not c.held and c.target is not None:
+            hot -= planner.demote(c)
+            out.by_watermark.append(c.id)
+
+
+def _planned_freed(planner: _Planner) -> int:
+    """Hot bytes the age rules alone already move out."""
+    cold = {cid for c in planner.checkpoints if not c.hot for cid in c.chunks}
+    return planner.hot_size(cid for cid in cold if planner.users[cid] == 0 and planner.movable(cid))
+
+
+def _settle(planner: _Planner, rank: dict[str, int], out: TieringPlan) -> None:
+    """Turn the hot/cold decisions into chunk moves and promotions."""
+    where: dict[bytes, str] = {}
+    for c in planner.checkpoints:
+        if c.hot or c.target is None:
+            continue
+        out.checkpoints.setdefault(c.target, []).append(c.id)
+        for cid in c.chunks:
+            warmer = cid not in where or rank[c.target] < rank[where[cid]]
+            if warmer and planner.users[cid] == 0 and planner.movable(cid):
+                where[cid] = c.target
+    for cid, target in where.items():
+        out.moves.setdefault(target, set()).add(cid)
+        out.sizes[target] = out.sizes.get(target, 0) + planner.meta(cid).stored  # type: ignore[union-attr]
+    for c in planner.checkpoints:
+        packed = {cid for cid in c.chunks if _is_packed(planner.meta(cid))} if c.held else set()
+        if packed - out.promote:
+            out.promote_checkpoints.append(c.id)
+            for cid in packed - out.promote:
+                out.promote.add(cid)
+                out.promote_bytes += planner.meta(cid).stored  # type: ignore[union-attr]
+    out.hot_bytes_after = out.hot_bytes - sum(out.sizes.values()) + out.promote_bytes
+
+
+def _is_packed(meta: ChunkMeta | None) -> bool:
+    return meta is not None and meta.seq == PACKED and not meta.damaged

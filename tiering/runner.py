@@ -1,16 +1,17 @@
-"""One tiering run: plan, move each target's chunks, then say on each checkpoint record
-where its bytes now are (`tier`: hot, a tier's name, or mixed)."""
+"""One tiering run: plan, move each target's chunks, bring back what rules hold hot, then
+say on each checkpoint record where its bytes now are (`tier`: hot, a tier's name, or
+mixed). Also promotion on read, one checkpoint at a time."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vault import Vault
+from vault import CheckpointRecord, Vault
 from vault.blocks import PACKED
 from vault.manifest import distinct_chunks
 from vault.writer import WriteTxn
 
-from .mover import demote
+from .mover import MoveReport, demote, promote
 from .policy import plan
 
 
@@ -22,18 +23,51 @@ def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
     moved = {}
     for target, chunks in tiering_plan.moves.items():
         if chunks:
-            report = demote(vault, target, sorted(chunks))
-            moved[target] = {
-                "chunks": report.chunks_moved,
-                "bytes": report.bytes_moved,
-                "packs": report.packs,
-                "skipped": report.skipped,
-                "seconds": round(report.seconds, 3),
-                "mb_per_s": round(report.mb_per_s, 1),
-            }
+            moved[target] = _summary(demote(vault, target, sorted(chunks)))
     out["moved"] = moved
+    out["promoted"] = _summary(promote(vault, sorted(tiering_plan.promote)))
     out["retiered"] = retier(vault)
     return out
+
+
+def _summary(report: MoveReport) -> dict[str, Any]:
+    return {
+        "chunks": report.chunks_moved,
+        "bytes": report.bytes_moved,
+        "packs": report.packs,
+        "skipped": report.skipped,
+        "seconds": round(report.seconds, 3),
+        "mb_per_s": round(report.mb_per_s, 1),
+    }
+
+
+def wants_promotion(vault: Vault, ns: str, record: CheckpointRecord) -> bool:
+    """A read of this checkpoint should bring its bytes back hot (policy promote_on_read)."""
+    if record.tier == "hot":
+        return False
+    with vault.store.env.read() as txn:
+        return bool(vault.policy_for(txn, ns).tiering.get("promote_on_read", False))
+
+
+def promote_checkpoint(vault: Vault, ns: str, ckpt_id: str) -> dict[str, Any]:
+    """Promotion on read: note the read (the checkpoint ages from it, so the next tiering
+    run leaves it hot for `demote_after`), then bring its packed chunks back."""
+    store = vault.store
+    now = store.clock.now()
+
+    def note(w: WriteTxn) -> set[bytes]:
+        rec = store.catalog.record(w.cat, ckpt_id)
+        if rec is None or rec.is_tombstone or rec.namespace != ns:
+            return set()
+        rec.promoted_at = now
+        store.catalog.put_record(w.cat, rec)
+        return distinct_chunks(store.catalog.manifest(w.cat, ckpt_id))
+
+    chunks = store.writer.run(note)
+    with store.env.read() as txn:
+        packed = [c for c in chunks if (m := store.blocks.meta(txn, c)) and m.seq == PACKED]
+    report = promote(vault, sorted(packed))
+    return {"checkpoint": ckpt_id, **_summary(report), "retiered": retier(vault, [ckpt_id])}
 
 
 def tier_of(vault: Vault, txn: Any, chunks: set[bytes]) -> str:
@@ -50,12 +84,18 @@ def tier_of(vault: Vault, txn: Any, chunks: set[bytes]) -> str:
     return places.pop() if len(places) == 1 else "mixed"
 
 
-def retier(vault: Vault) -> list[str]:
-    """Recompute every live checkpoint's `tier`; write the ones that changed."""
+def retier(vault: Vault, only: list[str] | None = None) -> list[str]:
+    """Recompute every live checkpoint's `tier` (or only those given); write the ones that
+    changed."""
     store = vault.store
     changes: dict[str, str] = {}
     with store.env.read() as txn:
-        for ckpt_id, files in store.catalog.all_manifests(txn):
+        listed = (
+            [(i, store.catalog.manifest(txn, i)) for i in only]
+            if only is not None
+            else store.catalog.all_manifests(txn)
+        )
+        for ckpt_id, files in listed:
             rec = store.catalog.record(txn, ckpt_id)
             if rec is None or rec.is_tombstone:
                 continue

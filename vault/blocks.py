@@ -160,6 +160,21 @@ class Blocks:
         txn.put(cid, where.pack(), db=self._packed)
         self.set_meta(txn, cid, meta._replace(seq=PACKED, stored=where.length))
         self._count_tier(txn, where.tier, 1, where.length)
+        self.counters.add(txn, "stored_bytes", where.length - meta.stored)  # sealing adds some
+
+    def move_to_hot(self, w: WriteTxn, cid: bytes, meta: ChunkMeta, frame: bytes) -> None:
+        """Promotion: a verified plain frame back in the frame environment, the pointer
+        switched in the same commit; the pack keeps the old copy as dead bytes until it is
+        repacked."""
+        where = self.location(w.cat, cid)
+        seq = self._next_seq
+        self._next_seq += 1
+        w.data.put(seq_key(seq), frame, db=self._frames, append=True)
+        w.cat.delete(cid, db=self._packed)
+        self.set_meta(w.cat, cid, meta._replace(seq=seq, stored=len(frame)))
+        if where is not None:
+            self._count_tier(w.cat, where.tier, -1, -meta.stored)
+        self.counters.add(w.cat, "stored_bytes", len(frame) - meta.stored)
 
     def _count_tier(self, txn: lmdb.Transaction, tier: str, chunks: int, nbytes: int) -> None:
         self.counters.add(txn, f"tier:{tier}:chunks", chunks)

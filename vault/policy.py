@@ -1,4 +1,4 @@
-"""Namespace policies: retention rules (and tiering settings, stored for the tiering work).
+"""Namespace policies: retention rules and tiering settings.
 
 A policy is stored per namespace, with a default for namespaces that have none. A PUT may
 give only some keys; the others keep their values. A retention rule left unset does not
@@ -20,6 +20,19 @@ DEFAULT_KEY = b"\0default"  # namespaces cannot start with NUL
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d|w)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 COUNT_RULES = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
+_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|TiB)?")
+_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+# Tiering keys and how each is checked; what they mean is tiering/policy.py's business.
+TIERING_KEYS = {
+    "target": "tier",
+    "demote_after": "duration",
+    "keep_hot_last": "count",
+    "pinned_stay_hot": "bool",
+    "promote_on_read": "bool",
+    "hot_high_watermark": "size",
+    "hot_low_watermark": "size",
+    "repack_below": "fraction",
+}
 
 
 def parse_duration(value: Any, key: str) -> float:
@@ -30,6 +43,45 @@ def parse_duration(value: Any, key: str) -> float:
     if not m:
         raise InvalidRequest(f"{key} must be a duration like 90s, 36h or 7d")
     return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_size(value: Any, key: str) -> int:
+    """Bytes from an integer or a string like `40GiB`."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    m = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if not m:
+        raise InvalidRequest(f"{key} must be a size in bytes, or like 512MiB or 40GiB")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
+def check_tiering(settings: dict[str, Any]) -> None:
+    """Refuse unknown keys and malformed values when a policy is set, not at the next run
+    (null clears a key)."""
+    unknown = set(settings) - set(TIERING_KEYS)
+    if unknown:
+        raise InvalidRequest(f"unknown tiering keys: {sorted(unknown)}")
+    for key, value in settings.items():
+        kind = TIERING_KEYS[key]
+        if value is None:
+            continue
+        if kind == "tier" and not isinstance(value, str):
+            raise InvalidRequest("tiering target must be a tier name")
+        if kind == "duration":
+            parse_duration(value, key)
+        if kind == "count":
+            _count(key, value)
+        if kind == "bool" and not isinstance(value, bool):
+            raise InvalidRequest(f"{key} must be true or false")
+        if kind == "size":
+            parse_size(value, key)
+        if kind == "fraction" and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+        ):
+            raise InvalidRequest(f"{key} must be a fraction between 0 and 1")
+    high, low = settings.get("hot_high_watermark"), settings.get("hot_low_watermark")
+    if high is not None and low is not None and parse_size(low, "") > parse_size(high, ""):
+        raise InvalidRequest("hot_low_watermark must not exceed hot_high_watermark")
 
 
 def format_duration(seconds: float) -> str:
@@ -118,7 +170,7 @@ def _parse_rule(key: str, value: Any) -> Any:
 @dataclass(frozen=True)
 class Policy:
     retention: Retention = field(default_factory=Retention)
-    tiering: dict[str, Any] = field(default_factory=dict)  # kept as given until tiering lands
+    tiering: dict[str, Any] = field(default_factory=dict)  # as given, checked keys
 
     def to_wire(self) -> dict[str, Any]:
         return {"retention": self.retention.to_wire(), "tiering": dict(self.tiering)}
@@ -130,7 +182,10 @@ class Policy:
         if "tiering" in body:
             if not isinstance(body["tiering"], dict):
                 raise InvalidRequest("tiering must be an object")
-            tiering = {**self.tiering, **body["tiering"]}
+            tiering = {
+                k: v for k, v in {**self.tiering, **body["tiering"]}.items() if v is not None
+            }
+            check_tiering(tiering)
         retention = self.retention.updated(body.get("retention", {}))
         return Policy(retention, tiering)
 

@@ -47,6 +47,7 @@ class CheckpointRecord:
     validity: Validity = field(default_factory=Validity)
     tier: str = "hot"
     deleted_at: float | None = None  # set on tombstones
+    promoted_at: float | None = None  # last brought back hot by a read; ages from here
 
     @property
     def is_tombstone(self) -> bool:
@@ -102,6 +103,7 @@ _RECORD_FIELDS = (
     "validity",
     "tier",
     "deleted_at",
+    "promoted_at",
 )
 
 

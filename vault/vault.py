@@ -179,6 +179,10 @@ class Vault:
                 self.catalog.require_namespace(txn, ns)
             return self._policies.get(txn, ns) or Policy()
 
+    def own_policy(self, txn: Any, ns: str | None) -> Policy | None:
+        """A namespace's own policy (the default's with ns=None), or None if it has none."""
+        return self._policies.get(txn, ns)
+
     def policy_for(self, txn: Any, ns: str) -> Policy:
         """The policy in force for `ns` (its own, else the default) inside a read txn."""
         return self._policies.effective(txn, ns)
