@@ -11,6 +11,7 @@ from vault.blocks import PACKED
 from vault.manifest import distinct_chunks
 from vault.writer import WriteTxn
 
+from . import repack
 from .mover import MoveReport, demote, promote
 from .policy import plan
 
@@ -18,7 +19,14 @@ from .policy import plan
 def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
     tiering_plan = plan(vault, vault.store.clock.now())
     out: dict[str, Any] = {"dry_run": dry_run, **tiering_plan.to_wire()}
+    below = repack_threshold(vault)
     if dry_run:
+        sparse = repack.plan(vault, below)
+        out["repack"] = {
+            "below": below,
+            "packs": len(sparse),
+            "dead_bytes": sum(p.size - p.live_bytes for p in sparse),
+        }
         return out
     moved = {}
     for target, chunks in tiering_plan.moves.items():
@@ -27,7 +35,16 @@ def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
     out["moved"] = moved
     out["promoted"] = _summary(promote(vault, sorted(tiering_plan.promote)))
     out["retiered"] = retier(vault)
+    out["repack"] = {"below": below, **repack.repack(vault, below).to_wire()}
     return out
+
+
+def repack_threshold(vault: Vault) -> float:
+    """`repack_below` of the default policy: packs are shared by all namespaces."""
+    with vault.store.env.read() as txn:
+        policy = vault.own_policy(txn, None)
+    value = policy.tiering.get("repack_below") if policy is not None else None
+    return float(value) if value is not None else repack.DEFAULT_REPACK_BELOW
 
 
 def _summary(report: MoveReport) -> dict[str, Any]:

@@ -162,6 +162,16 @@ class Blocks:
         self._count_tier(txn, where.tier, 1, where.length)
         self.counters.add(txn, "stored_bytes", where.length - meta.stored)  # sealing adds some
 
+    def relocate(
+        self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta, old: Location, new: Location
+    ) -> None:
+        """Repacking: the chunk's frame now lives in another pack."""
+        txn.put(cid, new.pack(), db=self._packed)
+        self.set_meta(txn, cid, meta._replace(stored=new.length))
+        self._count_tier(txn, old.tier, -1, -meta.stored)
+        self._count_tier(txn, new.tier, 1, new.length)
+        self.counters.add(txn, "stored_bytes", new.length - meta.stored)
+
     def move_to_hot(self, w: WriteTxn, cid: bytes, meta: ChunkMeta, frame: bytes) -> None:
         """Promotion: a verified plain frame back in the frame environment, the pointer
         switched in the same commit; the pack keeps the old copy as dead bytes until it is

@@ -1,6 +1,7 @@
 """Losing the machine: back up the catalog to SeaweedFS, destroy the data dir, restore it
 from the bucket, and every checkpoint committed before the backup reads back bit-identical
-(their chunks having been tiered)."""
+(their chunks having been tiered). Encryption is on: the packs and the backup in the
+bucket are sealed, and the restore opens the backup with the same key file."""
 
 from __future__ import annotations
 
@@ -14,14 +15,16 @@ from typing import Any
 
 from api import Settings, create_app
 from vault import FakeClock, VaultConfig
+from vault.seal import add_key
 
 from ..conftest import Api
 from ..seaweed import SeaweedFS
 
 
-def write_config(path: Path, url: str, seaweed: SeaweedFS) -> Path:
+def write_config(path: Path, url: str, seaweed: SeaweedFS, keys: Path) -> Path:
     opts = seaweed.options()
     path.write_text(
+        f'[encryption]\nkey_file = "{keys}"\n'
         "[tiers.cold]\n"
         f'url = "{url}"\nendpoint = "{opts["endpoint"]}"\nregion = "{opts["region"]}"\n'
         f'access_key_id = "{opts["access_key_id"]}"\n'
@@ -35,7 +38,11 @@ async def test_catalog_backup_destroy_restore(
 ) -> None:
     url = f"s3://vault/{secrets.token_hex(4)}"
     tiers = {"cold": {"url": url, **seaweed.options()}}
-    first = Settings(data_dir=tmp_path / "first", vault=VaultConfig(map_size=4 << 20), tiers=tiers)
+    keys = tmp_path / "keys"
+    add_key(keys)
+    first = Settings(
+        data_dir=tmp_path / "first", vault=VaultConfig(map_size=4 << 20), tiers=tiers, key_file=keys
+    )
     client = await aiohttp_client(create_app(first, clock))
     token = (first.data_dir / "admin.token").read_text().strip()
     api = Api(client, token, first.data_dir)
@@ -67,7 +74,7 @@ async def test_catalog_backup_destroy_restore(
     shutil.rmtree(first.data_dir)  # the machine is gone
 
     second_dir = tmp_path / "second"
-    config = write_config(tmp_path / "ckpt.toml", url, seaweed)
+    config = write_config(tmp_path / "ckpt.toml", url, seaweed, keys)
     argv = [
         "catalog",
         "restore",
@@ -88,7 +95,9 @@ async def test_catalog_backup_destroy_restore(
     )
     _, stderr = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, stderr.decode()
-    second = Settings(data_dir=second_dir, vault=VaultConfig(map_size=4 << 20), tiers=tiers)
+    second = Settings(
+        data_dir=second_dir, vault=VaultConfig(map_size=4 << 20), tiers=tiers, key_file=keys
+    )
     client2 = await aiohttp_client(create_app(second, clock))
     api2 = Api(client2, token, second_dir)  # tokens come back with the catalog
     for cid, (ns, name, data) in saved.items():

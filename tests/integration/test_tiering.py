@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import random
 import secrets
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from api import Settings, create_app
+from api.promotion import PROMOTIONS
+from tiering import open_tier
 from vault import FakeClock, VaultConfig
+from vault.seal import add_key
 
 from ..conftest import Api
 from ..seaweed import SeaweedFS
@@ -86,3 +90,50 @@ async def test_cold_reads_during_an_outage_are_503_then_recover(
     finally:
         if not own.running():
             own.start()
+
+
+async def test_sealed_tier_promotion_on_read_and_repack_through_the_service(
+    aiohttp_client: Any, tmp_path: Path, seaweed: SeaweedFS, clock: FakeClock
+) -> None:
+    keys = tmp_path / "keys"
+    add_key(keys)
+    settings = replace(tier_settings(tmp_path, seaweed), key_file=keys)
+    api = await start(aiohttp_client, settings, clock)
+    rng = random.Random(8)
+    files = [b"plaintext-marker " * 100 + rng.randbytes(400_000) for _ in range(3)]
+    ids = [(await api.save("sealed", {"w": data}))["id"] for data in files]
+    clock.advance(3 * 86400)
+    await api.json(
+        "PUT",
+        "/v1/namespaces/sealed/policy",
+        json={"tiering": {"target": "cold", "demote_after": "1d", "keep_hot_last": 0}},
+    )
+    await api.json("POST", "/v1/admin/tiering?dry_run=false")
+    cold = open_tier("cold", settings.tiers["cold"]["url"], seaweed.options())
+    objects = {k: cold.get(k) for k in cold.list("")}
+    assert objects
+    assert not any(b"plaintext-marker" in body for body in objects.values())
+    # a backup in the bucket is sealed too: it holds manifests and chunk ids
+    backup = await api.json("POST", "/v1/admin/catalog/backup", expect=201, json={})
+    assert backup["sealed"] is True
+    assert cold.get(backup["key"])[:4] == b"CVE1"
+
+    # promote_on_read: the read is served cold, the bytes come back hot behind it
+    await api.json(
+        "PUT", "/v1/namespaces/sealed/policy", json={"tiering": {"promote_on_read": True}}
+    )
+    assert await api.read("sealed", ids[0], "w") == files[0]
+    await api.client.server.app[PROMOTIONS].drain()
+    rec = await api.json("GET", f"/v1/namespaces/sealed/checkpoints/{ids[0]}")
+    assert rec["tier"] == "hot"
+
+    # delete one, collect it, and the next run repacks what is left
+    await api.call("DELETE", f"/v1/namespaces/sealed/checkpoints/{ids[1]}")
+    clock.advance(7 * 3600)
+    await api.json("POST", "/v1/admin/gc?dry_run=false")
+    done = await api.json("POST", "/v1/admin/tiering?dry_run=false")
+    assert done["repack"]["rewritten"] == 1
+    assert done["repack"]["dead_bytes_freed"] > 0
+    assert await api.read("sealed", ids[2], "w") == files[2]
+    assert (await api.json("POST", "/v1/admin/check"))["ok"] is True
+    assert (await api.json("POST", "/v1/admin/verify"))["corrupt"] == []
