@@ -65,6 +65,10 @@ def register(sub: Any) -> None:
     p.add_argument("--demote-after", help="duration, e.g. 7d")
     p.add_argument("--keep-hot-last", type=int)
     p.add_argument("--pinned-stay-hot", choices=["true", "false"])
+    p.add_argument("--promote-on-read", choices=["true", "false"])
+    p.add_argument("--hot-high-watermark", help="bytes or e.g. 40GiB (default policy: all)")
+    p.add_argument("--hot-low-watermark", help="bytes or e.g. 30GiB")
+    p.add_argument("--repack-below", type=float, help="live fraction (default policy only)")
     p.add_argument("--json", action="store_true")
     for action, helptext in (
         ("plan", "what would move where"),
@@ -155,15 +159,21 @@ def tiering(args: argparse.Namespace) -> int:
         if args.action == "get":
             out: dict[str, Any] = vault.policy(args.namespace)["tiering"]
         elif args.action == "set":
-            changes: dict[str, Any] = {}
-            if args.target is not None:
-                changes["target"] = args.target
-            if args.demote_after is not None:
-                changes["demote_after"] = args.demote_after
-            if args.keep_hot_last is not None:
-                changes["keep_hot_last"] = args.keep_hot_last
-            if args.pinned_stay_hot is not None:
-                changes["pinned_stay_hot"] = args.pinned_stay_hot == "true"
+            changes: dict[str, Any] = {
+                key: getattr(args, key)
+                for key in (
+                    "target",
+                    "demote_after",
+                    "keep_hot_last",
+                    "hot_high_watermark",
+                    "hot_low_watermark",
+                    "repack_below",
+                )
+                if getattr(args, key) is not None
+            }
+            for flag in ("pinned_stay_hot", "promote_on_read"):
+                if getattr(args, flag) is not None:
+                    changes[flag] = getattr(args, flag) == "true"
             out = vault.set_policy(args.namespace, {"tiering": changes})["tiering"]
         elif args.action == "status":
             out = vault.stats()["tiers"]
@@ -189,6 +199,18 @@ def tiering(args: argparse.Namespace) -> int:
                 f"moved to {t}: {m['chunks']} chunks in {m['packs']} packs, "
                 f"{human_bytes(m['bytes'])} at {m['mb_per_s']} MB/s"
             )
+        promote = out.get("promoted") or out["promote"]
+        print(f"back to hot: {promote['chunks']} chunks, {human_bytes(promote['bytes'])}")
+        if out["by_watermark"]:
+            print(f"demoted early for hot capacity: {len(out['by_watermark'])} checkpoints")
+        rp = out["repack"]
+        if "rewritten" in rp:
+            print(
+                f"repacked {rp['rewritten']} packs, deleted {rp['deleted']}, "
+                f"freed {human_bytes(rp['dead_bytes_freed'])}"
+            )
+        else:
+            print(f"to repack: {rp['packs']} packs, {human_bytes(rp['dead_bytes'])} dead")
     else:
         table(["key", "value"], [[k, v] for k, v in out.items()])
     return 0

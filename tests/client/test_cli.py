@@ -190,3 +190,10 @@ def test_tier_commands(server: ServerProcess, tmp_path: Path) -> None:
     assert status["hot"]["chunks"] >= 1
     assert js(server, "tier", "plan")["tiers"] == {}  # no target, no tier configured
     assert "hot" in ckpt(server, "tier", "status").stdout
+    out = js(server, "tier", "set", "--hot-high-watermark", "1GiB", "--repack-below", "0.3")
+    assert out == {"hot_high_watermark": "1GiB", "repack_below": 0.3}
+    assert "to repack: 0 packs" in ckpt(server, "tier", "plan").stdout
+    assert "repacked 0 packs" in ckpt(server, "tier", "run").stdout
+    bad = ckpt(server, "tier", "set", "--hot-high-watermark", "lots", ok=False)
+    assert bad.returncode == 1
+    assert "hot_high_watermark must be a size" in bad.stderr
