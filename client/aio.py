@@ -11,16 +11,19 @@ resumes with a Range request where it stopped.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import quote
 
 import aiohttp
 import blake3
 
+from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec, Reader, Source, StreamChunker, chunk_ids, collect_sources
 from .errors import ClientError, IntegrityError, MissingChunks, TransportError
 from .models import Checkpoint, Transfer
@@ -60,6 +63,16 @@ def _ns(namespace: str) -> str:
     return quote(namespace, safe="/")
 
 
+@dataclass(frozen=True)
+class UploadSession:
+    """An open upload: any number of writers (threads, processes, ranks) send files into
+    it, then one commit makes them a checkpoint. Picklable, to hand to other processes."""
+
+    id: str
+    namespace: str
+    chunking: dict[str, Any]  # the FastCDC profile every writer must cut with
+
+
 class AsyncVaultClient:
     def __init__(
         self,
@@ -71,6 +84,7 @@ class AsyncVaultClient:
         timeout: float = 300.0,
         small_save_limit: int = SMALL_SAVE_LIMIT,
         progress: bool | None = None,
+        max_background_saves: int = 1,
     ) -> None:
         self.url = url or os.environ.get("CKPT_URL") or DEFAULT_URL
         self._t = Transport(
@@ -82,13 +96,19 @@ class AsyncVaultClient:
         )
         self.small_save_limit = small_save_limit
         self.progress = progress
+        self.background = BackgroundSaves(max_background_saves)
 
     @property
     def transfer(self) -> Transfer:
         return self._t.transfer
 
     async def close(self) -> None:
-        await self._t.close()
+        """Waits for background saves first; raises `BackgroundSaveFailed` (once closed)
+        if any failed without its handle being asked."""
+        try:
+            await self.background.wait_async()
+        finally:
+            await self._t.close()
 
     async def __aenter__(self) -> AsyncVaultClient:
         return self
@@ -97,6 +117,7 @@ class AsyncVaultClient:
         await self.close()
 
     # -- saving -----------------------------------------------------------------------
+    @overload
     async def save(
         self,
         namespace: str,
@@ -107,8 +128,48 @@ class AsyncVaultClient:
         metadata: dict[str, Any] | None = None,
         tags: list[str] | None = None,
         chunking: str | dict[str, int] | None = None,
-    ) -> Checkpoint:
-        """Save files as a new checkpoint of `namespace`; returns it once committed."""
+        background: Literal[False] = False,
+    ) -> Checkpoint: ...
+    @overload
+    async def save(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        chunking: str | dict[str, int] | None = None,
+        background: Literal[True],
+    ) -> SaveHandle: ...
+    async def save(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        chunking: str | dict[str, int] | None = None,
+        background: bool = False,
+    ) -> Checkpoint | SaveHandle:
+        """Save files as a new checkpoint of `namespace`; returns it once committed.
+        `background=True`: read the files into memory now, upload them behind the caller,
+        and return a `SaveHandle` at once (see client/background.py)."""
+        if background:
+            return await self.submit(
+                lambda: self.save(
+                    namespace,
+                    snapshot_files(files),
+                    parent=parent,
+                    inherit=inherit,
+                    metadata=metadata,
+                    tags=tags,
+                    chunking=chunking,
+                )
+            )
         sources = collect_sources(files)
         options: dict[str, Any] = {
             "parent": parent,
@@ -121,13 +182,72 @@ class AsyncVaultClient:
         sizes = [s.size for s in sources]
         if all(n >= 0 for n in sizes) and sum(sizes) <= self.small_save_limit:
             return await self._save_small(namespace, sources, options)
+        up = await self._open_upload(namespace, options)
+        with Progress(self.progress, sum(n for n in sizes if n > 0), f"save {namespace}") as bar:
+            sender = _Sender(self._t, up.id, up.chunking, bar)
+            listing = {s.name: await sender.send(s) for s in sources}
+            return await self._commit(sender, sources, listing)
+
+    async def submit(self, prepare: Prepare) -> SaveHandle:
+        """Run a save in the background: wait for a slot, run `prepare` (the snapshot) on a
+        worker thread, then upload with the coroutine it returns."""
+        return await self.background.submit_async(prepare)
+
+    async def flush(self) -> None:
+        """Wait for every background save; raise `BackgroundSaveFailed` for failed ones
+        whose handles nobody asked."""
+        await self.background.wait_async()
+
+    # -- saving in steps: several writers, one commit --------------------------------
+    async def begin_upload(
+        self,
+        namespace: str,
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        chunking: str | dict[str, int] | None = None,
+    ) -> UploadSession:
+        """Open an upload that `send_file` calls (from any client, any process) fill and
+        `commit` closes."""
+        options: dict[str, Any] = {
+            "parent": parent,
+            "inherit": inherit,
+            "metadata": metadata or {},
+            "tags": tags or [],
+        }
+        if chunking is not None:
+            options["chunking"] = chunking
+        return await self._open_upload(namespace, options)
+
+    async def send_file(
+        self, upload: UploadSession, name: str, file: FileSpec, *, cuts: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        """Chunk one file with the upload's profile and send the chunks the vault lacks;
+        answer its commit entry `{"size", "hash", "chunks"}` for `commit`. `cuts`: byte
+        offsets where a chunk must end (each segment between them is cut on its own)."""
+        (source,) = collect_sources({name: file})
+        with Progress(self.progress, max(source.size, 0), f"send {name}") as bar:
+            return await _Sender(self._t, upload.id, upload.chunking, bar).send(source, cuts=cuts)
+
+    async def commit(
+        self, upload: UploadSession, files: Mapping[str, Mapping[str, Any]]
+    ) -> Checkpoint:
+        """Make the upload a checkpoint of exactly `files` (name -> `send_file` entry)."""
+        rec = await self._t.json(
+            "POST", f"/v1/uploads/{upload.id}/commit", json_body={"files": dict(files)}
+        )
+        return Checkpoint.from_wire(rec)
+
+    async def abort(self, upload: UploadSession) -> None:
+        await self._t.request("DELETE", f"/v1/uploads/{upload.id}")
+
+    async def _open_upload(self, namespace: str, options: dict[str, Any]) -> UploadSession:
         up = await self._t.json(
             "POST", f"/v1/namespaces/{_ns(namespace)}/uploads", json_body=options
         )
-        with Progress(self.progress, sum(n for n in sizes if n > 0), f"save {namespace}") as bar:
-            sender = _Sender(self._t, up["upload_id"], up["chunking"], bar)
-            listing = {s.name: await sender.send(s) for s in sources}
-            return await self._commit(sender, sources, listing)
+        return UploadSession(up["upload_id"], up["namespace"], up["chunking"])
 
     async def _save_small(
         self, namespace: str, sources: list[Source], options: dict[str, Any]
@@ -389,9 +509,10 @@ def _sync(f: Any) -> None:
 
 
 def _cut(
-    reader: Reader, chunker: StreamChunker, whole: Any
+    reader: Reader, chunker: StreamChunker, whole: Any, cuts: Sequence[int] = (), at: int = 0
 ) -> tuple[list[tuple[bytes, memoryview]], bool, int]:
     """Read the next piece, cut it, hash it: (chunks with ids, last piece?, bytes read).
+    `at` is the piece's offset in the file; a chunk ends at each of the sorted `cuts`.
     Runs on a worker thread; pieces are taken in order, one at a time."""
     parts = [reader.read(PIECE)]
     got = len(parts[0])
@@ -404,7 +525,13 @@ def _cut(
     piece = parts[0] if len(parts) == 1 else b"".join(parts)
     final = len(piece) < PIECE
     whole.update(piece)
-    chunks = chunker.feed(piece, final)
+    chunks: list[memoryview] = []
+    view, start = memoryview(piece), 0
+    # feed() takes any buffer, though typed bytes: views cut the piece without copying it.
+    for cut in cuts[bisect.bisect_right(cuts, at) : bisect.bisect_right(cuts, at + len(piece))]:
+        chunks += chunker.feed(view[start : cut - at], True)  # type: ignore[arg-type]
+        start = cut - at
+    chunks += chunker.feed(view[start:] if start else piece, final)  # type: ignore[arg-type]
     return list(zip(chunk_ids(chunks), chunks, strict=True)), final, len(piece)
 
 
@@ -435,8 +562,12 @@ class _Sender:
         self._known: set[bytes] = set()  # ids the vault has (or we sent) in this upload
         self._novel_streak = 0  # consecutive pieces in which every chunk was missing
 
-    async def send(self, source: Source, force: set[str] | None = None) -> dict[str, Any]:
-        """Stream one file; return its commit listing. `force`: hex ids to send anyway."""
+    async def send(
+        self, source: Source, force: set[str] | None = None, cuts: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        """Stream one file; return its commit listing. `force`: hex ids to send anyway;
+        `cuts`: offsets where a chunk must end."""
+        cuts = sorted(set(cuts))
         chunker = StreamChunker(self._profile)
         whole = blake3.blake3(max_threads=blake3.blake3.AUTO)  # 8 MiB updates: every core
         ids: list[bytes] = []
@@ -445,13 +576,17 @@ class _Sender:
         sending: list[asyncio.Future[None]] = []
         cutting: asyncio.Future[Any] | None = None
         try:
-            cutting = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
+            cutting = asyncio.ensure_future(
+                asyncio.to_thread(_cut, reader, chunker, whole, cuts, 0)
+            )
             while True:
                 chunks, final, nbytes = await cutting
-                if not final:  # read and cut the next piece while this one is sent
-                    cutting = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
-                ids.extend(cid for cid, _ in chunks)
                 size += nbytes
+                if not final:  # read and cut the next piece while this one is sent
+                    cutting = asyncio.ensure_future(
+                        asyncio.to_thread(_cut, reader, chunker, whole, cuts, size)
+                    )
+                ids.extend(cid for cid, _ in chunks)
                 # Several pieces in flight: the server syncs piece k while k+1 travels.
                 sending.append(asyncio.ensure_future(self._send_chunks(chunks, force, nbytes)))
                 if len(sending) >= PIECES_IN_FLIGHT:

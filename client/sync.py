@@ -10,10 +10,11 @@ import asyncio
 import io
 import os
 import threading
-from collections.abc import Coroutine, Mapping
-from typing import Any, TypeVar
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
 
-from .aio import AsyncVaultClient
+from .aio import AsyncVaultClient, UploadSession
+from .background import Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec
 from .models import Checkpoint, Transfer
 from .transport import RetryPolicy
@@ -32,6 +33,7 @@ class VaultClient:
         retry: RetryPolicy | None = None,
         timeout: float = 300.0,
         progress: bool | None = None,
+        max_background_saves: int = 1,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -45,6 +47,7 @@ class VaultClient:
             retry=retry,
             timeout=timeout,
             progress=progress,
+            max_background_saves=max_background_saves,
         )
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -59,11 +62,15 @@ class VaultClient:
         return self.aio.transfer
 
     def close(self) -> None:
+        """Waits for background saves first; raises `BackgroundSaveFailed` (once closed)
+        if any failed without its handle being asked."""
         if self._loop.is_running():
-            self._run(self.aio.close())
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            try:
+                self._run(self.aio.close())
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join()
+                self._loop.close()
 
     def __enter__(self) -> VaultClient:
         return self
@@ -71,6 +78,7 @@ class VaultClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @overload
     def save(
         self,
         namespace: str,
@@ -81,11 +89,75 @@ class VaultClient:
         metadata: dict[str, Any] | None = None,
         tags: list[str] | None = None,
         chunking: str | dict[str, int] | None = None,
-    ) -> Checkpoint:
-        return self._run(
-            self.aio.save(
+        background: Literal[False] = False,
+    ) -> Checkpoint: ...
+    @overload
+    def save(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        chunking: str | dict[str, int] | None = None,
+        background: Literal[True],
+    ) -> SaveHandle: ...
+    def save(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        chunking: str | dict[str, int] | None = None,
+        background: bool = False,
+    ) -> Checkpoint | SaveHandle:
+        """`background=True`: read the files into memory here (the only wait), upload them
+        on the client's thread, and return a `SaveHandle` at once."""
+
+        def upload(snapshot: FileSpec | Mapping[str, FileSpec]) -> Coroutine[Any, Any, Checkpoint]:
+            return self.aio.save(
                 namespace,
-                files,
+                snapshot,
+                parent=parent,
+                inherit=inherit,
+                metadata=metadata,
+                tags=tags,
+                chunking=chunking,
+            )
+
+        if background:
+            return self.submit(lambda: upload(snapshot_files(files)))
+        return self._run(upload(files))
+
+    def submit(self, prepare: Prepare, *, timeout: float | None = None) -> SaveHandle:
+        """Run a save in the background: wait for one of `max_background_saves` slots (at
+        most `timeout` seconds, then TimeoutError), run `prepare` here (it takes the
+        snapshot and returns the upload coroutine), upload on the client's thread."""
+        return self.aio.background.submit(prepare, self._loop, timeout=timeout)
+
+    def flush(self) -> None:
+        """Wait for every background save; raise `BackgroundSaveFailed` for failed ones
+        whose handles nobody asked."""
+        self.aio.background.wait()
+
+    def begin_upload(
+        self,
+        namespace: str,
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        chunking: str | dict[str, int] | None = None,
+    ) -> UploadSession:
+        return self._run(
+            self.aio.begin_upload(
+                namespace,
                 parent=parent,
                 inherit=inherit,
                 metadata=metadata,
@@ -93,6 +165,17 @@ class VaultClient:
                 chunking=chunking,
             )
         )
+
+    def send_file(
+        self, upload: UploadSession, name: str, file: FileSpec, *, cuts: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        return self._run(self.aio.send_file(upload, name, file, cuts=cuts))
+
+    def commit(self, upload: UploadSession, files: Mapping[str, Mapping[str, Any]]) -> Checkpoint:
+        return self._run(self.aio.commit(upload, files))
+
+    def abort(self, upload: UploadSession) -> None:
+        self._run(self.aio.abort(upload))
 
     def load(
         self, namespace: str, ref: str = "latest-valid", dest: str | os.PathLike[str] = "."
