@@ -47,6 +47,11 @@ class PackUsage:
     def pack_id(self) -> str:
         return self.key[len(PACK_PREFIX) :]
 
+    def sparse(self, below: float) -> bool:
+        """Worth rewriting: live fraction under `below`; 1 means every pack (re-sealing
+        everything under a new key), and a pack nothing points to always goes."""
+        return not self.live or below >= 1.0 or self.live_bytes < below * self.size
+
 
 @dataclass
 class RepackReport:
@@ -93,7 +98,7 @@ def usage(vault: Vault) -> list[PackUsage]:
 
 def plan(vault: Vault, below: float = DEFAULT_REPACK_BELOW) -> list[PackUsage]:
     """Packs to rewrite or delete: live fraction under `below` (0 live: just delete)."""
-    return [p for p in usage(vault) if p.live_bytes < below * p.size or not p.live]
+    return [p for p in usage(vault) if p.sparse(below)]
 
 
 def repack(
@@ -103,7 +108,7 @@ def repack(
     report = RepackReport()
     packs = usage(vault)
     report.packs = len(packs)
-    sparse = [p for p in packs if p.live_bytes < below * p.size or not p.live]
+    sparse = [p for p in packs if p.sparse(below)]
     by_tier: dict[str, list[PackUsage]] = defaultdict(list)
     for p in sparse:
         by_tier[p.tier].append(p)

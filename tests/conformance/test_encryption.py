@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tiering.mover import demote
+from tiering.repack import repack
 from vault import BlockCorrupt, FakeClock, InvalidRequest, Keyring, Vault, VaultConfig
 from vault.errors import KeyUnavailable
 from vault.seal import add_key
@@ -138,3 +139,25 @@ def test_key_files_are_checked(tmp_path: Path) -> None:
     bad.chmod(0o600)
     with pytest.raises(InvalidRequest, match="line 1"):
         Keyring.load(bad)
+
+
+def test_repacking_everything_retires_the_old_key(
+    sealed: tuple[Vault, list[bytes]], tier: Tier, tmp_path: Path, key_file: Path
+) -> None:
+    vault, _ = sealed
+    vault.close()
+    add_key(key_file)
+    rotated = _open(tmp_path / "v", tier, key_file)
+    try:
+        report = repack(rotated, below=1.0)
+        assert (report.rewritten, report.deleted, report.new_packs) == (1, 1, 1)
+    finally:
+        rotated.close()
+    newest_only = tmp_path / "key-2-only"
+    newest_only.write_text(key_file.read_text().splitlines()[-1] + "\n")
+    newest_only.chmod(0o600)
+    retired = _open(tmp_path / "v", tier, newest_only)
+    try:
+        assert read_file(retired, "ns", "latest", "records.bin") == SECRET
+    finally:
+        retired.close()
