@@ -285,9 +285,9 @@ class VaultReader(StorageReader):
 
 
 def _key(item: WriteItem) -> str:
-    """The item's name in its rank file: the fqn, plus the shard's offsets if any."""
+    """The item's name in its rank file: the fqn, plus the shard's offsets unless zero."""
     offset = item.index.offset
-    return item.index.fqn if offset is None else f"{item.index.fqn}@{list(offset)}"
+    return item.index.fqn if not offset or not any(offset) else f"{item.index.fqn}@{list(offset)}"
 
 
 def _as_tensor(data: Any) -> torch.Tensor:
