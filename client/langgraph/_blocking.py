@@ -1,0 +1,67 @@
+"""`VaultSaver`: the saver for synchronous LangGraph programs (`graph.invoke`, `stream`).
+
+It is `AsyncVaultSaver` with an event loop of its own on a daemon thread, the way
+`VaultClient` wraps `AsyncVaultClient`: LangGraph calls a sync saver from several threads
+at once (puts and writes go through a thread pool), and every call becomes a coroutine on
+that one loop, sharing one connection pool. Its async methods work too, from any loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ..aio import AsyncVaultClient
+from ..transport import RetryPolicy
+from ._saver import AsyncVaultSaver
+
+
+class VaultSaver(AsyncVaultSaver):
+    """A LangGraph checkpointer for sync code:
+
+        with VaultSaver(url, token, keep_last=50) as saver:
+            graph = builder.compile(checkpointer=saver)
+            graph.invoke(inputs, {"configurable": {"thread_id": "chat-42"}})
+
+    `url` and `token` default to CKPT_URL / CKPT_TOKEN like `VaultClient`; `prefix`,
+    `keep_last` and `serde` as in `AsyncVaultSaver`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        prefix: str = "langgraph",
+        keep_last: int | None = None,
+        serde: SerializerProtocol | None = None,
+        connections: int = 8,
+        retry: RetryPolicy | None = None,
+        timeout: float = 300.0,
+    ) -> None:
+        client = AsyncVaultClient(
+            url, token, connections=connections, retry=retry, timeout=timeout, progress=False
+        )
+        super().__init__(client, prefix=prefix, keep_last=keep_last, serde=serde)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="ckpt-langgraph", daemon=True
+        )
+        self._thread.start()
+        self._shared.loop = self._loop
+
+    def close(self) -> None:
+        """Close the connections and stop the loop thread; the saver is unusable after."""
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.client.close(), self._loop).result()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def __enter__(self) -> VaultSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

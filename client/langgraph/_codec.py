@@ -1,0 +1,113 @@
+"""The bytes of a `checkpoint` or `writes` file, and how pending writes combine.
+
+A file is the serialized values one after the other, then a JSON header saying what each
+piece is, then the header's length and a magic number:
+
+    value bytes ... | header JSON | u32 LE header length | b"LGV1"
+
+header: {"channels": [[name, type, size], ...], "writes": [[task_id, task_path, channel,
+idx, type, size], ...], "checkpoint": [type, size] | null}; pieces appear in that order.
+
+Why this shape: the vault cuts files into ~2 KiB content-defined chunks and stores each
+chunk once. Channel values come first, sorted by name, so a message history that only grew
+keeps its bytes at the same place and its chunks repeat from step to step; what changes
+every step (the checkpoint document with its versions, the header with its sizes) sits at
+the end, where it spoils only the last chunk or two. Each value is serialized alone
+(`serde.dumps_typed`), so an unchanged channel is byte-identical across steps.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.checkpoint.base import writes_sort_key
+
+MAGIC = b"LGV1"
+_TRAILER = struct.Struct("<I4s")
+
+Typed = tuple[str, bytes]  # what SerializerProtocol.dumps_typed returns
+
+
+@dataclass(frozen=True)
+class StoredWrite:
+    task_id: str
+    task_path: str
+    channel: str
+    idx: int  # position in its put_writes call, or WRITES_IDX_MAP's negative slot
+    value: Typed
+
+
+@dataclass
+class Contents:
+    channels: dict[str, Typed] = field(default_factory=dict)
+    writes: list[StoredWrite] = field(default_factory=list)
+    checkpoint: Typed | None = None
+
+
+def encode(contents: Contents) -> bytes:
+    names = sorted(contents.channels)
+    pieces = [contents.channels[n][1] for n in names] + [w.value[1] for w in contents.writes]
+    header: dict[str, Any] = {
+        "channels": [[n, contents.channels[n][0], len(contents.channels[n][1])] for n in names],
+        "writes": [
+            [w.task_id, w.task_path, w.channel, w.idx, w.value[0], len(w.value[1])]
+            for w in contents.writes
+        ],
+        "checkpoint": None,
+    }
+    if contents.checkpoint is not None:
+        kind, data = contents.checkpoint
+        header["checkpoint"] = [kind, len(data)]
+        pieces.append(data)
+    head = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+    return b"".join([*pieces, head, _TRAILER.pack(len(head), MAGIC)])
+
+
+def decode(data: bytes) -> Contents:
+    """Inverse of `encode`; ValueError when the bytes are not such a file."""
+    if len(data) < _TRAILER.size:
+        raise ValueError("file shorter than its trailer")
+    head_len, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+    if magic != MAGIC:
+        raise ValueError("not a LangGraph checkpoint file (bad magic)")
+    head_end = len(data) - _TRAILER.size
+    header = json.loads(data[head_end - head_len : head_end])
+    view = memoryview(data)
+    pos = 0
+
+    def take(size: int) -> bytes:
+        nonlocal pos
+        if size < 0 or pos + size > head_end - head_len:
+            raise ValueError("a piece runs past the values")
+        pos += size
+        return bytes(view[pos - size : pos])
+
+    out = Contents()
+    for name, kind, size in header["channels"]:
+        out.channels[name] = (kind, take(size))
+    for task_id, task_path, channel, idx, kind, size in header["writes"]:
+        out.writes.append(StoredWrite(task_id, task_path, channel, idx, (kind, take(size))))
+    if header["checkpoint"] is not None:
+        kind, size = header["checkpoint"]
+        out.checkpoint = (kind, take(size))
+    return out
+
+
+def merge_writes(batches: Iterable[Iterable[StoredWrite]]) -> list[StoredWrite]:
+    """Pending writes as LangGraph expects them, from batches in commit order: a regular
+    write (idx >= 0) is kept the first time its (task, idx) is seen, a special one (error,
+    interrupt, resume...) the last time, as the in-memory and SQLite savers do. The same
+    write stored twice (folded into its checkpoint and also on its own) counts once.
+    Sorted by `writes_sort_key`, the order live execution applies them in."""
+    kept: dict[tuple[str, int], StoredWrite] = {}
+    for batch in batches:
+        for w in batch:
+            key = (w.task_id, w.idx)
+            if w.idx >= 0 and key in kept:
+                continue
+            kept[key] = w
+    return sorted(kept.values(), key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
