@@ -15,6 +15,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..aio import AsyncVaultClient
 from ..transport import RetryPolicy
+from ._memo import CACHE_BYTES
 from ._saver import AsyncVaultSaver
 
 
@@ -26,7 +27,7 @@ class VaultSaver(AsyncVaultSaver):
             graph.invoke(inputs, {"configurable": {"thread_id": "chat-42"}})
 
     `url` and `token` default to CKPT_URL / CKPT_TOKEN like `VaultClient`; `prefix`,
-    `keep_last` and `serde` as in `AsyncVaultSaver`.
+    `keep_last`, `cache_bytes` and `serde` as in `AsyncVaultSaver`.
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class VaultSaver(AsyncVaultSaver):
         *,
         prefix: str = "langgraph",
         keep_last: int | None = None,
+        cache_bytes: int = CACHE_BYTES,
         serde: SerializerProtocol | None = None,
         connections: int = 8,
         retry: RetryPolicy | None = None,
@@ -44,13 +46,15 @@ class VaultSaver(AsyncVaultSaver):
         client = AsyncVaultClient(
             url, token, connections=connections, retry=retry, timeout=timeout, progress=False
         )
-        super().__init__(client, prefix=prefix, keep_last=keep_last, serde=serde)
+        super().__init__(
+            client, prefix=prefix, keep_last=keep_last, cache_bytes=cache_bytes, serde=serde
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ckpt-langgraph", daemon=True
         )
         self._thread.start()
-        self._shared.loop = self._loop
+        self._memo.loop = self._loop
 
     def close(self) -> None:
         """Close the connections and stop the loop thread; the saver is unusable after."""

@@ -1,19 +1,16 @@
 """The bytes of a `checkpoint` or `writes` file, and how pending writes combine.
 
-A file is the serialized values one after the other, then a JSON header saying what each
-piece is, then the header's length and a magic number:
+Channel values are files of their own (`_layout.channel_file`), holding exactly what
+`serde.dumps_typed` made, so an unchanged value is byte-identical from step to step and a
+grown message history shares all but its last chunks with the previous one. What is left
+per checkpoint, its document (versions, timestamps) and the writes folded into it, goes in
+one small file:
 
     value bytes ... | header JSON | u32 LE header length | b"LGV1"
 
-header: {"channels": [[name, type, size], ...], "writes": [[task_id, task_path, channel,
-idx, type, size], ...], "checkpoint": [type, size] | null}; pieces appear in that order.
-
-Why this shape: the vault cuts files into ~2 KiB content-defined chunks and stores each
-chunk once. Channel values come first, sorted by name, so a message history that only grew
-keeps its bytes at the same place and its chunks repeat from step to step; what changes
-every step (the checkpoint document with its versions, the header with its sizes) sits at
-the end, where it spoils only the last chunk or two. Each value is serialized alone
-(`serde.dumps_typed`), so an unchanged channel is byte-identical across steps.
+header: {"writes": [[task_id, task_path, channel, idx, type, size], ...],
+"checkpoint": [type, size] | null}; pieces appear in that order. A `writes` record's file
+has the same shape with no document.
 """
 
 from __future__ import annotations
@@ -43,16 +40,13 @@ class StoredWrite:
 
 @dataclass
 class Contents:
-    channels: dict[str, Typed] = field(default_factory=dict)
     writes: list[StoredWrite] = field(default_factory=list)
     checkpoint: Typed | None = None
 
 
 def encode(contents: Contents) -> bytes:
-    names = sorted(contents.channels)
-    pieces = [contents.channels[n][1] for n in names] + [w.value[1] for w in contents.writes]
+    pieces = [w.value[1] for w in contents.writes]
     header: dict[str, Any] = {
-        "channels": [[n, contents.channels[n][0], len(contents.channels[n][1])] for n in names],
         "writes": [
             [w.task_id, w.task_path, w.channel, w.idx, w.value[0], len(w.value[1])]
             for w in contents.writes
@@ -87,8 +81,6 @@ def decode(data: bytes) -> Contents:
         return bytes(view[pos - size : pos])
 
     out = Contents()
-    for name, kind, size in header["channels"]:
-        out.channels[name] = (kind, take(size))
     for task_id, task_path, channel, idx, kind, size in header["writes"]:
         out.writes.append(StoredWrite(task_id, task_path, channel, idx, (kind, take(size))))
     if header["checkpoint"] is not None:

@@ -3,8 +3,10 @@
 One vault namespace per thread, `<prefix>/<thread segment>`, holds every record of that
 thread, for every `checkpoint_ns` (subgraphs included). Records are of two kinds:
 
-- a *checkpoint record* per `put`: file `checkpoint` (channel values, the checkpoint
-  document, and the pending writes that arrived before the put: see `_saver.py`);
+- a *checkpoint record* per `put`: a file per channel value (`c/<channel>`), and file
+  `checkpoint` with the checkpoint document and the pending writes that arrived before the
+  put (see `_saver.py`). The record's parent is the parent checkpoint's record and it
+  inherits the parent's files, so a put sends only the channels that changed;
 - a *writes record* per `put_writes`: file `writes`.
 
 LangGraph's own ids and names are kept in each record's metadata under `LANGGRAPH_KEY`
@@ -31,6 +33,7 @@ KIND_WRITES = "writes"
 LANGGRAPH_KEY = "langgraph"  # metadata key holding the kind; the other keys sit beside it
 CHUNKING = "small"  # ~2 KiB chunks: a re-serialized message history dedups to its new part
 
+_PLAIN_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}")
 _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 # Thread ids used as they are: no ':' so they can never look like a hashed segment.
 _PLAIN_THREAD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -50,6 +53,14 @@ def thread_segment(thread_id: str) -> str:
         return thread_id
     slug = _SLUG_DROP.sub("-", thread_id)[:40].lstrip("-._").rstrip("-._") or "thread"
     return f"{slug}:{_digest(thread_id)}"
+
+
+def channel_file(channel: str) -> str:
+    """The file holding a channel's value: `c/<channel>`, or `c/#<hash>` for a name that
+    is not a plain file name (plain names never contain '#')."""
+    if _PLAIN_FILE.fullmatch(channel):
+        return f"c/{channel}"
+    return f"c/#{_digest(channel)}"
 
 
 def _tag(kind: str, value: str) -> str:

@@ -3,37 +3,38 @@
 How LangGraph calls a saver shapes this module. A run of a graph makes one `get_tuple`,
 then per super-step one `put` and one `put_writes` per task; the puts run in the
 background, each after the previous one, and the writes of a checkpoint's tasks are sent
-while its put may still be on its way or not even started. So:
+while its put may still be on its way, or not even started. So:
 
-- every operation is one or a few HTTP requests; a put is one request (the vault's
-  one-request save) carrying every channel value, deduplicated by the vault's small
-  chunks rather than by tracking channel versions here;
+- a put is one request (the vault's one-request save). The record inherits its parent's
+  files and carries only the channel values whose bytes changed, so a step that did not
+  touch the message history does not send it; one that did sends it whole and the vault
+  stores only its new ~2 KiB chunks;
 - vault records are immutable and ordered by commit, so pending writes are records of
-  their own, committed after their checkpoint. Writes that arrive before their
-  checkpoint's put has started are also folded into that checkpoint's record, and writes
-  that arrive while it is on its way wait for it. Hence, reading newest first, a
-  checkpoint's writes are the writes records met before it plus those inside it: one
-  listing finds the latest checkpoint and all of its writes;
+  their own, committed after their checkpoint: writes that arrive while its put is on
+  the way wait for it; writes that arrive before it started are also folded into the
+  checkpoint's own record. Reading newest first, a checkpoint's writes are therefore the
+  writes records met before it plus those inside it: one listing finds the latest
+  checkpoint and all of its writes;
+- reads fetch files in parallel and keep them by content hash (`_memo.FileCache`), so
+  reading back what this process just saved costs one listing;
 - all network work runs on one event loop (the caller's, or `VaultSaver`'s own thread),
-  so the bookkeeping above needs no locks; serializing and deserializing values happen in
-  the caller, off that loop.
+  so the bookkeeping needs no locks; serializing and deserializing values happen in the
+  caller, off that loop.
 
-Record layout, tags and names: `_layout.py`; file bytes: `_codec.py`; pruning:
-`_retention.py`.
+Record layout, tags and names: `_layout.py`; file bytes: `_codec.py`; whole-thread
+operations: `_maintenance.py`; what survives pruning: `_retention.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import json
 import random
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import blake3
 from langchain_core.runnables import RunnableConfig
@@ -49,8 +50,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..aio import AsyncVaultClient
-from ..errors import IntegrityError, NotFound
+from ..errors import Conflict, IntegrityError, NotFound
 from ..models import Checkpoint as Record
+from . import _maintenance as threads
 from ._codec import Contents, StoredWrite, Typed, decode, encode, merge_writes
 from ._layout import (
     CHECKPOINT_FILE,
@@ -60,59 +62,15 @@ from ._layout import (
     WRITES_FILE,
     Layout,
     Ref,
+    channel_file,
     id_tag,
     ns_tag,
     record_metadata,
     record_tags,
 )
-from ._retention import plan_prune
+from ._memo import CACHE_BYTES, Key, Memo
 
 T = TypeVar("T")
-K = TypeVar("K")
-Key = tuple[str, str, str]  # (vault namespace, checkpoint_ns, checkpoint_id)
-
-FIRST_PAGE = 4  # the latest checkpoint is usually the newest record or close to it
-PAGE = 200  # records per listing after the first page
-DELETES_IN_FLIGHT = 8
-REMEMBERED = 4096  # checkpoints whose vault id we keep (parents, "already committed")
-EARLY_KEYS = 256  # checkpoints with early writes waiting for their put
-
-
-class _Lru(Generic[K, T]):
-    """A dict that forgets its oldest entries past `cap`: bookkeeping must stay bounded in
-    a process that serves threads for weeks."""
-
-    def __init__(self, cap: int) -> None:
-        self._cap = cap
-        self._d: OrderedDict[K, T] = OrderedDict()
-
-    def get(self, key: K) -> T | None:
-        return self._d.get(key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._d
-
-    def put(self, key: K, value: T) -> None:
-        self._d[key] = value
-        self._d.move_to_end(key)
-        while len(self._d) > self._cap:
-            self._d.popitem(last=False)
-
-    def pop(self, key: K) -> T | None:
-        return self._d.pop(key, None)
-
-
-@dataclass
-class _Shared:
-    """What every copy of one saver shares (`with_allowlist` makes shallow copies that
-    differ only in their serializer). Touched only on `loop`."""
-
-    loop: asyncio.AbstractEventLoop | None
-    committed: _Lru[Key, str] = field(default_factory=lambda: _Lru(REMEMBERED))
-    inflight: dict[Key, asyncio.Future[None]] = field(default_factory=dict)
-    early: _Lru[Key, list[StoredWrite]] = field(default_factory=lambda: _Lru(EARLY_KEYS))
-    puts_since_prune: _Lru[str, int] = field(default_factory=lambda: _Lru(REMEMBERED))
-    pruning: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -126,15 +84,22 @@ class _Where:
 @dataclass
 class _Found:
     record: Record
-    data: bytes
+    files: dict[str, bytes]
     writes: builtins.list[tuple[Record, bytes]]
+
+
+@dataclass(frozen=True)
+class _Value:
+    file: str
+    data: bytes
+    digest: str  # BLAKE3 hex, as the vault names whole files
 
 
 @dataclass(frozen=True)
 class _Put:
     key: Key
     parent: Key | None
-    channels: dict[str, Typed]
+    values: builtins.list[_Value]
     document: Typed
     metadata: dict[str, Any]
     tags: builtins.list[str]
@@ -155,8 +120,9 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             graph = builder.compile(checkpointer=AsyncVaultSaver(client))
 
     `prefix`: the namespaces' first segments (each thread is `<prefix>/<thread>`).
-    `keep_last`: keep only the newest n checkpoints of each thread and checkpoint_ns (with
-    their pending writes); pruned every ~n/4 puts. None keeps everything.
+    `keep_last`: keep only the newest n checkpoints of each thread (per checkpoint_ns) with
+    their pending writes, pruned every ~n/4 puts; None keeps everything.
+    `cache_bytes`: file contents kept in memory for reads (by hash, so never stale).
 
     The synchronous methods work from other threads while the client's event loop runs;
     for synchronous programs use `VaultSaver`, which brings its own loop.
@@ -168,6 +134,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         *,
         prefix: str = "langgraph",
         keep_last: int | None = None,
+        cache_bytes: int = CACHE_BYTES,
         serde: SerializerProtocol | None = None,
     ) -> None:
         super().__init__(serde=serde)
@@ -180,21 +147,21 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None  # bound by the first async call
-        self._shared = _Shared(loop)
+        self._memo = Memo(loop, cache_bytes)
 
     # -- running on the saver's loop --------------------------------------------------
     async def _here(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await `coro` on the saver's loop, from whichever loop the caller runs."""
         running = asyncio.get_running_loop()
-        if self._shared.loop is None:
-            self._shared.loop = running
-        if self._shared.loop is running:
+        if self._memo.loop is None:
+            self._memo.loop = running
+        if self._memo.loop is running:
             return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._shared.loop))
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._memo.loop))
 
     def _block(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the saver's loop and wait for it, from a thread outside that loop."""
-        loop = self._shared.loop
+        loop = self._memo.loop
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -207,7 +174,6 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             )
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    # -- configs ----------------------------------------------------------------------
     def _where(self, config: RunnableConfig, *, any_ns: bool = False) -> _Where:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
@@ -233,8 +199,10 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         cid = where.checkpoint_id
         tag = id_tag(cid) if cid else ns_tag(where.checkpoint_ns or "")
         writes: builtins.list[tuple[Ref, Record]] = []
-        async with aclosing(self._records(where.namespace, tag=tag)) as records:
-            async for rec in records:
+        first = threads.BY_ID_PAGE if cid else threads.FIRST_PAGE
+        listing = threads.records(self.client, where.namespace, tag=tag, first=first)
+        async with aclosing(listing) as found:
+            async for rec in found:
                 ref = Ref.of(rec)
                 if ref is None or ref.checkpoint_ns != where.checkpoint_ns:
                     continue
@@ -247,48 +215,40 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                 return await self._fetch(rec, ref, mine)
         return None
 
-    async def _records(
-        self, namespace: str, *, tag: str | None = None, first: int = FIRST_PAGE
-    ) -> AsyncGenerator[Record, None]:
-        """Records of a namespace newest first, page by page (none if it does not exist)."""
-        before, size = None, first
-        while True:
-            try:
-                page = await self.client.list(namespace, limit=size, before=before, tag=tag)
-            except NotFound:
-                return
-            for rec in page:
-                yield rec
-            if len(page) < size:
-                return
-            before, size = page[-1].id, PAGE
-
     async def _fetch(self, rec: Record, ref: Ref, writes: builtins.list[Record]) -> _Found:
-        self._shared.committed.put((rec.namespace, ref.checkpoint_ns, ref.checkpoint_id), rec.id)
-        data, *blobs = await asyncio.gather(
-            self._read(rec, CHECKPOINT_FILE), *(self._read(w, WRITES_FILE) for w in writes)
+        self._memo.committed.put((rec.namespace, ref.checkpoint_ns, ref.checkpoint_id), rec)
+        names = [CHECKPOINT_FILE, *(channel_file(c) for c in rec.metadata.get("channels", {}))]
+        blobs = await asyncio.gather(
+            *(self._read(rec, n) for n in names), *(self._read(w, WRITES_FILE) for w in writes)
         )
-        return _Found(rec, data, list(zip(writes, blobs, strict=True)))
+        files = dict(zip(names, blobs[: len(names)], strict=True))
+        return _Found(rec, files, list(zip(writes, blobs[len(names) :], strict=True)))
 
     async def _read(self, rec: Record, name: str) -> bytes:
         info = rec.files.get(name)
         if info is None:
             raise IntegrityError(f"record {rec.id} in {rec.namespace} has no file {name!r}")
-        size = int(info["size"])
-        data = await self.client.read_range(rec.namespace, rec.id, name, 0, size)
-        if len(data) != size or blake3.blake3(data).hexdigest() != info["hash"]:
-            raise IntegrityError(f"{rec.namespace} {rec.id} {name}: bytes do not match the hash")
+        digest, size = str(info["hash"]), int(info["size"])
+        data = self._memo.files.get(digest)
+        if data is None:
+            data = await self.client.read_range(rec.namespace, rec.id, name, 0, size)
+            if len(data) != size or blake3.blake3(data).hexdigest() != digest:
+                raise IntegrityError(f"{rec.namespace} {rec.id} {name}: bytes do not match")
+            self._memo.files.put(digest, data)
         return data
 
     def _tuple(self, found: _Found, config: RunnableConfig | None = None) -> CheckpointTuple:
         """Deserialize, in the caller: values can be large and the loop is shared."""
         md = found.record.metadata
         thread_id, ns, cid = md["thread_id"], md["checkpoint_ns"], md["checkpoint_id"]
-        contents = decode(found.data)
+        contents = decode(found.files[CHECKPOINT_FILE])
         if contents.checkpoint is None:
             raise IntegrityError(f"record {found.record.id} holds no checkpoint document")
         document = self.serde.loads_typed(contents.checkpoint)
-        values = {k: self.serde.loads_typed(v) for k, v in contents.channels.items()}
+        values = {
+            name: self.serde.loads_typed((kind, found.files[channel_file(name)]))
+            for name, kind in md.get("channels", {}).items()
+        }
         batches = [(found.record.id, contents.writes)]
         batches += [(rec.id, decode(data).writes) for rec, data in found.writes]
         batches.sort(key=lambda b: b[0])  # vault ids increase in commit order
@@ -333,59 +293,74 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
     def _encode_put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> _Put:
+        """Serialize every value (as SQLite's saver does) and hash it, so the put can tell
+        which ones its parent's record already holds."""
         where = self._where(config)
         ns = where.checkpoint_ns or ""
         cid = checkpoint["id"]
-        document = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        values = checkpoint["channel_values"]
+        typed = {k: self.serde.dumps_typed(v) for k, v in checkpoint["channel_values"].items()}
         md = record_metadata(KIND_CHECKPOINT, where.thread_id, ns, cid)
         md["parent_checkpoint_id"] = where.checkpoint_id
+        md["channels"] = {k: kind for k, (kind, _) in typed.items()}
         # As SQLite's saver: JSON, so metadata filters compare what json.loads gives back.
         md["metadata"] = json.loads(
             json.dumps(get_serializable_checkpoint_metadata(config, metadata), ensure_ascii=False)
         )
+        document = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         return _Put(
             key=(where.namespace, ns, cid),
             parent=(where.namespace, ns, where.checkpoint_id) if where.checkpoint_id else None,
-            channels={k: self.serde.dumps_typed(v) for k, v in values.items()},
+            values=[
+                _Value(channel_file(k), data, blake3.blake3(data).hexdigest())
+                for k, (_, data) in typed.items()
+            ],
             document=self.serde.dumps_typed(document),
             metadata=md,
             tags=record_tags(KIND_CHECKPOINT, ns, cid),
         )
 
     async def _store_checkpoint(self, put: _Put) -> None:
-        shared = self._shared
+        memo = self._memo
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        shared.inflight[put.key] = done
+        memo.inflight[put.key] = done
         try:
-            early = shared.early.pop(put.key) or []
-            data = encode(Contents(put.channels, early, put.document))
-            parent = shared.committed.get(put.parent) if put.parent else None
-            rec = await self._save(put.key[0], CHECKPOINT_FILE, data, put, parent)
-            shared.committed.put(put.key, rec.id)
+            early = memo.early.pop(put.key) or []
+            own = encode(Contents(early, put.document))
+            parent = memo.committed.get(put.parent) if put.parent else None
+            rec = await self._save_checkpoint(put, own, parent)
+            memo.committed.put(put.key, rec)
+            memo.files.put(blake3.blake3(own).hexdigest(), own)
+            for value in put.values:
+                memo.files.put(value.digest, value.data)
         finally:
-            del shared.inflight[put.key]
+            del memo.inflight[put.key]
             done.set_result(None)
         if self.keep_last is not None:
             await self._prune_now_and_then(put.key[0], self.keep_last)
 
-    async def _save(
-        self, namespace: str, name: str, data: bytes, what: _Put | _Writes, parent: str | None
-    ) -> Record:
-        """One-request save; `parent` (a vault id) gives the vault the same lineage."""
-        md, tags = what.metadata, what.tags
-        try:
-            return await self.client.save(
-                namespace, {name: data}, parent=parent, metadata=md, tags=tags, chunking=CHUNKING
-            )
-        except NotFound:
-            if parent is None:
-                raise
-            # The parent record was pruned since we saw it: the vault's lineage stops here;
-            # LangGraph's own parent id is in the metadata either way.
-            return await self.client.save(
-                namespace, {name: data}, metadata=md, tags=tags, chunking=CHUNKING
-            )
+    async def _save_checkpoint(self, put: _Put, own: bytes, parent: Record | None) -> Record:
+        """With the parent's record known: inherit its files, send what differs. Else, or
+        if that record was pruned meanwhile, send every value (the vault dedups chunks)."""
+        files = {CHECKPOINT_FILE: own}
+        if parent is not None:
+            held = {name: info.get("hash") for name, info in parent.files.items()}
+            files.update({v.file: v.data for v in put.values if held.get(v.file) != v.digest})
+            try:
+                return await self.client.save(
+                    put.key[0],
+                    files,
+                    parent=parent.id,
+                    inherit=True,
+                    metadata=put.metadata,
+                    tags=put.tags,
+                    chunking=CHUNKING,
+                )
+            except (NotFound, Conflict):
+                pass  # the parent's record is gone: fall through and send everything
+        files.update({v.file: v.data for v in put.values})
+        return await self.client.save(
+            put.key[0], files, metadata=put.metadata, tags=put.tags, chunking=CHUNKING
+        )
 
     # -- put_writes -------------------------------------------------------------------
     def put_writes(
@@ -427,78 +402,46 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         return _Writes((where.namespace, ns, cid), stored, md, record_tags(KIND_WRITES, ns, cid))
 
     async def _store_writes(self, req: _Writes) -> None:
-        shared = self._shared
-        pending = shared.inflight.get(req.key)
+        memo = self._memo
+        pending = memo.inflight.get(req.key)
         if pending is not None:
             await asyncio.shield(pending)  # commit after the checkpoint, never before it
-        elif req.key not in shared.committed:
+        elif req.key not in memo.committed:
             # Its put has not started: it will carry these too, in case this record
             # commits first (a reader takes writes older than their checkpoint from it).
-            early = shared.early.get(req.key) or []
-            shared.early.put(req.key, early + req.writes)
-        data = encode(Contents(writes=req.writes))
-        await self._save(req.key[0], WRITES_FILE, data, req, None)
+            memo.early.put(req.key, (memo.early.get(req.key) or []) + req.writes)
+        await self.client.save(
+            req.key[0],
+            {WRITES_FILE: encode(Contents(writes=req.writes))},
+            metadata=req.metadata,
+            tags=req.tags,
+            chunking=CHUNKING,
+        )
 
-    # -- deleting, copying, pruning ---------------------------------------------------
+    # -- whole threads ----------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> None:
-        self._block(self._delete_thread(str(thread_id)))
+        self._block(threads.delete_thread(self.client, self.layout.namespace(str(thread_id))))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._here(self._delete_thread(str(thread_id)))
-
-    async def _delete_thread(self, thread_id: str) -> None:
-        ns = self.layout.namespace(thread_id)
-        await self._delete([rec async for rec in self._records(ns, first=PAGE)])
-
-    async def _delete(self, records: builtins.list[Record]) -> None:
-        slots = asyncio.Semaphore(DELETES_IN_FLIGHT)
-
-        async def one(rec: Record) -> None:
-            async with slots:
-                with contextlib.suppress(NotFound):  # deleted meanwhile (a concurrent prune)
-                    await self.client.delete(rec.namespace, rec.id)
-
-        await asyncio.gather(*(one(rec) for rec in records))
+        ns = self.layout.namespace(str(thread_id))
+        await self._here(threads.delete_thread(self.client, ns))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._block(self._delete_for_runs({str(r) for r in run_ids}))
+        self._block(threads.delete_for_runs(self.client, self.layout, {str(r) for r in run_ids}))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._here(self._delete_for_runs({str(r) for r in run_ids}))
-
-    async def _delete_for_runs(self, run_ids: set[str]) -> None:
-        """Every checkpoint whose metadata names one of the runs, with its writes. Reads
-        every record under the prefix: the vault has no index on metadata."""
-        for ns in await self._thread_namespaces():
-            records = [rec async for rec in self._records(ns, first=PAGE)]
-            doomed: set[tuple[str, str]] = set()
-            for rec in records:
-                ref = Ref.of(rec)
-                run = (rec.metadata.get("metadata") or {}).get("run_id")
-                if ref and ref.kind == KIND_CHECKPOINT and str(run) in run_ids:
-                    doomed.add((ref.checkpoint_ns, ref.checkpoint_id))
-            await self._delete([r for r in records if _key(r) in doomed])
-
-    async def _thread_namespaces(self) -> builtins.list[str]:
-        return [n["name"] for n in await self.client.namespaces() if self.layout.owns(n["name"])]
+        runs = {str(r) for r in run_ids}
+        await self._here(threads.delete_for_runs(self.client, self.layout, runs))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._block(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+        self._block(self._copy(str(source_thread_id), str(target_thread_id)))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._here(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+        await self._here(self._copy(str(source_thread_id), str(target_thread_id)))
 
-    async def _copy_thread(self, source: str, target: str) -> None:
-        """Fork every record, oldest first so the copy keeps the commit order reads rely on.
-        A fork shares the source's chunks: no value bytes are copied or sent."""
+    async def _copy(self, source: str, target: str) -> None:
         src, dst = self.layout.namespace(source), self.layout.namespace(target)
-        records = [rec async for rec in self._records(src, first=PAGE)]
-        for rec in reversed(records):
-            if Ref.of(rec) is None:
-                continue
-            await self.client.fork(
-                src, rec.id, dst, metadata={**rec.metadata, "thread_id": target}, tags=rec.tags
-            )
+        await threads.copy_thread(self.client, src, dst, target)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._block(self._prune([str(t) for t in thread_ids], strategy))
@@ -507,33 +450,32 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         await self._here(self._prune([str(t) for t in thread_ids], strategy))
 
     async def _prune(self, thread_ids: builtins.list[str], strategy: str) -> None:
+        """`keep_latest`: the newest checkpoint of each checkpoint_ns stays (with the
+        ancestors a DeltaChannel needs, see `_retention.py`); `delete`: the whole thread."""
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
         for thread_id in thread_ids:
+            ns = self.layout.namespace(thread_id)
             if strategy == "delete":
-                await self._delete_thread(thread_id)
+                await threads.delete_thread(self.client, ns)
             else:
-                await self._prune_namespace(self.layout.namespace(thread_id), 1)
-
-    async def _prune_namespace(self, namespace: str, keep: int) -> None:
-        records = [rec async for rec in self._records(namespace, first=PAGE)]
-        await self._delete(plan_prune(records, keep))
+                await threads.prune(self.client, ns, 1)
 
     async def _prune_now_and_then(self, namespace: str, keep: int) -> None:
         """Prune a thread every ~keep/4 puts, inside the put that crosses the mark: a thread
         then holds at most ~1.25 x keep checkpoints per checkpoint_ns, and the listing is
-        paid once per keep/4 puts, not on every put."""
-        shared = self._shared
-        count = (shared.puts_since_prune.get(namespace) or 0) + 1
-        shared.puts_since_prune.put(namespace, count)
-        if count < max(1, keep // 4) or namespace in shared.pruning:
+        paid once per keep/4 puts rather than on every put."""
+        memo = self._memo
+        count = (memo.puts_since_prune.get(namespace) or 0) + 1
+        memo.puts_since_prune.put(namespace, count)
+        if count < max(1, keep // 4) or namespace in memo.pruning:
             return
-        shared.puts_since_prune.put(namespace, 0)
-        shared.pruning.add(namespace)
+        memo.puts_since_prune.put(namespace, 0)
+        memo.pruning.add(namespace)
         try:
-            await self._prune_namespace(namespace, keep)
+            await threads.prune(self.client, namespace, keep)
         finally:
-            shared.pruning.discard(namespace)
+            memo.pruning.discard(namespace)
 
     # -- versions ---------------------------------------------------------------------
     def get_next_version(self, current: str | None, channel: None) -> str:
@@ -587,20 +529,24 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
     ) -> AsyncGenerator[_Found, None]:
         """Checkpoints newest first per thread, with their writes (met before them)."""
         where = self._where(config, any_ns=True) if config else None
-        namespaces = [where.namespace] if where else await self._thread_namespaces()
+        if where:
+            namespaces = [where.namespace]
+        else:
+            namespaces = await threads.thread_namespaces(self.client, self.layout)
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
+        tag = None
+        if where and where.checkpoint_id:
+            tag = id_tag(where.checkpoint_id)
+        elif where and where.checkpoint_ns is not None:
+            tag = ns_tag(where.checkpoint_ns)
         left = limit
+        if left is not None and left <= 0:
+            return
         for namespace in namespaces:
-            if left is not None and left <= 0:
-                return
-            tag = None
-            if where and where.checkpoint_id:
-                tag = id_tag(where.checkpoint_id)
-            elif where and where.checkpoint_ns is not None:
-                tag = ns_tag(where.checkpoint_ns)
             writes: dict[tuple[str, str], builtins.list[Record]] = {}
-            async with aclosing(self._records(namespace, tag=tag, first=PAGE)) as records:
-                async for rec in records:
+            listing = threads.records(self.client, namespace, tag=tag, first=threads.PAGE)
+            async with aclosing(listing) as found:
+                async for rec in found:
                     ref = Ref.of(rec)
                     if ref is None:
                         continue
@@ -623,11 +569,6 @@ async def _next(scan: AsyncIterator[_Found]) -> _Found | None:
         return await anext(scan)
     except StopAsyncIteration:
         return None
-
-
-def _key(rec: Record) -> tuple[str, str] | None:
-    ref = Ref.of(rec)
-    return None if ref is None else (ref.checkpoint_ns, ref.checkpoint_id)
 
 
 async def _close(scan: AsyncGenerator[_Found, None]) -> None:
