@@ -7,19 +7,31 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import IO, Any
 
-from .serverproc import free_port
-
 ACCESS_KEY = "vault-test"
 SECRET_KEY = "vault-test-secret"
 READY_ATTEMPTS = 600  # x 0.1 s: a restart after SIGKILL takes ~25 s here
 START_ATTEMPTS = 3
 STOP_TIMEOUT = 3.0  # seconds of grace after SIGTERM before SIGKILL
+
+
+def distinct_ports(n: int) -> list[int]:
+    """n loopback ports free right now, all different: asked for while all are held, since
+    the kernel may hand a just-closed port out again (seen: master and filer on one)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def weed_binary() -> str:
@@ -37,8 +49,10 @@ class _DiedStarting(Exception):
 class SeaweedFS:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.ports = {n: free_port() for n in ("master", "volume", "filer", "s3")}
-        self.grpc = {n: free_port() for n in self.ports}
+        names = ("master", "volume", "filer", "s3")
+        picked = distinct_ports(2 * len(names))
+        self.ports = dict(zip(names, picked[: len(names)], strict=True))
+        self.grpc = dict(zip(names, picked[len(names) :], strict=True))
         self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
