@@ -17,7 +17,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 Key = tuple[str, str, str]  # (vault namespace, checkpoint_ns, checkpoint_id)
 
-REMEMBERED = 4096  # checkpoint records kept for parents and "already committed"
+REMEMBERED = 1024  # checkpoint records kept for parents and "already committed"
 EARLY_KEYS = 256  # checkpoints with early writes waiting for their put
 CACHE_BYTES = 64 << 20  # file contents by hash
 

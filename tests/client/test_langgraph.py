@@ -290,6 +290,14 @@ async def test_async_saver_runs_interrupts_history_and_deletes(server: ServerPro
         assert await saver.aget_tuple(cfg) is None
         assert [t async for t in saver.alist(cfg)] == []
 
+    # VaultSaver's async methods hop from this loop to the saver's own.
+    with VaultSaver(server.url, server.token) as own_loop:
+        graph = chat_graph(own_loop)
+        await graph.ainvoke(ask(0), cfg)
+        await graph.ainvoke(ask(1), cfg)
+        assert (await graph.aget_state(cfg)).values["turns"] == 2
+        assert len([t async for t in own_loop.alist(cfg, limit=7)]) == 7
+
 
 def test_writes_racing_their_checkpoint_are_all_kept(saver: VaultSaver) -> None:
     """LangGraph sends a checkpoint's writes while its put may not have started, be on its
