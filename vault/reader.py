@@ -25,6 +25,7 @@ from .writer import WriteTxn
 
 READ_BATCH_BYTES = 4 << 20  # per worker-thread call: amortizes the hop, bounds memory
 RUN_LIMIT = 16 << 20  # largest single range read from a pack
+RUN_GAP = 512 << 10  # unwanted bytes worth reading to save a request (~ms of transfer)
 
 
 class Reader:
@@ -80,8 +81,9 @@ class Reader:
             return None  # tampered with, truncated or misplaced: damaged
 
     def _packed_frames(self, packed: dict[int, Location]) -> dict[int, bytes | None]:
-        """Frames from packs, one range request per run of adjacent frames: the chunks of
-        a file were packed in order, so a batch is usually a few requests, not one each."""
+        """Frames from packs, one range request per run of nearby frames: the chunks of a
+        file were packed in order, so a batch is usually a few requests, not one each; small
+        gaps (frames of other files, dead bytes) are read over rather than split on."""
         out: dict[int, bytes | None] = {}
         runs: dict[tuple[str, str], list[tuple[int, int]]] = {}
         for i, where in packed.items():
@@ -97,7 +99,7 @@ class Reader:
                 stop = items[start][0] + packed[items[start][1]].length
                 while (
                     end < len(items)
-                    and items[end][0] <= stop
+                    and items[end][0] <= stop + RUN_GAP
                     and (
                         items[end][0] + packed[items[end][1]].length - items[start][0] <= RUN_LIMIT
                     )
