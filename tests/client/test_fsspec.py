@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import pickle
 import random
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -100,6 +103,19 @@ def fs(options: dict[str, str]) -> VaultFileSystem:
 
 def test_entry_point_names_the_class() -> None:
     assert fsspec.get_filesystem_class("vault") is VaultFileSystem
+
+
+def test_imports_with_only_fsspec_installed() -> None:
+    code = (
+        "import sys\n"
+        "for m in ('torch', 'safetensors', 'langgraph', 'numpy'): sys.modules[m] = None\n"
+        "import fsspec\n"
+        "assert fsspec.get_filesystem_class('vault').__module__ == 'client.fsspec'\n"
+        "bad = {'vault', 'api', 'tiering', 'lmdb'} & {m.split('.')[0] for m in sys.modules}\n"
+        "assert not bad, bad\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_ls_at_each_level(fs: VaultFileSystem, saved: Saved) -> None:
@@ -356,6 +372,55 @@ def test_close_stops_the_client_and_a_later_call_reopens(fs: VaultFileSystem, sa
     fs.close()
     assert _client_threads() == before
     assert fs.cat_file(f"{NS}/latest/notes.txt") == saved.new_files["notes.txt"]
+
+
+# Run in a fresh interpreter: under pytest the child happens to keep its copy of the
+# parent's client alive, which hides the failure this guards against.
+FORK_SCRIPT = """
+import gc, multiprocessing, sys
+from client.fsspec import VaultFileSystem
+
+path, expected = sys.argv[1], sys.argv[2].encode()
+held = [VaultFileSystem(skip_instance_cache=True)]  # only this list refers to it
+assert held[0].cat_file(path) == expected  # the parent now pools a connection
+
+
+def child():
+    fs = held.pop()
+    ok = fs.cat_file(path) == expected  # the copy makes a client of its own
+    fs.close()
+    del fs
+    gc.collect()  # the parent's client, copied at fork, dies here
+    sys.exit(0 if ok else 3)
+
+
+proc = multiprocessing.get_context("fork").Process(target=child)
+proc.start()
+proc.join()
+assert proc.exitcode == 0, proc.exitcode
+assert held[0].cat_file(path) == expected  # hangs if the child unregistered our socket
+held[0].close()
+print("parent read after the child exited")
+"""
+
+
+def test_forked_child_reads_and_leaves_the_parent_working(
+    server: ServerProcess, saved: Saved
+) -> None:
+    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
+    path = f"{NS}/latest/notes.txt"
+    expected = saved.new_files["notes.txt"].decode()
+    # The timeout only bounds a hang (the parent waits for ever on a broken connection).
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, path, expected],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "parent read after the child exited\n"
+    assert "Unclosed" not in done.stderr  # the child did not free the parent's session
 
 
 def test_safetensors_loads_through_fsspec(options: dict[str, str], saved: Saved) -> None:
