@@ -33,7 +33,6 @@ import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import blake3
@@ -53,7 +52,8 @@ from ..aio import AsyncVaultClient
 from ..errors import Conflict, IntegrityError, NotFound
 from ..models import Checkpoint as Record
 from . import _maintenance as threads
-from ._codec import Contents, StoredWrite, Typed, decode, encode, merge_writes
+from ._calls import Found, Put, Value, Where, Writes, close, config_of, next_found, wanted
+from ._codec import Contents, StoredWrite, decode, encode, merge_writes
 from ._layout import (
     CHECKPOINT_FILE,
     CHUNKING,
@@ -68,49 +68,9 @@ from ._layout import (
     record_metadata,
     record_tags,
 )
-from ._memo import CACHE_BYTES, Key, Memo
+from ._memo import CACHE_BYTES, Memo
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class _Where:
-    namespace: str
-    thread_id: str
-    checkpoint_ns: str | None  # None: every checkpoint_ns (list only)
-    checkpoint_id: str | None
-
-
-@dataclass
-class _Found:
-    record: Record
-    files: dict[str, bytes]
-    writes: builtins.list[tuple[Record, bytes]]
-
-
-@dataclass(frozen=True)
-class _Value:
-    file: str
-    data: bytes
-    digest: str  # BLAKE3 hex, as the vault names whole files
-
-
-@dataclass(frozen=True)
-class _Put:
-    key: Key
-    parent: Key | None
-    values: builtins.list[_Value]
-    document: Typed
-    metadata: dict[str, Any]
-    tags: builtins.list[str]
-
-
-@dataclass(frozen=True)
-class _Writes:
-    key: Key
-    writes: builtins.list[StoredWrite]
-    metadata: dict[str, Any]
-    tags: builtins.list[str]
 
 
 class AsyncVaultSaver(BaseCheckpointSaver[str]):
@@ -174,11 +134,11 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             )
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    def _where(self, config: RunnableConfig, *, any_ns: bool = False) -> _Where:
+    def _where(self, config: RunnableConfig, *, any_ns: bool = False) -> Where:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns")
-        return _Where(
+        return Where(
             self.layout.namespace(thread_id),
             thread_id,
             None if ns is None and any_ns else str(ns or ""),
@@ -194,7 +154,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         found = await self._here(self._find(self._where(config)))
         return None if found is None else self._tuple(found, config)
 
-    async def _find(self, where: _Where) -> _Found | None:
+    async def _find(self, where: Where) -> Found | None:
         """The checkpoint (by id, else the latest of its checkpoint_ns) and its writes."""
         cid = where.checkpoint_id
         tag = id_tag(cid) if cid else ns_tag(where.checkpoint_ns or "")
@@ -215,14 +175,14 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                 return await self._fetch(rec, ref, mine)
         return None
 
-    async def _fetch(self, rec: Record, ref: Ref, writes: builtins.list[Record]) -> _Found:
+    async def _fetch(self, rec: Record, ref: Ref, writes: builtins.list[Record]) -> Found:
         self._memo.committed.put((rec.namespace, ref.checkpoint_ns, ref.checkpoint_id), rec)
         names = [CHECKPOINT_FILE, *(channel_file(c) for c in rec.metadata.get("channels", {}))]
         blobs = await asyncio.gather(
             *(self._read(rec, n) for n in names), *(self._read(w, WRITES_FILE) for w in writes)
         )
         files = dict(zip(names, blobs[: len(names)], strict=True))
-        return _Found(rec, files, list(zip(writes, blobs[len(names) :], strict=True)))
+        return Found(rec, files, list(zip(writes, blobs[len(names) :], strict=True)))
 
     async def _read(self, rec: Record, name: str) -> bytes:
         info = rec.files.get(name)
@@ -237,7 +197,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             self._memo.files.put(digest, data)
         return data
 
-    def _tuple(self, found: _Found, config: RunnableConfig | None = None) -> CheckpointTuple:
+    def _tuple(self, found: Found, config: RunnableConfig | None = None) -> CheckpointTuple:
         """Deserialize, in the caller: values can be large and the loop is shared."""
         md = found.record.metadata
         thread_id, ns, cid = md["thread_id"], md["checkpoint_ns"], md["checkpoint_id"]
@@ -260,10 +220,10 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         return CheckpointTuple(
             config=config
             if config is not None and config["configurable"].get("checkpoint_id")
-            else _config(thread_id, ns, cid),
+            else config_of(thread_id, ns, cid),
             checkpoint=cast(Checkpoint, {**document, "channel_values": values}),
             metadata=cast(CheckpointMetadata, md.get("metadata") or {}),
-            parent_config=_config(thread_id, ns, parent) if parent else None,
+            parent_config=config_of(thread_id, ns, parent) if parent else None,
             pending_writes=pending,
         )
 
@@ -277,7 +237,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         put = self._encode_put(config, checkpoint, metadata)
         self._block(self._store_checkpoint(put))
-        return _config(put.metadata["thread_id"], put.key[1], put.key[2])
+        return config_of(put.metadata["thread_id"], put.key[1], put.key[2])
 
     async def aput(
         self,
@@ -288,11 +248,11 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         put = self._encode_put(config, checkpoint, metadata)
         await self._here(self._store_checkpoint(put))
-        return _config(put.metadata["thread_id"], put.key[1], put.key[2])
+        return config_of(put.metadata["thread_id"], put.key[1], put.key[2])
 
     def _encode_put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
-    ) -> _Put:
+    ) -> Put:
         """Serialize every value (as SQLite's saver does) and hash it, so the put can tell
         which ones its parent's record already holds."""
         where = self._where(config)
@@ -307,11 +267,11 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             json.dumps(get_serializable_checkpoint_metadata(config, metadata), ensure_ascii=False)
         )
         document = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        return _Put(
+        return Put(
             key=(where.namespace, ns, cid),
             parent=(where.namespace, ns, where.checkpoint_id) if where.checkpoint_id else None,
             values=[
-                _Value(channel_file(k), data, blake3.blake3(data).hexdigest())
+                Value(channel_file(k), data, blake3.blake3(data).hexdigest())
                 for k, (_, data) in typed.items()
             ],
             document=self.serde.dumps_typed(document),
@@ -319,7 +279,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             tags=record_tags(KIND_CHECKPOINT, ns, cid),
         )
 
-    async def _store_checkpoint(self, put: _Put) -> None:
+    async def _store_checkpoint(self, put: Put) -> None:
         memo = self._memo
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         memo.inflight[put.key] = done
@@ -338,7 +298,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         if self.keep_last is not None:
             await self._prune_now_and_then(put.key[0], self.keep_last)
 
-    async def _save_checkpoint(self, put: _Put, own: bytes, parent: Record | None) -> Record:
+    async def _save_checkpoint(self, put: Put, own: bytes, parent: Record | None) -> Record:
         """With the parent's record known: inherit its files, send what differs. Else, or
         if that record was pruned meanwhile, send every value (the vault dedups chunks)."""
         files = {CHECKPOINT_FILE: own}
@@ -389,7 +349,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> _Writes:
+    ) -> Writes:
         where = self._where(config)
         ns, cid = where.checkpoint_ns or "", str(where.checkpoint_id)
         dumps = self.serde.dumps_typed
@@ -399,9 +359,9 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         ]
         md = record_metadata(KIND_WRITES, where.thread_id, ns, cid)
         md["task_id"] = task_id
-        return _Writes((where.namespace, ns, cid), stored, md, record_tags(KIND_WRITES, ns, cid))
+        return Writes((where.namespace, ns, cid), stored, md, record_tags(KIND_WRITES, ns, cid))
 
-    async def _store_writes(self, req: _Writes) -> None:
+    async def _store_writes(self, req: Writes) -> None:
         memo = self._memo
         pending = memo.inflight.get(req.key)
         if pending is not None:
@@ -500,10 +460,10 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         scan = self._scan(config, filter, before, limit)
         try:
-            while (found := await self._here(_next(scan))) is not None:
+            while (found := await self._here(next_found(scan))) is not None:
                 yield self._tuple(found)
         finally:
-            await self._here(_close(scan))
+            await self._here(close(scan))
 
     def list(
         self,
@@ -515,10 +475,10 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         scan = self._scan(config, filter, before, limit)
         try:
-            while (found := self._block(_next(scan))) is not None:
+            while (found := self._block(next_found(scan))) is not None:
                 yield self._tuple(found)
         finally:
-            self._block(_close(scan))
+            self._block(close(scan))
 
     async def _scan(
         self,
@@ -526,7 +486,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> AsyncGenerator[_Found, None]:
+    ) -> AsyncGenerator[Found, None]:
         """Checkpoints newest first per thread, with their writes (met before them)."""
         where = self._where(config, any_ns=True) if config else None
         if where:
@@ -555,49 +515,10 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                         writes.setdefault(key, []).append(rec)
                         continue
                     mine = writes.pop(key, [])
-                    if not _wanted(rec, ref, where, before_id, filter):
+                    if not wanted(rec, ref, where, before_id, filter):
                         continue
                     yield await self._fetch(rec, ref, mine)
                     if left is not None:
                         left -= 1
                         if left <= 0:
                             return
-
-
-async def _next(scan: AsyncIterator[_Found]) -> _Found | None:
-    try:
-        return await anext(scan)
-    except StopAsyncIteration:
-        return None
-
-
-async def _close(scan: AsyncGenerator[_Found, None]) -> None:
-    await scan.aclose()
-
-
-def _wanted(
-    rec: Record,
-    ref: Ref,
-    where: _Where | None,
-    before_id: str | None,
-    filter: dict[str, Any] | None,
-) -> bool:
-    if where is not None:
-        if where.checkpoint_ns is not None and ref.checkpoint_ns != where.checkpoint_ns:
-            return False
-        if where.checkpoint_id and ref.checkpoint_id != where.checkpoint_id:
-            return False
-    if before_id and ref.checkpoint_id >= before_id:
-        return False
-    metadata = rec.metadata.get("metadata") or {}
-    return all(metadata.get(k) == v for k, v in (filter or {}).items())
-
-
-def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
