@@ -89,6 +89,7 @@ def no_leaked_client_threads() -> Iterator[None]:
 def options(server: ServerProcess) -> Iterator[dict[str, str]]:
     """Storage options; every filesystem fsspec made in the test is closed afterwards."""
     yield {"endpoint_url": server.url, "token": server.token}
+    # fsspec's instance cache is the only list of what fsspec.open made in the test.
     for fs in list(VaultFileSystem._cache.values()):
         fs.close()
     VaultFileSystem.clear_instance_cache()
