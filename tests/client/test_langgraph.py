@@ -357,6 +357,46 @@ def test_a_turn_costs_one_request_per_saver_call_and_no_downloads(saver: VaultSa
     assert graph.get_state(cfg).values["turns"] == 2
 
 
+class Fan(TypedDict, total=False):
+    log: Annotated[list[str], lambda a, b: a + b]
+
+
+def test_finished_branches_do_not_rerun_after_an_interrupt(saver: VaultSaver) -> None:
+    """Three branches in one super-step, their writes sent from pool threads at once; one
+    interrupts. On resume only that one runs again: the others' pending writes were kept."""
+    runs: list[str] = []
+    lock = threading.Lock()
+
+    def branch(name: str) -> Any:
+        def node(state: Fan) -> Fan:
+            with lock:
+                runs.append(name)
+            if name == "c":
+                interrupt("c waits")
+            return {"log": [name]}
+
+        return node
+
+    b = StateGraph(Fan)
+    for name in "abc":
+        b.add_node(name, branch(name))
+        b.add_edge(START, name)
+    b.add_node("join", lambda state: {"log": ["join"]})
+    b.add_edge(["a", "b", "c"], "join")
+    graph = b.compile(checkpointer=saver)
+    cfg = thread()
+    graph.invoke({"log": []}, cfg)
+    assert sorted(runs) == ["a", "b", "c"]
+    state = graph.get_state(cfg)
+    assert state.next == ("c",)
+    interrupted = saver.get_tuple(cfg)
+    assert interrupted is not None
+    assert {w[1] for w in interrupted.pending_writes or []} >= {"log", "__interrupt__"}
+    graph.invoke(Command(resume="go"), cfg)
+    assert sorted(runs) == ["a", "b", "c", "c"]
+    assert sorted(graph.get_state(cfg).values["log"]) == ["a", "b", "c", "join"]
+
+
 def test_many_threads_of_a_sync_program_share_one_saver(saver: VaultSaver) -> None:
     graph = chat_graph(saver)
     configs = [thread() for _ in range(6)]
