@@ -34,6 +34,7 @@ from .models import Checkpoint
 from .sync import VaultClient
 
 STREAM_BUFFER = 16 << 20  # serialized bytes torch.save may run ahead of the upload
+READ_AHEAD = 4 << 20  # bytes per range request while loading (measured: 1-16 MiB alike, 64 slower)
 
 __all__ = [
     "load_safetensors",
@@ -122,8 +123,13 @@ def load_state_dict(
 ) -> Any:
     """`torch.load` of file `name` of checkpoint `ref`, read through range requests
     (`VaultClient.open`): nothing is written to disk."""
-    with client.open(namespace, ref, name) as f:
-        return torch.load(f, map_location=map_location, weights_only=weights_only)
+    # torch.load reads storage after storage in file order: a read-ahead buffer makes one
+    # range request per READ_AHEAD bytes instead of one per tensor.
+    with (
+        client.open(namespace, ref, name) as f,
+        io.BufferedReader(f.raw, buffer_size=READ_AHEAD) as ahead,
+    ):
+        return torch.load(ahead, map_location=map_location, weights_only=weights_only)
 
 
 async def _closing(save: Coroutine[Any, Any, Checkpoint], stream: io.RawIOBase) -> Checkpoint:

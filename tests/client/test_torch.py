@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import pickle
+import random
 import threading
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -265,3 +266,16 @@ def test_safetensors_background_save_copies_first(vault: VaultClient) -> None:
     tensors["w"].add_(1)
     ckpt = handle.result(timeout=60)
     assert torch.equal(load_safetensors(vault, "t/st-bg", ckpt.id)["w"], torch.zeros(1000))
+
+
+def test_send_file_ends_chunks_at_cuts_across_pieces(vault: VaultClient) -> None:
+    data = random.Random(3).randbytes(20 << 20)  # three 8 MiB pieces
+    cuts = [5000, 8 << 20, (8 << 20) + 100, 13 << 20]  # one exactly at a piece boundary
+    upload = vault.begin_upload("t/cuts-pieces")
+    entry = vault.send_file(upload, "data.bin", data, cuts=cuts)
+    ckpt = vault.commit(upload, {"data.bin": entry})
+    assert ckpt.files["data.bin"]["hash"] == blake3.blake3(data).hexdigest()
+    chunks = vault.manifest("t/cuts-pieces", ckpt.id)["files"]["data.bin"]["chunks"]
+    assert set(cuts) <= {c["offset"] for c in chunks}
+    with vault.open("t/cuts-pieces", ckpt.id, "data.bin") as f:
+        assert f.read() == data
