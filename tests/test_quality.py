@@ -35,7 +35,20 @@ def test_mypy_strict() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["vault", "tiering", "api", "client", "client.wire", "client.cli", "api.serve", "api.routes"],
+    [
+        "vault",
+        "tiering",
+        "api",
+        "client",
+        "client.wire",
+        "client.cli",
+        "api.serve",
+        "api.routes",
+        "client.torch",
+        "client.dcp",
+        "client.langgraph",
+        "client.fsspec",
+    ],
 )
 def test_each_module_imports_alone(module: str) -> None:
     result = run("-c", f"import {module}")
@@ -46,6 +59,19 @@ def test_client_does_not_import_server_dependencies() -> None:
     code = (
         "import sys, client, client.cli; "
         "bad = {'lmdb', 'zstandard', 'vault', 'api', 'aiohttp.web'} & set(sys.modules); "
+        "print(sorted(bad)); sys.exit(1 if bad else 0)"
+    )
+    result = run("-c", code)
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize(
+    "module", ["client.torch", "client.dcp", "client.langgraph", "client.fsspec"]
+)
+def test_integrations_import_no_server_package(module: str) -> None:
+    code = (
+        f"import sys, {module}; "
+        "bad = {m for m in sys.modules if m.split('.')[0] in ('api', 'vault', 'tiering', 'lmdb')}; "
         "print(sorted(bad)); sys.exit(1 if bad else 0)"
     )
     result = run("-c", code)
