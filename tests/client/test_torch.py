@@ -279,3 +279,17 @@ def test_send_file_ends_chunks_at_cuts_across_pieces(vault: VaultClient) -> None
     assert set(cuts) <= {c["offset"] for c in chunks}
     with vault.open("t/cuts-pieces", ckpt.id, "data.bin") as f:
         assert f.read() == data
+
+
+def test_the_torch_save_stream_starts_over_on_seek_zero() -> None:
+    from client.torch import _TorchSaveStream
+
+    state = {"w": torch.randn(1000)}
+    stream = _TorchSaveStream(state)
+    first = stream.read()
+    assert stream.seek(0) == 0
+    assert stream.read() == first == torch_save_bytes(state)
+    with pytest.raises(io.UnsupportedOperation):
+        stream.seek(10)
+    stream.close()
+    assert torch_save_threads() == []
