@@ -3,7 +3,9 @@
 Transaction-level helpers; the writer thread composes them into atomic operations (commit,
 delete, patch) and read paths use them under a read transaction. The namespace index holds
 live checkpoints only, keyed namespace + NUL + id, so "newest first" is a reverse scan and
-deleted checkpoints survive only as tombstone records reachable through lineage.
+deleted checkpoints survive only as tombstone records reachable through lineage. The tag
+index does the same per (namespace, tag), so finding a checkpoint by tag (how the LangGraph
+saver finds its checkpoints by their own ids) does not read every newer record.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import blake3
 import lmdb
 
 from .blocks import Blocks
@@ -24,8 +27,30 @@ LATEST_VALID = "latest-valid"
 MAX_LINEAGE = 100_000
 
 
+TAG_INDEX_BUILT = "tag_index_built"  # counter: 1 once the tag index covers every checkpoint
+
+
 def _index_key(ns: str, cid: str = "") -> bytes:
     return ns.encode() + b"\0" + cid.encode()
+
+
+def _tag_key(ns: str, tag: str, cid: str = "") -> bytes:
+    """Fixed-width tag hash: any tag string, and no prefix of one tag is another's key."""
+    return ns.encode() + b"\0" + blake3.blake3(tag.encode()).digest()[:16] + cid.encode()
+
+
+def _newest_first(cur: lmdb.Cursor, prefix: bytes, start: bytes) -> Iterator[str]:
+    """Keys under `prefix` strictly below `start`, newest (largest) first, as ids."""
+    if not cur.set_range(start) and not cur.last():
+        return
+    while True:
+        key = bytes(cur.key())
+        if key.startswith(prefix) and key < start:
+            yield key[len(prefix) :].decode()
+        elif key < prefix:
+            return
+        if not cur.prev():
+            return
 
 
 class Catalog:
@@ -33,6 +58,7 @@ class Catalog:
         self._records = env.db["checkpoints"]
         self._manifests = env.db["manifests"]
         self._index = env.db["nsindex"]
+        self._tags = env.db["tagindex"]
         self._namespaces = env.db["namespaces"]
         self._blocks = blocks
 
@@ -70,19 +96,37 @@ class Catalog:
 
     def ids(self, txn: lmdb.Transaction, ns: str, before: str | None = None) -> Iterator[str]:
         """Live checkpoint ids of `ns`, newest first, strictly older than `before`."""
-        prefix = _index_key(ns)
-        cur = txn.cursor(db=self._index)
         start = _index_key(ns, before) if before else _index_key(ns, "\x7f")
-        if not cur.set_range(start) and not cur.last():
-            return
-        while True:
-            key = bytes(cur.key())
-            if key.startswith(prefix) and key < start:
-                yield key[len(prefix) :].decode()
-            elif key < prefix:
-                return
-            if not cur.prev():
-                return
+        yield from _newest_first(txn.cursor(db=self._index), _index_key(ns), start)
+
+    def tagged_ids(
+        self, txn: lmdb.Transaction, ns: str, tag: str, before: str | None = None
+    ) -> Iterator[str]:
+        """Live checkpoint ids of `ns` carrying `tag`, newest first, older than `before`."""
+        start = _tag_key(ns, tag, before) if before else _tag_key(ns, tag, "\x7f")
+        yield from _newest_first(txn.cursor(db=self._tags), _tag_key(ns, tag), start)
+
+    def retag(self, txn: lmdb.Transaction, rec: CheckpointRecord, tags: list[str]) -> None:
+        """Replace a live checkpoint's tags, index included (the caller stores the record)."""
+        for tag in rec.tags:
+            txn.delete(_tag_key(rec.namespace, tag, rec.id), db=self._tags)
+        rec.tags = tags
+        for tag in tags:
+            txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
+
+    def build_tag_index(self, txn: lmdb.Transaction) -> int:
+        """Index every live checkpoint's tags (catalogs written before the index existed);
+        returns how many entries it wrote."""
+        n = 0
+        for key, _ in txn.cursor(db=self._index):
+            rec = self.record(txn, bytes(key).split(b"\0", 1)[1].decode())
+            if rec is None:
+                continue
+            for tag in rec.tags:
+                txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
+                n += 1
+        self._blocks.counters.add(txn, TAG_INDEX_BUILT, 1)
+        return n
 
     def latest(self, txn: lmdb.Transaction, ns: str, valid_only: bool) -> CheckpointRecord | None:
         for cid in self.ids(txn, ns):
@@ -154,6 +198,8 @@ class Catalog:
         self.put_record(txn, rec)
         txn.put(rec.id.encode(), encode_manifest(files), db=self._manifests)
         txn.put(_index_key(rec.namespace, rec.id), b"", db=self._index)
+        for tag in rec.tags:
+            txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
         ns.checkpoints += 1
         ns.logical_bytes += rec.size
         self.put_namespace(txn, ns)
@@ -168,6 +214,8 @@ class Catalog:
         files = self.manifest(txn, rec.id)
         txn.delete(rec.id.encode(), db=self._manifests)
         txn.delete(_index_key(rec.namespace, rec.id), db=self._index)
+        for tag in rec.tags:
+            txn.delete(_tag_key(rec.namespace, tag, rec.id), db=self._tags)
         rec.deleted_at = now
         self.put_record(txn, rec)
         ns = self.require_namespace(txn, rec.namespace)

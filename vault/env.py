@@ -36,6 +36,7 @@ CATALOG_DBS = (
     b"checkpoints",  # checkpoint id -> record JSON (or tombstone)
     b"manifests",  # checkpoint id -> binary manifest
     b"nsindex",  # namespace \0 checkpoint id -> b"" (live checkpoints only)
+    b"tagindex",  # namespace \0 BLAKE3-128(tag) checkpoint id -> b"" (live checkpoints only)
     b"namespaces",  # namespace -> namespace JSON
     b"uploads",  # upload id -> session JSON
     b"uploadfiles",  # upload id \0 file name -> FileEntry bytes

@@ -53,7 +53,7 @@ class Lifecycle:
             if pinned is not None:
                 rec.pinned = pinned
             if new_tags is not None:
-                rec.tags = new_tags
+                self._catalog.retag(txn, rec, new_tags)
             self._catalog.put_record(txn, rec)
             return rec
 

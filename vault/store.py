@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .blocks import Blocks
-from .catalog import Catalog
+from .catalog import TAG_INDEX_BUILT, Catalog
 from .clock import Clock
 from .config import VaultConfig
 from .env import CATALOG_DBS, FRAME_DBS, Env
@@ -48,6 +48,12 @@ class Store:
                 raise
         frames = Env(path / "frames", config.map_size, FRAME_DBS)
         blocks = Blocks(env, frames)
+        catalog = Catalog(env, blocks)
+        with env.read() as txn:
+            indexed = blocks.counters.get(txn, TAG_INDEX_BUILT)
+        if not indexed:  # a catalog from before the tag index (or restored from one)
+            with env.lmdb.begin(write=True) as txn:
+                catalog.build_tag_index(txn)
         with env.read() as txn:
             cur = txn.cursor(db=env.db["checkpoints"])
             newest = bytes(cur.key()).decode() if cur.last() else None
@@ -56,7 +62,7 @@ class Store:
             frames=frames,
             writer=Writer(env, frames),
             blocks=blocks,
-            catalog=Catalog(env, blocks),
+            catalog=catalog,
             clock=clock,
             config=config,
             ids=IdGenerator(newest),

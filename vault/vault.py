@@ -132,7 +132,12 @@ class Vault:
         out: list[CheckpointRecord] = []
         with self.store.env.read() as txn:
             self.catalog.require_namespace(txn, ns)
-            for cid in self.catalog.ids(txn, ns, before):
+            ids = (
+                self.catalog.tagged_ids(txn, ns, tag, before)
+                if tag is not None
+                else self.catalog.ids(txn, ns, before)
+            )
+            for cid in ids:
                 rec = self.catalog.record(txn, cid)
                 if rec is None or (tag is not None and tag not in rec.tags):
                     continue

@@ -18,6 +18,7 @@ from vault import (
 )
 from vault.clock import FakeClock
 from vault.frame import chunk_id
+from vault.writer import WriteTxn
 
 from .helpers import client_save, read_file, stream_save
 
@@ -185,3 +186,38 @@ def test_open_upload_sessions_are_limited(tmp_path: Path) -> None:
     vault.open_upload("ns")
     assert third.id
     vault.close()
+
+
+def test_tag_index_follows_retags_deletes_forks_and_old_catalogs(
+    vault: Vault, tmp_path: Path, clock: FakeClock
+) -> None:
+    ids = [
+        stream_save(vault, "ns", {"f": bytes([i])}, tags=[f"step:{i}", "all"]).id for i in range(5)
+    ]
+    assert [r.id for r in vault.checkpoints("ns", tag="step:3")[0]] == [ids[3]]
+    assert [r.id for r in vault.checkpoints("ns", tag="all", before=ids[3])[0]] == ids[:3][::-1]
+    vault.patch("ns", ids[3], tags=["moved"])
+    assert vault.checkpoints("ns", tag="step:3")[0] == []
+    assert [r.id for r in vault.checkpoints("ns", tag="moved")[0]] == [ids[3]]
+    vault.delete("ns", ids[1])
+    assert [r.id for r in vault.checkpoints("ns", tag="all")[0]] == [ids[4], ids[2], ids[0]]
+    fork = vault.fork("ns", ids[0], "other", tags=["all"])
+    assert [r.id for r in vault.checkpoints("other", tag="all")[0]] == [fork.id]
+    assert vault.checkpoints("ns", tag="step:1\0x")[0] == []  # any tag string is safe
+
+    # a catalog from before the index: entries and the marker gone, rebuilt at open
+    db, counters = vault.store.env.db["tagindex"], vault.store.env.db["counters"]
+
+    def forget_index(w: WriteTxn) -> None:
+        w.cat.drop(db, delete=False)
+        w.cat.delete(b"tag_index_built", db=counters)
+
+    vault.store.writer.run(forget_index)
+    assert vault.checkpoints("ns", tag="all")[0] == []
+    vault.close()
+    reopened = Vault(tmp_path / "vault", VaultConfig(map_size=1 << 20), clock)
+    try:
+        assert [r.id for r in reopened.checkpoints("ns", tag="all")[0]] == [ids[4], ids[2], ids[0]]
+        assert [r.id for r in reopened.checkpoints("ns", tag="moved")[0]] == [ids[3]]
+    finally:
+        reopened.close()
