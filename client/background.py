@@ -52,6 +52,7 @@ class SaveHandle:
     def __init__(self, owner: BackgroundSaves, future: concurrent.futures.Future[Checkpoint]):
         self._owner = owner
         self._future = future
+        self._task: concurrent.futures.Future[None] | None = None  # keeps the upload alive
 
     def done(self) -> bool:
         return self._future.done()
@@ -176,16 +177,29 @@ class BackgroundSaves:
     def _launch(
         self, upload: Coroutine[Any, Any, Checkpoint], loop: asyncio.AbstractEventLoop
     ) -> SaveHandle:
-        """Run `upload` on `loop` under the slot its caller holds; the slot frees when done."""
-        future = asyncio.run_coroutine_threadsafe(upload, loop)
+        """Run `upload` on `loop` under the slot its caller holds. The slot is freed and a
+        failure recorded before the handle completes, so whoever waits on the handle sees
+        both done."""
+        future: concurrent.futures.Future[Checkpoint] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()
         handle = SaveHandle(self, future)
         with self._lock:
             self._running.add(handle)
-        future.add_done_callback(lambda f: self._finished(handle, f))
+
+        async def run() -> None:
+            try:
+                result = await upload
+            except BaseException as e:  # handed to the handle, never dropped
+                self._finished(handle, e)
+                future.set_exception(e)
+            else:
+                self._finished(handle, None)
+                future.set_result(result)
+
+        handle._task = asyncio.run_coroutine_threadsafe(run(), loop)
         return handle
 
-    def _finished(self, handle: SaveHandle, future: concurrent.futures.Future[Checkpoint]) -> None:
-        error = None if future.cancelled() else future.exception()
+    def _finished(self, handle: SaveHandle, error: BaseException | None) -> None:
         with self._lock:
             self._running.discard(handle)
             if error is not None:
