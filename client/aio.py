@@ -353,6 +353,14 @@ class AsyncVaultClient:
         )
         return body
 
+    async def open_file(
+        self, namespace: str, ref: str, name: str, start: int = 0
+    ) -> aiohttp.ClientResponse:
+        """A file's bytes from `start` to its end as one streamed response, which the
+        caller reads and releases: sequential reads without a request per piece."""
+        path = f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/files/{quote(name)}"
+        return await self._t.open_stream(path, {"Range": f"bytes={start}-"} if start else None)
+
     # -- catalog ----------------------------------------------------------------------
     async def get(self, namespace: str, ref: str = "latest") -> Checkpoint:
         rec = await self._t.json("GET", f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}")

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
+import aiohttp
+
 from .aio import AsyncVaultClient, UploadSession
 from .background import Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec
@@ -291,7 +293,9 @@ class VaultClient:
 
 
 class _RemoteFile(io.RawIOBase):
-    """Raw, seekable reads of one stored file through HTTP Range requests."""
+    """Raw, seekable reads of one stored file. A read that starts where the last one ended
+    continues one streamed GET (torch.load, a copy: one request for the whole run); any
+    other read is one Range request, and drops the stream."""
 
     def __init__(
         self, client: VaultClient, namespace: str, checkpoint_id: str, name: str, size: int
@@ -301,6 +305,9 @@ class _RemoteFile(io.RawIOBase):
         self._where = (namespace, checkpoint_id, name)
         self._size = size
         self._pos = 0
+        self._last_end = 0  # where the previous read stopped: a read from here is sequential
+        self._stream: aiohttp.ClientResponse | None = None
+        self._stream_pos = 0
         self.name = name
 
     def readable(self) -> bool:
@@ -325,7 +332,54 @@ class _RemoteFile(io.RawIOBase):
         if want <= 0:
             return 0
         ns, cid, name = self._where
-        data = self._client.read_range(ns, cid, name, self._pos, want)
+        data = self._streamed(want) if self._pos == self._last_end else None
+        if data is None:  # not sequential, or the stream broke: a Range request (retried)
+            self._drop_stream()
+            data = self._client.read_range(ns, cid, name, self._pos, want)
         view[: len(data)] = data
         self._pos += len(data)
+        self._last_end = self._pos
         return len(data)
+
+    def _streamed(self, want: int) -> bytes | None:
+        ns, cid, name = self._where
+        if self._stream is not None and self._stream_pos != self._pos:
+            self._drop_stream()
+        try:
+            if self._stream is None:
+                self._stream = self._client._run(
+                    self._client.aio.open_file(ns, cid, name, self._pos)
+                )
+                self._stream_pos = self._pos
+            data = self._client._run(_read_up_to(self._stream, want))
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+        self._stream_pos += len(data)
+        return data if data else None
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            self._client._run(_release(stream))
+
+    def close(self) -> None:
+        if not self.closed:
+            self._drop_stream()
+        super().close()
+
+
+async def _read_up_to(resp: aiohttp.ClientResponse, n: int) -> bytes:
+    """Up to n bytes of the body: fewer only at its end."""
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        piece = await resp.content.read(n - got)
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def _release(resp: aiohttp.ClientResponse) -> None:
+    resp.release()

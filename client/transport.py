@@ -126,6 +126,17 @@ class Transport:
         self, path: str, headers: dict[str, str] | None = None
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A GET whose body the caller reads; connection errors before the answer retry."""
+        resp = await self.open_stream(path, headers)
+        try:
+            yield resp
+        finally:
+            resp.release()
+
+    async def open_stream(
+        self, path: str, headers: dict[str, str] | None = None
+    ) -> aiohttp.ClientResponse:
+        """`stream` for a caller that keeps the response across calls and releases it."""
+        self.transfer.requests += 1
         for attempt in range(self.retry.attempts):
             try:
                 resp = await self._http().get(self.url + path, headers=headers)
@@ -134,16 +145,16 @@ class Transport:
                     raise TransportError(f"GET {path}: {e!r}") from e
                 await self._backoff(attempt)
                 continue
-            try:
-                if resp.status in RETRY_STATUSES and attempt < self.retry.attempts - 1:
-                    await self._backoff(attempt)
-                    continue
-                if resp.status >= 400:
-                    raise error_from(resp.status, _parse(await resp.read()))
-                yield resp
-                return
-            finally:
+            if resp.status in RETRY_STATUSES and attempt < self.retry.attempts - 1:
                 resp.release()
+                await self._backoff(attempt)
+                continue
+            if resp.status >= 400:
+                try:
+                    raise error_from(resp.status, _parse(await resp.read()))
+                finally:
+                    resp.release()
+            return resp
         raise Unavailable(f"GET {path}: no answer after {self.retry.attempts} attempts")
 
     def _count(self, sent: int, received: int) -> None:

@@ -17,6 +17,8 @@ class CuttingProxy:
         self._target = target_port
         self._cut_at: int | None = None
         self._sent = 0
+        self._cut_down_at: int | None = None
+        self._received = 0
         self.cuts = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -26,6 +28,10 @@ class CuttingProxy:
 
     def cut_after(self, nbytes: int) -> None:
         self._cut_at = self._sent + nbytes
+
+    def cut_download_after(self, nbytes: int) -> None:
+        """The same, counting response bytes (server to client)."""
+        self._cut_down_at = self._received + nbytes
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -61,6 +67,11 @@ class CuttingProxy:
 
         async def downstream() -> None:
             while data := await up_reader.read(1 << 16):
+                self._received += len(data)
+                if self._cut_down_at is not None and self._received >= self._cut_down_at:
+                    self._cut_down_at = None
+                    self.cuts += 1
+                    raise ConnectionResetError("cut by the test proxy")
                 writer.write(data)
                 await writer.drain()
 

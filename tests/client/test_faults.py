@@ -35,6 +35,18 @@ def test_save_survives_a_connection_dropped_mid_upload(
     assert (tmp_path / "w.bin").read_bytes() == data
 
 
+def test_a_streamed_read_cut_mid_way_continues_by_range(
+    server: ServerProcess, proxy: CuttingProxy
+) -> None:
+    data = random.Random(5).randbytes(12 << 20)
+    with VaultClient(f"http://127.0.0.1:{proxy.port}", server.token, progress=False) as vault:
+        ckpt = vault.save("f/stream", {"w.bin": data})
+        with vault.open("f/stream", ckpt.id, "w.bin") as f:
+            proxy.cut_download_after(4 << 20)
+            assert f.read() == data
+        assert proxy.cuts == 1
+
+
 class _RestartingReader:
     """A file whose second read restarts the server: the upload's missing queries happen
     before the restart and its commit after."""

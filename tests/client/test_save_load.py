@@ -79,6 +79,21 @@ def test_open_reads_ranges_and_seeks(vault: VaultClient) -> None:
         vault.open("c/open", ckpt.id, "absent")
 
 
+def test_open_streams_sequential_reads_in_one_request(vault: VaultClient) -> None:
+    data = random.Random(4).randbytes(20 << 20)
+    ckpt = vault.save("c/stream", {"w.bin": data})
+    with vault.open("c/stream", ckpt.id, "w.bin") as f:
+        f.seek(-100, io.SEEK_END)
+        assert f.read() == data[-100:]  # a zip reader's first look: one Range request
+        f.seek(0)
+        before = vault.transfer.requests
+        pieces = []
+        while piece := f.read(256 << 10):
+            pieces.append(piece)
+        assert b"".join(pieces) == data
+        assert vault.transfer.requests - before <= 2  # was one request per MiB
+
+
 def test_catalog_calls(vault: VaultClient) -> None:
     a = vault.save("c/cat", {"f": b"a"}, tags=["x"])
     b = vault.save("c/cat", {"f": b"b"}, parent="latest")
