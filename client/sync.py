@@ -7,6 +7,8 @@ connection pool is shared by every call and by threads that use the same client.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import io
 import os
 import threading
@@ -23,6 +25,7 @@ from .transport import RetryPolicy
 
 T = TypeVar("T")
 OPEN_BUFFER = 1 << 20  # range reads of at least this much; torch.load reads in small pieces
+PREFETCH = 4 << 20  # bytes a sequential reader's stream fetches ahead of it
 
 
 class VaultClient:
@@ -307,7 +310,8 @@ class _RemoteFile(io.RawIOBase):
         self._pos = 0
         self._last_end = 0  # where the previous read stopped: a read from here is sequential
         self._stream: aiohttp.ClientResponse | None = None
-        self._stream_pos = 0
+        self._spare = b""  # delivered by the stream, not yet read
+        self._ahead: concurrent.futures.Future[bytes] | None = None  # the next piece, on its way
         self.name = name
 
     def readable(self) -> bool:
@@ -341,23 +345,49 @@ class _RemoteFile(io.RawIOBase):
         self._last_end = self._pos
         return len(data)
 
+    def readall(self) -> bytes:
+        """The rest of the file in one read, not the default 8 KiB at a time."""
+        out = bytearray(self._size - self._pos)
+        n = self.readinto(out) if out else 0
+        while 0 < n < len(out):
+            got = self.readinto(memoryview(out)[n:])
+            if not got:
+                break
+            n += got
+        return bytes(out[:n])
+
     def _streamed(self, want: int) -> bytes | None:
+        """The next `want` bytes (fewer if fewer are ready) from the stream. Everything the
+        stream has delivered but the caller not yet taken is contiguous with the last read
+        (`_spare`, then `_ahead`), since any other read drops the stream. The next piece is
+        requested as soon as one is handed out, so the transfer overlaps whatever the
+        caller does with it (torch.load turning bytes into tensors)."""
         ns, cid, name = self._where
-        if self._stream is not None and self._stream_pos != self._pos:
-            self._drop_stream()
         try:
-            if self._stream is None:
-                self._stream = self._client._run(
-                    self._client.aio.open_file(ns, cid, name, self._pos)
-                )
-                self._stream_pos = self._pos
-            data = self._client._run(_read_up_to(self._stream, want))
+            if not self._spare and self._ahead is not None:
+                ahead, self._ahead = self._ahead, None
+                self._spare = ahead.result()
+            if not self._spare:
+                if self._stream is None:
+                    self._stream = self._client._run(
+                        self._client.aio.open_file(ns, cid, name, self._pos)
+                    )
+                self._spare = self._client._run(_read_up_to(self._stream, want))
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return None
-        self._stream_pos += len(data)
+        data, self._spare = self._spare[:want], self._spare[want:]
+        if self._stream is not None and self._ahead is None:
+            self._ahead = asyncio.run_coroutine_threadsafe(
+                _read_up_to(self._stream, max(want, PREFETCH)), self._client._loop
+            )
         return data if data else None
 
     def _drop_stream(self) -> None:
+        self._spare = b""
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            with contextlib.suppress(Exception):
+                ahead.result()
         if self._stream is not None:
             stream, self._stream = self._stream, None
             self._client._run(_release(stream))

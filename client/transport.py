@@ -22,6 +22,8 @@ from .models import Transfer
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 _WHOLE_BODY_LIMIT = 1 << 20
+READ_BUFFER = 4 << 20  # a response may buffer this much before aiohttp pauses the socket:
+# large reads then come in a few pieces, not one per 64 KiB
 _RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
 
 
@@ -58,6 +60,7 @@ class Transport:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=self._connections),
+                read_bufsize=READ_BUFFER,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self._timeout),
             )
         return self._session
