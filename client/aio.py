@@ -25,7 +25,7 @@ import blake3
 
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec, Reader, Source, StreamChunker, chunk_ids, collect_sources
-from .errors import ClientError, IntegrityError, MissingChunks, TransportError
+from .errors import ClientError, IntegrityError, InvalidName, MissingChunks, TransportError
 from .models import Checkpoint, Transfer
 from .progress import Progress
 from .transport import RetryPolicy, Transport
@@ -60,6 +60,10 @@ def default_token() -> str | None:
 
 
 def _ns(namespace: str) -> str:
+    """The namespace as a URL path. Segments a URL library would rewrite (`a/../b` becomes
+    `b`) are refused here, since the server never sees what the caller wrote."""
+    if any(seg in ("", ".", "..") for seg in namespace.split("/")):
+        raise InvalidName(f"invalid namespace {namespace!r}: empty, '.' or '..' segment")
     return quote(namespace, safe="/")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from client import IntegrityError, NotFound, VaultClient
+from client import IntegrityError, InvalidName, NotFound, VaultClient
 
 
 def test_small_save_is_one_request_and_round_trips(vault: VaultClient, tmp_path: Path) -> None:
@@ -92,6 +92,13 @@ def test_open_streams_sequential_reads_in_one_request(vault: VaultClient) -> Non
             pieces.append(piece)
         assert b"".join(pieces) == data
         assert vault.transfer.requests - before <= 2  # was one request per MiB
+
+
+def test_namespaces_a_url_would_rewrite_are_refused(vault: VaultClient) -> None:
+    for bad in ("a/../b", "a/./b", "a//b", "/a"):
+        with pytest.raises(InvalidName):
+            vault.save(bad, {"f": b"x"})
+    assert "b" not in {n["name"] for n in vault.namespaces()}
 
 
 def test_catalog_calls(vault: VaultClient) -> None:
