@@ -7,25 +7,21 @@ connection pool is shared by every call and by threads that use the same client.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import io
 import os
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
-import aiohttp
-
 from .aio import AsyncVaultClient, UploadSession
 from .background import Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec
 from .models import Checkpoint, Transfer
+from .remotefile import RemoteFile
 from .transport import RetryPolicy
 
 T = TypeVar("T")
 OPEN_BUFFER = 1 << 20  # range reads of at least this much; torch.load reads in small pieces
-PREFETCH = 4 << 20  # bytes a sequential reader's stream fetches ahead of it
 
 
 class VaultClient:
@@ -194,7 +190,9 @@ class VaultClient:
             from .errors import NotFound
 
             raise NotFound(f"checkpoint {ckpt.id} has no file {name!r}")
-        raw = _RemoteFile(self, namespace, ckpt.id, name, int(ckpt.files[name]["size"]))
+        raw = RemoteFile(
+            self.aio, self._loop, (namespace, ckpt.id, name), int(ckpt.files[name]["size"])
+        )
         return io.BufferedReader(raw, buffer_size=OPEN_BUFFER)
 
     def read_range(self, namespace: str, ref: str, name: str, start: int, length: int) -> bytes:
@@ -293,123 +291,3 @@ class VaultClient:
         return self._run(
             self.aio.list(namespace, limit=limit, before=before, tag=tag, validity=validity)
         )
-
-
-class _RemoteFile(io.RawIOBase):
-    """Raw, seekable reads of one stored file. A read that starts where the last one ended
-    continues one streamed GET (torch.load, a copy: one request for the whole run); any
-    other read is one Range request, and drops the stream."""
-
-    def __init__(
-        self, client: VaultClient, namespace: str, checkpoint_id: str, name: str, size: int
-    ) -> None:
-        super().__init__()
-        self._client = client
-        self._where = (namespace, checkpoint_id, name)
-        self._size = size
-        self._pos = 0
-        self._last_end = 0  # where the previous read stopped: a read from here is sequential
-        self._stream: aiohttp.ClientResponse | None = None
-        self._spare = b""  # delivered by the stream, not yet read
-        self._ahead: concurrent.futures.Future[bytes] | None = None  # the next piece, on its way
-        self.name = name
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        if base + offset < 0:
-            raise ValueError("negative seek position")
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        want = min(len(view), self._size - self._pos)
-        if want <= 0:
-            return 0
-        ns, cid, name = self._where
-        data = self._streamed(want) if self._pos == self._last_end else None
-        if data is None:  # not sequential, or the stream broke: a Range request (retried)
-            self._drop_stream()
-            data = self._client.read_range(ns, cid, name, self._pos, want)
-        view[: len(data)] = data
-        self._pos += len(data)
-        self._last_end = self._pos
-        return len(data)
-
-    def readall(self) -> bytes:
-        """The rest of the file in one read, not the default 8 KiB at a time."""
-        out = bytearray(self._size - self._pos)
-        n = self.readinto(out) if out else 0
-        while 0 < n < len(out):
-            got = self.readinto(memoryview(out)[n:])
-            if not got:
-                break
-            n += got
-        return bytes(out[:n])
-
-    def _streamed(self, want: int) -> bytes | None:
-        """The next `want` bytes (fewer if fewer are ready) from the stream. Everything the
-        stream has delivered but the caller not yet taken is contiguous with the last read
-        (`_spare`, then `_ahead`), since any other read drops the stream. The next piece is
-        requested as soon as one is handed out, so the transfer overlaps whatever the
-        caller does with it (torch.load turning bytes into tensors)."""
-        ns, cid, name = self._where
-        try:
-            if not self._spare and self._ahead is not None:
-                ahead, self._ahead = self._ahead, None
-                self._spare = ahead.result()
-            if not self._spare:
-                if self._stream is None:
-                    self._stream = self._client._run(
-                        self._client.aio.open_file(ns, cid, name, self._pos)
-                    )
-                self._spare = self._client._run(_read_up_to(self._stream, want))
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            return None
-        data, self._spare = self._spare[:want], self._spare[want:]
-        if self._stream is not None and self._ahead is None:
-            self._ahead = asyncio.run_coroutine_threadsafe(
-                _read_up_to(self._stream, max(want, PREFETCH)), self._client._loop
-            )
-        return data if data else None
-
-    def _drop_stream(self) -> None:
-        self._spare = b""
-        if self._ahead is not None:
-            ahead, self._ahead = self._ahead, None
-            with contextlib.suppress(Exception):
-                ahead.result()
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            self._client._run(_release(stream))
-
-    def close(self) -> None:
-        if not self.closed:
-            self._drop_stream()
-        super().close()
-
-
-async def _read_up_to(resp: aiohttp.ClientResponse, n: int) -> bytes:
-    """Up to n bytes of the body: fewer only at its end."""
-    parts: list[bytes] = []
-    got = 0
-    while got < n:
-        piece = await resp.content.read(n - got)
-        if not piece:
-            break
-        parts.append(piece)
-        got += len(piece)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-async def _release(resp: aiohttp.ClientResponse) -> None:
-    resp.release()

@@ -94,6 +94,24 @@ def test_open_streams_sequential_reads_in_one_request(vault: VaultClient) -> Non
         assert vault.transfer.requests - before <= 2  # was one request per MiB
 
 
+def test_raw_reads_near_the_stream_cost_no_request(vault: VaultClient) -> None:
+    """What torch.load does between tensors: re-read a few bytes back, skip padding."""
+    data = random.Random(6).randbytes(12 << 20)
+    ckpt = vault.save("c/near", {"w.bin": data})
+    with vault.open("c/near", ckpt.id, "w.bin") as f:
+        raw = f.raw
+        before = vault.transfer.requests
+        assert raw.read(1 << 20) == data[: 1 << 20]  # opens the stream
+        raw.seek(-30, io.SEEK_CUR)
+        assert raw.read(30) == data[(1 << 20) - 30 : 1 << 20]  # from the last piece
+        raw.seek(100_000, io.SEEK_CUR)
+        assert raw.read(1 << 20) == data[(1 << 20) + 100_000 : (2 << 20) + 100_000]  # skipped
+        assert vault.transfer.requests - before == 1
+        raw.seek(9 << 20)
+        assert raw.read(10) == data[9 << 20 : (9 << 20) + 10]  # far: a Range request
+        assert vault.transfer.requests - before == 2
+
+
 def test_namespaces_a_url_would_rewrite_are_refused(vault: VaultClient) -> None:
     for bad in ("a/../b", "a/./b", "a//b", "/a"):
         with pytest.raises(InvalidName):
