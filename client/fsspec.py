@@ -138,23 +138,14 @@ def _file_info(name: str, ckpt: Checkpoint, meta: dict[str, Any]) -> dict[str, A
     }
 
 
-# Copies of a parent's clients that died in a forked child, kept so they are never freed
-# there: freeing one closes its pooled sockets through the epoll instance parent and child
-# share, which unregisters them in the parent too, and the parent's next request on such a
-# connection waits for ever. (Held until the child exits; multiprocessing and DataLoader
-# workers leave through os._exit, which frees nothing.)
-_FORK_COPIES: list[VaultClient] = []
-
-
 def _close_client(client: VaultClient, pid: int) -> None:
     """Finalizer of a filesystem's client.
 
-    In a forked child the client is a copy whose loop thread does not exist: keep it (see
-    _FORK_COPIES). A finalizer may also run inside a garbage collection on an event loop's
-    thread (the client's own among them), where waiting for the client's loop could wait
-    for ever: close from a helper thread then."""
+    In a forked child the client is an inert copy (VaultClient makes it so at fork):
+    nothing to close. A finalizer may also run inside a garbage collection on an event
+    loop's thread (the client's own among them), where waiting for the client's loop could
+    wait for ever: close from a helper thread then."""
     if os.getpid() != pid:
-        _FORK_COPIES.append(client)
         return
     try:
         asyncio.get_running_loop()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,3 +86,51 @@ def test_save_survives_a_server_restart_between_missing_query_and_commit(
         vault.load("f/restart", ckpt.id, tmp_path)
     assert server.starts >= 2
     assert (tmp_path / "w.bin").read_bytes() == data
+
+
+CLIENT_FORK_SCRIPT = """
+import gc, multiprocessing, os, sys
+from client import ClientError, VaultClient
+
+held = [VaultClient(progress=False)]
+first = held[0].save("f/fork", {"a": b"before the fork"})  # a pooled connection now
+
+
+def child():
+    copy = held.pop()
+    try:
+        copy.get("f/fork", first.id)
+        sys.exit(4)  # the copy must refuse: its loop thread stayed in the parent
+    except ClientError:
+        pass
+    with VaultClient(progress=False) as own:  # a client of its own works
+        ok = own.get("f/fork", first.id).id == first.id
+    copy.close()  # a no-op in the child
+    del copy
+    gc.collect()
+    sys.exit(0 if ok else 3)
+
+
+for _ in range(2):
+    proc = multiprocessing.get_context("fork").Process(target=child)
+    proc.start()
+    proc.join()
+    assert proc.exitcode == 0, proc.exitcode
+    assert held[0].get("f/fork", first.id).id == first.id  # hangs if the child broke our loop
+held[0].close()
+print("parent works after its children exited")
+"""
+
+
+def test_a_forked_child_leaves_the_parent_client_working(server: ServerProcess) -> None:
+    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT_FORK_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,  # bounds a hang only
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "parent works after its children exited\n"
+    assert "Unclosed" not in done.stderr
