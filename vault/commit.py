@@ -2,10 +2,12 @@
 counts visible together, or nothing at all.
 
 Before the transaction, on a worker thread, files listed by the client are checked against
-the stored chunks: sizes add up and the whole-file BLAKE3 matches (a file identical to one of
-the parent's is already proven and skips the read). Inside the transaction the session is
-re-read (a retried commit returns the checkpoint the first one made) and every chunk is
-re-checked, because GC may have run since.
+the stored chunks: sizes add up and the whole-file BLAKE3 matches. A file identical (size,
+hash and chunk list) to one of the parent's or of the namespace's latest checkpoint was
+proven when that was committed, and skips the read: re-saving an unchanged 200 MB state
+without naming a parent would otherwise re-read and re-hash all of it. Inside the
+transaction the session is re-read (a retried commit returns the checkpoint the first one
+made) and every chunk is re-checked, because GC may have run since.
 """
 
 from __future__ import annotations
@@ -55,9 +57,12 @@ class Committer:
             if session.committed:
                 return self._existing(txn, session), False
             entries = self._entries(txn, listed)
-            parent_files = self._parent_files(txn, session)
+            proven = set(self._parent_files(txn, session).values())
+            latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
+            if latest is not None and latest.id != session.parent:
+                proven.update(self._s.catalog.manifest(txn, latest.id).values())
         for name, entry in entries.items():
-            if parent_files.get(name) != entry and self._reader.file_hash(entry) != entry.hash:
+            if entry not in proven and self._reader.file_hash(entry) != entry.hash:
                 raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")
         return self._s.writer.run(
             lambda w: self._apply(w.cat, upload_id, entries),
