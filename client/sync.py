@@ -10,7 +10,6 @@ import asyncio
 import io
 import os
 import threading
-import weakref
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
@@ -18,31 +17,13 @@ from .aio import AsyncVaultClient, UploadSession
 from .background import Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec
 from .errors import ClientError
+from .forksafe import inert_after_fork
 from .models import Checkpoint, Transfer
 from .remotefile import RemoteFile
 from .transport import RetryPolicy
 
 T = TypeVar("T")
 OPEN_BUFFER = 1 << 20  # range reads of at least this much; torch.load reads in small pieces
-
-
-class _InertInChild:
-    """After fork, a client copy has no loop thread, and its loop shares one epoll set with
-    the parent's: tearing it down (closing pooled connections, the loop's wake-up pipe)
-    would unregister the parent's sockets, whose next request then waits for ever. So in
-    the child the copy's loop is marked closed (it then unregisters nothing) and the copy
-    is kept, not freed (freeing it would only print aiohttp's unclosed warnings). The
-    parent holds only a weak reference."""
-
-    def __init__(self, client: VaultClient) -> None:
-        self._ref = weakref.ref(client)
-        self._kept: VaultClient | None = None
-
-    def __call__(self) -> None:
-        client = self._ref()
-        if client is not None:
-            client._loop._closed = True  # type: ignore[attr-defined]  # asyncio's own flag
-            self._kept = client
 
 
 class VaultClient:
@@ -62,8 +43,7 @@ class VaultClient:
             target=self._loop.run_forever, name="ckpt-client", daemon=True
         )
         self._thread.start()
-        self._pid = os.getpid()
-        os.register_at_fork(after_in_child=_InertInChild(self))
+        self._pid = inert_after_fork(self)
         self.aio = AsyncVaultClient(
             url,
             token,

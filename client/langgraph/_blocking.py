@@ -9,11 +9,13 @@ that one loop, sharing one connection pool. Its async methods work too, from any
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..aio import AsyncVaultClient
+from ..forksafe import inert_after_fork
 from ..transport import RetryPolicy
 from ._memo import CACHE_BYTES
 from ._saver import AsyncVaultSaver
@@ -55,10 +57,11 @@ class VaultSaver(AsyncVaultSaver):
         )
         self._thread.start()
         self._memo.loop = self._loop
+        self._pid = inert_after_fork(self)
 
     def close(self) -> None:
         """Close the connections and stop the loop thread; the saver is unusable after."""
-        if self._loop.is_running():
+        if os.getpid() == self._pid and self._loop.is_running():  # a forked copy: inert
             asyncio.run_coroutine_threadsafe(self.client.close(), self._loop).result()
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import subprocess
 import sys
 import threading
@@ -534,3 +535,49 @@ def test_versions_increase_as_strings(saver: VaultSaver) -> None:
     assert versions == sorted(versions)
     assert len(set(versions)) == len(versions)
     assert saver.get_next_version(7, None).startswith(f"{8:032}.")  # type: ignore[arg-type]
+
+
+SAVER_FORK_SCRIPT = """
+import gc, multiprocessing, sys
+from client.langgraph import VaultSaver
+
+held = [VaultSaver(keep_last=None)]
+config = {"configurable": {"thread_id": "fork-thread", "checkpoint_ns": ""}}
+held[0].get_tuple(config)  # the parent's pool now holds a connection
+
+
+def child():
+    copy = held.pop()
+    try:
+        copy.get_tuple(config)
+        sys.exit(4)  # the copy must refuse: its loop thread stayed in the parent
+    except RuntimeError:
+        pass
+    copy.close()  # a no-op in the child
+    del copy
+    gc.collect()
+    sys.exit(0)
+
+
+proc = multiprocessing.get_context("fork").Process(target=child)
+proc.start()
+proc.join()
+assert proc.exitcode == 0, proc.exitcode
+assert held[0].get_tuple(config) is None  # hangs if the child broke the parent's loop
+held[0].close()
+print("parent saver works after the child exited")
+"""
+
+
+def test_a_forked_child_leaves_the_parent_saver_working(server: ServerProcess) -> None:
+    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
+    done = subprocess.run(
+        [sys.executable, "-c", SAVER_FORK_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,  # bounds a hang only
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "parent saver works after the child exited\n"
+    assert "Unclosed" not in done.stderr

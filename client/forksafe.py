@@ -1,0 +1,41 @@
+"""Objects that own an event loop on a thread of their own (`VaultClient`, the LangGraph
+`VaultSaver`) and what a fork does to them.
+
+After fork the child's copy has no loop thread, and its loop shares one epoll set with the
+parent's: tearing the copy down (closing pooled connections, the loop's wake-up pipe) would
+unregister the parent's sockets, whose next request then waits for ever. So in the child
+the copy's loop is marked closed (it then unregisters nothing, and any call on it fails at
+once with "Event loop is closed" instead of waiting) and the copy is kept, not freed
+(freeing it would only print aiohttp's unclosed warnings). The parent holds only a weak
+reference; the child makes its own client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from typing import Protocol
+
+
+class LoopOwner(Protocol):
+    _loop: asyncio.AbstractEventLoop
+
+
+class _InertInChild:
+    def __init__(self, owner: LoopOwner) -> None:
+        self._ref = weakref.ref(owner)
+        self._kept: LoopOwner | None = None
+
+    def __call__(self) -> None:
+        owner = self._ref()
+        if owner is not None:
+            owner._loop._closed = True  # type: ignore[attr-defined]  # asyncio's own flag
+            self._kept = owner
+
+
+def inert_after_fork(owner: LoopOwner) -> int:
+    """Make `owner` inert in forked children; returns this process's id, which the owner
+    compares with os.getpid() to know it is a child's copy."""
+    os.register_at_fork(after_in_child=_InertInChild(owner))
+    return os.getpid()
