@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from vault import Token
+from vault import InvalidName, Token
+from vault.names import check_namespace
 from vault.tokens import verify
 
 from .errors import Forbidden, Handler, Unauthorized
@@ -80,6 +81,19 @@ def require_admin(request: web.Request) -> None:
         raise Forbidden(f"token {p.name!r} lacks the admin scope")
 
 
+def _check_path(request: web.Request) -> None:
+    """Scopes are matched against the namespace in the path, so it must be the one the
+    caller wrote and a valid one: the router resolves `.`/`..` segments (`a/../b` would
+    act on `b`), and its namespace pattern admits anything, so a bad name answers 400
+    invalid_name here rather than 404 no-such-route."""
+    raw = request.raw_path.split("?", 1)[0]
+    if any(seg in (".", "..") for seg in raw.split("/")):
+        raise InvalidName("'.' and '..' path segments are not allowed")
+    ns = request.match_info.get("ns")
+    if ns is not None:
+        check_namespace(ns)
+
+
 def auth_middleware(cache_key: web.AppKey[TokenCache]) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -87,6 +101,7 @@ def auth_middleware(cache_key: web.AppKey[TokenCache]) -> Middleware:
             request[PRINCIPAL] = request.app[cache_key].authenticate(
                 request.headers.get("Authorization")
             )
+            _check_path(request)
         return await handler(request)
 
     return middleware

@@ -162,10 +162,31 @@ async def test_malformed_json(api: Api, upload: str) -> None:
 async def test_bad_namespace_names(api: Api) -> None:
     before = await snapshot(api)
     for ns in ["-leading-dash", "a" * 129, "/".join("a" * 9), "sp%20ace"]:
-        url = URL(f"/v1/namespaces/{ns}/uploads", encoded=True)
-        resp = await api.call("POST", url, json={})
-        assert resp.status in (400, 404), ns
-        assert (await resp.json())["error"]["code"] in ("invalid_name", "not_found")
+        for method, path in (("POST", "uploads"), ("GET", "checkpoints")):
+            url = URL(f"/v1/namespaces/{ns}/{path}", encoded=True)
+            resp = await api.call(method, url, json={} if method == "POST" else None)
+            assert resp.status == 400, (ns, path)
+            assert (await resp.json())["error"]["code"] == "invalid_name"
+    assert await snapshot(api) == before
+
+
+async def test_dot_segments_are_refused_not_resolved(api: Api) -> None:
+    """HTTP libraries resolve `a/../b` to `b` before sending; a raw request must not act
+    on `b` either."""
+    before = await snapshot(api)
+    server = api.client.server
+    for path in ("/v1/namespaces/a/../b/uploads", "/v1/namespaces/a/./b/uploads"):
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api.token}\r\n"
+            "Content-Length: 2\r\nConnection: close\r\n\r\n{}".encode()
+        )
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        await writer.wait_closed()
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b'"invalid_name"' in answer
     assert await snapshot(api) == before
 
 
