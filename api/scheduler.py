@@ -19,7 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tiering.runner import run_tiering
+from tiering.repack import repack
+from tiering.runner import repack_threshold, run_tiering
 from vault import Vault
 
 from .app import JOBS, MAINTENANCE, POOL, SETTINGS, VAULT
@@ -41,7 +42,13 @@ def _jobs(
         }
 
     def gc() -> dict[str, Any]:
-        return asdict(vault.gc())
+        """Then repack: packed chunks GC freed are dead bytes in their packs."""
+        result = asdict(vault.gc())
+        if vault.store.tiers:
+            packs = repack(vault, repack_threshold(vault))
+            result["packs_rewritten"] = packs.rewritten
+            result["pack_bytes_freed"] = packs.dead_bytes_freed
+        return result
 
     def scrub() -> dict[str, Any]:
         report = vault.verify(rate=scrub_rate or None)
