@@ -8,13 +8,16 @@ Per namespace (its policy's `tiering` object, else the default policy's):
 - `keep_hot_last`: the newest N checkpoints always stay hot (default 1);
 - `pinned_stay_hot`: pinned checkpoints stay hot (default true);
 - `promote_on_read`: a read of a checkpoint with cold bytes brings them back (api/);
+- `stages`: later demotions, e.g. `[{"tier": "cold", "after": "30d"}]`: a checkpoint goes
+  to the last stage its age has reached, so its chunks move on from warm to cold;
 - `hot_high_watermark` / `hot_low_watermark`: when hot bytes exceed the high mark, the
   oldest checkpoints that no rule holds hot are demoted early until the low mark is reached.
   In a namespace's own policy they bound that namespace's hot bytes; in the default policy,
   the whole hot store's.
 
 A chunk used by any checkpoint that stays hot stays hot, whatever other checkpoints share
-it; a chunk wanted by two targets goes to the one declared first (the warmer). Checkpoints
+it; a chunk wanted in two tiers goes to the one declared first (the warmer), and a packed
+chunk only ever moves to a colder tier here (back to hot is promotion). Checkpoints
 that a rule holds hot (newest N, pinned, no target, recently promoted) get their packed
 chunks back: promotion by policy. Checkpoints merely younger than `demote_after` are left
 where they are, so the watermark and the age rule never undo each other.
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vault import Vault
-from vault.blocks import PACKED, ChunkMeta
+from vault.blocks import PACKED, ChunkMeta, Location
 from vault.errors import InvalidRequest
 from vault.manifest import distinct_chunks
 from vault.policy import Policy, parse_duration, parse_size
@@ -48,7 +51,9 @@ class _Checkpoint:
 
 @dataclass
 class TieringPlan:
-    moves: dict[str, set[bytes]] = field(default_factory=dict)  # target tier -> chunks
+    moves: dict[str, set[bytes]] = field(default_factory=dict)  # target tier -> hot chunks
+    # target tier -> packed chunks (and where they are) moving on from a warmer tier
+    transfers: dict[str, list[tuple[bytes, Location]]] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)  # target tier -> stored bytes
     checkpoints: dict[str, list[str]] = field(default_factory=dict)  # target -> ids
     by_watermark: list[str] = field(default_factory=list)  # demoted early for capacity
@@ -62,11 +67,12 @@ class TieringPlan:
         return {
             "tiers": {
                 t: {
-                    "chunks": len(c),
+                    "chunks": len(self.moves.get(t, ())) + len(self.transfers.get(t, ())),
+                    "from_other_tiers": len(self.transfers.get(t, ())),
                     "bytes": self.sizes.get(t, 0),
                     "checkpoints": self.checkpoints.get(t, []),
                 }
-                for t, c in self.moves.items()
+                for t in sorted(set(self.moves) | set(self.transfers))
             },
             "by_watermark": self.by_watermark,
             "promote": {
@@ -100,6 +106,13 @@ class _Planner:
     def movable(self, cid: bytes) -> bool:
         meta = self.meta(cid)
         return meta is not None and meta.seq != PACKED and not meta.damaged
+
+    def location(self, cid: bytes) -> Location | None:
+        """Where a packed, undamaged chunk is; None for any other."""
+        meta = self.meta(cid)
+        if meta is None or meta.seq != PACKED or meta.damaged:
+            return None
+        return self._vault.store.blocks.location(self._txn, cid)
 
     def hot_size(self, chunks: Iterable[bytes]) -> int:
         """Stored bytes of those chunks that are hot now."""
@@ -139,9 +152,13 @@ def plan(vault: Vault, now: float) -> TieringPlan:
 def _namespace(vault: Vault, txn: Any, ns: str, policy: Policy, now: float) -> list[_Checkpoint]:
     settings = policy.tiering
     target = settings.get("target")
-    if target is not None and target not in vault.store.tiers:
-        raise InvalidRequest(f"namespace {ns}: tier {target!r} is not configured")
     after = parse_duration(settings.get("demote_after", 0), "demote_after")
+    stages = [(target, after)] + [
+        (s["tier"], parse_duration(s["after"], "after")) for s in settings.get("stages", [])
+    ]
+    for tier, _ in stages:
+        if tier is not None and tier not in vault.store.tiers:
+            raise InvalidRequest(f"namespace {ns}: tier {tier!r} is not configured")
     keep = int(settings.get("keep_hot_last", 1))
     pinned_hot = bool(settings.get("pinned_stay_hot", True))
     out = []
@@ -151,7 +168,9 @@ def _namespace(vault: Vault, txn: Any, ns: str, policy: Policy, now: float) -> l
         held = target is None or i < keep or (rec.pinned and pinned_hot) or recently_read
         hot = held or age_from > now - after
         chunks = distinct_chunks(vault.store.catalog.manifest(txn, rec.id))
-        out.append(_Checkpoint(rec.id, ns, age_from, chunks, target, held, hot))
+        reached = [tier for tier, at in stages if age_from <= now - at]
+        where = reached[-1] if reached and target is not None else target
+        out.append(_Checkpoint(rec.id, ns, age_from, chunks, where, held, hot))
     return out
 
 
@@ -201,10 +220,16 @@ def _settle(planner: _Planner, rank: dict[str, int], out: TieringPlan) -> None:
         out.checkpoints.setdefault(c.target, []).append(c.id)
         for cid in c.chunks:
             warmer = cid not in where or rank[c.target] < rank[where[cid]]
-            if warmer and planner.users[cid] == 0 and planner.movable(cid):
+            if warmer and planner.users[cid] == 0:
                 where[cid] = c.target
     for cid, target in where.items():
-        out.moves.setdefault(target, set()).add(cid)
+        if planner.movable(cid):
+            out.moves.setdefault(target, set()).add(cid)
+        else:
+            now_in = planner.location(cid)
+            if now_in is None or rank.get(now_in.tier, len(rank)) >= rank[target]:
+                continue  # gone, damaged, or already as cold as wanted
+            out.transfers.setdefault(target, []).append((cid, now_in))
         out.sizes[target] = out.sizes.get(target, 0) + planner.meta(cid).stored  # type: ignore[union-attr]
     for c in planner.checkpoints:
         packed = {cid for cid in c.chunks if _is_packed(planner.meta(cid))} if c.held else set()

@@ -113,7 +113,8 @@ def repack(
     for p in sparse:
         by_tier[p.tier].append(p)
     for tier_name, group in by_tier.items():
-        _rewrite(vault, tier_name, [p for p in group if p.live], pack_target, report)
+        live = [item for p in group if p.live for item in sorted(p.live.items(), key=_offset)]
+        move_packed(vault, tier_name, live, pack_target, report)
         for p in group:
             if _unreferenced(vault, p):
                 delete_pack(vault.store.tiers[tier_name], p.pack_id)
@@ -124,12 +125,19 @@ def repack(
     return report
 
 
-def _rewrite(
-    vault: Vault, tier_name: str, packs: list[PackUsage], target: int, report: RepackReport
-) -> None:
+def move_packed(
+    vault: Vault,
+    tier_name: str,
+    todo: list[tuple[bytes, Location]],
+    target: int = PACK_TARGET,
+    report: RepackReport | None = None,
+) -> RepackReport:
+    """Copy packed chunks (each with where the caller saw it) into new packs in
+    `tier_name` and switch each one still there: repacking within a tier, or moving chunks
+    to a colder one. The packs they leave are repacked or deleted later, like any other."""
+    report = report if report is not None else RepackReport()
     decoder = Decoder()
     keyring = vault.store.keyring
-    todo = [(cid, where) for p in packs for cid, where in sorted(p.live.items(), key=_offset)]
     pack = PackBuilder(target)
     sources: dict[bytes, Location] = {}
     for i in range(0, len(todo), READ_BATCH):
@@ -149,6 +157,7 @@ def _rewrite(
                 pack, sources = PackBuilder(target), {}
     if pack.entries:
         _ship(vault, tier_name, pack, sources, report)
+    return report
 
 
 def _offset(item: tuple[bytes, Location]) -> int:

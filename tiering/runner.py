@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from vault import CheckpointRecord, Vault
-from vault.blocks import PACKED
+from vault.blocks import PACKED, Location
 from vault.manifest import distinct_chunks
 from vault.writer import WriteTxn
 
@@ -32,6 +32,9 @@ def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
     for target, chunks in tiering_plan.moves.items():
         if chunks:
             moved[target] = _summary(demote(vault, target, sorted(chunks)))
+    for target, items in tiering_plan.transfers.items():
+        report = repack.move_packed(vault, target, sorted(items, key=_by_place))
+        moved.setdefault(target, _summary(MoveReport()))["from_other_tiers"] = report.to_wire()
     out["moved"] = moved
     out["promoted"] = _summary(promote(vault, sorted(tiering_plan.promote)))
     out["retiered"] = retier(vault)
@@ -45,6 +48,11 @@ def repack_threshold(vault: Vault) -> float:
         policy = vault.own_policy(txn, None)
     value = policy.tiering.get("repack_below") if policy is not None else None
     return float(value) if value is not None else repack.DEFAULT_REPACK_BELOW
+
+
+def _by_place(item: tuple[bytes, Location]) -> tuple[str, str, int]:
+    """Read packs in order: adjacent frames come in one range request."""
+    return item[1].tier, item[1].key, item[1].offset
 
 
 def _summary(report: MoveReport) -> dict[str, Any]:

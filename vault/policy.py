@@ -32,7 +32,9 @@ TIERING_KEYS = {
     "hot_high_watermark": "size",
     "hot_low_watermark": "size",
     "repack_below": "fraction",
+    "stages": "stages",
 }
+MAX_STAGES = 8
 
 
 def parse_duration(value: Any, key: str) -> float:
@@ -75,6 +77,8 @@ def check_tiering(settings: dict[str, Any]) -> None:
             raise InvalidRequest(f"{key} must be true or false")
         if kind == "size":
             parse_size(value, key)
+        if kind == "stages":
+            _check_stages(value, settings.get("demote_after", 0))
         if kind == "fraction" and not (
             isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
         ):
@@ -82,6 +86,22 @@ def check_tiering(settings: dict[str, Any]) -> None:
     high, low = settings.get("hot_high_watermark"), settings.get("hot_low_watermark")
     if high is not None and low is not None and parse_size(low, "") > parse_size(high, ""):
         raise InvalidRequest("hot_low_watermark must not exceed hot_high_watermark")
+
+
+def _check_stages(stages: Any, first_after: Any) -> None:
+    """Later demotions: [{"tier", "after"}, ...], each colder stage later than the last."""
+    if not isinstance(stages, list) or len(stages) > MAX_STAGES:
+        raise InvalidRequest(f'stages must be a list of at most {MAX_STAGES} {{"tier", "after"}}')
+    last = parse_duration(first_after, "demote_after")
+    for stage in stages:
+        if not (isinstance(stage, dict) and set(stage) == {"tier", "after"}):
+            raise InvalidRequest('each stage is {"tier": <tier name>, "after": <duration>}')
+        if not isinstance(stage["tier"], str):
+            raise InvalidRequest("a stage's tier must be a tier name")
+        after = parse_duration(stage["after"], "stages.after")
+        if after <= last:
+            raise InvalidRequest("each stage's after must be later than the one before")
+        last = after
 
 
 def format_duration(seconds: float) -> str:

@@ -69,6 +69,12 @@ def register(sub: Any) -> None:
     p.add_argument("--hot-high-watermark", help="bytes or e.g. 40GiB (default policy: all)")
     p.add_argument("--hot-low-watermark", help="bytes or e.g. 30GiB")
     p.add_argument("--repack-below", type=float, help="live fraction (default policy only)")
+    p.add_argument(
+        "--stage",
+        action="append",
+        metavar="TIER:AFTER",
+        help="a later, colder demotion, e.g. cold:30d (repeat for more; replaces the list)",
+    )
     p.add_argument("--json", action="store_true")
     for action, helptext in (
         ("plan", "what would move where"),
@@ -154,26 +160,40 @@ def _print_plan(out: dict[str, Any], applied: bool) -> None:
     )
 
 
+def _tiering_changes(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {
+        key: getattr(args, key)
+        for key in (
+            "target",
+            "demote_after",
+            "keep_hot_last",
+            "hot_high_watermark",
+            "hot_low_watermark",
+            "repack_below",
+        )
+        if getattr(args, key) is not None
+    }
+    if args.stage is not None:
+        changes["stages"] = [_stage(s) for s in args.stage]
+    for flag in ("pinned_stay_hot", "promote_on_read"):
+        if getattr(args, flag) is not None:
+            changes[flag] = getattr(args, flag) == "true"
+    return changes
+
+
+def _stage(text: str) -> dict[str, str]:
+    tier, sep, after = text.partition(":")
+    if not sep or not tier or not after:
+        raise ValueError(f"--stage {text!r}: expected TIER:AFTER, e.g. cold:30d")
+    return {"tier": tier, "after": after}
+
+
 def tiering(args: argparse.Namespace) -> int:
     with _client(args) as vault:
         if args.action == "get":
             out: dict[str, Any] = vault.policy(args.namespace)["tiering"]
         elif args.action == "set":
-            changes: dict[str, Any] = {
-                key: getattr(args, key)
-                for key in (
-                    "target",
-                    "demote_after",
-                    "keep_hot_last",
-                    "hot_high_watermark",
-                    "hot_low_watermark",
-                    "repack_below",
-                )
-                if getattr(args, key) is not None
-            }
-            for flag in ("pinned_stay_hot", "promote_on_read"):
-                if getattr(args, flag) is not None:
-                    changes[flag] = getattr(args, flag) == "true"
+            changes = _tiering_changes(args)
             out = vault.set_policy(args.namespace, {"tiering": changes})["tiering"]
         elif args.action == "status":
             out = vault.stats()["tiers"]

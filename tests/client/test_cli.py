@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from client import VaultClient
+
 from ..serverproc import ServerProcess
 
 
@@ -197,3 +199,8 @@ def test_tier_commands(server: ServerProcess, tmp_path: Path) -> None:
     bad = ckpt(server, "tier", "set", "--hot-high-watermark", "lots", ok=False)
     assert bad.returncode == 1
     assert "hot_high_watermark must be a size" in bad.stderr
+    staged = js(server, "tier", "set", "cli/tier", "--stage", "cold:30d", "--stage", "deep:90d")
+    assert staged["stages"] == [{"tier": "cold", "after": "30d"}, {"tier": "deep", "after": "90d"}]
+    assert "expected TIER:AFTER" in ckpt(server, "tier", "set", "--stage", "cold", ok=False).stderr
+    with VaultClient(server.url, server.token, progress=False) as vault:  # no such tiers here
+        vault.set_policy("cli/tier", {"tiering": {"stages": None}})
