@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import secrets
 
 import pytest
 
+from tiering import open_tier
 from vault.errors import InvalidName, ObjectExists, ObjectNotFound
 from vault.tier import Tier
+
+from ..seaweed import SeaweedFS
 
 
 def test_put_get_head_delete(tier: Tier) -> None:
@@ -53,3 +57,12 @@ def test_list_by_prefix(tier: Tier) -> None:
 def test_keys_are_validated_at_the_boundary(tier: Tier, key: str) -> None:
     with pytest.raises(InvalidName):
         tier.put(key, b"x")
+
+
+def test_a_bucket_that_does_not_exist(seaweed: SeaweedFS) -> None:
+    """Nothing is listed and nothing read: not an outage to retry (SeaweedFS makes the
+    bucket on the first put)."""
+    tier = open_tier("cold", f"s3://nobucket-{secrets.token_hex(4)}/p", seaweed.options())
+    assert list(tier.list("packs/")) == []
+    with pytest.raises(ObjectNotFound):
+        tier.get("packs/x")

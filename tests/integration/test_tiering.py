@@ -137,3 +137,42 @@ async def test_sealed_tier_promotion_on_read_and_repack_through_the_service(
     assert await api.read("sealed", ids[2], "w") == files[2]
     assert (await api.json("POST", "/v1/admin/check"))["ok"] is True
     assert (await api.json("POST", "/v1/admin/verify"))["corrupt"] == []
+
+
+async def test_warm_file_tier_then_cold_seaweedfs_through_the_service(
+    aiohttp_client: Any, tmp_path: Path, seaweed: SeaweedFS, clock: FakeClock
+) -> None:
+    cold = tier_settings(tmp_path, seaweed).tiers["cold"]
+    warm = {"url": f"file://{tmp_path / 'warm'}"}
+    settings = replace(tier_settings(tmp_path, seaweed), tiers={"warm": warm, "cold": cold})
+    api = await start(aiohttp_client, settings, clock)
+    rng = random.Random(10)
+    files = [rng.randbytes(500_000) for _ in range(2)]
+    ids = [(await api.save("staged", {"w": data}))["id"] for data in files]
+    clock.advance(2 * 86400)
+    await api.json(
+        "PUT",
+        "/v1/namespaces/staged/policy",
+        json={
+            "tiering": {
+                "target": "warm",
+                "demote_after": "1d",
+                "keep_hot_last": 0,
+                "stages": [{"tier": "cold", "after": "7d"}],
+            }
+        },
+    )
+    await api.json("POST", "/v1/admin/tiering?dry_run=false")
+    for cid in ids:
+        assert (await api.json("GET", f"/v1/namespaces/staged/checkpoints/{cid}"))["tier"] == "warm"
+    clock.advance(7 * 86400)
+    done = await api.json("POST", "/v1/admin/tiering?dry_run=false")
+    assert done["moved"]["cold"]["from_other_tiers"]["chunks_moved"] > 0
+    stats = await api.json("GET", "/v1/stats")
+    assert stats["tiers"]["warm"]["chunks"] == 0
+    assert not [p for p in (tmp_path / "warm").rglob("*") if p.is_file()]  # packs left behind went
+    for cid, data in zip(ids, files, strict=True):
+        rec = await api.json("GET", f"/v1/namespaces/staged/checkpoints/{cid}")
+        assert rec["tier"] == "cold"
+        assert await api.read("staged", cid, "w") == data
+    assert (await api.json("POST", "/v1/admin/check"))["ok"] is True

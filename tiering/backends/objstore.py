@@ -103,11 +103,15 @@ class ObjectStoreTier:
             raise self._translate(e, key) from e
 
     def list(self, prefix: str = "") -> Iterator[str]:
+        """A bucket that does not exist yet holds nothing (S3-compatible stores such as
+        SeaweedFS create it on the first put)."""
         try:
             for batch in obstore.list(self._store, prefix or None):
                 for meta in batch:
                     yield str(meta["path"])
         except Exception as e:
+            if _no_bucket(e):
+                return
             raise self._translate(e, prefix or "/") from e
 
     def _translate(self, e: Exception, key: str) -> TierError:
@@ -116,11 +120,17 @@ class ObjectStoreTier:
             return ObjectNotFound(f"tier {self.name}: no object {key}")
         if isinstance(e, AlreadyExistsError):
             return ObjectExists(f"tier {self.name}: {key} exists")
+        if _no_bucket(e):  # a configuration error, not an outage to wait out
+            return TierError(f"tier {self.name}: the bucket does not exist")
         if isinstance(e, (PermissionDeniedError, UnauthenticatedError, PermissionError)):
             return TierError(f"tier {self.name}: access denied (check the credentials)")
         if isinstance(e, (GenericError, ConnectionError, TimeoutError, OSError)):
             return TierUnavailable(f"tier {self.name}: object store unavailable")
         return TierError(f"tier {self.name}: {type(e).__name__} on {key}")
+
+
+def _no_bucket(e: Exception) -> bool:
+    return "NoSuchBucket" in str(e)
 
 
 def _range_refused(e: Exception) -> bool:
