@@ -16,6 +16,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..aio import AsyncVaultClient
 from ..forksafe import inert_after_fork
+from ..sync import VaultClient
 from ..transport import RetryPolicy
 from ._memo import CACHE_BYTES
 from ._saver import AsyncVaultSaver
@@ -29,8 +30,11 @@ class VaultSaver(AsyncVaultSaver):
             graph.invoke(inputs, {"configurable": {"thread_id": "chat-42"}})
 
     `url` and `token` default to CKPT_URL / CKPT_TOKEN like `VaultClient`; `prefix`,
-    `keep_last`, `cache_bytes` and `serde` as in `AsyncVaultSaver`.
+    `keep_last`, `cache_bytes` and `serde` as in `AsyncVaultSaver`. A program that has a
+    `VaultClient` already can share its connections and loop thread: `sharing(vault)`.
     """
+
+    _thread: threading.Thread | None
 
     def __init__(
         self,
@@ -59,8 +63,38 @@ class VaultSaver(AsyncVaultSaver):
         self._memo.loop = self._loop
         self._pid = inert_after_fork(self)
 
+    @classmethod
+    def sharing(
+        cls,
+        vault: VaultClient,
+        *,
+        prefix: str = "langgraph",
+        keep_last: int | None = None,
+        cache_bytes: int = CACHE_BYTES,
+        serde: SerializerProtocol | None = None,
+    ) -> VaultSaver:
+        """A saver on `vault`'s connection pool and loop thread (no second pool, no second
+        thread); closing the saver leaves `vault` open, and `vault` must outlive it."""
+        saver = cls.__new__(cls)
+        AsyncVaultSaver.__init__(
+            saver,
+            vault.aio,
+            prefix=prefix,
+            keep_last=keep_last,
+            cache_bytes=cache_bytes,
+            serde=serde,
+        )
+        saver._loop = vault._loop
+        saver._thread = None  # not ours
+        saver._memo.loop = vault._loop
+        saver._pid = os.getpid()
+        return saver
+
     def close(self) -> None:
-        """Close the connections and stop the loop thread; the saver is unusable after."""
+        """Close the connections and stop the loop thread (unless they are a shared
+        client's); the saver is unusable after."""
+        if self._thread is None:
+            return
         if os.getpid() == self._pid and self._loop.is_running():  # a forked copy: inert
             asyncio.run_coroutine_threadsafe(self.client.close(), self._loop).result()
             self._loop.call_soon_threadsafe(self._loop.stop)

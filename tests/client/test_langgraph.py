@@ -409,6 +409,18 @@ def test_many_threads_of_a_sync_program_share_one_saver(saver: VaultSaver) -> No
         assert len(state.values["messages"]) == 6
 
 
+def test_a_saver_can_share_a_clients_connections(vault: VaultClient) -> None:
+    threads_before = {t.name for t in threading.enumerate()}
+    with VaultSaver.sharing(vault, keep_last=5) as shared:
+        assert {t.name for t in threading.enumerate()} == threads_before  # no loop of its own
+        graph = chat_graph(shared)
+        cfg = thread()
+        for turn in range(2):
+            graph.invoke(ask(turn), cfg)
+        assert graph.get_state(cfg).values["turns"] == 2
+    assert vault.health()["status"] == "ok"  # the saver's close left the client open
+
+
 def test_copy_prune_and_delete_threads(saver: VaultSaver, vault: VaultClient) -> None:
     graph = chat_graph(saver)
     a, b = thread(), thread()
