@@ -27,28 +27,13 @@ PREFETCH = 4 << 20  # bytes per piece taken from the stream (one whole-file read
 SKIP = 1 << 20  # a forward jump this short reads over the gap rather than a new request
 
 
-class RemoteFile(io.RawIOBase):
-    def __init__(
-        self,
-        aio: AsyncVaultClient,
-        loop: asyncio.AbstractEventLoop,
-        where: tuple[str, str, str],  # namespace, checkpoint id, file name
-        size: int,
-    ) -> None:
+class SizedRawFile(io.RawIOBase):
+    """A read-only raw file of known size: position bookkeeping for the readers here."""
+
+    def __init__(self, size: int) -> None:
         super().__init__()
-        self._aio = aio
-        self._loop = loop
-        self._where = where
         self._size = size
-        self.name = where[2]
         self._pos = 0
-        self._last_end = 0  # where the previous read stopped
-        self._stream: aiohttp.ClientResponse | None = None
-        self._next = 0  # file offset of `_spare`'s first byte: what the stream gives next
-        self._spare = b""  # delivered by the stream, not yet read
-        self._ahead: concurrent.futures.Future[bytes] | None = None  # what follows `_spare`
-        self._recent = b""  # the piece handed out last, for short backward re-reads
-        self._recent_at = 0
 
     def readable(self) -> bool:
         return True
@@ -65,6 +50,28 @@ class RemoteFile(io.RawIOBase):
             raise ValueError("negative seek position")
         self._pos = base + offset
         return self._pos
+
+
+class RemoteFile(SizedRawFile):
+    def __init__(
+        self,
+        aio: AsyncVaultClient,
+        loop: asyncio.AbstractEventLoop,
+        where: tuple[str, str, str],  # namespace, checkpoint id, file name
+        size: int,
+    ) -> None:
+        super().__init__(size)
+        self._aio = aio
+        self._loop = loop
+        self._where = where
+        self.name = where[2]
+        self._last_end = 0  # where the previous read stopped
+        self._stream: aiohttp.ClientResponse | None = None
+        self._next = 0  # file offset of `_spare`'s first byte: what the stream gives next
+        self._spare = b""  # delivered by the stream, not yet read
+        self._ahead: concurrent.futures.Future[bytes] | None = None  # what follows `_spare`
+        self._recent = b""  # the piece handed out last, for short backward re-reads
+        self._recent_at = 0
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

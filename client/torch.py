@@ -32,6 +32,7 @@ from .aio import AsyncVaultClient
 from .background import SaveHandle
 from .errors import IntegrityError
 from .models import Checkpoint
+from .remotefile import SizedRawFile
 from .sync import VaultClient
 
 STREAM_BUFFER = 16 << 20  # serialized bytes torch.save may run ahead of the upload
@@ -527,37 +528,23 @@ def tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview((ctypes.c_ubyte * n).from_address(t.data_ptr())).cast("B")
 
 
-class Segments(io.RawIOBase):
+class Segments(SizedRawFile):
     """Several buffers read as one seekable file, without joining them."""
 
     def __init__(self, parts: list[memoryview]) -> None:
-        super().__init__()
-        self._parts = [p for p in parts if len(p)]
+        kept = [p for p in parts if len(p)]
+        super().__init__(sum(len(p) for p in kept))
+        self._parts = kept
         self._starts = []
         at = 0
         for p in self._parts:
             self._starts.append(at)
             at += len(p)
-        self._size = at
-        self._pos = 0
         self._index = 0  # the part holding _pos (sequential reads never search)
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        if base + offset < 0:
-            raise ValueError("negative seek position")
-        self._pos = base + offset
         self._index = 0
-        return self._pos
+        return super().seek(offset, whence)
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import io
-import os
 import pickle
 import random
 import subprocess
@@ -25,6 +24,7 @@ from client import VaultClient
 from client.fsspec import InCheckpoint, TreeDir, VaultFileSystem, split_path
 
 from ..serverproc import ServerProcess
+from .forkscript import run_fork_script
 
 NS = "fs/run-1"
 ID_LIKE = "01ARZ3NDEKTSV4RRFFQ69G5FAV"  # a well-formed ULID no checkpoint has
@@ -408,20 +408,9 @@ print("parent read after the child exited")
 def test_forked_child_reads_and_leaves_the_parent_working(
     server: ServerProcess, saved: Saved
 ) -> None:
-    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
-    path = f"{NS}/latest/notes.txt"
     expected = saved.new_files["notes.txt"].decode()
-    # The timeout only bounds a hang (the parent waits for ever on a broken connection).
-    done = subprocess.run(
-        [sys.executable, "-c", FORK_SCRIPT, path, expected],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "parent read after the child exited\n"
-    assert "Unclosed" not in done.stderr  # the child did not free the parent's session
+    out = run_fork_script(server, FORK_SCRIPT, f"{NS}/latest/notes.txt", expected)
+    assert out == "parent read after the child exited\n"
 
 
 def test_safetensors_loads_through_fsspec(options: dict[str, str], saved: Saved) -> None:

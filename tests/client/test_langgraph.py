@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import os
 import subprocess
 import sys
 import threading
@@ -39,6 +38,7 @@ from client.langgraph._retention import plan_prune
 from client.models import Checkpoint as Record
 
 from ..serverproc import ServerProcess
+from .forkscript import run_fork_script
 
 FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit " * 16  # ~0.9 kB a turn
 
@@ -582,14 +582,5 @@ print("parent saver works after the child exited")
 
 
 def test_a_forked_child_leaves_the_parent_saver_working(server: ServerProcess) -> None:
-    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
-    done = subprocess.run(
-        [sys.executable, "-c", SAVER_FORK_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,  # bounds a hang only
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "parent saver works after the child exited\n"
-    assert "Unclosed" not in done.stderr
+    out = run_fork_script(server, SAVER_FORK_SCRIPT)
+    assert out == "parent saver works after the child exited\n"
