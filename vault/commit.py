@@ -16,8 +16,9 @@ from typing import Any
 
 import lmdb
 
+from .create import Draft, create
 from .errors import Conflict, HashMismatch, InvalidRequest, MissingChunks, UploadExpired
-from .manifest import FileEntry, distinct_chunks
+from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
 from .reader import Reader
 from .records import CheckpointRecord, UploadSession
@@ -98,12 +99,9 @@ class Committer:
         return entries
 
     def _parent_files(self, txn: lmdb.Transaction, session: UploadSession) -> dict[str, FileEntry]:
-        if session.parent is None:
-            return {}
-        parent = self._s.catalog.record(txn, session.parent)
+        """The parent's files if it is still live (files identical to them are proven)."""
+        parent = self._s.catalog.record(txn, session.parent) if session.parent else None
         if parent is None or parent.is_tombstone:
-            if session.inherit:
-                raise Conflict(f"parent {session.parent} was deleted; cannot inherit its files")
             return {}
         return self._s.catalog.manifest(txn, parent.id)
 
@@ -118,22 +116,15 @@ class Committer:
             raise UploadExpired(f"upload {upload_id} expired before commit; open a new one")
         files = self._uploads.files(txn, upload_id)
         files.update(listed)
-        if session.inherit:
-            for name, entry in self._parent_files(txn, session).items():
-                files.setdefault(name, entry)
-        missing = [c.hex() for c in distinct_chunks(files) if not self._s.blocks.usable(txn, c)]
-        if missing:
-            raise MissingChunks(missing)
-        rec = self._s.catalog.create(
-            txn,
-            self._s.ids.next(int(now * 1000)),
+        draft = Draft(
             session.namespace,
             session.parent,
+            session.inherit,
             session.metadata,
             session.tags,
             files,
-            now,
         )
+        rec = create(self._s, txn, draft, now)
         session.committed = rec.id
         self._s.blocks.counters.add(txn, OPEN_UPLOADS, -1)
         self._uploads.put(txn, session)

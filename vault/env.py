@@ -40,6 +40,7 @@ CATALOG_DBS = (
     b"namespaces",  # namespace -> namespace JSON
     b"uploads",  # upload id -> session JSON
     b"uploadfiles",  # upload id \0 file name -> FileEntry bytes
+    b"idempotency",  # idempotency key of a one-request save -> namespace, checkpoint, expiry
     b"tokens",  # key id -> token JSON (hash of the secret, scopes)
     b"policies",  # namespace (or NUL "default") -> policy JSON
     b"counters",  # name -> signed 64-bit total

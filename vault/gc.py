@@ -1,4 +1,4 @@
-"""Garbage collection: expired upload sessions, then chunks nothing references.
+"""Garbage collection: expired upload sessions and idempotency keys, then chunks nothing references.
 
 A chunk is collected only when its reference count is zero, has been zero for the grace
 period, and no live upload reserved it. Candidates are found by a scan outside the writer;
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .blocks import INLINE, PACKED, ChunkMeta
+from .idempotency import IdempotencyKeys
 from .store import Store
 from .uploads import Uploads
 from .writer import WriteTxn
@@ -23,6 +24,7 @@ class GcReport:
     chunks_deleted: int = 0
     bytes_freed: int = 0
     uploads_expired: int = 0
+    keys_expired: int = 0  # idempotency keys of one-request saves
     dry_run: bool = False
 
 
@@ -38,6 +40,8 @@ def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
     report = GcReport(dry_run=dry_run)
     if not dry_run:
         report.uploads_expired = uploads.expire()
+        keys = IdempotencyKeys(store)
+        report.keys_expired = store.writer.run(lambda w: keys.expire(w.cat, store.clock.now()))
     now_ms = store.now_ms()
     grace_ms = int(store.config.gc_grace * 1000)
     batch: list[bytes] = []

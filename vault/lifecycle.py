@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from .catalog import Catalog
+from .create import Draft, create, ensure_namespace
 from .errors import Conflict, InvalidRequest
 from .names import check_namespace
-from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, Validity
+from .records import VALIDITY_STATES, CheckpointRecord, Validity
 from .store import Store
 from .uploads import check_metadata, check_tags
 from .writer import WriteTxn
@@ -80,19 +81,9 @@ class Lifecycle:
             txn = w.cat
             now = self._s.clock.now()
             src = self._catalog.resolve(txn, ns, ref)
+            profile = self._catalog.require_namespace(txn, ns).profile
+            ensure_namespace(self._s, txn, target, profile, now)
             files = self._catalog.manifest(txn, src.id)
-            if self._catalog.namespace(txn, target) is None:
-                source_ns = self._catalog.require_namespace(txn, ns)
-                self._catalog.put_namespace(txn, NamespaceRecord(target, source_ns.profile, now))
-            return self._catalog.create(
-                txn,
-                self._s.ids.next(int(now * 1000)),
-                target,
-                src.id,
-                metadata,
-                tags,
-                files,
-                now,
-            )
+            return create(self._s, txn, Draft(target, src.id, False, metadata, tags, files), now)
 
         return self._s.writer.run(op)

@@ -17,6 +17,7 @@ from typing import Any
 import lmdb
 
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
+from .create import ensure_namespace
 from .errors import (
     Conflict,
     HashMismatch,
@@ -30,7 +31,7 @@ from .frame import Encoder, chunk_id
 from .ids import new_upload_id
 from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
-from .records import NamespaceRecord, UploadSession
+from .records import UploadSession
 from .store import Store, store_all
 from .writer import WriteTxn
 
@@ -150,10 +151,7 @@ class Uploads:
                 raise TooManyUploads(
                     f"{limit} upload sessions are open; commit or abort some, or let them expire"
                 )
-            ns_rec = self._s.catalog.namespace(txn, ns)
-            if ns_rec is None:
-                ns_rec = NamespaceRecord(ns, asdict(wanted), now)
-                self._s.catalog.put_namespace(txn, ns_rec)
+            ns_rec = ensure_namespace(self._s, txn, ns, asdict(wanted), now)
             parent_id = None
             if parent is not None:
                 parent_id = self._s.catalog.resolve(txn, ns, parent).id

@@ -57,7 +57,7 @@ class Vault:
         self.lifecycle = Lifecycle(self.store)
         self.tokens = Tokens(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
-        self._direct = DirectSaver(self.store, self.uploads)
+        self._direct = DirectSaver(self.store)
         self._policies = Policies(self.store.env.db["policies"])
 
     @property

@@ -1,0 +1,77 @@
+"""Commit, one-request save and fork make checkpoints through one `create`: same rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from vault import CheckpointNotFound, Conflict, FakeClock, MissingChunks, Vault
+
+from .helpers import read_file, stream_save
+
+
+def test_a_deleted_parent_is_not_found_whichever_way_the_checkpoint_is_made(
+    vault: Vault,
+) -> None:
+    gone = stream_save(vault, "ns", {"a": b"a" * 5000})
+    vault.delete("ns", gone.id)
+    with pytest.raises(CheckpointNotFound):
+        vault.open_upload("ns", parent=gone.id)
+    with pytest.raises(CheckpointNotFound):
+        vault.save("ns", {"b": b"b"}, parent=gone.id)
+    with pytest.raises(CheckpointNotFound):
+        vault.fork("ns", gone.id, "other")
+
+
+def test_inheriting_from_a_parent_deleted_after_the_upload_opened_is_a_conflict(
+    vault: Vault,
+) -> None:
+    parent = stream_save(vault, "ns", {"a": b"a" * 5000})
+    session, _ = vault.open_upload("ns", parent=parent.id, inherit=True)
+    vault.delete("ns", parent.id)
+    with pytest.raises(Conflict):
+        vault.commit(session.id)
+    assert vault.checkpoints("ns") == ([], None)  # nothing became visible
+
+
+def test_one_request_save_inherits_like_a_commit(vault: Vault) -> None:
+    base = vault.save("ns", {"model": b"m" * 9000, "opt": b"o" * 3000})[0]
+    child = vault.save("ns", {"opt": b"p" * 3000}, parent=base.id, inherit=True)[0]
+    assert sorted(child.files) == ["model", "opt"]
+    assert read_file(vault, "ns", child.id, "model") == b"m" * 9000
+    assert read_file(vault, "ns", child.id, "opt") == b"p" * 3000
+
+
+def test_commit_refuses_chunks_collected_since_they_were_listed(
+    vault: Vault, clock: FakeClock
+) -> None:
+    rec = stream_save(vault, "ns", {"a": b"x" * 40_000})
+    entry = vault.manifest("ns", rec.id)[1]["a"]
+    vault.delete("ns", rec.id)
+    clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
+    assert vault.gc().chunks_deleted > 0
+    session, _ = vault.open_upload("ns")
+    files = {
+        "a": {
+            "size": entry.size,
+            "hash": entry.hash.hex(),
+            "chunks": [c.hex() for c, _ in entry.chunks],
+        }
+    }
+    with pytest.raises(MissingChunks):
+        vault.commit(session.id, files)
+
+
+def test_idempotency_keys_replay_then_expire_with_gc(vault: Vault, clock: FakeClock) -> None:
+    key = "k" * 20
+    first, created = vault.save("ns", {"s": b"state"}, key=key)
+    again, created_again = vault.save("ns", {"s": b"other state"}, key=key)
+    assert (created, created_again) == (True, False)
+    assert again.id == first.id
+    with pytest.raises(Conflict):
+        vault.save("elsewhere", {"s": b"state"}, key=key)
+    assert vault.observe()["upload_sessions"] == 0  # keys are not sessions
+    clock.advance(vault.config.upload_ttl + 1)
+    assert vault.gc().keys_expired == 1
+    third, created_third = vault.save("ns", {"s": b"state"}, key=key)
+    assert created_third
+    assert third.id != first.id

@@ -1,0 +1,75 @@
+"""The one way a checkpoint comes into being.
+
+Commit of an upload session, the one-request save and fork all end in `create`, inside a
+writer transaction, so they share every rule: a parent named by the request was resolved to
+a live checkpoint when the request named it (else 404); files not listed are inherited from
+that parent, which must still be live at creation (else 409: the upload was accepted, the
+world changed since); every chunk the manifest names must be stored and sound (else
+`missing_chunks`, whatever the caller was told earlier: GC may have run since); then the
+record, manifest, indexes and reference counts are written together (invariant 3 in
+docs/DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lmdb
+
+from .errors import Conflict, MissingChunks
+from .manifest import FileEntry, distinct_chunks
+from .records import CheckpointRecord, NamespaceRecord
+from .store import Store
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Everything a new checkpoint is made of, checked before the writer transaction."""
+
+    namespace: str
+    parent: str | None  # a checkpoint id, resolved when the request named it
+    inherit: bool
+    metadata: dict[str, Any]
+    tags: list[str]
+    files: dict[str, FileEntry]
+
+
+def ensure_namespace(
+    store: Store, txn: lmdb.Transaction, ns: str, profile: dict[str, Any], now: float
+) -> NamespaceRecord:
+    """The namespace's record, created with `profile` if this is its first checkpoint."""
+    rec = store.catalog.namespace(txn, ns)
+    if rec is None:
+        rec = NamespaceRecord(ns, profile, now)
+        store.catalog.put_namespace(txn, rec)
+    return rec
+
+
+def inherited(store: Store, txn: lmdb.Transaction, parent: str | None) -> dict[str, FileEntry]:
+    """The parent's files, for `inherit`; the parent must still be live."""
+    rec = store.catalog.record(txn, parent) if parent is not None else None
+    if rec is None or rec.is_tombstone:
+        raise Conflict(f"parent {parent} was deleted; cannot inherit its files")
+    return store.catalog.manifest(txn, rec.id)
+
+
+def create(store: Store, txn: lmdb.Transaction, draft: Draft, now: float) -> CheckpointRecord:
+    """Make the checkpoint visible (writer thread, inside the caller's transaction)."""
+    files = dict(draft.files)
+    if draft.inherit:
+        for name, entry in inherited(store, txn, draft.parent).items():
+            files.setdefault(name, entry)
+    missing = [c.hex() for c in distinct_chunks(files) if not store.blocks.usable(txn, c)]
+    if missing:
+        raise MissingChunks(missing)
+    return store.catalog.create(
+        txn,
+        store.ids.next(int(now * 1000)),
+        draft.namespace,
+        draft.parent,
+        draft.metadata,
+        draft.tags,
+        files,
+        now,
+    )
