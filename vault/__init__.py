@@ -14,6 +14,7 @@ from .errors import (
     HashMismatch,
     InvalidName,
     InvalidRequest,
+    MaintenanceBusy,
     MissingChunks,
     NotFound,
     TooLarge,
@@ -24,6 +25,7 @@ from .errors import (
     VaultError,
 )
 from .gc import GcReport
+from .maintenance import MaintenanceLock
 from .manifest import FileEntry
 from .records import CheckpointRecord, NamespaceRecord, UploadSession
 from .seal import Keyring
@@ -47,6 +49,8 @@ __all__ = [
     "InvalidName",
     "InvalidRequest",
     "Keyring",
+    "MaintenanceBusy",
+    "MaintenanceLock",
     "MissingChunks",
     "NamespaceRecord",
     "NotFound",

@@ -95,6 +95,12 @@ class MissingChunks(Conflict):
         return {"missing": self.chunks}
 
 
+class MaintenanceBusy(Conflict):
+    """Another maintenance operation (gc, check, verify, retention, tiering, repack, catalog
+    backup or restore) holds the vault's maintenance lock, in this process or another, and
+    the caller asked not to wait (or waited its limit). Retry later."""
+
+
 class TooManyUploads(VaultError):
     status = 429
     code = "too_many_uploads"
@@ -173,6 +179,7 @@ ALL_ERRORS: tuple[type[VaultError], ...] = (
     NotFound,
     Conflict,
     MissingChunks,
+    MaintenanceBusy,
     UploadExpired,
     TooManyUploads,
     Unavailable,
