@@ -19,12 +19,11 @@ from pathlib import Path
 from aiohttp import web
 
 from client.wire import ADMIN_TOKEN_FILE
-from tiering import open_tier
-from tiering.wrappers import RetryingTier
-from vault import Clock, Keyring, SystemClock, Vault
+from vault import Clock, SystemClock, Vault
 
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
+from .engine import open_vault
 from .errors import error_middleware
 from .keys import BODY_READERS, CLOCK, JOBS, METRICS, POOL, SETTINGS, TOKENS, VAULT
 from .observability import (
@@ -58,18 +57,8 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="vault-io")
-    tiers = {
-        name: RetryingTier(
-            open_tier(name, spec["url"], {k: v for k, v in spec.items() if k != "url"})
-        )
-        for name, spec in settings.tiers.items()
-    }
-    keyring = Keyring.load(settings.key_file) if settings.key_file is not None else None
     vault = await asyncio.get_running_loop().run_in_executor(
-        pool,
-        functools.partial(
-            Vault, settings.data_dir / "vault", settings.vault, app[CLOCK], tiers, keyring
-        ),
+        pool, functools.partial(open_vault, settings, app[CLOCK])
     )
     app[POOL] = pool
     app[VAULT] = vault

@@ -23,6 +23,7 @@ from .errors import (
     UploadExpired,
     UploadNotFound,
     VaultError,
+    VaultInUse,
 )
 from .gc import GcReport
 from .maintenance import MaintenanceLock
@@ -66,4 +67,5 @@ __all__ = [
     "Vault",
     "VaultConfig",
     "VaultError",
+    "VaultInUse",
 ]

@@ -101,6 +101,11 @@ class MaintenanceBusy(Conflict):
     the caller asked not to wait (or waited its limit). Retry later."""
 
 
+class VaultInUse(Conflict):
+    """The vault's directory is open in another process (a running server, say): the
+    engine assumes it is the only one writing, so a second opener is refused at once."""
+
+
 class TooManyUploads(VaultError):
     status = 429
     code = "too_many_uploads"
@@ -180,6 +185,7 @@ ALL_ERRORS: tuple[type[VaultError], ...] = (
     Conflict,
     MissingChunks,
     MaintenanceBusy,
+    VaultInUse,
     UploadExpired,
     TooManyUploads,
     Unavailable,
