@@ -5,6 +5,7 @@ maintenance in progress; scheduled jobs do not."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 from pathlib import Path
@@ -16,6 +17,7 @@ from api import Settings, create_app
 from api.jobs import run_job
 from api.keys import JOBS, VAULT
 from api.scheduler import _jobs
+from api.settings import Maintenance
 from tiering import MemoryTier
 from tiering.runner import run_tiering
 from vault import FakeClock, MaintenanceBusy, Vault, VaultConfig
@@ -117,3 +119,41 @@ async def test_routes_wait_for_maintenance_and_the_schedule_skips(
         release.set()
         await asyncio.to_thread(t.join, 10)
     assert (await route)["chunks_deleted"] == 0
+
+
+async def test_a_scheduled_job_that_finds_maintenance_busy_is_skipped(
+    aiohttp_client: Any, tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        vault=VaultConfig(map_size=4 << 20),
+        maintenance=Maintenance(
+            retention_interval=0, gc_interval=0.05, scrub_interval=0, tiering_interval=0
+        ),
+    )
+    caplog.set_level(logging.INFO, logger="ckpt.maintenance")
+    client = await aiohttp_client(create_app(settings, clock))
+    app = client.server.app
+    held, release = threading.Event(), threading.Event()
+
+    def operator() -> None:
+        with app[VAULT].maintenance.hold("check --repair"):
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=operator)
+    t.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 10)
+        await asyncio.sleep(0.5)  # several gc intervals
+        assert ("gc", "ok") not in app[JOBS].runs
+        assert ("gc", "error") not in app[JOBS].runs
+        assert "maintenance gc skipped: gc: maintenance is busy (check --repair" in caplog.text
+    finally:
+        release.set()
+        await asyncio.to_thread(t.join, 10)
+    for _ in range(100):  # then it runs at its next interval
+        if app[JOBS].runs.get(("gc", "ok")):
+            break
+        await asyncio.sleep(0.05)
+    assert app[JOBS].runs[("gc", "ok")] >= 1
