@@ -15,8 +15,9 @@ from aiohttp import web
 from vault import FileEntry, NotFound
 from vault.reader import batches
 
-from .app import VAULT, run
 from .errors import InvalidRange
+from .http import run
+from .keys import VAULT
 from .promotion import PROMOTIONS
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")

@@ -1,16 +1,34 @@
-"""Small request/response helpers shared by the route modules."""
+"""Small request/response helpers shared by the route modules: JSON bodies and answers,
+query parsing, body tracking for shutdown, and `run` (engine calls on the worker pool)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from vault import InvalidRequest, TooLarge
 
-from .app import reading_body
+from .keys import BODY_READERS, POOL
+
+T = TypeVar("T")
+
+
+def reading_body(request: web.Request) -> AbstractContextManager[None]:
+    """Mark the current handler as reading its body, so shutdown may abort it."""
+    return request.app[BODY_READERS].track()
+
+
+async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run blocking engine work on the worker pool, off the event loop."""
+    loop = asyncio.get_running_loop()
+    call = functools.partial(fn, *args, **kwargs)
+    return await loop.run_in_executor(request.app[POOL], call)
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from aiohttp import web
 from tiering.runner import promote_checkpoint, wants_promotion
 from vault import CheckpointRecord
 
-from .app import JOBS, POOL, VAULT
+from .keys import JOBS, POOL, VAULT
 from .observability import timed
 
 log = logging.getLogger("ckpt.tiering")

@@ -1,8 +1,13 @@
-"""Background maintenance: retention (apply), GC and scrub on their own intervals.
+"""Background maintenance: retention (apply), GC (and repack), scrub, tiering and catalog
+backup, each on its own interval.
 
-Jobs run one at a time (they share the maintenance lock with the admin routes), each on the
-worker pool, and each logs what it did. An interval of 0 disables a job. The scrub reads at
-most `maintenance.scrub_rate` bytes per second so it never starves producers.
+Every job is an engine operation that takes the vault's maintenance lock itself (the same
+functions the admin routes and offline `ckpt` commands call); the schedule only picks the
+time. Jobs run one at a time on the worker pool and never wait for the lock: a job that finds
+maintenance busy (an operator's run through an admin route, say) is skipped, logged, and
+tried again after its interval. Each logs a one-line JSON summary. An interval of 0
+disables a job. The scrub reads at most `maintenance.scrub_rate` bytes per second so it
+never starves producers.
 """
 
 from __future__ import annotations
@@ -13,26 +18,21 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from tiering.repack import repack
-from tiering.runner import repack_threshold, run_tiering
-from vault import Vault
+from tiering.maintenance import gc_and_repack
+from tiering.runner import run_tiering
+from vault import MaintenanceBusy, Vault
 
-from .app import JOBS, MAINTENANCE, POOL, SETTINGS, VAULT
-from .catalog_backup import backup
-from .observability import timed
+from .jobs import numeric, run_job
+from .keys import SETTINGS, VAULT
 
 log = logging.getLogger("ckpt.maintenance")
 
 
-def _jobs(
-    vault: Vault, scrub_rate: float, data_dir: Path
-) -> dict[str, Callable[[], dict[str, Any]]]:
+def _jobs(vault: Vault, scrub_rate: float) -> dict[str, Callable[[], dict[str, Any]]]:
     def retention() -> dict[str, Any]:
         result = vault.retention(dry_run=False)
         return {
@@ -42,13 +42,7 @@ def _jobs(
         }
 
     def gc() -> dict[str, Any]:
-        """Then repack: packed chunks GC freed are dead bytes in their packs."""
-        result = asdict(vault.gc())
-        if vault.store.tiers:
-            packs = repack(vault, repack_threshold(vault))
-            result["packs_rewritten"] = packs.rewritten
-            result["pack_bytes_freed"] = packs.dead_bytes_freed
-        return result
+        return gc_and_repack(vault)
 
     def scrub() -> dict[str, Any]:
         report = vault.verify(rate=scrub_rate or None)
@@ -69,7 +63,7 @@ def _jobs(
         }
 
     def catalog_backup() -> dict[str, Any]:
-        return backup(vault, data_dir, None)
+        return vault.catalog_backup(None)
 
     return {
         "retention": retention,
@@ -89,24 +83,16 @@ async def _loop(app: web.Application) -> None:
         "tiering": settings.tiering_interval if app[SETTINGS].tiers else 0.0,
         "catalog_backup": settings.backup_interval if app[SETTINGS].tiers else 0.0,
     }
-    jobs = _jobs(app[VAULT], settings.scrub_rate, app[SETTINGS].data_dir)
-    loop = asyncio.get_running_loop()
+    jobs = _jobs(app[VAULT], settings.scrub_rate)
     due = {name: time.monotonic() + every for name, every in intervals.items() if every > 0}
     while due:
         name = min(due, key=due.__getitem__)
         await asyncio.sleep(max(0.0, due[name] - time.monotonic()))  # a timer, not a sync
         started = time.monotonic()
         try:
-            async with app[MAINTENANCE]:
-                with timed(app[JOBS], name) as numbers:
-                    result = await loop.run_in_executor(app[POOL], jobs[name])
-                    numbers.update(
-                        {
-                            k: float(v)
-                            for k, v in result.items()
-                            if isinstance(v, (int, float)) and not isinstance(v, bool)
-                        }
-                    )
+            result = await run_job(app, name, jobs[name], numeric, timeout=0)
+        except MaintenanceBusy as e:
+            log.info("maintenance %s skipped: %s", name, e)
         except Exception:
             log.exception("maintenance %s failed", name)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,47 @@ def test_mypy_strict() -> None:
 def test_each_module_imports_alone(module: str) -> None:
     result = run("-c", f"import {module}")
     assert result.returncode == 0, result.stderr
+
+
+API_MODULES = sorted(
+    ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for p in (ROOT / "api").rglob("*.py")
+)
+APP_IMPORTERS = {"api", "api.serve"}  # the entry points; every other module uses api.keys
+
+
+@pytest.mark.parametrize("module", API_MODULES)
+def test_each_api_module_imports_alone(module: str) -> None:
+    result = run("-c", f"import {module}")
+    assert result.returncode == 0, result.stderr
+
+
+def _imported_modules(module: str, path: Path) -> set[str]:
+    """Absolute names of what a module imports (relative imports resolved)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[: len(base) - node.level + 1] if node.level else []
+            stem = ".".join([*base, *([node.module] if node.module else [])])
+            out.add(stem)
+            out.update(f"{stem}.{alias.name}" for alias in node.names)
+    return out
+
+
+def test_only_entry_points_import_the_app_factory() -> None:
+    """AppKeys live in api/keys.py: a module importing api.app would put the factory (which
+    imports every route) back into an import circle."""
+    offenders = []
+    for module in API_MODULES:
+        path = ROOT / Path(*module.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        if module not in APP_IMPORTERS and "api.app" in _imported_modules(module, path):
+            offenders.append(module)
+    assert offenders == []
 
 
 def test_client_does_not_import_server_dependencies() -> None:

@@ -10,8 +10,9 @@ pack, after it an unreferenced old one; either is deleted by the next run. A rea
 looked a chunk up just before the switch and finds the old pack gone looks it up again
 (vault/reader.py).
 
-Runs under the service's maintenance lock, so no demotion is between its upload and its
-switch while unreferenced packs are deleted; a tier prefix must belong to one vault.
+`repack` and `move_packed` hold the vault's maintenance lock (vault/maintenance.py)
+themselves, whoever calls them, so no demotion is between its upload and its switch while
+unreferenced packs are deleted; a tier prefix must belong to one vault.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from vault import BlockCorrupt, Vault
 from vault.blocks import PACKED, Location
 from vault.frame import Decoder, seal_frame
+from vault.maintenance import maintenance_operation
 from vault.writer import WriteTxn
 
 from .packs import PACK_TARGET, PackBuilder, delete_pack, pack_key, upload
@@ -101,6 +103,7 @@ def plan(vault: Vault, below: float = DEFAULT_REPACK_BELOW) -> list[PackUsage]:
     return [p for p in usage(vault) if p.sparse(below)]
 
 
+@maintenance_operation("repack")
 def repack(
     vault: Vault, below: float = DEFAULT_REPACK_BELOW, pack_target: int = PACK_TARGET
 ) -> RepackReport:
@@ -125,6 +128,7 @@ def repack(
     return report
 
 
+@maintenance_operation("repack")
 def move_packed(
     vault: Vault,
     tier_name: str,

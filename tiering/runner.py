@@ -1,6 +1,11 @@
 """One tiering run: plan, move each target's chunks, bring back what rules hold hot, then
 say on each checkpoint record where its bytes now are (`tier`: hot, a tier's name, or
-mixed). Also promotion on read, one checkpoint at a time."""
+mixed). Also promotion on read, one checkpoint at a time.
+
+`run_tiering` is a maintenance operation: it holds the vault's maintenance lock
+(vault/maintenance.py) itself, so the schedule, the admin route and any tool calling it
+exclude each other and GC. Promotion on read does not: it uploads no packs, and it switches
+a chunk only if the chunk is still where it was read."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Any
 
 from vault import CheckpointRecord, Vault
 from vault.blocks import PACKED, Location
+from vault.maintenance import maintenance_operation
 from vault.manifest import distinct_chunks
 from vault.writer import WriteTxn
 
@@ -16,6 +22,7 @@ from .mover import MoveReport, demote, promote
 from .policy import plan
 
 
+@maintenance_operation("tiering")
 def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
     tiering_plan = plan(vault, vault.store.clock.now())
     out: dict[str, Any] = {"dry_run": dry_run, **tiering_plan.to_wire()}

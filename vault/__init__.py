@@ -14,6 +14,7 @@ from .errors import (
     HashMismatch,
     InvalidName,
     InvalidRequest,
+    MaintenanceBusy,
     MissingChunks,
     NotFound,
     TooLarge,
@@ -22,8 +23,10 @@ from .errors import (
     UploadExpired,
     UploadNotFound,
     VaultError,
+    VaultInUse,
 )
 from .gc import GcReport
+from .maintenance import MaintenanceLock
 from .manifest import FileEntry
 from .records import CheckpointRecord, NamespaceRecord, UploadSession
 from .seal import Keyring
@@ -47,6 +50,8 @@ __all__ = [
     "InvalidName",
     "InvalidRequest",
     "Keyring",
+    "MaintenanceBusy",
+    "MaintenanceLock",
     "MissingChunks",
     "NamespaceRecord",
     "NotFound",
@@ -62,4 +67,5 @@ __all__ = [
     "Vault",
     "VaultConfig",
     "VaultError",
+    "VaultInUse",
 ]

@@ -26,7 +26,7 @@ from typing import IO
 
 import lmdb
 
-from .errors import VaultError
+from .errors import VaultInUse
 
 FRAME_DBS = (b"frames",)  # sequence number (u64 big endian) -> frame
 CATALOG_DBS = (
@@ -84,7 +84,7 @@ def _lock_dir(path: Path) -> IO[bytes]:
         fcntl.flock(owner.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         owner.close()
-        raise VaultError(f"{path} is in use by another vault process") from None
+        raise VaultInUse(f"{path} is in use by another vault process") from None
     return owner
 
 

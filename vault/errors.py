@@ -95,6 +95,17 @@ class MissingChunks(Conflict):
         return {"missing": self.chunks}
 
 
+class MaintenanceBusy(Conflict):
+    """Another maintenance operation (gc, check, verify, retention, tiering, repack, catalog
+    backup or restore) holds the vault's maintenance lock, in this process or another, and
+    the caller asked not to wait (or waited its limit). Retry later."""
+
+
+class VaultInUse(Conflict):
+    """The vault's directory is open in another process (a running server, say): the
+    engine assumes it is the only one writing, so a second opener is refused at once."""
+
+
 class TooManyUploads(VaultError):
     status = 429
     code = "too_many_uploads"
@@ -173,6 +184,8 @@ ALL_ERRORS: tuple[type[VaultError], ...] = (
     NotFound,
     Conflict,
     MissingChunks,
+    MaintenanceBusy,
+    VaultInUse,
     UploadExpired,
     TooManyUploads,
     Unavailable,

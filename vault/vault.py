@@ -3,6 +3,10 @@
 api/ calls these methods from a bounded thread pool; tests and offline tools call them
 directly. Writes go through the single writer thread; reads run in short LMDB read
 transactions on the caller's thread.
+
+Maintenance operations (`gc`, `check`, `retention`, `verify`, `catalog_backup`) take the
+vault's maintenance lock (`self.maintenance`, vault/maintenance.py) themselves, waiting for
+it; a caller that must not wait holds it first with `timeout=0` (the lock is reentrant).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .errors import InvalidRequest
 from .gc import GcReport, collect
 from .ingest import FileIngest
 from .lifecycle import Lifecycle
+from .maintenance import MaintenanceLock
 from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
 from .policy import Policies, Policy
@@ -51,7 +56,9 @@ class Vault:
         keyring: Keyring | None = None,
     ) -> None:
         self.config = config or VaultConfig()
-        self.store = Store.open(Path(path), clock or SystemClock(), self.config, tiers, keyring)
+        self.path = Path(path)
+        self.store = Store.open(self.path, clock or SystemClock(), self.config, tiers, keyring)
+        self.maintenance = MaintenanceLock.of(self.path)
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
         self.lifecycle = Lifecycle(self.store)
@@ -176,7 +183,7 @@ class Vault:
     ) -> CheckpointRecord:
         return self.lifecycle.fork(ns, ref, target, metadata, tags)
 
-    # -- policies and maintenance -------------------------------------------------------
+    # -- policies ---------------------------------------------------------------------
     def policy(self, ns: str | None) -> Policy:
         """A namespace's own policy (or the default with ns=None); defaults if unset."""
         with self.store.env.read() as txn:
@@ -206,10 +213,12 @@ class Vault:
 
         return self.store.writer.run(op)
 
+    # -- maintenance (each holds the maintenance lock) --------------------------------
     def retention(self, dry_run: bool = True, namespace: str | None = None) -> RetentionResult:
         """Plan retention for one or every namespace; unless dry_run, apply that plan."""
-        plans = prune.plan(self.store, self._policies, namespace)
-        deleted = [] if dry_run else prune.apply(self.store, plans)
+        with self.maintenance.hold("retention"):
+            plans = prune.plan(self.store, self._policies, namespace)
+            deleted = [] if dry_run else prune.apply(self.store, plans)
         return RetentionResult(plans, deleted, dry_run)
 
     def verify(
@@ -217,15 +226,26 @@ class Vault:
     ) -> ScrubReport:
         if not 0.0 < sample <= 1.0:
             raise InvalidRequest("sample must be a fraction in (0, 1]")
-        return scrub.verify(self.store, namespace, sample, rate)
+        with self.maintenance.hold("verify"):
+            return scrub.verify(self.store, namespace, sample, rate)
 
-    # -- maintenance ------------------------------------------------------------------
     def gc(self, dry_run: bool = False) -> GcReport:
-        return collect(self.store, self.uploads, dry_run)
+        """Collect expired uploads and unreferenced chunks. Packed chunks leave dead bytes in
+        their packs: with tiers, call tiering's `gc_and_repack` instead."""
+        with self.maintenance.hold("gc"):
+            return collect(self.store, self.uploads, dry_run)
 
     def check(self, repair: bool = False) -> CheckReport:
-        return check(self.store, repair)
+        with self.maintenance.hold("check --repair" if repair else "check"):
+            return check(self.store, repair)
 
+    def catalog_backup(self, to: str | None = None) -> dict[str, Any]:
+        """Back the catalog up to tier `to`, an absolute path, or (None) the last tier;
+        sealed when a keyring is configured (vault/backup.py)."""
+        with self.maintenance.hold("catalog backup"):
+            return backup.backup_to(self.store, self.path, to)
+
+    # -- monitoring -------------------------------------------------------------------
     def observe(self) -> dict[str, Any]:
         """Gauges for monitoring: storage, sessions, maps, writer, recovery points."""
         now = self.store.clock.now()
@@ -252,8 +272,9 @@ class Vault:
         }
 
     def backup_catalog(self, dest: Path) -> int:
-        """A consistent, compacted copy of the catalog at `dest`; returns its size."""
-        return backup.backup_catalog(self.store, dest)
+        """A consistent, compacted, plain copy of the catalog at `dest`; returns its size."""
+        with self.maintenance.hold("catalog backup"):
+            return backup.backup_catalog(self.store, dest)
 
     def stats(self) -> dict[str, Any]:
         with self.store.env.read() as txn:

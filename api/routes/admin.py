@@ -1,4 +1,9 @@
-"""Service and administration routes: health, stats, GC, check, tokens."""
+"""Service and administration routes: health, stats, maintenance, policies, tokens.
+
+Maintenance routes call the same engine operations as the schedule and the offline CLI
+(each takes the vault's maintenance lock itself) through `run_job`, which waits for the
+lock on a worker thread: a route started while another operation runs waits for it.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,16 @@ from dataclasses import asdict
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import InvalidRequest
 
 from .. import __version__
-from ..app import JOBS, MAINTENANCE, METRICS, SETTINGS, VAULT, refresh_tokens, run
 from ..auth import principal, require_admin
-from ..catalog_backup import backup
 from ..errors import Forbidden
-from ..http import json_body, json_response, query_bool
-from ..observability import timed
+from ..http import json_body, json_response, query_bool, run
+from ..jobs import run_job
+from ..keys import METRICS, TOKENS, VAULT
 
 
 async def health(request: web.Request) -> web.Response:
@@ -40,73 +45,87 @@ async def stats(request: web.Request) -> web.Response:
 
 
 async def gc(request: web.Request) -> web.Response:
-    """Collect expired uploads and chunks unreferenced past the grace period."""
+    """Collect expired uploads and chunks unreferenced past the grace period; with tiers,
+    then repack the packs that left dead bytes in (as the scheduled GC does)."""
     require_admin(request)
-    async with request.app[MAINTENANCE]:
-        with timed(request.app[JOBS], "gc") as numbers:
-            report = await run(
-                request, request.app[VAULT].gc, query_bool(request, "dry_run", False)
-            )
-            numbers.update(chunks_deleted=report.chunks_deleted, bytes_freed=report.bytes_freed)
-    return json_response(asdict(report))
+    vault = request.app[VAULT]
+    dry_run = query_bool(request, "dry_run", False)
+    result = await run_job(
+        request.app,
+        "gc",
+        lambda: gc_and_repack(vault, dry_run),
+        lambda r: {"chunks_deleted": r["chunks_deleted"], "bytes_freed": r["bytes_freed"]},
+    )
+    return json_response(result)
 
 
 async def check(request: web.Request) -> web.Response:
     """Recompute reference counts from manifests; `repair=true` fixes counts, drops orphans."""
     require_admin(request)
-    async with request.app[MAINTENANCE]:
-        report = await run(request, request.app[VAULT].check, query_bool(request, "repair", False))
+    vault = request.app[VAULT]
+    repair = query_bool(request, "repair", False)
+    report = await run_job(request.app, "check", lambda: vault.check(repair), lambda r: {})
     return json_response({**asdict(report), "ok": report.ok})
 
 
 async def retention(request: web.Request) -> web.Response:
     """Plan retention (dry_run=true, the default) or apply exactly that plan."""
     require_admin(request)
+    vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", True)
     namespace = request.query.get("namespace") or None
-    async with request.app[MAINTENANCE]:
-        with timed(request.app[JOBS], "retention") as numbers:
-            result = await run(request, request.app[VAULT].retention, dry_run, namespace)
-            numbers.update(deleted=len(result.deleted))
+    result = await run_job(
+        request.app,
+        "retention",
+        lambda: vault.retention(dry_run, namespace),
+        lambda r: {"deleted": len(r.deleted)},
+    )
     return json_response(result.to_wire())
 
 
 async def verify(request: web.Request) -> web.Response:
     """Re-read chunks and check their ids; invalidate what uses damaged ones, heal the rest."""
     require_admin(request)
+    vault = request.app[VAULT]
     try:
         sample = float(request.query.get("sample", "1"))
     except ValueError:
         raise InvalidRequest("sample must be a number in (0, 1]") from None
     namespace = request.query.get("namespace") or None
-    async with request.app[MAINTENANCE]:
-        with timed(request.app[JOBS], "scrub") as numbers:
-            report = await run(request, request.app[VAULT].verify, namespace, sample)
-            numbers.update(bytes_checked=report.bytes_checked, corrupt=len(report.corrupt))
+    report = await run_job(
+        request.app,
+        "scrub",
+        lambda: vault.verify(namespace, sample),
+        lambda r: {"bytes_checked": r.bytes_checked, "corrupt": len(r.corrupt)},
+    )
     return json_response({**asdict(report), "mb_per_s": round(report.mb_per_s, 1)})
 
 
 async def tiering(request: web.Request) -> web.Response:
     """Plan (dry_run=true, the default) or run demotion of old checkpoints' chunks."""
     require_admin(request)
+    vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", True)
-    async with request.app[MAINTENANCE]:
-        with timed(request.app[JOBS], "tiering") as numbers:
-            result = await run(request, run_tiering, request.app[VAULT], dry_run)
-            numbers.update(bytes_moved=sum(m["bytes"] for m in result.get("moved", {}).values()))
+    result = await run_job(
+        request.app,
+        "tiering",
+        lambda: run_tiering(vault, dry_run),
+        lambda r: {"bytes_moved": sum(m["bytes"] for m in r.get("moved", {}).values())},
+    )
     return json_response(result)
 
 
 async def catalog_backup(request: web.Request) -> web.Response:
     """A consistent copy of the catalog, taken while serving, to a tier or a server path."""
     require_admin(request)
+    vault = request.app[VAULT]
     to = request.query.get("to") or None
-    async with request.app[MAINTENANCE]:
-        with timed(request.app[JOBS], "catalog_backup") as numbers:
-            result = await run(
-                request, backup, request.app[VAULT], request.app[SETTINGS].data_dir, to
-            )
-            numbers.update(bytes=result["bytes"])
+    result = await run_job(
+        request.app,
+        "catalog_backup",
+        lambda: vault.catalog_backup(to),
+        lambda r: {"bytes": r["bytes"]},
+    )
     return json_response(result, status=201)
 
 
@@ -149,6 +168,11 @@ async def revoke_token(request: web.Request) -> web.Response:
     await run(request, request.app[VAULT].tokens.revoke, request.match_info["name"])
     await run(request, refresh_tokens, request.app)
     return web.Response(status=204)
+
+
+def refresh_tokens(app: web.Application) -> None:
+    """Reload the in-memory token table after a change."""
+    app[TOKENS].reload(app[VAULT].tokens.all())
 
 
 def add_policy_routes(app: web.Application, ns: str) -> None:

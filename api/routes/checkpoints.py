@@ -7,10 +7,10 @@ from aiohttp import web
 from client.wire import decode_bundle
 from vault import InvalidRequest
 
-from ..app import SETTINGS, VAULT, run
 from ..auth import principal, require
 from ..download import stream_file
-from ..http import json_body, json_response, query_int, read_body
+from ..http import json_body, json_response, query_int, read_body, run
+from ..keys import SETTINGS, VAULT
 
 
 async def list_namespaces(request: web.Request) -> web.Response:

@@ -11,9 +11,9 @@ from client.wire import decode_chunk_batch
 from vault import InvalidRequest, UploadSession
 from vault.clock import rfc3339
 
-from ..app import SETTINGS, VAULT, reading_body, run
 from ..auth import require
-from ..http import json_body, json_response, read_body
+from ..http import json_body, json_response, read_body, reading_body, run
+from ..keys import SETTINGS, VAULT
 
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
 

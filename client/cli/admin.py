@@ -1,8 +1,9 @@
-"""Operator commands: stats, token create|ls|revoke, gc, check."""
+"""Operator commands: stats, token create|ls|revoke, gc (online, or offline with --data)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..sync import VaultClient
@@ -34,6 +35,18 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("gc", help="collect unreferenced chunks and expired uploads")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="collect in a data dir offline (the server must be stopped)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="with --data: the server's config file (GC grace, tiers to repack)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=gc)
 
@@ -83,8 +96,11 @@ def tokens(args: argparse.Namespace) -> int:
 
 
 def gc(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
-        report = vault.gc(args.dry_run)
+    if args.data is not None:
+        report = _gc_offline(args.data, args.config, args.dry_run)
+    else:
+        with _client(args) as vault:
+            report = vault.gc(args.dry_run)
     if args.json:
         emit_json(report)
     else:
@@ -94,3 +110,16 @@ def gc(args: argparse.Namespace) -> int:
             f"{report['uploads_expired']} expired uploads removed"
         )
     return 0
+
+
+def _gc_offline(data_dir: Path, config: Path | None, dry_run: bool) -> dict[str, Any]:
+    """GC, then repack when the config has tiers: what the schedule and the route run."""
+    from tiering.maintenance import gc_and_repack
+
+    from .offline import open_offline
+
+    vault = open_offline("gc", data_dir, config)
+    try:
+        return gc_and_repack(vault, dry_run)
+    finally:
+        vault.close()

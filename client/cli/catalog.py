@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _restore(src: str, data: Path, config: Path | None) -> dict[str, Any]:
     """From a file or a tier's `latest`; a sealed backup is opened with the config's key
-    file (the same one the service ran with)."""
-    from api.catalog_backup import LATEST, SEAL_CONTEXT
+    file (the same one the service ran with). The engine's `restore` does the work, holding
+    the new data dir's maintenance lock."""
     from api.settings import load_settings
     from tiering import open_tier
-    from vault.backup import restore_catalog
-    from vault.seal import Keyring, open_blob
+    from vault.backup import latest_backup, restore
+    from vault.seal import Keyring
 
     settings = load_settings(config)
     keyring = Keyring.load(settings.key_file) if settings.key_file is not None else None
@@ -73,11 +72,8 @@ def _restore(src: str, data: Path, config: Path | None) -> dict[str, Any]:
             print(f"ckpt catalog: no [tiers.{name}] in the config", file=sys.stderr)
             raise SystemExit(1)
         tier = open_tier(name, spec["url"], {k: v for k, v in spec.items() if k != "url"})
-        key = tier.get(LATEST).decode()
-        raw, origin = tier.get(key), f"{name}:{key}"
+        key, raw = latest_backup(tier)
+        origin = f"{name}:{key}"
     else:
         raw, origin = Path(src).read_bytes(), src
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "catalog.mdb"
-        copy.write_bytes(open_blob(keyring, raw, SEAL_CONTEXT))
-        return {"from": origin, **restore_catalog(copy, data / "vault")}
+    return {"from": origin, **restore(raw, data / "vault", keyring)}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +96,9 @@ def register(sub: Any) -> None:
         type=Path,
         default=None,
         help="check a data dir offline (the server must be stopped)",
+    )
+    p.add_argument(
+        "--config", type=Path, default=None, help="with --data: the server's config file"
     )
     p.add_argument("--repair", action="store_true", help="fix counts, drop unnamed frames")
     p.add_argument("--json", action="store_true")
@@ -252,7 +254,7 @@ def verify(args: argparse.Namespace) -> int:
 
 def check(args: argparse.Namespace) -> int:
     if args.data is not None:
-        out = _check_offline(args.data, args.repair)
+        out = _check_offline(args.data, args.config, args.repair)
     else:
         with _client(args) as vault:
             out = vault.check(args.repair)
@@ -269,19 +271,13 @@ def check(args: argparse.Namespace) -> int:
     return 0 if out["ok"] else 1
 
 
-def _check_offline(data_dir: Path, repair: bool) -> dict[str, Any]:
-    """Open the engine directly; the data-dir lock refuses if a server has it open."""
+def _check_offline(data_dir: Path, config: Path | None, repair: bool) -> dict[str, Any]:
+    """The engine's check on a stopped server's data dir (refused while a server has it)."""
     from dataclasses import asdict
 
-    from vault import Vault, VaultError
+    from .offline import open_offline
 
-    if not (data_dir / "vault").is_dir():
-        raise ValueError(f"{data_dir} holds no vault (no {data_dir / 'vault'})")
-    try:
-        vault = Vault(data_dir / "vault")
-    except VaultError as e:
-        print(f"ckpt check: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+    vault = open_offline("check", data_dir, config)
     try:
         report = vault.check(repair)
     finally:

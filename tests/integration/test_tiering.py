@@ -127,13 +127,15 @@ async def test_sealed_tier_promotion_on_read_and_repack_through_the_service(
     rec = await api.json("GET", f"/v1/namespaces/sealed/checkpoints/{ids[0]}")
     assert rec["tier"] == "hot"
 
-    # delete one, collect it, and the next run repacks what is left
+    # delete one and collect it: the GC route repacks what is left (as the scheduled GC
+    # does), so the next tiering run finds nothing more to repack
     await api.call("DELETE", f"/v1/namespaces/sealed/checkpoints/{ids[1]}")
     clock.advance(7 * 3600)
-    await api.json("POST", "/v1/admin/gc?dry_run=false")
+    collected = await api.json("POST", "/v1/admin/gc?dry_run=false")
+    assert collected["packs_rewritten"] == 1
+    assert collected["pack_bytes_freed"] > 0
     done = await api.json("POST", "/v1/admin/tiering?dry_run=false")
-    assert done["repack"]["rewritten"] == 1
-    assert done["repack"]["dead_bytes_freed"] > 0
+    assert done["repack"]["rewritten"] == 0
     assert await api.read("sealed", ids[2], "w") == files[2]
     assert (await api.json("POST", "/v1/admin/check"))["ok"] is True
     assert (await api.json("POST", "/v1/admin/verify"))["corrupt"] == []

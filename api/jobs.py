@@ -1,0 +1,51 @@
+"""Maintenance as the service runs it: an engine operation on the worker pool, timed into
+the job log (for metrics) once it holds the vault's maintenance lock.
+
+The operations take the lock themselves (vault/maintenance.py); holding it here first, on
+the same worker thread (the lock is reentrant), decides how long to wait and keeps the wait
+out of the job's recorded duration. Routes wait (`timeout=None`), as they always have; the
+schedule does not (`timeout=0`) and skips a job that finds maintenance busy. The event loop
+only awaits the worker; it never blocks on the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from aiohttp import web
+
+from .keys import JOBS, POOL, VAULT
+from .observability import timed
+
+T = TypeVar("T")
+
+
+def numeric(result: Mapping[str, object]) -> dict[str, float]:
+    """The numbers of a job's result, for the job log."""
+    return {
+        k: float(v)
+        for k, v in result.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+async def run_job(
+    app: web.Application,
+    job: str,
+    operation: Callable[[], T],
+    numbers: Callable[[T], Mapping[str, float]],
+    timeout: float | None = None,
+) -> T:
+    """Run `operation` on the worker pool under the maintenance lock (waiting as `timeout`
+    says; busy raises `MaintenanceBusy`), recording its duration and `numbers(result)`."""
+    vault, jobs = app[VAULT], app[JOBS]
+
+    def held() -> T:
+        with vault.maintenance.hold(job, timeout), timed(jobs, job) as recorded:
+            result = operation()
+            recorded.update(numbers(result))
+            return result
+
+    return await asyncio.get_running_loop().run_in_executor(app[POOL], held)

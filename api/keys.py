@@ -1,0 +1,31 @@
+"""The application's state, by typed AppKey: one leaf module every api module may import.
+
+It imports only aiohttp, the standard library, vault and other leaf modules of api/ (never
+`api.app`), so route, scheduler and promotion modules reach the app's state without an
+import circle through the factory. `api/app.py` fills these keys in `create_app` and its
+cleanup context.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+
+from vault import Clock, Vault
+
+from .auth import TokenCache
+from .bodies import BodyReaders
+from .observability import JobLog, Metrics
+from .settings import Settings
+
+SETTINGS = web.AppKey("settings", Settings)
+VAULT = web.AppKey("vault", Vault)
+POOL = web.AppKey("pool", ThreadPoolExecutor)  # bounded worker threads for engine calls
+TOKENS = web.AppKey("tokens", TokenCache)
+CLOCK = web.AppKey("clock", Clock)
+BODY_READERS = web.AppKey("body_readers", BodyReaders)
+JOBS = web.AppKey("jobs", JobLog)
+METRICS = web.AppKey("metrics", Metrics)
+
+__all__ = ["BODY_READERS", "CLOCK", "JOBS", "METRICS", "POOL", "SETTINGS", "TOKENS", "VAULT"]

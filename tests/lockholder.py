@@ -1,0 +1,88 @@
+"""A separate process that holds a vault's maintenance lock until its stdin closes.
+
+Run as `python -m tests.lockholder <lock file>`; it prints `held` once it holds the lock.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vault import Vault
+from vault.maintenance import MaintenanceLock
+
+
+class LockHolder:
+    """Start the holder process and wait until it holds the lock; `release` lets it go."""
+
+    def __init__(self, lock_file: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.lockholder", str(lock_file)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        assert line == "held", f"holder said {line!r}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def release(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self._reap()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self._reap()
+
+    def _reap(self) -> None:
+        self.proc.wait(timeout=30)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def assert_waits_for_holder(vault: Vault, operation: Callable[[], Any]) -> None:
+    """`operation` does not finish while another process holds the vault's lock, and does
+    once it lets go."""
+    holder = LockHolder(vault.path / "maintenance.lock")
+    outcome: list[BaseException | None] = []
+
+    def call() -> None:
+        try:
+            operation()
+        except BaseException as e:
+            outcome.append(e)
+        else:
+            outcome.append(None)
+
+    t = threading.Thread(target=call)
+    try:
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive(), "ran while another process held the lock"
+        assert not outcome
+    finally:
+        holder.release()
+        t.join(30)
+    assert outcome == [None]
+
+
+def main() -> None:
+    lock = MaintenanceLock(Path(sys.argv[1]))
+    with lock.hold("held by a test"):
+        print("held", flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

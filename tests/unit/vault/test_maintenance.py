@@ -1,0 +1,139 @@
+"""The maintenance lock excludes a second holder across threads and across processes, and
+the engine's maintenance operations take it themselves."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vault import FakeClock, MaintenanceBusy, MaintenanceLock, Vault, VaultConfig
+from vault.backup import restore
+
+from ...lockholder import LockHolder, assert_waits_for_holder
+from .helpers import stream_save
+
+
+def test_a_second_thread_is_refused_then_gets_it(tmp_path: Path) -> None:
+    lock = MaintenanceLock.of(tmp_path)
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock.hold("gc"):
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert held.wait(10)
+        with (
+            pytest.raises(MaintenanceBusy, match="gc is running in this process"),
+            lock.hold("verify", timeout=0),
+        ):
+            pass
+        started = time.monotonic()
+        with pytest.raises(MaintenanceBusy), lock.hold("verify", timeout=0.2):
+            pass
+        assert time.monotonic() - started >= 0.2
+    finally:
+        release.set()
+        t.join(10)
+    with lock.hold("verify", timeout=0):
+        assert lock.held
+
+
+def test_a_waiting_thread_runs_when_the_holder_is_done(tmp_path: Path) -> None:
+    lock = MaintenanceLock.of(tmp_path)
+    order: list[str] = []
+    with lock.hold("first"):
+        waiter = threading.Thread(target=_hold_and_note, args=(lock, order))
+        waiter.start()
+        time.sleep(0.2)
+        order.append("first done")
+    waiter.join(10)
+    assert order == ["first done", "second"]
+
+
+def _hold_and_note(lock: MaintenanceLock, order: list[str]) -> None:
+    with lock.hold("second"):
+        order.append("second")
+
+
+def test_reentrant_in_one_thread(tmp_path: Path) -> None:
+    lock = MaintenanceLock.of(tmp_path)
+    with lock.hold("gc", timeout=0), lock.hold("repack", timeout=0):
+        assert lock.held
+    assert not lock.held
+
+
+def test_another_process_excludes_and_is_named(tmp_path: Path) -> None:
+    lock = MaintenanceLock.of(tmp_path)
+    holder = LockHolder(lock.path)
+    try:
+        with pytest.raises(MaintenanceBusy) as info, lock.hold("check", timeout=0):
+            pass
+        assert f"process {holder.pid}" in str(info.value)
+        assert "held by a test" in str(info.value)
+        assert info.value.status == 409
+        assert info.value.code == "conflict"
+        assert not lock.held  # a refused attempt leaves nothing behind in this process
+    finally:
+        holder.release()
+    with lock.hold("check", timeout=5):
+        pass
+
+
+def test_a_killed_holder_never_blocks_its_successor(tmp_path: Path) -> None:
+    lock = MaintenanceLock.of(tmp_path)
+    LockHolder(lock.path).kill()
+    with lock.hold("gc", timeout=5):
+        pass
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Iterator[Vault]:
+    v = Vault(tmp_path / "v", VaultConfig(gc_grace=0.0), FakeClock())
+    stream_save(v, "ns", {"w": b"x" * 200_000})
+    yield v
+    v.close()
+
+
+OPERATIONS: dict[str, Callable[[Vault, Path], Any]] = {
+    "gc": lambda v, _: v.gc(),
+    "check": lambda v, _: v.check(repair=True),
+    "verify": lambda v, _: v.verify(),
+    "retention": lambda v, _: v.retention(dry_run=False),
+    "catalog_backup": lambda v, tmp: v.catalog_backup(str(tmp / "backup.mdb")),
+    "backup_catalog": lambda v, tmp: v.backup_catalog(tmp / "plain.mdb"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+def test_operations_wait_for_a_holder_in_another_process(
+    vault: Vault, tmp_path: Path, name: str
+) -> None:
+    assert_waits_for_holder(vault, lambda: OPERATIONS[name](vault, tmp_path))
+
+
+def test_restore_refuses_while_the_data_dir_is_under_maintenance(tmp_path: Path) -> None:
+    source = Vault(tmp_path / "src", VaultConfig(), FakeClock())
+    try:
+        stream_save(source, "ns", {"w": b"y" * 1000})
+        source.backup_catalog(tmp_path / "cat.mdb")
+    finally:
+        source.close()
+    raw = (tmp_path / "cat.mdb").read_bytes()
+    target = tmp_path / "new" / "vault"
+    target.mkdir(parents=True)
+    holder = LockHolder(target / "maintenance.lock")
+    try:
+        with pytest.raises(MaintenanceBusy):
+            restore(raw, target)
+    finally:
+        holder.release()
+    assert restore(raw, target)["lost_hot_chunks"] > 0

@@ -1,0 +1,176 @@
+"""The maintenance lock: one long operation at a time on a vault, across threads and processes.
+
+Maintenance operations (gc, check and check --repair, verify, retention, catalog backup and
+restore here; the tiering run and repack in tiering/) take this lock themselves, at their
+entry points, so the schedule, an admin route and an offline `ckpt` command all call the
+same function and none of them can forget it (kopia's maintenance lock, restic's lock taken
+inside the command). Two reasons to exclude: repack deletes packs nothing points to, which is
+only safe while no demotion is between its upload and its switch; and each operation is a
+long scan, two at once would only slow producers down.
+
+The lock is two locks: a `threading.Condition`-guarded owner slot for the threads of this
+process (an flock is per open file, so threads sharing one would not exclude each other),
+then `fcntl.flock` on `<vault dir>/maintenance.lock` for other processes. The kernel drops
+the flock when its process dies, so a SIGKILLed holder never blocks its successor. While
+held, the file says which process holds it for what (shown in the busy error).
+
+It is reentrant within one thread: `gc_and_repack` holds it around GC and repack, each of
+which takes it again, and a caller that must not wait (the schedule) takes it with
+`timeout=0` around an operation that then takes it again without waiting.
+
+`timeout=None` waits as long as it takes; `timeout=0` does not wait; otherwise waits up to
+that many seconds. Giving up raises `MaintenanceBusy` (409 `conflict`). Waiting blocks the
+calling thread: async callers run operations on a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Concatenate, ParamSpec, Protocol, TypeVar
+
+from .errors import MaintenanceBusy
+
+LOCK_FILE = "maintenance.lock"
+POLL = 0.05  # seconds between flock attempts while waiting with a time limit
+
+
+class MaintenanceLock:
+    """The maintenance lock of the vault whose directory holds `path` (see module doc)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cond = threading.Condition()
+        self._owner: int | None = None  # thread ident of the holder in this process
+        self._depth = 0
+        self._operation = ""
+        self._file: IO[bytes] | None = None
+
+    @classmethod
+    def of(cls, vault_dir: Path) -> MaintenanceLock:
+        return cls(vault_dir / LOCK_FILE)
+
+    @property
+    def held(self) -> bool:
+        """Some thread of this process holds it (other processes are not asked)."""
+        with self._cond:
+            return self._owner is not None
+
+    @contextmanager
+    def hold(self, operation: str, timeout: float | None = None) -> Iterator[None]:
+        """Hold the lock for `operation` (a name for messages), waiting as `timeout` says."""
+        self._acquire(operation, timeout)
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _acquire(self, operation: str, timeout: float | None) -> None:
+        me = threading.get_ident()
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return
+            while self._owner is not None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise MaintenanceBusy(
+                        f"{operation}: maintenance is busy ({self._operation} is running "
+                        "in this process); retry later"
+                    )
+                self._cond.wait(left)
+            self._owner, self._depth, self._operation = me, 1, operation
+        try:
+            self._file = self._flock(operation, deadline)
+        except BaseException:
+            with self._cond:
+                self._owner, self._depth, self._operation = None, 0, ""
+                self._cond.notify()
+            raise
+
+    def _release(self) -> None:
+        with self._cond:
+            self._depth -= 1
+            if self._depth:
+                return
+            if self._file is not None:
+                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+                self._file.close()
+                self._file = None
+            self._owner, self._operation = None, ""
+            self._cond.notify()
+
+    def _flock(self, operation: str, deadline: float | None) -> IO[bytes]:
+        """The cross-process half, taken by the thread that owns the in-process half."""
+        f = open(self.path, "a+b")  # noqa: SIM115 - closed by _release
+        try:
+            if deadline is None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            else:
+                while not _try_flock(f):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise MaintenanceBusy(
+                            f"{operation}: maintenance is busy ({_holder(f)}); retry later"
+                        )
+                    time.sleep(min(POLL, left))  # polling: flock has no timeout of its own
+            f.truncate(0)
+            f.write(f"{os.getpid()} {operation}\n".encode())
+            f.flush()
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+
+def _try_flock(f: IO[bytes]) -> bool:
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _holder(f: IO[bytes]) -> str:
+    """What the holding process wrote into the lock file: its pid and operation."""
+    f.seek(0)
+    pid, _, operation = f.read(200).decode(errors="replace").strip().partition(" ")
+    if not pid:
+        return "held by another process"
+    return f"{operation or 'an operation'} is running in process {pid}"
+
+
+class HasMaintenanceLock(Protocol):
+    """What `maintenance_operation` needs of its first argument: a `Vault`, in practice."""
+
+    @property
+    def maintenance(self) -> MaintenanceLock: ...
+
+
+V = TypeVar("V", bound=HasMaintenanceLock)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def maintenance_operation(
+    operation: str,
+) -> Callable[[Callable[Concatenate[V, P], R]], Callable[Concatenate[V, P], R]]:
+    """Make a function of a vault (its first argument) hold that vault's maintenance lock,
+    waiting for it: for entry points outside the `Vault` class (tiering's run and repack)."""
+
+    def wrap(fn: Callable[Concatenate[V, P], R]) -> Callable[Concatenate[V, P], R]:
+        @functools.wraps(fn)
+        def held(vault: V, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            with vault.maintenance.hold(operation):
+                return fn(vault, *args, **kwargs)
+
+        return held
+
+    return wrap
