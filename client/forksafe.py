@@ -19,7 +19,8 @@ from typing import Protocol
 
 
 class LoopOwner(Protocol):
-    _loop: asyncio.AbstractEventLoop
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop: ...
 
 
 class _InertInChild:
