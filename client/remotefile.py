@@ -27,12 +27,29 @@ PREFETCH = 4 << 20  # bytes per piece taken from the stream (one whole-file read
 SKIP = 1 << 20  # a forward jump this short reads over the gap rather than a new request
 
 
-def seek_position(pos: int, size: int, offset: int, whence: int) -> int:
-    """Where a seek lands (io.SEEK_SET / SEEK_CUR / SEEK_END), refusing negative places."""
-    base = {io.SEEK_SET: 0, io.SEEK_CUR: pos, io.SEEK_END: size}[whence]
-    if base + offset < 0:
-        raise ValueError("negative seek position")
-    return base + offset
+class Positioned:
+    """Position bookkeeping of a read-only file of known size, for both faces here."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
 
 
 async def fetch_range(t: Transport, path: str, start: int, length: int) -> bytes:
@@ -143,34 +160,24 @@ class RangeReader:
         return data
 
 
-class AsyncRemoteFile:
+class AsyncRemoteFile(Positioned):
     """A stored file for coroutines: `await read(n)`, `seek`, `tell`, `async with`."""
 
     def __init__(self, reader: RangeReader, name: str) -> None:
+        super().__init__(reader.size)
         self._reader = reader
         self.name = name
-        self.size = reader.size
-        self._pos = 0
         self.closed = False
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._pos = seek_position(self._pos, self.size, offset, whence)
-        return self._pos
+    @property
+    def size(self) -> int:
+        return self._size
 
     async def read(self, size: int = -1) -> bytes:
         """`size` bytes from here (all the rest if negative), fewer only at the end."""
         if self.closed:
             raise ValueError("read of a closed file")
-        want = self.size - self._pos if size < 0 else min(size, self.size - self._pos)
+        want = self._size - self._pos if size < 0 else min(size, self._size - self._pos)
         parts: list[bytes] = []
         while want > 0:
             piece = await self._reader.read(self._pos, want)
@@ -212,26 +219,8 @@ class OpeningFile:
             await self._file.close()
 
 
-class SizedRawFile(io.RawIOBase):
-    """A read-only raw file of known size: position bookkeeping for the readers here."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self._size = size
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._pos = seek_position(self._pos, self._size, offset, whence)
-        return self._pos
+class SizedRawFile(Positioned, io.RawIOBase):
+    """A read-only raw file of known size (RemoteFile here, torch's Segments)."""
 
 
 class RemoteFile(SizedRawFile):
