@@ -1,11 +1,13 @@
-"""`AsyncVaultClient`: every producer and operator call, as coroutines.
+"""`AsyncVaultClient`: every producer and operator call, as coroutines. This is the one
+client implementation: `VaultClient` is generated from it (client/_gen_sync.py).
 
 Saving: small checkpoints (all files known and together under `small_save_limit`) go in one
 request; larger ones are chunked here with the namespace's FastCDC parameters, hashed with
 BLAKE3, and only chunks the vault lacks are sent, in batches, several at a time. Files are
 read in 8 MiB pieces: a 10 GiB file never sits in memory. Loading streams each file to a
 temporary name, verifies its BLAKE3, then renames it into place; a dropped connection
-resumes with a Range request where it stopped.
+resumes with a Range request where it stopped (client/transport.py). `open` reads a file
+by ranges (client/remotefile.py).
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ class UploadSession:
 
 
 class AsyncVaultClient:
+    """A Checkpoint Vault client for async code: `async with AsyncVaultClient() as vault`.
+    Public coroutine methods here get a blocking twin on `VaultClient`: after changing
+    one, run `python -m client._gen_sync`."""
+
     def __init__(
         self,
         url: str | None = None,

@@ -111,11 +111,12 @@ class BackgroundSaves:
         slot = self._slot()
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(slot)), timeout)
-        except (asyncio.CancelledError, asyncio.TimeoutError) as e:
-            if not slot.cancel():  # granted as we gave up: hand it on
-                self._release()
-            if isinstance(e, asyncio.TimeoutError):
+        except asyncio.TimeoutError:
+            if slot.cancel():  # else it was granted just as time ran out: use it
                 raise TimeoutError(f"no background save slot within {timeout} s") from None
+        except asyncio.CancelledError:
+            if not slot.cancel():  # granted as we were cancelled: hand it on
+                self._release()
             raise
         try:
             upload = await in_caller(prepare)
