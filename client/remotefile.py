@@ -25,6 +25,7 @@ from .transport import Transport
 
 PREFETCH = 4 << 20  # bytes per piece taken from the stream (one whole-file read: 3x slower)
 SKIP = 1 << 20  # a forward jump this short reads over the gap rather than a new request
+_EMPTY = memoryview(b"")
 
 
 class Positioned:
@@ -70,7 +71,9 @@ class RangeReader:
         self._last_end = 0  # where the previous read stopped
         self._stream: aiohttp.ClientResponse | None = None
         self._next = 0  # file offset of `_spare`'s first byte: what the stream gives next
-        self._spare = b""  # delivered by the stream, not yet read
+        # Delivered by the stream, not yet read: a view, so taking a little from a large
+        # piece copies only what is taken.
+        self._spare = _EMPTY
         self._ahead: asyncio.Future[bytes] | None = None  # what follows `_spare`
         self._recent = b""  # the piece handed out last, for short backward re-reads
         self._recent_at = 0
@@ -80,7 +83,7 @@ class RangeReader:
         blocking caller tries before handing the read to the loop thread."""
         data = self._from_recent(pos, want)
         if data is None and pos == self._next and self._spare and self._ahead is not None:
-            data, self._spare = self._spare[:want], self._spare[want:]
+            data, self._spare = bytes(self._spare[:want]), self._spare[want:]
             self._next += len(data)
             self._recent, self._recent_at = data, pos
         if data is not None:
@@ -109,7 +112,7 @@ class RangeReader:
 
     async def close(self) -> None:
         """Drop the stream (the reader may read again: by Range, or a new stream)."""
-        self._spare = b""
+        self._spare = _EMPTY
         if self._ahead is not None:
             ahead, self._ahead = self._ahead, None
             with contextlib.suppress(Exception):
@@ -131,7 +134,7 @@ class RangeReader:
                     return None
                 headers = {"Range": f"bytes={pos}-"} if pos else None
                 self._stream = await self._t.open_stream(self._path, headers)
-                self._next, self._spare = pos, b""
+                self._next, self._spare = pos, _EMPTY
             gap = pos - self._next
             if not 0 <= gap <= SKIP:
                 return None
@@ -150,10 +153,10 @@ class RangeReader:
         assert self._stream is not None
         if not self._spare and self._ahead is not None:
             ahead, self._ahead = self._ahead, None
-            self._spare = await ahead
+            self._spare = memoryview(await ahead)
         if not self._spare:
-            self._spare = await _read_up_to(self._stream, min(n, PREFETCH))
-        data, self._spare = self._spare[:n], self._spare[n:]
+            self._spare = memoryview(await _read_up_to(self._stream, min(n, PREFETCH)))
+        data, self._spare = bytes(self._spare[:n]), self._spare[n:]
         self._next += len(data)
         if data and self._ahead is None and self._next + len(self._spare) < self.size:
             self._ahead = asyncio.ensure_future(_read_up_to(self._stream, PREFETCH))
