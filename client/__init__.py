@@ -29,6 +29,7 @@ from .errors import (
     UploadExpired,
 )
 from .models import Checkpoint, Transfer
+from .options import SaveFields, SaveOptions
 from .sync import VaultClient
 from .transport import RetryPolicy
 from .wire import ERROR_CODES
@@ -49,6 +50,8 @@ __all__ = [
     "MissingChunks",
     "NotFound",
     "RetryPolicy",
+    "SaveFields",
+    "SaveOptions",
     "ServerError",
     "TooLarge",
     "Transfer",

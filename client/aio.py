@@ -1,11 +1,13 @@
-"""`AsyncVaultClient`: every producer and operator call, as coroutines.
+"""`AsyncVaultClient`: every producer and operator call, as coroutines. This is the one
+client implementation: `VaultClient` is generated from it (client/_gen_sync.py).
 
 Saving: small checkpoints (all files known and together under `small_save_limit`) go in one
 request; larger ones are chunked here with the namespace's FastCDC parameters, hashed with
 BLAKE3, and only chunks the vault lacks are sent, in batches, several at a time. Files are
 read in 8 MiB pieces: a 10 GiB file never sits in memory. Loading streams each file to a
 temporary name, verifies its BLAKE3, then renames it into place; a dropped connection
-resumes with a Range request where it stopped.
+resumes with a Range request where it stopped (client/transport.py). `open` reads a file
+by ranges (client/remotefile.py).
 """
 
 from __future__ import annotations
@@ -17,17 +19,18 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 from urllib.parse import quote
 
-import aiohttp
 import blake3
 
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec, Reader, Source, StreamChunker, chunk_ids, collect_sources
-from .errors import ClientError, IntegrityError, InvalidName, MissingChunks, TransportError
+from .errors import IntegrityError, InvalidName, MissingChunks, NotFound
 from .models import Checkpoint, Transfer
+from .options import SaveFields, SaveOptions
 from .progress import Progress
+from .remotefile import AsyncRemoteFile, OpeningFile, RangeReader, fetch_range
 from .transport import RetryPolicy, Transport
 from .wire import (
     ADMIN_TOKEN_FILE,
@@ -38,6 +41,9 @@ from .wire import (
     encode_bundle,
     encode_chunk_batch,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 PIECE = 8 << 20  # bytes read, chunked and sent per step
 BATCH_BYTES = 2 << 20  # chunk bytes per POST .../chunks; a piece goes as up to 4 in parallel
@@ -78,6 +84,10 @@ class UploadSession:
 
 
 class AsyncVaultClient:
+    """A Checkpoint Vault client for async code: `async with AsyncVaultClient() as vault`.
+    Public coroutine methods here get a blocking twin on `VaultClient`: after changing
+    one, run `python -m client._gen_sync`."""
+
     def __init__(
         self,
         url: str | None = None,
@@ -110,7 +120,7 @@ class AsyncVaultClient:
         """Waits for background saves first; raises `BackgroundSaveFailed` (once closed)
         if any failed without its handle being asked."""
         try:
-            await self.background.wait_async()
+            await self.background.wait()
         finally:
             await self._t.close()
 
@@ -127,12 +137,8 @@ class AsyncVaultClient:
         namespace: str,
         files: FileSpec | Mapping[str, FileSpec],
         *,
-        parent: str | None = None,
-        inherit: bool = False,
-        metadata: dict[str, Any] | None = None,
-        tags: list[str] | None = None,
-        chunking: str | dict[str, int] | None = None,
         background: Literal[False] = False,
+        **options: Unpack[SaveFields],
     ) -> Checkpoint: ...
     @overload
     async def save(
@@ -140,90 +146,66 @@ class AsyncVaultClient:
         namespace: str,
         files: FileSpec | Mapping[str, FileSpec],
         *,
-        parent: str | None = None,
-        inherit: bool = False,
-        metadata: dict[str, Any] | None = None,
-        tags: list[str] | None = None,
-        chunking: str | dict[str, int] | None = None,
         background: Literal[True],
+        **options: Unpack[SaveFields],
     ) -> SaveHandle: ...
+    @overload
     async def save(
         self,
         namespace: str,
         files: FileSpec | Mapping[str, FileSpec],
         *,
-        parent: str | None = None,
-        inherit: bool = False,
-        metadata: dict[str, Any] | None = None,
-        tags: list[str] | None = None,
-        chunking: str | dict[str, int] | None = None,
+        background: bool,
+        **options: Unpack[SaveFields],
+    ) -> Checkpoint | SaveHandle: ...
+    async def save(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
         background: bool = False,
+        **options: Unpack[SaveFields],
     ) -> Checkpoint | SaveHandle:
         """Save files as a new checkpoint of `namespace`; returns it once committed.
-        `background=True`: read the files into memory now, upload them behind the caller,
-        and return a `SaveHandle` at once (see client/background.py)."""
+        `options`: `SaveFields` (parent, inherit, metadata, tags, chunking).
+        `background=True`: read the files into memory now (in the caller's thread when
+        called through `VaultClient`), upload them behind the caller, and return a
+        `SaveHandle` at once (see client/background.py)."""
+        opts = SaveOptions.of(options)
         if background:
-            return await self.submit(
-                lambda: self.save(
-                    namespace,
-                    snapshot_files(files),
-                    parent=parent,
-                    inherit=inherit,
-                    metadata=metadata,
-                    tags=tags,
-                    chunking=chunking,
-                )
-            )
+            return await self.submit(lambda: self._save(namespace, snapshot_files(files), opts))
+        return await self._save(namespace, files, opts)
+
+    async def _save(
+        self, namespace: str, files: FileSpec | Mapping[str, FileSpec], opts: SaveOptions
+    ) -> Checkpoint:
         sources = collect_sources(files)
-        options: dict[str, Any] = {
-            "parent": parent,
-            "inherit": inherit,
-            "metadata": metadata or {},
-            "tags": tags or [],
-        }
-        if chunking is not None:
-            options["chunking"] = chunking
         sizes = [s.size for s in sources]
         if all(n >= 0 for n in sizes) and sum(sizes) <= self.small_save_limit:
-            return await self._save_small(namespace, sources, options)
-        up = await self._open_upload(namespace, options)
+            return await self._save_small(namespace, sources, opts)
+        up = await self._open_upload(namespace, opts)
         with Progress(self.progress, sum(n for n in sizes if n > 0), f"save {namespace}") as bar:
             sender = _Sender(self._t, up.id, up.chunking, bar)
             listing = {s.name: await sender.send(s) for s in sources}
             return await self._commit(sender, sources, listing)
 
-    async def submit(self, prepare: Prepare) -> SaveHandle:
-        """Run a save in the background: wait for a slot, run `prepare` (the snapshot) on a
-        worker thread, then upload with the coroutine it returns."""
-        return await self.background.submit_async(prepare)
+    async def submit(self, prepare: Prepare, *, timeout: float | None = None) -> SaveHandle:
+        """Run a save in the background: wait for one of `max_background_saves` slots (at
+        most `timeout` seconds, then TimeoutError), run `prepare` (it takes the snapshot
+        and returns the upload coroutine) in the caller's thread (through `VaultClient`)
+        or a worker thread, then upload on the client's loop."""
+        return await self.background.submit(prepare, timeout=timeout)
 
     async def flush(self) -> None:
         """Wait for every background save; raise `BackgroundSaveFailed` for failed ones
         whose handles nobody asked."""
-        await self.background.wait_async()
+        await self.background.wait()
 
     # -- saving in steps: several writers, one commit --------------------------------
-    async def begin_upload(
-        self,
-        namespace: str,
-        *,
-        parent: str | None = None,
-        inherit: bool = False,
-        metadata: dict[str, Any] | None = None,
-        tags: list[str] | None = None,
-        chunking: str | dict[str, int] | None = None,
-    ) -> UploadSession:
+    async def begin_upload(self, namespace: str, **options: Unpack[SaveFields]) -> UploadSession:
         """Open an upload that `send_file` calls (from any client, any process) fill and
         `commit` closes."""
-        options: dict[str, Any] = {
-            "parent": parent,
-            "inherit": inherit,
-            "metadata": metadata or {},
-            "tags": tags or [],
-        }
-        if chunking is not None:
-            options["chunking"] = chunking
-        return await self._open_upload(namespace, options)
+        return await self._open_upload(namespace, SaveOptions.of(options))
 
     async def send_file(
         self, upload: UploadSession, name: str, file: FileSpec, *, cuts: Sequence[int] = ()
@@ -247,14 +229,14 @@ class AsyncVaultClient:
     async def abort(self, upload: UploadSession) -> None:
         await self._t.request("DELETE", f"/v1/uploads/{upload.id}")
 
-    async def _open_upload(self, namespace: str, options: dict[str, Any]) -> UploadSession:
+    async def _open_upload(self, namespace: str, opts: SaveOptions) -> UploadSession:
         up = await self._t.json(
-            "POST", f"/v1/namespaces/{_ns(namespace)}/uploads", json_body=options
+            "POST", f"/v1/namespaces/{_ns(namespace)}/uploads", json_body=opts.wire()
         )
         return UploadSession(up["upload_id"], up["namespace"], up["chunking"])
 
     async def _save_small(
-        self, namespace: str, sources: list[Source], options: dict[str, Any]
+        self, namespace: str, sources: list[Source], opts: SaveOptions
     ) -> Checkpoint:
         files = []
         for s in sources:
@@ -266,7 +248,7 @@ class AsyncVaultClient:
                     files.append((s.name, await asyncio.to_thread(reader.read)))
                 finally:
                     reader.close()
-        body = encode_bundle({**options, "key": secrets.token_urlsafe(24)}, files)
+        body = encode_bundle({**opts.wire(), "key": secrets.token_urlsafe(24)}, files)
         rec = await self._t.json(
             "POST",
             f"/v1/namespaces/{_ns(namespace)}/checkpoints",
@@ -312,35 +294,20 @@ class AsyncVaultClient:
     ) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".ckpt-part")
-        path = f"/v1/namespaces/{_ns(ckpt.namespace)}/checkpoints/{ckpt.id}/files/{quote(name)}"
-        size, h, offset = int(info["size"]), blake3.blake3(), 0
+        size, h = int(info["size"]), blake3.blake3()
         out = await asyncio.to_thread(open, partial, "wb")
+
+        async def write(piece: bytes) -> None:
+            await asyncio.to_thread(out.write, piece)
+            h.update(piece)
+            bar.update(len(piece))
+
         with out:
-            for attempt in range(self._t.retry.attempts):
-                headers = {"Range": f"bytes={offset}-"} if offset else None
-                try:
-                    async with self._t.stream(path, headers) as resp:
-                        async for piece in resp.content.iter_chunked(1 << 20):
-                            await asyncio.to_thread(out.write, piece)
-                            h.update(piece)
-                            offset += len(piece)
-                            self._t.transfer.bytes_received += len(piece)
-                            bar.update(len(piece))
-                    if offset >= size:
-                        break
-                except (
-                    ClientError,
-                    aiohttp.ClientConnectionError,
-                    aiohttp.ClientPayloadError,
-                    asyncio.TimeoutError,
-                ) as e:
-                    if isinstance(e, ClientError) and not isinstance(e, TransportError):
-                        raise
-                    if attempt == self._t.retry.attempts - 1:
-                        raise TransportError(f"download of {name!r} kept failing: {e!r}") from e
-                    await self._t._backoff(attempt)
+            received = await self._t.download(
+                _file_path(ckpt.namespace, ckpt.id, name), size, write
+            )
             await asyncio.to_thread(_sync, out)
-        if offset != size or h.hexdigest() != info["hash"]:
+        if received != size or h.hexdigest() != info["hash"]:
             partial.unlink(missing_ok=True)
             raise IntegrityError(f"{name!r}: received bytes do not match the recorded hash")
         os.replace(partial, target)
@@ -349,21 +316,22 @@ class AsyncVaultClient:
         self, namespace: str, ref: str, name: str, start: int, length: int
     ) -> bytes:
         """`length` bytes of a file from `start` (fewer at the end of the file)."""
-        if length <= 0:
-            return b""
-        path = f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/files/{quote(name)}"
-        _, body = await self._t.request(
-            "GET", path, headers={"Range": f"bytes={start}-{start + length - 1}"}
-        )
-        return body
+        return await fetch_range(self._t, _file_path(namespace, ref, name), start, length)
 
-    async def open_file(
-        self, namespace: str, ref: str, name: str, start: int = 0
-    ) -> aiohttp.ClientResponse:
-        """A file's bytes from `start` to its end as one streamed response, which the
-        caller reads and releases: sequential reads without a request per piece."""
-        path = f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/files/{quote(name)}"
-        return await self._t.open_stream(path, {"Range": f"bytes={start}-"} if start else None)
+    def open(self, namespace: str, ref: str, name: str) -> OpeningFile:
+        """A seekable, read-only file that fetches byte ranges on demand, all from the one
+        checkpoint `ref` names now: `async with vault.open(...) as f` or `await`."""
+        return OpeningFile(self._open(namespace, ref, name))
+
+    async def _open(self, namespace: str, ref: str, name: str) -> AsyncRemoteFile:
+        return AsyncRemoteFile(await self._range_reader(namespace, ref, name), name)
+
+    async def _range_reader(self, namespace: str, ref: str, name: str) -> RangeReader:
+        ckpt = await self.get(namespace, ref)  # pin the id: every range comes from one checkpoint
+        if name not in ckpt.files:
+            raise NotFound(f"checkpoint {ckpt.id} has no file {name!r}")
+        path = _file_path(namespace, ckpt.id, name)
+        return RangeReader(self._t, path, int(ckpt.files[name]["size"]))
 
     # -- catalog ----------------------------------------------------------------------
     async def get(self, namespace: str, ref: str = "latest") -> Checkpoint:
@@ -513,6 +481,10 @@ class AsyncVaultClient:
             "GET", f"/v1/namespaces/{_ns(namespace)}/checkpoints", params=params
         )
         return [Checkpoint.from_wire(r) for r in out["checkpoints"]]
+
+
+def _file_path(namespace: str, ref: str, name: str) -> str:
+    return f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/files/{quote(name)}"
 
 
 def _sync(f: Any) -> None:

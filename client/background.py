@@ -8,8 +8,8 @@ event loop while the caller goes on (training, say).
 At most `limit` saves are in flight: each holds a snapshot in memory, so a caller saving
 faster than the vault accepts waits for a slot before its next snapshot (back-pressure)
 instead of piling up copies. A failed save raises from its handle's `result()`; one whose
-handle nobody looked at is logged when it fails and raised again by `wait()` (which the
-clients' `flush()` and `close()` call), so a failure is never silently dropped.
+handle nobody looked at is logged when it fails and raised again by `wait()` (which
+the clients' `flush()` and `close()` call), so a failure is never silently dropped.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 from .chunking import FileSpec, collect_sources
 from .errors import ClientError
+from .loopthread import detach_from_caller, in_caller
 from .models import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -103,49 +104,30 @@ class BackgroundSaves:
         with self._lock:
             return self._granted
 
-    def submit(
-        self, prepare: Prepare, loop: asyncio.AbstractEventLoop, *, timeout: float | None = None
-    ) -> SaveHandle:
-        """For blocking callers (not on `loop`): wait for a slot (TimeoutError after
-        `timeout` seconds), run `prepare` here, upload on `loop`; return at once after."""
+    async def submit(self, prepare: Prepare, *, timeout: float | None = None) -> SaveHandle:
+        """On the upload loop: wait for a slot (TimeoutError after `timeout` seconds), run
+        `prepare` in the blocked caller's thread (a `VaultClient` call) or on a worker
+        thread (async code), then start the upload; return its handle at once after."""
         slot = self._slot()
         try:
-            slot.result(timeout)
-        except concurrent.futures.TimeoutError:
-            if slot.cancel():
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(slot)), timeout)
+        except asyncio.TimeoutError:
+            if slot.cancel():  # else it was granted just as time ran out: use it
                 raise TimeoutError(f"no background save slot within {timeout} s") from None
-        try:
-            upload = prepare()
-        except BaseException:
-            self._release()
-            raise
-        return self._launch(upload, loop)
-
-    async def submit_async(self, prepare: Prepare) -> SaveHandle:
-        """For coroutines on the upload loop: the same, with `prepare` on a worker thread."""
-        slot = self._slot()
-        try:
-            await asyncio.wrap_future(slot)
         except asyncio.CancelledError:
             if not slot.cancel():  # granted as we were cancelled: hand it on
                 self._release()
             raise
         try:
-            upload = await asyncio.to_thread(prepare)
+            upload = await in_caller(prepare)
         except BaseException:
             self._release()
             raise
         return self._launch(upload, asyncio.get_running_loop())
 
-    def wait(self, timeout: float | None = None) -> None:
+    async def wait(self) -> None:
         """Wait for every save in flight; raise `BackgroundSaveFailed` for failures whose
         handles nobody asked (they count as asked after this)."""
-        with self._lock:
-            futures = [h._future for h in self._running]
-        concurrent.futures.wait(futures, timeout)
-        self._raise_unobserved()
-
-    async def wait_async(self) -> None:
         with self._lock:
             futures = [h._future for h in self._running]
         await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
@@ -187,6 +169,7 @@ class BackgroundSaves:
             self._running.add(handle)
 
         async def run() -> None:
+            detach_from_caller()
             try:
                 result = await upload
             except BaseException as e:  # handed to the handle, never dropped

@@ -25,7 +25,7 @@ import io
 import os
 import pickle
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta
@@ -44,8 +44,12 @@ from torch.futures import Future
 from .aio import UploadSession
 from .errors import ClientError, IntegrityError
 from .models import Checkpoint
+from .options import SaveFields
 from .sync import VaultClient
 from .torch import _as_file, _read_into, safetensors_layout, tensor_bytes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 METADATA_FILE = ".metadata"
 
@@ -101,21 +105,12 @@ class VaultWriter(StorageWriter):
         self,
         client: VaultClient,
         namespace: str,
-        *,
-        parent: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        tags: list[str] | None = None,
-        chunking: str | dict[str, int] | None = None,
+        **options: Unpack[SaveFields],
     ) -> None:
         super().__init__()
         self.client = client
         self.namespace = namespace
-        self.options: dict[str, Any] = {
-            "parent": parent,
-            "metadata": metadata,
-            "tags": tags,
-            "chunking": chunking,
-        }
+        self.options = options
         self.checkpoint: Checkpoint | None = None
         self._upload: UploadSession | None = None
 

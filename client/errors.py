@@ -13,6 +13,7 @@ class ClientError(Exception):
     """Root of every error the client raises."""
 
     code = "client_error"
+    retry_after: float | None = None  # seconds, when the server said when to ask again
 
     def __init__(self, message: str, status: int | None = None, body: Any = None) -> None:
         super().__init__(message)

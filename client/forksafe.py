@@ -1,5 +1,5 @@
-"""Objects that own an event loop on a thread of their own (`VaultClient`, the LangGraph
-`VaultSaver`) and what a fork does to them.
+"""Objects that own an event loop on a thread of their own (`VaultClient`, and the LangGraph
+`VaultSaver` through it) and what a fork does to them.
 
 After fork the child's copy has no loop thread, and its loop shares one epoll set with the
 parent's: tearing the copy down (closing pooled connections, the loop's wake-up pipe) would
@@ -19,7 +19,8 @@ from typing import Protocol
 
 
 class LoopOwner(Protocol):
-    _loop: asyncio.AbstractEventLoop
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop: ...
 
 
 class _InertInChild:

@@ -23,7 +23,7 @@ import io
 import json
 import threading
 from collections.abc import Coroutine, Mapping
-from typing import IO, Any, Literal, cast, overload
+from typing import IO, TYPE_CHECKING, Any, Literal, cast, overload
 
 import torch
 from torch.serialization import MAP_LOCATION
@@ -32,8 +32,12 @@ from .aio import AsyncVaultClient
 from .background import SaveHandle
 from .errors import IntegrityError
 from .models import Checkpoint
+from .options import SaveFields
 from .remotefile import SizedRawFile
 from .sync import VaultClient
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 STREAM_BUFFER = 16 << 20  # serialized bytes torch.save may run ahead of the upload
 PIECE = 4 << 20  # largest copy of one torch.save write held in that buffer
@@ -56,11 +60,8 @@ def save_state_dict(
     state: Any,
     *,
     name: str = "state.pt",
-    parent: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    tags: list[str] | None = None,
-    chunking: str | dict[str, int] | None = None,
     background: Literal[False] = False,
+    **options: Unpack[SaveFields],
 ) -> Checkpoint: ...
 @overload
 def save_state_dict(
@@ -69,11 +70,8 @@ def save_state_dict(
     state: Any,
     *,
     name: str = "state.pt",
-    parent: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    tags: list[str] | None = None,
-    chunking: str | dict[str, int] | None = None,
     background: Literal[True],
+    **options: Unpack[SaveFields],
 ) -> SaveHandle: ...
 def save_state_dict(
     client: VaultClient,
@@ -81,11 +79,8 @@ def save_state_dict(
     state: Any,
     *,
     name: str = "state.pt",
-    parent: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    tags: list[str] | None = None,
-    chunking: str | dict[str, int] | None = None,
     background: bool = False,
+    **options: Unpack[SaveFields],
 ) -> Checkpoint | SaveHandle:
     """`torch.save(state)` as file `name` of a new checkpoint. `background=True`: copy
     the tensors to fresh CPU memory (`snapshot`), return a `SaveHandle` at once, and
@@ -95,22 +90,13 @@ def save_state_dict(
         def prepare() -> Coroutine[Any, Any, Checkpoint]:
             stream = _TorchSaveStream(snapshot(state))
             files = {name: _as_file(stream)}
-            save = client.aio.save(
-                namespace, files, parent=parent, metadata=metadata, tags=tags, chunking=chunking
-            )
+            save = client.aio.save(namespace, files, **options)
             return _closing(save, stream)
 
         return client.submit(prepare)
     stream = _TorchSaveStream(state)
     try:
-        return client.save(
-            namespace,
-            {name: _as_file(stream)},
-            parent=parent,
-            metadata=metadata,
-            tags=tags,
-            chunking=chunking,
-        )
+        return client.save(namespace, {name: _as_file(stream)}, **options)
     finally:
         stream.close()
 
@@ -374,12 +360,9 @@ def save_safetensors(
     tensors: Mapping[str, torch.Tensor],
     *,
     name: str = "model.safetensors",
-    parent: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    tags: list[str] | None = None,
-    chunking: str | dict[str, int] | None = None,
     cut_at_tensors: bool = True,
     background: Literal[False] = False,
+    **options: Unpack[SaveFields],
 ) -> Checkpoint: ...
 @overload
 def save_safetensors(
@@ -388,12 +371,9 @@ def save_safetensors(
     tensors: Mapping[str, torch.Tensor],
     *,
     name: str = "model.safetensors",
-    parent: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    tags: list[str] | None = None,
-    chunking: str | dict[str, int] | None = None,
     cut_at_tensors: bool = True,
     background: Literal[True],
+    **options: Unpack[SaveFields],
 ) -> SaveHandle: ...
 def save_safetensors(
     client: VaultClient,
@@ -401,24 +381,14 @@ def save_safetensors(
     tensors: Mapping[str, torch.Tensor],
     *,
     name: str = "model.safetensors",
-    parent: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    tags: list[str] | None = None,
-    chunking: str | dict[str, int] | None = None,
     cut_at_tensors: bool = True,
     background: bool = False,
+    **options: Unpack[SaveFields],
 ) -> Checkpoint | SaveHandle:
     """`tensors` as a safetensors file `name` of a new checkpoint, streamed from the
     tensors' own memory. `cut_at_tensors`: every tensor starts a new chunk, so a changed
     tensor never drags its unchanged neighbours into new chunks (docs/integrations/torch.md
     has the measurements behind this default)."""
-    options: dict[str, Any] = {
-        "parent": parent,
-        "metadata": metadata,
-        "tags": tags,
-        "chunking": chunking,
-    }
-
     if background:
         return client.submit(
             lambda: _upload_file(
@@ -466,7 +436,7 @@ async def _upload_file(
     name: str,
     tensors: Mapping[str, torch.Tensor],
     cut_at_tensors: bool,
-    options: dict[str, Any],
+    options: SaveFields,
 ) -> Checkpoint:
     layout = await asyncio.to_thread(safetensors_layout, tensors)
     upload = await aio.begin_upload(namespace, **options)

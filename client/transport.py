@@ -1,40 +1,78 @@
-"""HTTP for the client: one pooled aiohttp session, retries, error mapping, byte counts.
+"""HTTP for the client: one pooled aiohttp session, the one retry policy, error mapping,
+byte counts.
 
 Every request the client makes is idempotent (chunk ids are content hashes, commits of one
-upload return one checkpoint, one-request saves carry an idempotency key), so connection
-errors, timeouts and 502/503/504 are retried with exponential backoff and full jitter.
+upload return one checkpoint, one-request saves carry an idempotency key, reads resume by
+Range), so every call goes through one loop, `Transport.retrying`, under one
+`RetryPolicy`: connection errors, timeouts and 502/503/504 are retried, and 429 when it
+says when (Retry-After); waits grow exponentially with full jitter, never shorter than a
+Retry-After, and stop at the policy's attempt count or deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import random
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
-from .errors import ClientError, TransportError, Unavailable, error_from
+from .errors import ClientError, TransportError, error_from
 from .models import Transfer
 
-RETRY_STATUSES = frozenset({502, 503, 504})
+T = TypeVar("T")
+RETRY_STATUSES = frozenset({502, 503, 504})  # retried whether or not they say when
 _WHOLE_BODY_LIMIT = 1 << 20
 READ_BUFFER = 4 << 20  # a response may buffer this much before aiohttp pauses the socket:
 # large reads then come in a few pieces, not one per 64 KiB
-_RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
+_NETWORK = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How often and how long a call is tried. `attempts` bounds the tries (1: never
+    retry); `deadline` (seconds from the first try, None: no bound) stops retrying when
+    the next wait would pass it. Waits: uniform in [0, min(cap, base * 2**n)] (full
+    jitter), at least what a Retry-After asks; one asking longer than
+    `retry_after_limit` seconds ends the call at once (waiting less would only be
+    refused again)."""
+
     attempts: int = 6
-    base: float = 0.1  # seconds before the first retry, doubling each time
+    base: float = 0.1  # seconds: the bound of the first wait, doubling each time
     cap: float = 5.0
+    deadline: float | None = None
+    retry_after_limit: float = 60.0
 
     def delay(self, attempt: int) -> float:
         return random.uniform(0, min(self.cap, self.base * (2**attempt)))  # noqa: S311
+
+    def wait(self, attempt: int, elapsed: float, retry_after: float | None) -> float | None:
+        """Seconds to wait before try `attempt + 1` (counting from 0), or None: give up."""
+        if attempt + 1 >= self.attempts:
+            return None
+        if retry_after is not None and retry_after > self.retry_after_limit:
+            return None
+        wait = max(self.delay(attempt), retry_after or 0.0)
+        if self.deadline is not None and elapsed + wait > self.deadline:
+            return None
+        return wait
+
+
+def retryable(error: BaseException) -> bool:
+    """What can succeed when asked again: the network failed, or the server said so."""
+    if isinstance(error, _NETWORK):
+        return True
+    if isinstance(error, ClientError) and error.status is not None:
+        return error.status in RETRY_STATUSES or (
+            error.status == 429 and error.retry_after is not None
+        )
+    return False
 
 
 class Transport:
@@ -70,6 +108,27 @@ class Transport:
             await self._session.close()
             self._session = None
 
+    async def retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`attempt()` until it succeeds, fails for good, or the policy says stop. The one
+        retry loop of the client: every request goes through it."""
+        started = time.monotonic()
+        n = 0
+        while True:
+            try:
+                return await attempt()
+            except (*_NETWORK, ClientError) as e:
+                if not retryable(e):
+                    raise
+                after = e.retry_after if isinstance(e, ClientError) else None
+                wait = self.retry.wait(n, time.monotonic() - started, after)
+                if wait is None:
+                    if isinstance(e, ClientError):
+                        raise
+                    raise TransportError(f"{what}: {e!r} (after {n + 1} attempts)") from e
+            self.transfer.retries += 1
+            n += 1
+            await asyncio.sleep(wait)
+
     async def request(
         self,
         method: str,
@@ -96,78 +155,96 @@ class Transport:
             hdrs.setdefault("Content-Type", "application/json")
         if parts is not None:  # streamed bodies would otherwise go chunked
             hdrs["Content-Length"] = str(size)
-        for attempt in range(self.retry.attempts):
-            last = attempt == self.retry.attempts - 1
-            try:
-                async with self._http().request(
-                    method,
-                    self.url + path,
-                    data=_payload(parts, size),
-                    headers=hdrs,
-                    params=params,
-                ) as resp:
-                    payload = await resp.read()
-                    self._count(size, len(payload))
-                    if resp.status in RETRY_STATUSES and not last:
-                        await self._backoff(attempt)
-                        continue
-                    if resp.status >= 400:
-                        raise error_from(resp.status, _parse(payload))
-                    return resp.status, payload
-            except _RETRYABLE as e:
-                if last:
-                    raise TransportError(f"{method} {path}: {e!r}") from e
-                await self._backoff(attempt)
-        raise Unavailable(f"{method} {path}: no answer after {self.retry.attempts} attempts")
+
+        async def attempt() -> tuple[int, bytes]:
+            async with self._http().request(
+                method, self.url + path, data=_payload(parts, size), headers=hdrs, params=params
+            ) as resp:
+                payload = await resp.read()
+                self._count(size, len(payload))
+                if resp.status >= 400:
+                    raise _error(resp, payload)
+                return resp.status, payload
+
+        return await self.retrying(f"{method} {path}", attempt)
 
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
         _, payload = await self.request(method, path, **kwargs)
         return _parse(payload) if payload else None
 
-    @asynccontextmanager
-    async def stream(
+    async def open_stream(
         self, path: str, headers: dict[str, str] | None = None
+    ) -> aiohttp.ClientResponse:
+        """A GET whose body the caller reads and then releases; retried until it answers."""
+        return await self.retrying(f"GET {path}", lambda: self._open_once(path, headers))
+
+    async def download(
+        self, path: str, size: int, consume: Callable[[bytes], Awaitable[None]]
+    ) -> int:
+        """The `size` bytes at `path`, in order, into `consume`; a connection that breaks
+        (or a body that ends early) resumes with a Range request where it stopped, each
+        resume one attempt of the policy. Returns the bytes received."""
+        done = 0
+
+        async def attempt() -> None:
+            nonlocal done
+            async with self._stream_once(path, {"Range": f"bytes={done}-"} if done else None) as r:
+                async for piece in r.content.iter_chunked(1 << 20):
+                    await consume(piece)
+                    done += len(piece)
+                    self.transfer.bytes_received += len(piece)
+            if done < size:
+                raise aiohttp.ClientPayloadError(f"body ended after {done} of {size} bytes")
+
+        await self.retrying(f"GET {path}", attempt)
+        return done
+
+    @asynccontextmanager
+    async def _stream_once(
+        self, path: str, headers: dict[str, str] | None
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """A GET whose body the caller reads; connection errors before the answer retry."""
-        resp = await self.open_stream(path, headers)
+        resp = await self._open_once(path, headers)
         try:
             yield resp
         finally:
             resp.release()
 
-    async def open_stream(
-        self, path: str, headers: dict[str, str] | None = None
-    ) -> aiohttp.ClientResponse:
-        """`stream` for a caller that keeps the response across calls and releases it."""
+    async def _open_once(self, path: str, headers: dict[str, str] | None) -> aiohttp.ClientResponse:
         self.transfer.requests += 1
-        for attempt in range(self.retry.attempts):
+        resp = await self._http().get(self.url + path, headers=headers)
+        if resp.status >= 400:
             try:
-                resp = await self._http().get(self.url + path, headers=headers)
-            except _RETRYABLE as e:
-                if attempt == self.retry.attempts - 1:
-                    raise TransportError(f"GET {path}: {e!r}") from e
-                await self._backoff(attempt)
-                continue
-            if resp.status in RETRY_STATUSES and attempt < self.retry.attempts - 1:
+                raise _error(resp, await resp.read())
+            finally:
                 resp.release()
-                await self._backoff(attempt)
-                continue
-            if resp.status >= 400:
-                try:
-                    raise error_from(resp.status, _parse(await resp.read()))
-                finally:
-                    resp.release()
-            return resp
-        raise Unavailable(f"GET {path}: no answer after {self.retry.attempts} attempts")
+        return resp
 
     def _count(self, sent: int, received: int) -> None:
         self.transfer.requests += 1
         self.transfer.bytes_sent += sent
         self.transfer.bytes_received += received
 
-    async def _backoff(self, attempt: int) -> None:
-        self.transfer.retries += 1
-        await asyncio.sleep(self.retry.delay(attempt))
+
+def _error(resp: aiohttp.ClientResponse, payload: bytes) -> ClientError:
+    error = error_from(resp.status, _parse(payload))
+    error.retry_after = _retry_after(resp.headers)
+    return error
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Retry-After in seconds (it may be a number or an HTTP date); None if absent."""
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _payload(

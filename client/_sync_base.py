@@ -1,0 +1,83 @@
+"""The hand-written part of `VaultClient`: what a blocking face has and a coroutine API
+does not. Every other method is generated from `AsyncVaultClient` (client/_gen_sync.py).
+
+It owns the loop thread every call runs on (one per client, so one connection pool serves
+every thread of the program), the context manager and `close`, the blocking seekable file
+of `open`, and the closing of a client the program never closed: a finalizer closes its
+connections when it is collected or, at the latest, at interpreter exit, so a script that
+forgets `close()` ends without aiohttp's unclosed-session warnings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import weakref
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .background import BackgroundSaveFailed
+from .forksafe import inert_after_fork
+from .loopthread import LoopThread
+from .models import Transfer
+from .remotefile import RemoteFile
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from .aio import AsyncVaultClient
+
+T = TypeVar("T")
+OPEN_BUFFER = 1 << 20  # range reads of at least this much; torch.load reads in small pieces
+
+
+class BlockingClient:
+    def __init__(self, aio: AsyncVaultClient) -> None:
+        self.aio = aio
+        self._thread = LoopThread("ckpt-client")
+        inert_after_fork(self)
+        self._closer = weakref.finalize(self, _close_unclosed, self._thread, aio)
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return self._thread.loop
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._thread.run(coro)
+
+    @property
+    def url(self) -> str:
+        return self.aio.url
+
+    @property
+    def transfer(self) -> Transfer:
+        return self.aio.transfer
+
+    def close(self) -> None:
+        """Waits for background saves first; raises `BackgroundSaveFailed` (once closed)
+        if any failed without its handle being asked."""
+        if self._closer.detach() is not None:
+            self._thread.stop(self.aio.close())
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self, namespace: str, ref: str, name: str) -> io.BufferedReader:
+        """A seekable, read-only file object that fetches byte ranges on demand."""
+        reader = self._run(self.aio._range_reader(namespace, ref, name))
+        return io.BufferedReader(RemoteFile(reader, self._thread, name), buffer_size=OPEN_BUFFER)
+
+
+def _close_unclosed(thread: LoopThread, aio: AsyncVaultClient) -> None:
+    """A collected or still-open client at exit: wait for its background saves, close
+    its connections, stop its thread. A failed save was logged when it failed."""
+    thread.stop_later(_quietly(aio.close()))
+
+
+async def _quietly(close: Coroutine[Any, Any, None]) -> None:
+    with contextlib.suppress(BackgroundSaveFailed):
+        await close

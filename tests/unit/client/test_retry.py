@@ -1,0 +1,125 @@
+"""The one retry policy: what it retries, how long it waits, when it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from client import NotFound, RetryPolicy, ServerError, TransportError, Unavailable
+from client.errors import error_from
+from client.transport import Transport, _retry_after, retryable
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
+FAST = RetryPolicy(attempts=4, base=0.001, cap=0.002)
+
+
+def _error(status: int, retry_after: float | None = None) -> Exception:
+    error = error_from(status, None)
+    error.retry_after = retry_after
+    return error
+
+
+def test_what_is_retried() -> None:
+    assert retryable(aiohttp.ClientConnectionError())
+    assert retryable(aiohttp.ClientPayloadError())
+    assert retryable(asyncio.TimeoutError())
+    for status in (502, 503, 504):
+        assert retryable(_error(status))
+    assert retryable(_error(429, 1.0))
+    assert not retryable(_error(429))  # no Retry-After: it does not say it will pass
+    assert not retryable(_error(404))
+    assert not retryable(_error(500))
+    assert not retryable(ValueError())
+
+
+def test_waits_are_jittered_bounded_and_obey_retry_after() -> None:
+    policy = RetryPolicy(attempts=3, base=1.0, cap=2.0, deadline=10.0, retry_after_limit=5.0)
+    waits = [policy.wait(1, 0.0, None) for _ in range(200)]
+    assert all(w is not None and 0 <= w <= 2.0 for w in waits)
+    assert len(set(waits)) > 100  # full jitter, not a fixed ladder
+    assert policy.wait(0, 0.0, 4.0) == pytest.approx(4.0, abs=1.0)
+    assert (policy.wait(0, 0.0, 4.0) or 0) >= 4.0
+    assert policy.wait(0, 0.0, 6.0) is None  # asks longer than we wait: fail now
+    assert policy.wait(2, 0.0, None) is None  # out of attempts
+    assert policy.wait(0, 9.5, 1.0) is None  # would pass the deadline
+
+
+def test_retry_after_reads_seconds_and_dates() -> None:
+    assert _retry_after({"Retry-After": "3"}) == 3.0
+    assert _retry_after({}) is None
+    assert _retry_after({"Retry-After": "soon"}) is None
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 < (_retry_after({"Retry-After": later}) or 0) <= 30
+
+
+async def _serve(
+    aiohttp_server: ServerFactory, answers: list[tuple[int, dict[str, str]]]
+) -> tuple[TestServer, list[int]]:
+    """A server that gives `answers` in turn, then 200 {"ok": true}; counts requests."""
+    seen: list[int] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(1)
+        if answers:
+            status, headers = answers.pop(0)
+            return web.json_response(
+                {"error": {"code": "x", "message": "no"}}, status=status, headers=headers
+            )
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    return await aiohttp_server(app), seen
+
+
+async def test_statuses_that_say_retry_are_retried(aiohttp_server: ServerFactory) -> None:
+    server, seen = await _serve(aiohttp_server, [(503, {}), (429, {"Retry-After": "0"}), (502, {})])
+    t = Transport(str(server.make_url("")), None, retry=FAST)
+    try:
+        assert await t.json("GET", "/v1/x") == {"ok": True}
+        assert len(seen) == 4
+        assert t.transfer.retries == 3
+    finally:
+        await t.close()
+
+
+async def test_a_429_without_retry_after_and_a_404_are_not(aiohttp_server: ServerFactory) -> None:
+    server, seen = await _serve(aiohttp_server, [(429, {}), (404, {})])
+    t = Transport(str(server.make_url("")), None, retry=FAST)
+    try:
+        with pytest.raises(ServerError):
+            await t.json("GET", "/v1/x")
+        with pytest.raises(NotFound):
+            await t.json("GET", "/v1/x")
+        assert len(seen) == 2
+    finally:
+        await t.close()
+
+
+async def test_attempts_run_out_with_the_last_answer(aiohttp_server: ServerFactory) -> None:
+    server, seen = await _serve(aiohttp_server, [(503, {"Retry-After": "0"})] * 10)
+    t = Transport(str(server.make_url("")), None, retry=FAST)
+    try:
+        with pytest.raises(Unavailable) as failed:
+            await t.json("GET", "/v1/x")
+        assert failed.value.retry_after == 0
+        assert len(seen) == FAST.attempts
+    finally:
+        await t.close()
+
+
+async def test_an_unreachable_server_is_a_transport_error() -> None:
+    t = Transport("http://127.0.0.1:9", None, retry=FAST)
+    try:
+        with pytest.raises(TransportError, match="after 4 attempts"):
+            await t.json("GET", "/v1/x")
+        assert t.transfer.retries == FAST.attempts - 1
+    finally:
+        await t.close()
