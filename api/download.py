@@ -13,7 +13,7 @@ import re
 from aiohttp import web
 
 from vault import FileEntry, NotFound
-from vault.reader import batches
+from vault.content.reader import batches
 
 from .errors import InvalidRange
 from .http import run

@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.seaweed import SeaweedFS  # noqa: E402
 from tiering import open_tier  # noqa: E402
-from tiering.mover import demote, promote  # noqa: E402
 from tiering.repack import repack  # noqa: E402
 from vault import FakeClock, Keyring, Vault, VaultConfig  # noqa: E402
 from vault.seal import add_key  # noqa: E402
@@ -66,7 +65,7 @@ def run(root: Path, weed: SeaweedFS, size: int, keyring: Keyring | None) -> None
     ckpt = save(vault, "bench", size, 1)
     hot = read_all(vault, "bench", ckpt)
     chunks = chunks_of(vault, "bench", ckpt)
-    report = demote(vault, "cold", chunks)
+    report = vault.content.demote("cold", chunks)
     cold = read_all(vault, "bench", ckpt)
     objects = sum(1 for _ in tier.list())
     print(f"[{label}]")
@@ -79,7 +78,7 @@ def run(root: Path, weed: SeaweedFS, size: int, keyring: Keyring | None) -> None
     print(f"restore hot         {hot:,.1f} MB/s (LMDB, page cache)")
     print(f"restore cold        {cold:,.1f} MB/s (range reads from SeaweedFS)")
     half = chunks[::2]  # every other chunk: each pack is left half live, the worst case
-    back = promote(vault, half)
+    back = vault.content.promote(half)
     print(f"promotion           {back.mb_per_s:,.1f} MB/s ({back.chunks_moved:,} scattered chunks)")
     started = time.perf_counter()
     rp = repack(vault)

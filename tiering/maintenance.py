@@ -30,7 +30,7 @@ def gc_and_repack(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
     """
     with vault.maintenance.hold("gc"):
         result: dict[str, Any] = asdict(vault.gc(dry_run))
-        if vault.store.tiers and not dry_run:
+        if vault.tiers and not dry_run:
             packs = repack(vault, repack_threshold(vault))
             result["packs_rewritten"] = packs.rewritten
             result["pack_bytes_freed"] = packs.dead_bytes_freed

@@ -28,14 +28,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from vault import Vault
-from vault.blocks import PACKED, ChunkMeta, Location
+from vault.content import Packed
+from vault.content.chunks import ChunkMeta
 from vault.errors import InvalidRequest
 from vault.manifest import distinct_chunks
 from vault.policy import Policy, parse_duration, parse_size
-from vault.prune import live_records
+from vault.snapshot import Snapshot
 
 
 @dataclass
@@ -53,7 +53,7 @@ class _Checkpoint:
 class TieringPlan:
     moves: dict[str, set[bytes]] = field(default_factory=dict)  # target tier -> hot chunks
     # target tier -> packed chunks (and where they are) moving on from a warmer tier
-    transfers: dict[str, list[tuple[bytes, Location]]] = field(default_factory=dict)
+    transfers: dict[str, list[tuple[bytes, Packed]]] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)  # target tier -> stored bytes
     checkpoints: dict[str, list[str]] = field(default_factory=dict)  # target -> ids
     by_watermark: list[str] = field(default_factory=list)  # demoted early for capacity
@@ -88,9 +88,8 @@ class _Planner:
     """Holds the per-chunk counts the plan needs: how many staying-hot checkpoints use each
     chunk, and each chunk's metadata, read once."""
 
-    def __init__(self, vault: Vault, txn: Any, checkpoints: list[_Checkpoint]) -> None:
-        self._vault = vault
-        self._txn = txn
+    def __init__(self, snap: Snapshot, checkpoints: list[_Checkpoint]) -> None:
+        self._snap = snap
         self.checkpoints = checkpoints
         self.users: Counter[bytes] = Counter()
         for c in checkpoints:
@@ -100,23 +99,23 @@ class _Planner:
 
     def meta(self, cid: bytes) -> ChunkMeta | None:
         if cid not in self._meta:
-            self._meta[cid] = self._vault.store.blocks.meta(self._txn, cid)
+            self._meta[cid] = self._snap.chunk(cid)
         return self._meta[cid]
 
     def movable(self, cid: bytes) -> bool:
         meta = self.meta(cid)
-        return meta is not None and meta.seq != PACKED and not meta.damaged
+        return meta is not None and meta.hot and not meta.damaged
 
-    def location(self, cid: bytes) -> Location | None:
+    def location(self, cid: bytes) -> Packed | None:
         """Where a packed, undamaged chunk is; None for any other."""
         meta = self.meta(cid)
-        if meta is None or meta.seq != PACKED or meta.damaged:
+        if meta is None or meta.damaged or not isinstance(meta.where, Packed):
             return None
-        return self._vault.store.blocks.location(self._txn, cid)
+        return meta.where
 
     def hot_size(self, chunks: Iterable[bytes]) -> int:
         """Stored bytes of those chunks that are hot now."""
-        return sum(m.stored for m in map(self.meta, chunks) if m is not None and m.seq != PACKED)
+        return sum(m.stored for m in map(self.meta, chunks) if m is not None and m.hot)
 
     def demote(self, c: _Checkpoint) -> int:
         """Mark a staying-hot checkpoint cold; the hot bytes that frees."""
@@ -130,17 +129,16 @@ class _Planner:
 
 
 def plan(vault: Vault, now: float) -> TieringPlan:
-    store = vault.store
-    rank = {name: i for i, name in enumerate(store.tiers)}  # declared first = warmer
-    with store.env.read() as txn:
-        default = vault.own_policy(txn, None) or Policy()
+    rank = {name: i for i, name in enumerate(vault.tiers)}  # declared first = warmer
+    with vault.snapshot() as snap:
+        default = snap.own_policy(None) or Policy()
         own: dict[str, Policy | None] = {}
         checkpoints: list[_Checkpoint] = []
-        for ns in [n.name for n in store.catalog.namespaces(txn)]:
-            own[ns] = vault.own_policy(txn, ns)
-            checkpoints += _namespace(vault, txn, ns, own[ns] or default, now)
-        planner = _Planner(vault, txn, checkpoints)
-        out = TieringPlan(hot_bytes=store.blocks.tier_totals(txn, store.tiers)["hot"]["bytes"])
+        for ns in snap.namespaces():
+            own[ns] = snap.own_policy(ns)
+            checkpoints += _namespace(vault, snap, ns, own[ns] or default, now)
+        planner = _Planner(snap, checkpoints)
+        out = TieringPlan(hot_bytes=snap.tier_totals()["hot"]["bytes"])
         for ns, policy in own.items():
             if policy is not None:
                 _watermark(planner, policy, [c for c in checkpoints if c.namespace == ns], out)
@@ -149,7 +147,9 @@ def plan(vault: Vault, now: float) -> TieringPlan:
     return out
 
 
-def _namespace(vault: Vault, txn: Any, ns: str, policy: Policy, now: float) -> list[_Checkpoint]:
+def _namespace(
+    vault: Vault, snap: Snapshot, ns: str, policy: Policy, now: float
+) -> list[_Checkpoint]:
     settings = policy.tiering
     target = settings.get("target")
     after = parse_duration(settings.get("demote_after", 0), "demote_after")
@@ -157,17 +157,17 @@ def _namespace(vault: Vault, txn: Any, ns: str, policy: Policy, now: float) -> l
         (s["tier"], parse_duration(s["after"], "after")) for s in settings.get("stages", [])
     ]
     for tier, _ in stages:
-        if tier is not None and tier not in vault.store.tiers:
+        if tier is not None and tier not in vault.tiers:
             raise InvalidRequest(f"namespace {ns}: tier {tier!r} is not configured")
     keep = int(settings.get("keep_hot_last", 1))
     pinned_hot = bool(settings.get("pinned_stay_hot", True))
     out = []
-    for i, rec in enumerate(live_records(vault.store, txn, ns)):
+    for i, rec in enumerate(snap.live_records(ns)):
         age_from = max(rec.created_at, rec.promoted_at or 0.0)
         recently_read = rec.promoted_at is not None and rec.promoted_at > now - after
         held = target is None or i < keep or (rec.pinned and pinned_hot) or recently_read
         hot = held or age_from > now - after
-        chunks = distinct_chunks(vault.store.catalog.manifest(txn, rec.id))
+        chunks = distinct_chunks(snap.manifest(rec.id))
         reached = [tier for tier, at in stages if age_from <= now - at]
         where = reached[-1] if reached and target is not None else target
         out.append(_Checkpoint(rec.id, ns, age_from, chunks, where, held, hot))
@@ -242,4 +242,4 @@ def _settle(planner: _Planner, rank: dict[str, int], out: TieringPlan) -> None:
 
 
 def _is_packed(meta: ChunkMeta | None) -> bool:
-    return meta is not None and meta.seq == PACKED and not meta.damaged
+    return meta is not None and isinstance(meta.where, Packed) and not meta.damaged

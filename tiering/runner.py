@@ -12,19 +12,19 @@ from __future__ import annotations
 from typing import Any
 
 from vault import CheckpointRecord, Vault
-from vault.blocks import PACKED, Location
+from vault.content import MoveReport, Packed
+from vault.content.chunks import ChunkMeta
 from vault.maintenance import maintenance_operation
 from vault.manifest import distinct_chunks
-from vault.writer import WriteTxn
+from vault.snapshot import Snapshot
 
 from . import repack
-from .mover import MoveReport, demote, promote
 from .policy import plan
 
 
 @maintenance_operation("tiering")
 def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
-    tiering_plan = plan(vault, vault.store.clock.now())
+    tiering_plan = plan(vault, vault.clock.now())
     out: dict[str, Any] = {"dry_run": dry_run, **tiering_plan.to_wire()}
     below = repack_threshold(vault)
     if dry_run:
@@ -38,12 +38,12 @@ def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
     moved = {}
     for target, chunks in tiering_plan.moves.items():
         if chunks:
-            moved[target] = _summary(demote(vault, target, sorted(chunks)))
+            moved[target] = _summary(vault.content.demote(target, sorted(chunks)))
     for target, items in tiering_plan.transfers.items():
         report = repack.move_packed(vault, target, sorted(items, key=_by_place))
         moved.setdefault(target, _summary(MoveReport()))["from_other_tiers"] = report.to_wire()
     out["moved"] = moved
-    out["promoted"] = _summary(promote(vault, sorted(tiering_plan.promote)))
+    out["promoted"] = _summary(vault.content.promote(sorted(tiering_plan.promote)))
     out["retiered"] = retier(vault)
     out["repack"] = {"below": below, **repack.repack(vault, below).to_wire()}
     return out
@@ -51,13 +51,13 @@ def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
 
 def repack_threshold(vault: Vault) -> float:
     """`repack_below` of the default policy: packs are shared by all namespaces."""
-    with vault.store.env.read() as txn:
-        policy = vault.own_policy(txn, None)
+    with vault.snapshot() as snap:
+        policy = snap.own_policy(None)
     value = policy.tiering.get("repack_below") if policy is not None else None
     return float(value) if value is not None else repack.DEFAULT_REPACK_BELOW
 
 
-def _by_place(item: tuple[bytes, Location]) -> tuple[str, str, int]:
+def _by_place(item: tuple[bytes, Packed]) -> tuple[str, str, int]:
     """Read packs in order: adjacent frames come in one range request."""
     return item[1].tier, item[1].key, item[1].offset
 
@@ -77,40 +77,29 @@ def wants_promotion(vault: Vault, ns: str, record: CheckpointRecord) -> bool:
     """A read of this checkpoint should bring its bytes back hot (policy promote_on_read)."""
     if record.tier == "hot":
         return False
-    with vault.store.env.read() as txn:
-        return bool(vault.policy_for(txn, ns).tiering.get("promote_on_read", False))
+    with vault.snapshot() as snap:
+        return bool(snap.policy_for(ns).tiering.get("promote_on_read", False))
 
 
 def promote_checkpoint(vault: Vault, ns: str, ckpt_id: str) -> dict[str, Any]:
     """Promotion on read: note the read (the checkpoint ages from it, so the next tiering
     run leaves it hot for `demote_after`), then bring its packed chunks back."""
-    store = vault.store
-    now = store.clock.now()
-
-    def note(w: WriteTxn) -> set[bytes]:
-        rec = store.catalog.record(w.cat, ckpt_id)
-        if rec is None or rec.is_tombstone or rec.namespace != ns:
-            return set()
-        rec.promoted_at = now
-        store.catalog.put_record(w.cat, rec)
-        return distinct_chunks(store.catalog.manifest(w.cat, ckpt_id))
-
-    chunks = store.writer.run(note)
-    with store.env.read() as txn:
-        packed = [c for c in chunks if (m := store.blocks.meta(txn, c)) and m.seq == PACKED]
-    report = promote(vault, sorted(packed))
+    chunks = vault.note_promoted(ns, ckpt_id)
+    with vault.snapshot() as snap:
+        packed = [c for c in chunks if _place(snap.chunk(c)) not in ("hot", None)]
+    report = vault.content.promote(sorted(packed))
     return {"checkpoint": ckpt_id, **_summary(report), "retiered": retier(vault, [ckpt_id])}
 
 
-def tier_of(vault: Vault, txn: Any, chunks: set[bytes]) -> str:
-    places = set()
-    for cid in chunks:
-        meta = vault.store.blocks.meta(txn, cid)
-        if meta is None or meta.seq != PACKED:
-            places.add("hot")
-        else:
-            where = vault.store.blocks.location(txn, cid)
-            places.add(where.tier if where else "hot")
+def _place(meta: ChunkMeta | None) -> str | None:
+    """`hot`, the name of the tier a chunk is packed in, or None if it is gone."""
+    if meta is None:
+        return None
+    return meta.where.tier if isinstance(meta.where, Packed) else "hot"
+
+
+def tier_of(snap: Snapshot, chunks: set[bytes]) -> str:
+    places = {_place(snap.chunk(cid)) or "hot" for cid in chunks}
     if not places:
         return "hot"
     return places.pop() if len(places) == 1 else "mixed"
@@ -119,32 +108,14 @@ def tier_of(vault: Vault, txn: Any, chunks: set[bytes]) -> str:
 def retier(vault: Vault, only: list[str] | None = None) -> list[str]:
     """Recompute every live checkpoint's `tier` (or only those given); write the ones that
     changed."""
-    store = vault.store
     changes: dict[str, str] = {}
-    with store.env.read() as txn:
-        listed = (
-            [(i, store.catalog.manifest(txn, i)) for i in only]
-            if only is not None
-            else store.catalog.all_manifests(txn)
-        )
+    with vault.snapshot() as snap:
+        listed = [(i, snap.manifest(i)) for i in only] if only is not None else snap.manifests()
         for ckpt_id, files in listed:
-            rec = store.catalog.record(txn, ckpt_id)
+            rec = snap.record(ckpt_id)
             if rec is None or rec.is_tombstone:
                 continue
-            tier = tier_of(vault, txn, distinct_chunks(files))
+            tier = tier_of(snap, distinct_chunks(files))
             if tier != rec.tier:
                 changes[ckpt_id] = tier
-    if not changes:
-        return []
-
-    def op(w: WriteTxn) -> list[str]:
-        done = []
-        for ckpt_id, tier in changes.items():
-            rec = store.catalog.record(w.cat, ckpt_id)
-            if rec is not None and not rec.is_tombstone:
-                rec.tier = tier
-                store.catalog.put_record(w.cat, rec)
-                done.append(ckpt_id)
-        return done
-
-    return store.writer.run(op)
+    return vault.set_tiers(changes)

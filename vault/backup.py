@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .blocks import FLAG_DAMAGED, INLINE, PACKED, SEQ_FLOOR, ChunkMeta, Counters
+from .content.chunks import settle_restored
 from .env import CATALOG_DBS, Env
 from .errors import Conflict, InvalidRequest
 from .maintenance import MaintenanceLock
@@ -125,24 +125,6 @@ def restore_catalog(src: Path, vault_dir: Path) -> dict[str, int]:
     shutil.copyfile(src, catalog_dir / "data.mdb")
     env = Env(catalog_dir, names=CATALOG_DBS)
     try:
-        return _settle(env)
+        return settle_restored(env)
     finally:
         env.close()
-
-
-def _settle(env: Env) -> dict[str, int]:
-    db = env.db["chunkmeta"]
-    lost = cold = 0
-    highest = 0
-    with env.lmdb.begin(write=True) as txn:
-        for key, raw in list(txn.cursor(db=db)):
-            meta = ChunkMeta.unpack(raw)
-            if meta.seq == PACKED:
-                cold += 1
-                continue
-            if meta.seq != INLINE:
-                highest = max(highest, meta.seq)
-                lost += 1
-                txn.put(key, meta._replace(flags=meta.flags | FLAG_DAMAGED).pack(), db=db)
-        Counters(env).add(txn, SEQ_FLOOR, highest + 1)
-    return {"cold_chunks": cold, "lost_hot_chunks": lost}

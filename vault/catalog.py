@@ -16,7 +16,7 @@ from typing import Any
 import blake3
 import lmdb
 
-from .blocks import Blocks
+from .content.chunks import Chunks
 from .env import Env
 from .errors import CheckpointNotFound, InvalidRequest, NamespaceNotFound
 from .manifest import FileEntry, decode_manifest, distinct_chunks, encode_manifest
@@ -54,13 +54,14 @@ def _newest_first(cur: lmdb.Cursor, prefix: bytes, start: bytes) -> Iterator[str
 
 
 class Catalog:
-    def __init__(self, env: Env, blocks: Blocks) -> None:
+    def __init__(self, env: Env, chunks: Chunks) -> None:
         self._records = env.db["checkpoints"]
         self._manifests = env.db["manifests"]
         self._index = env.db["nsindex"]
         self._tags = env.db["tagindex"]
         self._namespaces = env.db["namespaces"]
-        self._blocks = blocks
+        self._chunks = chunks
+        self._counters = chunks.counters
 
     # -- namespaces -------------------------------------------------------------------
     def namespace(self, txn: lmdb.Transaction, ns: str) -> NamespaceRecord | None:
@@ -125,7 +126,7 @@ class Catalog:
             for tag in rec.tags:
                 txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
                 n += 1
-        self._blocks.counters.add(txn, TAG_INDEX_BUILT, 1)
+        self._counters.add(txn, TAG_INDEX_BUILT, 1)
         return n
 
     def latest(self, txn: lmdb.Transaction, ns: str, valid_only: bool) -> CheckpointRecord | None:
@@ -203,9 +204,9 @@ class Catalog:
         ns.checkpoints += 1
         ns.logical_bytes += rec.size
         self.put_namespace(txn, ns)
-        self._blocks.add_refs(txn, distinct_chunks(files), +1, now_ms)
-        self._blocks.counters.add(txn, "checkpoints", 1)
-        self._blocks.counters.add(txn, "logical_bytes", rec.size)
+        self._chunks.add_refs(txn, distinct_chunks(files), +1, now_ms)
+        self._counters.add(txn, "checkpoints", 1)
+        self._counters.add(txn, "logical_bytes", rec.size)
 
     def remove(self, txn: lmdb.Transaction, rec: CheckpointRecord, now: float) -> None:
         """Replace a checkpoint by its tombstone and drop its references."""
@@ -222,9 +223,9 @@ class Catalog:
         ns.checkpoints -= 1
         ns.logical_bytes -= rec.size
         self.put_namespace(txn, ns)
-        self._blocks.add_refs(txn, distinct_chunks(files), -1, int(now * 1000))
-        self._blocks.counters.add(txn, "checkpoints", -1)
-        self._blocks.counters.add(txn, "logical_bytes", -rec.size)
+        self._chunks.add_refs(txn, distinct_chunks(files), -1, int(now * 1000))
+        self._counters.add(txn, "checkpoints", -1)
+        self._counters.add(txn, "logical_bytes", -rec.size)
 
     def all_manifests(self, txn: lmdb.Transaction) -> Iterator[tuple[str, dict[str, FileEntry]]]:
         for key, raw in txn.cursor(db=self._manifests):

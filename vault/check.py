@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .blocks import INLINE, PACKED, ChunkMeta, seq_of
+from .content.chunks import ChunkMeta
+from .content.location import HotFrame, Inline
 from .gc import GcReport, delete_unreferenced
 from .manifest import distinct_chunks
 from .store import Store
@@ -38,24 +39,29 @@ def check(store: Store, repair: bool = False) -> CheckReport:
     """Frames are listed first: a frame is durable before the metadata that names it, so
     any frame in that list whose chunk is committed appears in the later catalog view."""
     report = CheckReport()
-    frame_seqs = _frame_seqs(store)
+    frame_seqs = store.chunks.hot_frame_seqs()
     expected: Counter[bytes] = Counter()
     stored: dict[bytes, ChunkMeta] = {}
     with store.env.read() as txn:
         for _, files in store.catalog.all_manifests(txn):
             report.checkpoints += 1
             expected.update(distinct_chunks(files))
-        for key, raw in txn.cursor(db=store.env.db["chunkmeta"]):
-            stored[bytes(key)] = ChunkMeta.unpack(raw)
+        stored = dict(store.chunks.all(txn))
+        # Packed chunks the catalog cannot place (it does not read the tiers: verify does).
+        report.missing.extend(c.hex() for c, m in stored.items() if m.where is None)
+        report.missing.extend(
+            c.hex()
+            for c, m in stored.items()
+            if isinstance(m.where, Inline) and store.chunks.inline_frame(txn, c) is None
+        )
     report.chunks = len(stored)
-    report.orphan_frames = len(frame_seqs - {m.seq for m in stored.values()})
+    hot = {m.where.seq for m in stored.values() if isinstance(m.where, HotFrame)}
+    report.orphan_frames = len(frame_seqs - hot)
     unseen = [
         cid
         for cid, m in stored.items()
-        if m.seq not in (INLINE, PACKED) and m.seq not in frame_seqs
+        if isinstance(m.where, HotFrame) and m.where.seq not in frame_seqs
     ]
-    report.missing.extend(c.hex() for c in _inline_without_frame(store, stored))
-    report.missing.extend(c.hex() for c in _packed_without_location(store, stored))
     report.missing.extend(c.hex() for c in _still_without_frame(store, unseen))
     for cid in expected:
         meta = stored.get(cid)
@@ -84,45 +90,20 @@ def check(store: Store, repair: bool = False) -> CheckReport:
     return report
 
 
-def _frame_seqs(store: Store) -> set[int]:
-    with store.frames.read() as txn:
-        cur = txn.cursor(db=store.frames.db["frames"])
-        return {seq_of(k) for k in cur.iternext(keys=True, values=False)}
-
-
-def _inline_without_frame(store: Store, stored: dict[bytes, ChunkMeta]) -> list[bytes]:
-    with store.env.read() as txn:
-        return [
-            c
-            for c, m in stored.items()
-            if m.seq == INLINE and store.blocks.inline_frame(txn, c) is None
-        ]
-
-
-def _packed_without_location(store: Store, stored: dict[bytes, ChunkMeta]) -> list[bytes]:
-    """Packed chunks the catalog cannot place (it does not read the tiers: verify does)."""
-    with store.env.read() as txn:
-        return [
-            c
-            for c, m in stored.items()
-            if m.seq == PACKED and store.blocks.location(txn, c) is None
-        ]
-
-
 def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
     """Of chunks whose frame was absent from the earlier frame list, those still absent now
     (a chunk written between the two views is fine)."""
     if not cids:
         return []
     with store.env.read() as txn:
-        metas = {c: store.blocks.meta(txn, c) for c in cids}
+        metas = {c: store.chunks.meta(txn, c) for c in cids}
     with store.frames.read() as txn:
         return [
             c
             for c, m in metas.items()
             if m is not None
-            and m.seq not in (INLINE, PACKED)
-            and store.blocks.frame(txn, m) is None
+            and isinstance(m.where, HotFrame)
+            and store.chunks.hot_frame(txn, m.where) is None
         ]
 
 
@@ -136,10 +117,10 @@ def _repair(store: Store, cids: set[bytes]) -> int:
         fixed = 0
         now_ms = store.now_ms()
         for cid in cids:
-            meta = store.blocks.meta(w.cat, cid)
+            meta = store.chunks.meta(w.cat, cid)
             if meta is not None and meta.refs != counts[cid]:
                 zero_since = (meta.zero_since_ms or now_ms) if counts[cid] == 0 else 0
-                store.blocks.set_meta(
+                store.chunks.set_meta(
                     w.cat, cid, meta._replace(refs=counts[cid], zero_since_ms=zero_since)
                 )
                 fixed += 1
@@ -151,12 +132,4 @@ def _repair(store: Store, cids: set[bytes]) -> int:
 def _drop_orphan_frames(store: Store) -> int:
     """Delete frames no chunk metadata names (left by a crash between the two commits of a
     write batch), judged inside the writer where no batch is half done."""
-
-    def op(w: WriteTxn) -> int:
-        named = {ChunkMeta.unpack(raw).seq for _, raw in w.cat.cursor(db=store.env.db["chunkmeta"])}
-        cur = w.data.cursor(db=store.frames.db["frames"])
-        orphans = [s for s in map(seq_of, cur.iternext(keys=True, values=False)) if s not in named]
-        store.blocks.drop_frames(w.data, orphans)
-        return len(orphans)
-
-    return store.writer.run(op)
+    return int(store.writer.run(store.chunks.drop_unnamed_frames))

@@ -16,11 +16,11 @@ from typing import Any
 
 import lmdb
 
+from .content.reader import Reader
 from .create import Draft, create
 from .errors import Conflict, HashMismatch, InvalidRequest, MissingChunks, UploadExpired
 from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
-from .reader import Reader
 from .records import CheckpointRecord, UploadSession
 from .store import Store
 from .uploads import OPEN_UPLOADS, Uploads
@@ -84,7 +84,7 @@ class Committer:
         for name, (size, digest, cids) in listed.items():
             chunks = []
             for cid in cids:
-                meta = self._s.blocks.meta(txn, cid)
+                meta = self._s.chunks.meta(txn, cid)
                 if meta is None or meta.damaged:
                     missing.append(cid.hex())
                 else:
@@ -126,7 +126,7 @@ class Committer:
         )
         rec = create(self._s, txn, draft, now)
         session.committed = rec.id
-        self._s.blocks.counters.add(txn, OPEN_UPLOADS, -1)
+        self._s.counters.add(txn, OPEN_UPLOADS, -1)
         self._uploads.put(txn, session)
         self._uploads.drop(txn, upload_id, keep_session=True)
         return rec, True

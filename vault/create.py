@@ -60,7 +60,7 @@ def create(store: Store, txn: lmdb.Transaction, draft: Draft, now: float) -> Che
     if draft.inherit:
         for name, entry in inherited(store, txn, draft.parent).items():
             files.setdefault(name, entry)
-    missing = [c.hex() for c in distinct_chunks(files) if not store.blocks.usable(txn, c)]
+    missing = [c.hex() for c in distinct_chunks(files) if not store.chunks.usable(txn, c)]
     if missing:
         raise MissingChunks(missing)
     return store.catalog.create(

@@ -107,7 +107,7 @@ class DirectSaver:
                 tuple(zip(ids, (len(c) for c in chunks), strict=True)),
             )
         with self._s.env.read() as txn:
-            known = {c for c in pieces if self._s.blocks.usable(txn, c)}
+            known = {c for c in pieces if self._s.chunks.usable(txn, c)}
         encoder = Encoder()
         items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
             c: (d, None if c in known else encoder.encode(d)) for c, d in pieces.items()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .blocks import INLINE, PACKED, ChunkMeta
+from .content.chunks import ChunkMeta
 from .idempotency import IdempotencyKeys
 from .store import Store
 from .uploads import Uploads
@@ -45,8 +45,7 @@ def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
     now_ms = store.now_ms()
     grace_ms = int(store.config.gc_grace * 1000)
     batch: list[bytes] = []
-    for key, raw in store.env.scan("chunkmeta"):
-        meta = ChunkMeta.unpack(raw)
+    for key, meta in store.chunks.scan():
         if not _collectable(meta, now_ms, grace_ms):
             continue
         if dry_run:
@@ -70,15 +69,15 @@ def delete_unreferenced(
     def forget(w: WriteTxn) -> list[ChunkMeta]:
         gone = []
         for cid in cids:
-            meta = store.blocks.meta(w.cat, cid)
+            meta = store.chunks.meta(w.cat, cid)
             if meta is not None and _collectable(meta, now_ms, grace_ms):
-                store.blocks.forget(w.cat, cid, meta)
+                store.chunks.forget(w.cat, cid, meta)
                 gone.append(meta)
         return gone
 
     gone = store.writer.run(forget, size=len(cids) * 64)
-    seqs = [m.seq for m in gone if m.seq not in (INLINE, PACKED)]
-    if seqs:
-        store.writer.run(lambda w: store.blocks.drop_frames(w.data, seqs), size=len(seqs) * 16)
+    places = [m.where for m in gone if m.hot]
+    if places:
+        store.writer.run(lambda w: store.chunks.drop_hot_frames(w.data, places))
     report.chunks_deleted += len(gone)
     report.bytes_freed += sum(m.stored for m in gone)

@@ -47,7 +47,7 @@ class FileIngest:
         ids = [chunk_id(c) for c in chunks]
         self._chunks.extend(zip(ids, (len(c) for c in chunks), strict=True))
         with self._s.env.read() as txn:
-            known = {c for c in set(ids) if self._s.blocks.usable(txn, c)}
+            known = {c for c in set(ids) if self._s.chunks.usable(txn, c)}
         items: dict[bytes, tuple[memoryview, bytes | None]] = {}
         for cid, data in zip(ids, chunks, strict=True):
             if cid not in items:

@@ -6,11 +6,13 @@ changes serialize and a delete racing a fork can never leave a fork pointing at 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .catalog import Catalog
 from .create import Draft, create, ensure_namespace
 from .errors import Conflict, InvalidRequest
+from .manifest import distinct_chunks
 from .names import check_namespace
 from .records import VALIDITY_STATES, CheckpointRecord, Validity
 from .store import Store
@@ -87,3 +89,27 @@ class Lifecycle:
             return create(self._s, txn, Draft(target, src.id, False, metadata, tags, files), now)
 
         return self._s.writer.run(op)
+
+    def note_promoted(self, ns: str, ckpt_id: str) -> set[bytes]:
+        def op(w: WriteTxn) -> set[bytes]:
+            rec = self._catalog.record(w.cat, ckpt_id)
+            if rec is None or rec.is_tombstone or rec.namespace != ns:
+                return set()
+            rec.promoted_at = self._s.clock.now()
+            self._catalog.put_record(w.cat, rec)
+            return distinct_chunks(self._catalog.manifest(w.cat, ckpt_id))
+
+        return self._s.writer.run(op)
+
+    def set_tiers(self, tiers: Mapping[str, str]) -> list[str]:
+        def op(w: WriteTxn) -> list[str]:
+            done = []
+            for ckpt_id, tier in tiers.items():
+                rec = self._catalog.record(w.cat, ckpt_id)
+                if rec is not None and not rec.is_tombstone:
+                    rec.tier = tier
+                    self._catalog.put_record(w.cat, rec)
+                    done.append(ckpt_id)
+            return done
+
+        return self._s.writer.run(op) if tiers else []

@@ -67,7 +67,7 @@ def plan(store: Store, policies: Policies, namespace: str | None = None) -> list
                 doomed.update(distinct_chunks(store.catalog.manifest(txn, cid)))
         freed: dict[bytes, int] = {}
         for chunk, n in doomed.items():
-            meta = store.blocks.meta(txn, chunk)
+            meta = store.chunks.meta(txn, chunk)
             if meta is not None and meta.refs <= n:
                 freed[chunk] = meta.stored
         for p in plans:  # attribute each freed chunk to one namespace's plan

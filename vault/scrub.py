@@ -15,12 +15,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .blocks import ChunkMeta
+from .content.chunks import ChunkMeta
+from .content.reader import Reader
 from .errors import BlockCorrupt
 from .frame import Decoder
 from .manifest import distinct_chunks
 from .prune import live_records
-from .reader import Reader
 from .records import Validity
 from .store import Store
 from .writer import WriteTxn
@@ -111,7 +111,7 @@ def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str],
     """Flag damaged chunks, invalidate the checkpoints using them, heal the ones whose
     chunks are all sound again. One writer transaction: one consistent view."""
     for cid in damaged:
-        store.blocks.mark_damaged(w.cat, cid)
+        store.chunks.mark_damaged(w.cat, cid)
     bad = set(damaged)
     now = store.clock.now()
     invalidated: list[str] = []
@@ -145,5 +145,5 @@ def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str],
 
 
 def _all_sound(store: Store, w: WriteTxn, chunks: set[bytes]) -> bool:
-    metas: list[ChunkMeta | None] = [store.blocks.meta(w.cat, c) for c in chunks]
+    metas: list[ChunkMeta | None] = [store.chunks.meta(w.cat, c) for c in chunks]
     return all(m is not None and not m.damaged for m in metas)

@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .blocks import Blocks
 from .catalog import TAG_INDEX_BUILT, Catalog
 from .clock import Clock
 from .config import VaultConfig
+from .content.chunks import Chunks
+from .counters import Counters
 from .env import CATALOG_DBS, FRAME_DBS, Env
 from .ids import IdGenerator
 from .seal import Keyring
@@ -22,7 +23,8 @@ class Store:
     env: Env  # the catalog environment; frames live in `frames`
     frames: Env
     writer: Writer
-    blocks: Blocks
+    counters: Counters
+    chunks: Chunks
     catalog: Catalog
     clock: Clock
     config: VaultConfig
@@ -47,10 +49,11 @@ class Store:
                 env.close()
                 raise
         frames = Env(path / "frames", config.map_size, FRAME_DBS)
-        blocks = Blocks(env, frames)
-        catalog = Catalog(env, blocks)
+        counters = Counters(env)
+        chunks = Chunks(env, frames, counters)
+        catalog = Catalog(env, chunks)
         with env.read() as txn:
-            indexed = blocks.counters.get(txn, TAG_INDEX_BUILT)
+            indexed = counters.get(txn, TAG_INDEX_BUILT)
         if not indexed:  # a catalog from before the tag index (or restored from one)
             with env.lmdb.begin(write=True) as txn:
                 catalog.build_tag_index(txn)
@@ -61,7 +64,8 @@ class Store:
             env=env,
             frames=frames,
             writer=Writer(env, frames),
-            blocks=blocks,
+            counters=counters,
+            chunks=chunks,
             catalog=catalog,
             clock=clock,
             config=config,
@@ -103,14 +107,14 @@ def store_all(
     now_ms = store.now_ms()
     written = added = grown = 0
     for cid, (data, frame) in items.items():
-        wrote, n, b = store.blocks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
+        wrote, n, b = store.chunks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
         written += wrote
         added += n
         grown += b
     store.writer.stats.chunks_written += written  # writer thread only: no lock needed
     store.writer.stats.chunks_deduplicated += len(items) - written
     if added:
-        store.blocks.counters.add(w.cat, "chunks", added)
+        store.counters.add(w.cat, "chunks", added)
     if grown:
-        store.blocks.counters.add(w.cat, "stored_bytes", grown)
+        store.counters.add(w.cat, "stored_bytes", grown)
     return written

@@ -147,7 +147,7 @@ class Uploads:
             txn = w.cat
             now = self._s.clock.now()
             limit = self._s.config.max_upload_sessions
-            if self._s.blocks.counters.get(txn, OPEN_UPLOADS) >= limit:
+            if self._s.counters.get(txn, OPEN_UPLOADS) >= limit:
                 raise TooManyUploads(
                     f"{limit} upload sessions are open; commit or abort some, or let them expire"
                 )
@@ -166,7 +166,7 @@ class Uploads:
                 expires_at=now + self._s.config.upload_ttl,
             )
             self.put(txn, session)
-            self._s.blocks.counters.add(txn, OPEN_UPLOADS, 1)
+            self._s.counters.add(txn, OPEN_UPLOADS, 1)
             return session, ns_rec.chunking()
 
         return self._s.writer.run(op)
@@ -177,7 +177,7 @@ class Uploads:
         raw_ids = [check_chunk_id(i) for i in ids]
         with self._s.env.read() as txn:
             session = self.live(txn, upload_id)
-            metas = [self._s.blocks.meta(txn, c) for c in raw_ids]
+            metas = [self._s.chunks.meta(txn, c) for c in raw_ids]
         until_ms = int(session.expires_at * 1000)
         missing = [i for i, m in zip(ids, metas, strict=True) if m is None or m.damaged]
         to_reserve = [
@@ -189,9 +189,9 @@ class Uploads:
 
             def op(w: WriteTxn) -> None:
                 for c in to_reserve:
-                    meta = self._s.blocks.meta(w.cat, c)
+                    meta = self._s.chunks.meta(w.cat, c)
                     if meta is not None:
-                        self._s.blocks.reserve(w.cat, c, meta, until_ms)
+                        self._s.chunks.reserve(w.cat, c, meta, until_ms)
 
             self._s.writer.run(op, size=len(to_reserve) * 64)
         return missing
@@ -209,7 +209,7 @@ class Uploads:
                 raise HashMismatch(f"BLAKE3 of the data does not match chunk id {cid.hex()}")
         with self._s.env.read() as txn:
             session = self.live(txn, upload_id)
-            known = {cid for cid, _ in chunks if self._s.blocks.usable(txn, cid)}
+            known = {cid for cid, _ in chunks if self._s.chunks.usable(txn, cid)}
         encoder = Encoder()
         items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
             cid: (data, None if cid in known else encoder.encode(data)) for cid, data in chunks
@@ -233,7 +233,7 @@ class Uploads:
             if session.committed:
                 raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
             self.drop(w.cat, upload_id, keep_session=False)
-            self._s.blocks.counters.add(w.cat, OPEN_UPLOADS, -1)
+            self._s.counters.add(w.cat, OPEN_UPLOADS, -1)
 
         self._s.writer.run(op)
 
@@ -259,7 +259,7 @@ class Uploads:
                 if session.expires_at <= now:
                     self.drop(txn, upload_id, keep_session=False)
                     if not session.committed:
-                        self._s.blocks.counters.add(txn, OPEN_UPLOADS, -1)
+                        self._s.counters.add(txn, OPEN_UPLOADS, -1)
                     n += 1
             return n
 

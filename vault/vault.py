@@ -12,6 +12,7 @@ it; a caller that must not wait holds it first with `timeout=0` (the lock is ree
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from .chunking import ChunkingProfile
 from .clock import Clock, SystemClock
 from .commit import Committer
 from .config import VaultConfig
+from .content.moves import Mover
+from .content.reader import Reader
 from .direct import DirectSaver
 from .errors import InvalidRequest
 from .gc import GcReport, collect
@@ -33,10 +36,10 @@ from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
 from .policy import Policies, Policy
 from .prune import RetentionResult
-from .reader import Reader
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .scrub import ScrubReport
 from .seal import Keyring
+from .snapshot import Snapshot, snapshot
 from .store import Store
 from .tier import Tier
 from .tokens import Tokens
@@ -61,6 +64,7 @@ class Vault:
         self.maintenance = MaintenanceLock.of(self.path)
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
+        self.content = Mover(self.store, self.reader)
         self.lifecycle = Lifecycle(self.store)
         self.tokens = Tokens(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
@@ -70,6 +74,19 @@ class Vault:
     @property
     def catalog(self) -> Catalog:
         return self.store.catalog
+
+    @property
+    def tiers(self) -> Mapping[str, Tier]:
+        """Configured tiers by name, warmest first; hot (LMDB) is not among them."""
+        return self.store.tiers
+
+    @property
+    def clock(self) -> Clock:
+        return self.store.clock
+
+    def snapshot(self) -> AbstractContextManager[Snapshot]:
+        """One consistent, read-only view of the catalog (for the tiering planner)."""
+        return snapshot(self.store, self._policies)
 
     def close(self) -> None:
         self.store.close()
@@ -178,6 +195,16 @@ class Vault:
     def delete(self, ns: str, cid: str) -> None:
         self.lifecycle.delete(ns, cid)
 
+    def note_promoted(self, ns: str, ckpt_id: str) -> set[bytes]:
+        """Record that a read brought this checkpoint back (it ages from now for tiering);
+        returns its chunks, or nothing if it is gone."""
+        return self.lifecycle.note_promoted(ns, ckpt_id)
+
+    def set_tiers(self, tiers: Mapping[str, str]) -> list[str]:
+        """Write each live checkpoint's `tier` (hot, a tier's name, mixed); returns the ids
+        written (deleted ones are skipped)."""
+        return self.lifecycle.set_tiers(tiers)
+
     def fork(
         self, ns: str, ref: str, target: Any, metadata: Any = None, tags: Any = None
     ) -> CheckpointRecord:
@@ -278,13 +305,13 @@ class Vault:
 
     def stats(self) -> dict[str, Any]:
         with self.store.env.read() as txn:
-            c = self.store.blocks.counters
+            c = self.store.counters
             logical = c.get(txn, "logical_bytes")
             stored = c.get(txn, "stored_bytes")
             chunks = c.get(txn, "chunks")
             namespaces = sum(1 for _ in self.catalog.namespaces(txn))
             checkpoints = c.get(txn, "checkpoints")
-            tiers = self.store.blocks.tier_totals(txn, self.store.tiers)
+            tiers = self.store.chunks.tier_totals(txn, self.store.tiers)
         return {
             "logical_bytes": logical,
             "stored_bytes": stored,

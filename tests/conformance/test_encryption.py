@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tiering.mover import demote
 from tiering.repack import repack
 from vault import BlockCorrupt, FakeClock, InvalidRequest, Keyring, Vault, VaultConfig
 from vault.errors import KeyUnavailable
@@ -43,7 +42,7 @@ def sealed(tmp_path: Path, tier: Tier, key_file: Path) -> Iterator[tuple[Vault, 
     rec = stream_save(vault, "ns", {"records.bin": SECRET})
     _, files = vault.manifest("ns", rec.id)
     chunks = [c for c, _ in files["records.bin"].chunks]
-    assert demote(vault, tier.name, chunks).chunks_moved == len(set(chunks))
+    assert vault.content.demote(tier.name, chunks).chunks_moved == len(set(chunks))
     yield vault, chunks
     vault.close()
 
@@ -121,7 +120,7 @@ def test_keys_rotate_old_data_stays_readable(
         more = random.Random(9).randbytes(150_000)
         rec = stream_save(rotated, "ns", {"more.bin": more})
         _, files = rotated.manifest("ns", rec.id)
-        demote(rotated, tier.name, [c for c, _ in files["more.bin"].chunks])
+        rotated.content.demote(tier.name, [c for c, _ in files["more.bin"].chunks])
         assert read_file(rotated, "ns", rec.id, "more.bin") == more
         assert read_file(rotated, "ns", first.id, "records.bin") == SECRET
     finally:

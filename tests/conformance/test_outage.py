@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from tiering import open_tier
-from tiering.mover import demote
 from vault import FakeClock, Vault, VaultConfig
 from vault.errors import TierUnavailable
 from vault.tier import Tier
@@ -81,7 +80,7 @@ def test_store_stopped_mid_run_then_restarted(seaweed: SeaweedFS, tmp_path: Path
         _, files = vault.manifest("ns", rec.id)
         chunks = [c for c, _ in files["w"].chunks]
         with pytest.raises(TierUnavailable):
-            demote(vault, "cold", chunks, pack_target=300_000)
+            vault.content.demote("cold", chunks, pack_target=300_000)
         tiers = vault.stats()["tiers"]
         assert 0 < tiers["cold"]["chunks"] < len(set(chunks))  # two packs switched, no more
         assert vault.check().ok
@@ -89,7 +88,7 @@ def test_store_stopped_mid_run_then_restarted(seaweed: SeaweedFS, tmp_path: Path
             read_file(vault, "ns", rec.id, "w")  # part of it is in the stopped store
         server.start()
         assert read_file(vault, "ns", rec.id, "w") == data
-        demote(vault, "cold", chunks, pack_target=300_000)  # the rerun finishes the move
+        vault.content.demote("cold", chunks, pack_target=300_000)  # the rerun finishes the move
         assert vault.stats()["tiers"]["hot"]["chunks"] == 0
         assert read_file(vault, "ns", rec.id, "w") == data
         assert vault.check().ok

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from tiering import MemoryTier
-from tiering.mover import demote
 from tiering.runner import run_tiering
 from tiering.wrappers import FaultyTier
 from vault import FakeClock, Vault, VaultConfig
@@ -69,7 +68,7 @@ def test_reads_of_cold_chunks_during_an_outage_are_unavailable(
     data = random.Random(4).randbytes(200_000)
     rec = stream_save(tiered, "ns", {"w": data})
     _, files = tiered.manifest("ns", rec.id)
-    demote(tiered, "cold", [c for c, _ in files["w"].chunks])
+    tiered.content.demote("cold", [c for c, _ in files["w"].chunks])
     cold.fail_next = 1_000
     with pytest.raises(TierUnavailable):
         read_file(tiered, "ns", rec.id, "w")
@@ -84,7 +83,7 @@ def test_corrupt_pack_bytes_are_detected_and_healed_by_upload(
     data = random.Random(5).randbytes(150_000)
     rec = stream_save(tiered, "ns", {"w": data})
     _, files = tiered.manifest("ns", rec.id)
-    demote(tiered, "cold", [c for c, _ in files["w"].chunks])
+    tiered.content.demote("cold", [c for c, _ in files["w"].chunks])
     cold.corrupt_reads = True
     report = tiered.verify()
     assert len(report.corrupt) == len({c for c, _ in files["w"].chunks})
@@ -117,7 +116,7 @@ def test_a_crash_at_either_step_of_a_move_loses_nothing(
 
     monkeypatch.setattr(writer, "run", crash_before_switch)
     with pytest.raises(Crash):
-        demote(tiered, "cold", chunks)
+        tiered.content.demote("cold", chunks)
     monkeypatch.setattr(writer, "run", real_run)
     assert any(k.startswith("packs/") for k in cold.list())
     assert tiered.get("ns", rec.id).tier == "hot"
@@ -136,7 +135,7 @@ def test_a_crash_at_either_step_of_a_move_loses_nothing(
 
     monkeypatch.setattr(writer, "run", crash_after_switch)
     with pytest.raises(Crash):
-        demote(tiered, "cold", chunks)
+        tiered.content.demote("cold", chunks)
     monkeypatch.setattr(writer, "run", real_run)
     cold.fail_next = 0
     report = tiered.check()

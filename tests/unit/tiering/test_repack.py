@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from tiering import MemoryTier
-from tiering.packs import PackBuilder, upload
 from tiering.repack import plan, repack
 from tiering.runner import run_tiering
 from vault import FakeClock, Vault, VaultConfig
+from vault.content.packs import PackBuilder, upload
 from vault.frame import Encoder, chunk_id
 
 from ..vault.helpers import read_file, stream_save

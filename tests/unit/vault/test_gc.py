@@ -6,8 +6,9 @@ import random
 import pytest
 
 from vault import BlockCorrupt, MissingChunks, Vault
-from vault.blocks import seq_key
 from vault.clock import FakeClock
+from vault.content import HotFrame
+from vault.content.chunks import seq_key
 from vault.frame import chunk_id
 from vault.writer import WriteTxn
 
@@ -79,9 +80,9 @@ def test_check_reports_and_repairs_drift(vault: Vault) -> None:
     victim = files["f"].chunks[0][0]
 
     def corrupt_count(w: WriteTxn) -> None:
-        meta = vault.store.blocks.meta(w.cat, victim)
+        meta = vault.store.chunks.meta(w.cat, victim)
         assert meta is not None
-        vault.store.blocks.set_meta(w.cat, victim, meta._replace(refs=5))
+        vault.store.chunks.set_meta(w.cat, victim, meta._replace(refs=5))
 
     vault.store.writer.run(corrupt_count)
     report = vault.check()
@@ -98,11 +99,12 @@ def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) ->
     vid = chunk_id(victim)
 
     def damage(w: WriteTxn) -> None:
-        meta = vault.store.blocks.meta(w.cat, vid)
+        meta = vault.store.chunks.meta(w.cat, vid)
         assert meta is not None
-        frame = bytearray(vault.store.blocks.frame(w.data, meta) or b"")
+        assert isinstance(meta.where, HotFrame)
+        frame = bytearray(vault.store.chunks.hot_frame(w.data, meta.where) or b"")
         frame[-1] ^= 1
-        w.data.put(seq_key(meta.seq), bytes(frame), db=vault.store.frames.db["frames"])
+        w.data.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames.db["frames"])
 
     vault.store.writer.run(damage)
     with pytest.raises(BlockCorrupt):

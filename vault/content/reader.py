@@ -13,19 +13,22 @@ as damaged.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import blake3
 
-from .blocks import INLINE, PACKED, ChunkMeta, Location
-from .errors import BlockCorrupt, ObjectNotFound, SealBroken, TierError
-from .frame import Decoder, open_frame
-from .manifest import FileEntry
-from .store import Store
-from .writer import WriteTxn
+from ..errors import BlockCorrupt, SealBroken, TierError
+from ..frame import Decoder, open_frame
+from ..manifest import FileEntry
+from ..writer import WriteTxn
+from .chunks import ChunkMeta
+from .location import HotFrame, Inline, Packed
+from .packs import read_frames
+
+if TYPE_CHECKING:  # the store holds the chunk table this package defines
+    from ..store import Store
 
 READ_BATCH_BYTES = 4 << 20  # per worker-thread call: amortizes the hop, bounds memory
-RUN_LIMIT = 16 << 20  # largest single range read from a pack
-RUN_GAP = 512 << 10  # unwanted bytes worth reading to save a request (~ms of transfer)
 
 
 class Reader:
@@ -46,29 +49,33 @@ class Reader:
         return metas, frames
 
     def _lookup(self, cids: Sequence[bytes]) -> tuple[list[ChunkMeta | None], list[bytes | None]]:
+        chunks = self._s.chunks
         metas: list[ChunkMeta | None] = []
         frames: list[bytes | None] = []
-        packed: dict[int, Location] = {}
+        packed: dict[str, dict[int, Packed]] = {}
         with self._s.env.read() as txn:
             for i, cid in enumerate(cids):
-                meta = self._s.blocks.meta(txn, cid)
+                meta = chunks.meta(txn, cid)
                 metas.append(meta)
                 frame = None
-                if meta is not None and meta.seq == INLINE:
-                    raw = self._s.blocks.inline_frame(txn, cid)
+                where = meta.where if meta is not None else None
+                if isinstance(where, Inline):
+                    raw = chunks.inline_frame(txn, cid)
                     frame = bytes(raw) if raw is not None else None
-                elif meta is not None and meta.seq == PACKED:
-                    where = self._s.blocks.location(txn, cid)
-                    if where is not None:
-                        packed[i] = where
+                elif isinstance(where, Packed):
+                    packed.setdefault(where.tier, {})[i] = where
                 frames.append(frame)
         with self._s.frames.read() as txn:
             for i, meta in enumerate(metas):
-                if meta is not None and meta.seq not in (INLINE, PACKED):
-                    raw = self._s.blocks.frame(txn, meta)
+                if meta is not None and isinstance(meta.where, HotFrame):
+                    raw = chunks.hot_frame(txn, meta.where)
                     frames[i] = bytes(raw) if raw is not None else None
-        for i, frame in self._packed_frames(packed).items():
-            frames[i] = self._unseal(frame, cids[i])
+        for tier_name, wanted in packed.items():
+            tier = self._s.tiers.get(tier_name)
+            if tier is None:
+                raise TierError(f"chunk is in tier {tier_name!r}, which is not configured")
+            for i, frame in read_frames(tier, wanted).items():
+                frames[i] = self._unseal(frame, cids[i])
         self._s.frames.note_io(sum(m.stored for m in metas if m is not None))
         return metas, frames
 
@@ -79,44 +86,6 @@ class Reader:
             return open_frame(self._s.keyring, frame, cid)
         except SealBroken:
             return None  # tampered with, truncated or misplaced: damaged
-
-    def _packed_frames(self, packed: dict[int, Location]) -> dict[int, bytes | None]:
-        """Frames from packs, one range request per run of nearby frames: the chunks of a
-        file were packed in order, so a batch is usually a few requests, not one each; small
-        gaps (frames of other files, dead bytes) are read over rather than split on."""
-        out: dict[int, bytes | None] = {}
-        runs: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        for i, where in packed.items():
-            runs.setdefault((where.tier, where.key), []).append((where.offset, i))
-        for (tier_name, key), items in runs.items():
-            tier = self._s.tiers.get(tier_name)
-            if tier is None:
-                raise TierError(f"chunk is in tier {tier_name!r}, which is not configured")
-            items.sort()
-            start = 0
-            while start < len(items):
-                end = start + 1
-                stop = items[start][0] + packed[items[start][1]].length
-                while (
-                    end < len(items)
-                    and items[end][0] <= stop + RUN_GAP
-                    and (
-                        items[end][0] + packed[items[end][1]].length - items[start][0] <= RUN_LIMIT
-                    )
-                ):
-                    stop = max(stop, items[end][0] + packed[items[end][1]].length)
-                    end += 1
-                base = items[start][0]
-                try:
-                    blob = tier.get_range(key, base, stop - base)
-                except ObjectNotFound:
-                    blob = b""
-                for offset, i in items[start:end]:
-                    length = packed[i].length
-                    piece = blob[offset - base : offset - base + length]
-                    out[i] = piece if len(piece) == length else None
-                start = end
-        return out
 
     def _plaintexts(
         self, cids: Sequence[bytes], verify: bool = True
@@ -140,7 +109,7 @@ class Reader:
 
     def _flag_damaged(self, cid: bytes) -> None:
         def op(w: WriteTxn) -> None:
-            self._s.blocks.mark_damaged(w.cat, cid)
+            self._s.chunks.mark_damaged(w.cat, cid)
 
         self._s.writer.submit(op)
 

@@ -1,0 +1,27 @@
+"""Chunk content: where each chunk's frame lives, the pack format, the one read path, and
+every move between locations. Tiering goes through `Mover` (`Vault.content`), the rest of
+the engine through `Chunks` and `Reader`, never through the tables behind a location.
+
+| module | owns |
+|---|---|
+| `location.py` | `HotFrame`, `Inline`, `Packed`: a chunk's location as a type |
+| `chunks.py` | chunk metadata, reference counts, storing and healing, location switches |
+| `packs.py` | pack objects and their indexes: build, upload, ranged reads, delete |
+| `reader.py` | the one read path: find, fetch (coalesced pack reads), verify, flag damaged |
+| `moves.py` | demote, promote, move between packs, pack usage, deleting unreferenced packs |
+"""
+
+from .location import HotFrame, Inline, Location, Packed
+from .moves import Mover, MoveReport, PackUsage
+from .packs import PACK_TARGET
+
+__all__ = [
+    "PACK_TARGET",
+    "HotFrame",
+    "Inline",
+    "Location",
+    "MoveReport",
+    "Mover",
+    "PackUsage",
+    "Packed",
+]

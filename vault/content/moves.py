@@ -1,0 +1,236 @@
+"""Moving chunks between locations: copy, verify, switch if unchanged, then delete.
+
+1. Copy: frames are read through the one read path (vault/content/reader.py), each
+   re-verified against its chunk id (a damaged chunk is never carried into another tier),
+   sealed when a keyring is configured, and packed.
+2. Verify: the pack is uploaded (conditional create) and its stored size checked, then its
+   index is written (vault/content/packs.py).
+3. Switch: one writer transaction points every chunk of the pack at its byte range, but only
+   chunks still where step 1 found them (anything collected, healed or moved since is left
+   as it is; its bytes in the new pack are simply dead).
+4. Delete: a later writer transaction drops the hot frames left behind; packs nothing names
+   any more are deleted by `delete_unreferenced_pack`, index first.
+
+A SIGKILL between 2 and 3 leaves a pack nothing points to (dead space in the tier, which
+repacking deletes); between 3 and 4, hot frames nothing points to (`check --repair` drops
+them). Never a pointer to nothing.
+
+Promotion is the same in reverse, in one step: read the range, verify, then one writer
+transaction writes the hot frame and switches the pointer, if the chunk is still where it
+was read from. The pack keeps its copy as dead bytes until repacking.
+
+Which chunks move, and when, is policy (tiering/); this module only moves what it is told.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import BlockCorrupt, InvalidRequest
+from ..frame import Decoder, seal_frame
+from ..writer import WriteTxn
+from .location import Location, Packed
+from .packs import PACK_PREFIX, PACK_TARGET, PackBuilder, delete_pack, pack_key, upload
+from .reader import Reader
+
+if TYPE_CHECKING:  # the store holds the chunk table this package defines
+    from ..store import Store
+
+READ_BATCH = 256
+
+
+@dataclass
+class MoveReport:
+    chunks_moved: int = 0
+    bytes_moved: int = 0
+    packs: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    checkpoints_retiered: list[str] = field(default_factory=list)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_moved / self.seconds / 1e6 if self.seconds else 0.0
+
+
+@dataclass
+class PackUsage:
+    """A pack object and the chunks the catalog places in it."""
+
+    tier: str
+    key: str
+    size: int  # bytes of the object
+    live: dict[bytes, Packed]  # chunk -> its place in this pack
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(w.length for w in self.live.values())
+
+    @property
+    def pack_id(self) -> str:
+        return self.key[len(PACK_PREFIX) :]
+
+
+class Mover:
+    def __init__(self, store: Store, reader: Reader) -> None:
+        self._s = store
+        self._reader = reader
+
+    def demote(
+        self, tier_name: str, chunks: Iterable[bytes], pack_target: int = PACK_TARGET
+    ) -> MoveReport:
+        """Move the given hot chunks into packs in `tier_name`."""
+        if tier_name not in self._s.tiers:
+            raise InvalidRequest(f"tier {tier_name!r} is not configured")
+        todo: list[tuple[bytes, Packed | None]] = [(cid, None) for cid in chunks]
+        return self._pack(tier_name, todo, pack_target, from_hot=True)
+
+    def move_packed(
+        self,
+        tier_name: str,
+        todo: Sequence[tuple[bytes, Packed]],
+        pack_target: int = PACK_TARGET,
+    ) -> MoveReport:
+        """Copy packed chunks (each with where the caller saw it) into new packs in
+        `tier_name` and switch each one still there: repacking within a tier, or moving
+        chunks on to a colder one. The packs they leave are repacked or deleted later."""
+        return self._pack(tier_name, list(todo), pack_target, from_hot=False)
+
+    def _pack(
+        self,
+        tier_name: str,
+        todo: list[tuple[bytes, Packed | None]],
+        pack_target: int,
+        from_hot: bool,
+    ) -> MoveReport:
+        report = MoveReport()
+        started = time.monotonic()
+        decoder = Decoder()
+        keyring = self._s.keyring
+        pack = PackBuilder(pack_target)
+        sources: dict[bytes, Location] = {}  # chunk -> where it was when copied
+        for i in range(0, len(todo), READ_BATCH):
+            batch = todo[i : i + READ_BATCH]
+            metas, frames = self._reader.frames([cid for cid, _ in batch])
+            for (cid, seen), meta, frame in zip(batch, metas, frames, strict=True):
+                if meta is None or frame is None or meta.damaged or meta.where is None:
+                    report.skipped += 1
+                    continue
+                if meta.hot != from_hot or (seen is not None and meta.where != seen):
+                    report.skipped += 1  # moved since the caller looked
+                    continue
+                try:
+                    decoder.plaintext(frame, cid)
+                except BlockCorrupt:
+                    report.skipped += 1  # scrub will flag it; it must not travel
+                    continue
+                pack.add(cid, seal_frame(keyring, frame, cid) if keyring is not None else frame)
+                sources[cid] = meta.where
+                if pack.full:
+                    self._ship(tier_name, pack, sources, report)
+                    pack, sources = PackBuilder(pack_target), {}
+        if pack.entries:
+            self._ship(tier_name, pack, sources, report)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _ship(
+        self,
+        tier_name: str,
+        pack: PackBuilder,
+        sources: dict[bytes, Location],
+        report: MoveReport,
+    ) -> None:
+        upload(self._s.tiers[tier_name], pack, self._s.keyring)
+        key = pack_key(pack.pack_id)
+        chunks = self._s.chunks
+
+        def switch(w: WriteTxn) -> list[Location]:
+            left: list[Location] = []
+            for entry in pack.entries:
+                meta = chunks.meta(w.cat, entry.chunk)
+                if meta is None or meta.damaged or meta.where != sources[entry.chunk]:
+                    continue  # collected, healed or moved since it was copied
+                place = Packed(tier_name, key, entry.offset, entry.length)
+                chunks.move(w, entry.chunk, meta, place)
+                left.append(sources[entry.chunk])
+            return left
+
+        left = self._s.writer.run(switch, size=len(pack.entries) * 64)
+        if any(not isinstance(w, Packed) for w in left):
+            self._s.writer.run(lambda w: chunks.drop_hot_frames(w.data, left))
+        report.packs += 1
+        report.chunks_moved += len(left)
+        report.bytes_moved += pack.size
+
+    def promote(self, chunks: Iterable[bytes]) -> MoveReport:
+        """Bring the given packed chunks back into the hot store."""
+        report = MoveReport()
+        started = time.monotonic()
+        decoder = Decoder()
+        table = self._s.chunks
+        todo = list(chunks)
+        for i in range(0, len(todo), READ_BATCH):
+            batch = todo[i : i + READ_BATCH]
+            metas, frames = self._reader.frames(batch)
+            ready: dict[bytes, tuple[Location, bytes]] = {}
+            for cid, meta, frame in zip(batch, metas, frames, strict=True):
+                if meta is None or frame is None or not isinstance(meta.where, Packed):
+                    report.skipped += 1
+                    continue
+                try:
+                    decoder.plaintext(frame, cid)
+                except BlockCorrupt:
+                    report.skipped += 1
+                    continue
+                ready[cid] = (meta.where, frame)
+
+            def switch(w: WriteTxn, ready: dict[bytes, tuple[Location, bytes]] = ready) -> int:
+                moved = 0
+                for cid, (where, frame) in ready.items():
+                    meta = table.meta(w.cat, cid)
+                    if meta is None or meta.where != where:
+                        continue  # collected, healed or moved since it was read
+                    table.move_hot(w, cid, meta, frame)
+                    moved += 1
+                return moved
+
+            size = sum(len(f) for _, f in ready.values())
+            report.chunks_moved += self._s.writer.run(switch, size=size)
+            report.bytes_moved += size
+        report.seconds = time.monotonic() - started
+        return report
+
+    def pack_usage(self) -> list[PackUsage]:
+        """Every pack in every tier with the chunks the catalog places in it."""
+        live: dict[tuple[str, str], dict[bytes, Packed]] = defaultdict(dict)
+        with self._s.env.read() as txn:
+            for cid, where in self._s.chunks.packed_locations(txn):
+                live[(where.tier, where.key)][cid] = where
+        out = []
+        for name, tier in self._s.tiers.items():
+            for key in tier.list(PACK_PREFIX):
+                if key.endswith(".idx"):
+                    continue
+                size = tier.head(key) or 0
+                out.append(PackUsage(name, key, size, live.get((name, key), {})))
+        return out
+
+    def delete_unreferenced_pack(self, usage: PackUsage) -> bool:
+        """Delete a pack (index first) if nothing in the catalog points at it any more;
+        callers hold the maintenance lock, so no move is between its upload and switch."""
+        with self._s.env.read() as txn:
+            for cid in usage.live:
+                meta = self._s.chunks.meta(txn, cid)
+                where = meta.where if meta is not None else None
+                if isinstance(where, Packed) and (where.tier, where.key) == (
+                    usage.tier,
+                    usage.key,
+                ):
+                    return False
+        delete_pack(self._s.tiers[usage.tier], usage.pack_id)
+        return True
