@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from client.wire import ADMIN_TOKEN_FILE
+from client.protocol import ADMIN_TOKEN_FILE
 from tiering import open_tier
 from tiering.wrappers import RetryingTier
 from vault import Clock, Keyring, SystemClock, Unavailable, Vault

@@ -24,20 +24,21 @@ import aiohttp
 import blake3
 
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
-from .chunking import FileSpec, Reader, Source, StreamChunker, chunk_ids, collect_sources
+from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources
 from .errors import ClientError, IntegrityError, InvalidName, MissingChunks, TransportError
 from .models import Checkpoint, Transfer
 from .progress import Progress
-from .transport import RetryPolicy, Transport
-from .wire import (
+from .protocol import (
     ADMIN_TOKEN_FILE,
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
     DEFAULT_DATA_DIR,
     DEFAULT_URL,
+    StreamChunker,
     encode_bundle,
     encode_chunk_batch,
 )
+from .transport import RetryPolicy, Transport
 
 PIECE = 8 << 20  # bytes read, chunked and sent per step
 BATCH_BYTES = 2 << 20  # chunk bytes per POST .../chunks; a piece goes as up to 4 in parallel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from client.wire import decode_bundle
+from client.protocol import decode_bundle
 from vault import InvalidRequest
 
 from ..app import SETTINGS, VAULT, run

@@ -7,7 +7,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from client.wire import decode_chunk_batch
+from client.protocol import decode_chunk_batch
 from vault import InvalidRequest, UploadSession
 from vault.clock import rfc3339
 
