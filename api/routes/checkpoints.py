@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from client.protocol import decode_bundle
+from client.protocol import Manifest, NamespaceEntry, decode_bundle
 from vault import InvalidRequest
 
 from ..app import SETTINGS, VAULT, run
@@ -20,15 +20,10 @@ async def list_namespaces(request: web.Request) -> web.Response:
     out = []
     for rec, latest in await run(request, vault.namespaces):
         if who.may("read", rec.name):
-            out.append(
-                {
-                    "name": rec.name,
-                    "checkpoints": rec.checkpoints,
-                    "latest": latest,
-                    "logical_bytes": rec.logical_bytes,
-                    "chunking": rec.chunking().to_wire(),
-                }
+            entry = NamespaceEntry(
+                rec.name, rec.checkpoints, latest, rec.logical_bytes, rec.chunking().to_wire()
             )
+            out.append(entry.to_wire())
     return json_response({"namespaces": out})
 
 
@@ -85,12 +80,8 @@ async def get_manifest(request: web.Request) -> web.Response:
     ns, ref = request.match_info["ns"], request.match_info["ref"]
     require(request, "read", ns)
     record, files = await run(request, request.app[VAULT].manifest, ns, ref)
-    return json_response(
-        {
-            "id": record.id,
-            "files": {name: entry.to_wire() for name, entry in files.items()},
-        }
-    )
+    manifest = Manifest(record.id, {name: entry.to_protocol() for name, entry in files.items()})
+    return json_response(manifest.to_wire())
 
 
 async def get_file(request: web.Request) -> web.StreamResponse:

@@ -7,7 +7,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from client.protocol import decode_chunk_batch
+from client.protocol import FileStored, UploadOpened, decode_chunk_batch
 from vault import InvalidRequest, UploadSession
 from vault.clock import rfc3339
 
@@ -42,16 +42,14 @@ async def open_upload(request: web.Request) -> web.Response:
         tags=body.get("tags"),
         chunking=body.get("chunking"),
     )
-    return json_response(
-        {
-            "upload_id": session.id,
-            "namespace": session.namespace,
-            "parent": session.parent,
-            "expires_at": rfc3339(session.expires_at),
-            "chunking": profile.to_wire(),
-        },
-        status=201,
+    opened = UploadOpened(
+        session.id,
+        session.namespace,
+        session.parent,
+        rfc3339(session.expires_at),
+        profile.to_wire(),
     )
+    return json_response(opened.to_wire(), status=201)
 
 
 async def missing(request: web.Request) -> web.Response:
@@ -123,15 +121,8 @@ async def put_file(request: web.Request) -> web.Response:
         if pending is not None:
             await pending
     entry = await run(request, ingest.finish)
-    return json_response(
-        {
-            "name": ingest.name,
-            "size": entry.size,
-            "hash": entry.hash.hex(),
-            "chunks": len(entry.chunks),
-        },
-        status=201,
-    )
+    stored = FileStored(ingest.name, entry.size, entry.hash.hex(), len(entry.chunks))
+    return json_response(stored.to_wire(), status=201)
 
 
 async def commit(request: web.Request) -> web.Response:

@@ -14,11 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from ._errors import ERRORS
+
 # Arbitrary JSON, genuinely untyped: checkpoint metadata values and policy bodies.
 JSON = Any
 JSONObject = dict[str, JSON]
 
 VALIDITY_STATES = ("unverified", "valid", "invalid")
+
+# Field metadata read by api/openapi.py when it derives the schemas: "schema" is merged into
+# the field's derived JSON schema; "optional" fields may be absent from the JSON.
+_TIME: dict[str, Any] = {"schema": {"format": "date-time"}}
+_OPTIONAL: dict[str, Any] = {"optional": True}
 
 
 def _obj(d: object, what: str) -> Mapping[str, Any]:
@@ -52,10 +59,10 @@ def _int(d: Mapping[str, Any], key: str, what: str) -> int:
 class Validity:
     """Whether a checkpoint is fit to restore, who said so and when."""
 
-    state: str = "unverified"  # one of VALIDITY_STATES
+    state: str = field(default="unverified", metadata={"schema": {"enum": list(VALIDITY_STATES)}})
     reason: str | None = None
     source: str | None = None  # "producer" (PATCH) or "scrub"
-    at: str | None = None  # RFC 3339
+    at: str | None = field(default=None, metadata=_TIME)
 
     def to_wire(self) -> dict[str, Any]:
         return {"state": self.state, "reason": self.reason, "source": self.source, "at": self.at}
@@ -95,7 +102,7 @@ class CheckpointRecord:
     id: str
     namespace: str
     parent: str | None
-    created_at: str  # RFC 3339
+    created_at: str = field(metadata=_TIME)
     metadata: JSONObject = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     pinned: bool = False
@@ -151,8 +158,8 @@ class TombstoneRecord:
     id: str
     namespace: str
     parent: str | None
-    created_at: str
-    deleted_at: str
+    created_at: str = field(metadata=_TIME)
+    deleted_at: str = field(metadata=_TIME)
     deleted: bool = True
 
     def to_wire(self) -> dict[str, Any]:
@@ -280,7 +287,7 @@ class UploadOpened:
     upload_id: str
     namespace: str
     parent: str | None
-    expires_at: str
+    expires_at: str = field(metadata=_TIME)
     chunking: JSONObject  # ChunkingProfile.to_wire()
 
     def to_wire(self) -> dict[str, Any]:
@@ -347,9 +354,10 @@ class CommitFile:
 class ErrorBody:
     """Every error answer: `{"error": {"code", "message", ...extra}}` (see ERRORS)."""
 
-    code: str
+    code: str = field(metadata={"schema": {"enum": [e.code for e in ERRORS]}})
     message: str
-    missing: list[str] | None = None  # missing_chunks only: the chunk ids not stored
+    # missing_chunks only: the chunk ids not stored.
+    missing: list[str] | None = field(default=None, metadata=_OPTIONAL)
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {"code": self.code, "message": self.message}
