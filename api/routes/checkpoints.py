@@ -7,6 +7,7 @@ from aiohttp import web
 from client.protocol import Manifest, NamespaceEntry, decode_bundle
 from vault import InvalidRequest
 
+from .. import parse
 from ..app import SETTINGS, VAULT, run
 from ..auth import principal, require
 from ..download import stream_file
@@ -58,12 +59,12 @@ async def save_checkpoint(request: web.Request) -> web.Response:
         request.app[VAULT].save,
         ns,
         files,
-        parent=header.get("parent"),
+        parent=parse.parent(header.get("parent")),
         inherit=bool(header.get("inherit", False)),
-        metadata=header.get("metadata"),
-        tags=header.get("tags"),
-        chunking=header.get("chunking"),
-        key=header.get("key"),
+        metadata=parse.metadata(header.get("metadata")),
+        tags=parse.tags(header.get("tags")),
+        chunking=parse.chunking(header.get("chunking")),
+        key=parse.idempotency_key(header.get("key")),
     )
     return json_response(record.to_wire(), status=201 if created else 200)
 
@@ -109,9 +110,9 @@ async def patch_checkpoint(request: web.Request) -> web.Response:
         request.app[VAULT].patch,
         ns,
         cid,
-        validity=body.get("validity"),
-        pinned=body.get("pinned"),
-        tags=body.get("tags"),
+        validity=parse.validity(body.get("validity")),
+        pinned=parse.pinned(body.get("pinned")),
+        tags=parse.tags(body.get("tags")),
     )
     return json_response(record.to_wire())
 
@@ -132,7 +133,13 @@ async def fork_checkpoint(request: web.Request) -> web.Response:
     require(request, "read", ns)
     require(request, "write", target if isinstance(target, str) else "")
     record = await run(
-        request, request.app[VAULT].fork, ns, ref, target, body.get("metadata"), body.get("tags")
+        request,
+        request.app[VAULT].fork,
+        ns,
+        ref,
+        parse.namespace(target),
+        parse.metadata(body.get("metadata")),
+        parse.tags(body.get("tags")),
     )
     return json_response(record.to_wire(), status=201)
 

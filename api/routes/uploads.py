@@ -11,6 +11,7 @@ from client.protocol import FileStored, UploadOpened, decode_chunk_batch
 from vault import InvalidRequest, UploadSession
 from vault.clock import rfc3339
 
+from .. import parse
 from ..app import SETTINGS, VAULT, reading_body, run
 from ..auth import require
 from ..http import json_body, json_response, read_body
@@ -36,11 +37,11 @@ async def open_upload(request: web.Request) -> web.Response:
         request,
         request.app[VAULT].open_upload,
         ns,
-        parent=body.get("parent"),
+        parent=parse.parent(body.get("parent")),
         inherit=bool(body.get("inherit", False)),
-        metadata=body.get("metadata"),
-        tags=body.get("tags"),
-        chunking=body.get("chunking"),
+        metadata=parse.metadata(body.get("metadata")),
+        tags=parse.tags(body.get("tags")),
+        chunking=parse.chunking(body.get("chunking")),
     )
     opened = UploadOpened(
         session.id,
@@ -56,7 +57,9 @@ async def missing(request: web.Request) -> web.Response:
     """Which of these chunk ids the vault lacks; the others are reserved for the upload."""
     session = await _session(request)
     body = await json_body(request)
-    result = await run(request, request.app[VAULT].missing, session.id, body.get("chunks"))
+    result = await run(
+        request, request.app[VAULT].missing, session.id, parse.chunk_ids(body.get("chunks"))
+    )
     return json_response({"missing": result})
 
 
@@ -129,7 +132,8 @@ async def commit(request: web.Request) -> web.Response:
     """Atomically create the checkpoint; a retry returns the same one with 200."""
     session = await _session(request)
     body = await json_body(request)
-    record, created = await run(request, request.app[VAULT].commit, session.id, body.get("files"))
+    files = parse.commit_files(body.get("files"))
+    record, created = await run(request, request.app[VAULT].commit, session.id, files)
     return json_response(record.to_wire(), status=201 if created else 200)
 
 
