@@ -99,6 +99,69 @@ def component_schemas() -> dict[str, Any]:
     return schemas
 
 
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": _REF + name}
+
+
+def _listing(key: str, items: dict[str, Any], **more: Any) -> dict[str, Any]:
+    props = {key: {"type": "array", "items": items}, **more}
+    return {"type": "object", "required": list(props), "properties": props}
+
+
+# Success answers of the routes that return protocol records, by handler name: (status,
+# schema). Routes not listed document only their error answer.
+RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
+    "list_namespaces": ("200", _listing("namespaces", _ref("NamespaceEntry"))),
+    "list_checkpoints": (
+        "200",
+        _listing("checkpoints", _ref("Checkpoint"), next={"type": ["string", "null"]}),
+    ),
+    "save_checkpoint": ("201", _ref("Checkpoint")),
+    "get_checkpoint": ("200", _ref("Checkpoint")),
+    "get_manifest": ("200", _ref("Manifest")),
+    "get_lineage": (
+        "200",
+        _listing("chain", {"anyOf": [_ref("Checkpoint"), _ref("TombstoneRecord")]}),
+    ),
+    "patch_checkpoint": ("200", _ref("Checkpoint")),
+    "fork_checkpoint": ("201", _ref("Checkpoint")),
+    "open_upload": ("201", _ref("UploadOpened")),
+    "put_file": ("201", _ref("FileStored")),
+    "commit": ("201", _ref("Checkpoint")),
+}
+# JSON request bodies built from protocol records, by handler name.
+REQUESTS: dict[str, dict[str, Any]] = {
+    "commit": {
+        "type": "object",
+        "properties": {"files": {"type": "object", "additionalProperties": _ref("CommitFile")}},
+    },
+}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _operation(route: web.AbstractRoute, raw: str) -> dict[str, Any]:
+    doc = (route.handler.__doc__ or "").strip().splitlines()
+    name = getattr(route.handler, "__name__", "handler")
+    op: dict[str, Any] = {
+        "summary": doc[0] if doc else "",
+        "operationId": name,
+        "parameters": [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+            for p in _PARAM.findall(raw)
+        ],
+        "responses": {"default": {"description": "error", "content": _json(_ref("Error"))}},
+    }
+    if name in RESPONSES:
+        status, schema = RESPONSES[name]
+        op["responses"][status] = {"description": "success", "content": _json(schema)}
+    if name in REQUESTS:
+        op["requestBody"] = {"content": _json(REQUESTS[name])}
+    return op
+
+
 def build_openapi(app: web.Application) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in app.router.routes():
@@ -106,23 +169,7 @@ def build_openapi(app: web.Application) -> dict[str, Any]:
             continue
         raw = route.resource.canonical
         path = _PARAM.sub(r"{\1}", raw)
-        doc = (route.handler.__doc__ or "").strip().splitlines()
-        op: dict[str, Any] = {
-            "summary": doc[0] if doc else "",
-            "operationId": getattr(route.handler, "__name__", "handler"),
-            "parameters": [
-                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                for p in _PARAM.findall(raw)
-            ],
-            "responses": {
-                "default": {
-                    "description": "error",
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
-                    },
-                }
-            },
-        }
+        op = _operation(route, raw)
         if path == "/v1/health":
             op["security"] = []
         paths.setdefault(path, {})[route.method.lower()] = op

@@ -5,8 +5,17 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from aiohttp import web
 
-from api.openapi import RECORDS, component_schemas, type_schema
+from api.openapi import (
+    RECORDS,
+    REQUESTS,
+    RESPONSES,
+    build_openapi,
+    component_schemas,
+    type_schema,
+)
+from api.routes import setup_routes
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda c: c.__name__)
@@ -41,3 +50,27 @@ def test_error_schema_is_the_error_envelope() -> None:
 def test_type_schema_refuses_what_it_cannot_describe() -> None:
     with pytest.raises(TypeError):
         type_schema(set[int])
+
+
+def _refs(node: object) -> set[str]:
+    if isinstance(node, dict):
+        own = {node["$ref"]} if isinstance(node.get("$ref"), str) else set()
+        return own.union(*(_refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node))
+    return set()
+
+
+def test_route_answers_name_real_handlers_and_every_ref_resolves() -> None:
+    app = web.Application()
+    setup_routes(app)
+    doc = build_openapi(app)
+    handlers = {op["operationId"] for ops in doc["paths"].values() for op in ops.values()}
+    assert set(RESPONSES) | set(REQUESTS) <= handlers
+    schemas = doc["components"]["schemas"]
+    for ref in _refs(doc):
+        assert ref.removeprefix("#/components/schemas/") in schemas, ref
+    commit = doc["paths"]["/v1/uploads/{upload_id}/commit"]["post"]
+    assert commit["responses"]["201"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Checkpoint"
+    }
