@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from client.wire import ADMIN_TOKEN_FILE
+from client.protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault
 
 from .auth import TokenCache, auth_middleware

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from client.protocol import status_of
 from vault import VaultError
 
 from .observability import request_id
@@ -27,8 +28,15 @@ RETRY_AFTER_SECONDS = 5  # what a 503 tells clients to wait: a tier or the store
 
 
 class ApiError(Exception):
-    status = 400
+    """An error of the service itself (auth, ranges); its status comes from the protocol's
+    error table by code, like the engine's."""
+
     code = "invalid_request"
+    status = status_of(code)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.status = status_of(cls.code)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -36,21 +44,19 @@ class ApiError(Exception):
 
 
 class Unauthorized(ApiError):
-    status = 401
     code = "unauthorized"
 
 
 class Forbidden(ApiError):
-    status = 403
     code = "forbidden"
 
 
 class InvalidRange(ApiError):
-    status = 416
     code = "invalid_range"
 
 
-_HTTP_CODES = {
+# aiohttp's own HTTP errors (unknown route, wrong method, body too large...) by status.
+HTTP_CODES = {
     400: "invalid_request",
     401: "unauthorized",
     403: "forbidden",
@@ -59,6 +65,9 @@ _HTTP_CODES = {
     413: "too_large",
     503: "unavailable",
 }
+
+FALLBACK_CLIENT = "invalid_request"  # any other 4xx aiohttp raises
+INTERNAL = "internal"  # any other 5xx, and every exception that is a bug
 
 
 def error_response(
@@ -86,13 +95,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        code = _HTTP_CODES.get(e.status, "invalid_request" if e.status < 500 else "internal")
+        code = HTTP_CODES.get(e.status, FALLBACK_CLIENT if e.status < 500 else INTERNAL)
         return error_response(e.status, code, e.reason)
     except (ConnectionResetError, TimeoutError):
         raise
     except Exception:
         rid = request_id(request)
         log.exception("internal error, request id %s", rid, extra={"request_id": rid})
-        return error_response(
-            500, "internal", f"internal error; the server log has request id {rid}"
-        )
+        return error_response(500, INTERNAL, f"internal error; the server log has request id {rid}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from client.wire import DEFAULT_DATA_DIR, DEFAULT_PORT
+from client.protocol import DEFAULT_DATA_DIR, DEFAULT_PORT, parse_duration, parse_size
 from vault import PROFILES, Keyring, VaultConfig, VaultError
 
 if sys.version_info >= (3, 11):
@@ -23,34 +23,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
-_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|TiB)?")
-_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-
 
 class SettingsError(ValueError):
     """A configuration value is unknown or invalid; the message names the key."""
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from a number or a string like `90s`, `36h`, `7d`."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    m = _DURATION.fullmatch(str(value).strip())
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 36h, 7d)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
-def parse_size(value: object) -> int:
-    """Bytes from an integer or a string like `64MiB`."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    m = _SIZE.fullmatch(str(value).strip())
-    if not m:
-        raise ValueError(f"not a size: {value!r} (use e.g. 4194304 or 4MiB)")
-    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
 
 
 def _port(value: object) -> int:

@@ -5,34 +5,90 @@
         ckpt = vault.save("runs/exp1", "checkpoints/step-1000", metadata={"step": 1000})
         vault.load("runs/exp1", "latest-valid", dest="restore/")
 
-Importing this package stays light: no server dependencies (lmdb, zstandard).
+Importing this package stays light: no server dependencies (lmdb, zstandard), and the names
+below load on first use (PEP 562), so the server importing `client.protocol` pulls in no
+client machinery.
 """
 
-from .aio import AsyncVaultClient
-from .errors import (
-    ClientError,
-    Conflict,
-    CorruptChunk,
-    Forbidden,
-    HashMismatch,
-    IntegrityError,
-    InvalidName,
-    InvalidRange,
-    InvalidRequest,
-    MissingChunks,
-    NotFound,
-    ServerError,
-    TooLarge,
-    TransportError,
-    Unauthorized,
-    Unavailable,
-    UploadExpired,
-)
-from .models import Checkpoint, Transfer
-from .options import SaveFields, SaveOptions
-from .sync import VaultClient
-from .transport import RetryPolicy
-from .wire import ERROR_CODES
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .aio import AsyncVaultClient
+    from .errors import (
+        ClientError,
+        Conflict,
+        CorruptChunk,
+        CorruptObject,
+        Forbidden,
+        HashMismatch,
+        IntegrityError,
+        InvalidName,
+        InvalidRange,
+        InvalidRequest,
+        KeyUnavailable,
+        MissingChunks,
+        NotFound,
+        ServerError,
+        TierError,
+        TierObjectMissing,
+        TooLarge,
+        TooManyUploads,
+        TransportError,
+        Unauthorized,
+        Unavailable,
+        UploadExpired,
+    )
+    from .models import Checkpoint, Transfer
+    from .options import SaveFields, SaveOptions
+    from .protocol import ERROR_CODES
+    from .sync import VaultClient
+    from .transport import RetryPolicy
+
+_LAZY = {
+    "AsyncVaultClient": "aio",
+    "ClientError": "errors",
+    "Conflict": "errors",
+    "CorruptChunk": "errors",
+    "CorruptObject": "errors",
+    "Forbidden": "errors",
+    "HashMismatch": "errors",
+    "IntegrityError": "errors",
+    "InvalidName": "errors",
+    "InvalidRange": "errors",
+    "InvalidRequest": "errors",
+    "KeyUnavailable": "errors",
+    "MissingChunks": "errors",
+    "NotFound": "errors",
+    "ServerError": "errors",
+    "TierError": "errors",
+    "TierObjectMissing": "errors",
+    "TooLarge": "errors",
+    "TooManyUploads": "errors",
+    "TransportError": "errors",
+    "Unauthorized": "errors",
+    "Unavailable": "errors",
+    "UploadExpired": "errors",
+    "Checkpoint": "models",
+    "Transfer": "models",
+    "SaveFields": "options",
+    "SaveOptions": "options",
+    "ERROR_CODES": "protocol",
+    "VaultClient": "sync",
+    "RetryPolicy": "transport",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ERROR_CODES",
@@ -41,19 +97,24 @@ __all__ = [
     "ClientError",
     "Conflict",
     "CorruptChunk",
+    "CorruptObject",
     "Forbidden",
     "HashMismatch",
     "IntegrityError",
     "InvalidName",
     "InvalidRange",
     "InvalidRequest",
+    "KeyUnavailable",
     "MissingChunks",
     "NotFound",
     "RetryPolicy",
     "SaveFields",
     "SaveOptions",
     "ServerError",
+    "TierError",
+    "TierObjectMissing",
     "TooLarge",
+    "TooManyUploads",
     "Transfer",
     "TransportError",
     "Unauthorized",

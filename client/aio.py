@@ -25,22 +25,23 @@ from urllib.parse import quote
 import blake3
 
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
-from .chunking import FileSpec, Reader, Source, StreamChunker, chunk_ids, collect_sources
+from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources
 from .errors import IntegrityError, InvalidName, MissingChunks, NotFound
 from .models import Checkpoint, Transfer
 from .options import SaveFields, SaveOptions
 from .progress import Progress
-from .remotefile import AsyncRemoteFile, OpeningFile, RangeReader, fetch_range
-from .transport import RetryPolicy, Transport
-from .wire import (
+from .protocol import (
     ADMIN_TOKEN_FILE,
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
     DEFAULT_DATA_DIR,
     DEFAULT_URL,
+    StreamChunker,
     encode_bundle,
     encode_chunk_batch,
 )
+from .remotefile import AsyncRemoteFile, OpeningFile, RangeReader, fetch_range
+from .transport import RetryPolicy, Transport
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

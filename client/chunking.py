@@ -1,6 +1,6 @@
-"""Client-side chunking: the same FastCDC cuts the server makes, so chunks dedup across
-producers. Mirrors vault/chunking.py's StreamChunker (the client may not import the
-server); tests/unit/client/test_chunking.py pins the two to identical output."""
+"""What a save reads: the files to send (`Source`, from paths, bytes or file objects) and
+the ids of the chunks cut from them. The cutting itself is `client.protocol.StreamChunker`,
+the same code the server ingests with, so chunks dedup across producers."""
 
 from __future__ import annotations
 
@@ -8,42 +8,11 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 import blake3
-from pyfastcdc import FastCDC
 
 FileSpec = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]
-
-
-def chunker_for(profile: Mapping[str, Any]) -> FastCDC:
-    """A FastCDC instance with the parameters an upload session advertised."""
-    if profile.get("algorithm") != "fastcdc" or profile.get("variant", "fastcdc2020") != (
-        "fastcdc2020"
-    ):
-        raise ValueError(f"unsupported chunking {profile!r}")
-    return FastCDC(
-        int(profile["avg_size"]),
-        min_size=int(profile["min_size"]),
-        max_size=int(profile["max_size"]),
-    )
-
-
-class StreamChunker:
-    """Cuts a stream fed in pieces exactly as if it had been cut whole."""
-
-    def __init__(self, profile: Mapping[str, Any]) -> None:
-        self._cdc = chunker_for(profile)
-        self._tail = b""
-
-    def feed(self, piece: bytes, final: bool) -> list[memoryview]:
-        buf = self._tail + piece if self._tail else piece
-        chunks = [c.data for c in self._cdc.cut_buf(buf)] if buf else []
-        if final or not chunks:
-            self._tail = b""
-            return chunks
-        self._tail = bytes(chunks.pop())
-        return chunks
 
 
 def chunk_ids(chunks: list[memoryview]) -> list[bytes]:

@@ -1,12 +1,15 @@
 """The client's exceptions: one class per wire error code, under `ClientError`.
 
 Callers catch what they can act on (`NotFound`, `MissingChunks`, `Unavailable`...) and never
-have to look at HTTP statuses.
+have to look at HTTP statuses. Which class answers which code is the protocol's error table
+(client/protocol/_errors.py); `_BY_CODE` is built from it, so a code cannot be left out.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .protocol import ERRORS
 
 
 class ClientError(Exception):
@@ -91,34 +94,56 @@ class Unavailable(ClientError):
     code = "unavailable"
 
 
-class CorruptChunk(ClientError):
-    code = "corrupt_chunk"
+class KeyUnavailable(Unavailable):
+    """The server lacks the key the data was encrypted with: an operator must fix it."""
+
+    code = "key_unavailable"
 
 
 class ServerError(ClientError):
     code = "internal"
 
 
-_BY_CODE: dict[str, type[ClientError]] = {
-    cls.code: cls
-    for cls in (
-        Unauthorized,
-        Forbidden,
-        NotFound,
-        InvalidName,
-        InvalidRequest,
-        InvalidRange,
-        HashMismatch,
-        TooLarge,
-        Conflict,
-        MissingChunks,
-        UploadExpired,
-        TooManyUploads,
-        Unavailable,
-        CorruptChunk,
-        ServerError,
-    )
-}
+class CorruptChunk(ClientError):
+    code = "corrupt_chunk"
+
+
+class CorruptObject(ServerError):
+    """Encrypted data on the server failed authentication."""
+
+    code = "corrupt_object"
+
+
+class TierError(ServerError):
+    """A storage tier failed in a way retrying will not fix."""
+
+    code = "tier_error"
+
+
+class TierObjectMissing(TierError):
+    """A storage tier lost an object the server's catalog points to."""
+
+    code = "tier_object_missing"
+
+
+def _by_code() -> dict[str, type[ClientError]]:
+    """Every wire code of the protocol's table -> the class its `client` column names here;
+    a table row without a class, or a class with another code, fails at import."""
+    classes = {c.__name__: c for c in _subclasses(ClientError)}
+    out: dict[str, type[ClientError]] = {}
+    for spec in ERRORS:
+        cls = classes[spec.client]
+        if cls.code != spec.code:
+            raise RuntimeError(f"{cls.__name__}.code is {cls.code!r}, the table says {spec.code}")
+        out[spec.code] = cls
+    return out
+
+
+def _subclasses(cls: type[ClientError]) -> list[type[ClientError]]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
+_BY_CODE: dict[str, type[ClientError]] = _by_code()
 
 
 def error_from(status: int, body: Any) -> ClientError:

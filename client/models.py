@@ -1,9 +1,17 @@
-"""What the client hands back: plain dataclasses built from the wire records."""
+"""What the client hands back: plain dataclasses built from the wire records.
+
+`Checkpoint` is parsed through the protocol's records (`client.protocol.CheckpointRecord`,
+`TombstoneRecord`), so the client reads exactly the fields the server writes; it keeps its
+dict-shaped `validity` and `files` for callers that index them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .protocol import JSONObject, LineageEntry, TombstoneRecord, lineage_entry_from_wire
 
 
 @dataclass(frozen=True)
@@ -12,7 +20,7 @@ class Checkpoint:
     namespace: str
     parent: str | None
     created_at: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     pinned: bool = False
     validity: dict[str, Any] = field(default_factory=dict)
@@ -28,20 +36,26 @@ class Checkpoint:
         return None if state in (None, "unverified") else state == "valid"
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> Checkpoint:
+    def from_wire(cls, d: Mapping[str, Any]) -> Checkpoint:
+        """A record or tombstone as the server answers it; ValueError if malformed."""
+        return cls.from_protocol(lineage_entry_from_wire(d))
+
+    @classmethod
+    def from_protocol(cls, r: LineageEntry) -> Checkpoint:
+        if isinstance(r, TombstoneRecord):
+            return cls(r.id, r.namespace, r.parent, r.created_at, deleted=True)
         return cls(
-            id=d["id"],
-            namespace=d["namespace"],
-            parent=d.get("parent"),
-            created_at=d.get("created_at", ""),
-            metadata=d.get("metadata") or {},
-            tags=d.get("tags") or [],
-            pinned=bool(d.get("pinned", False)),
-            validity=d.get("validity") or {},
-            files=d.get("files") or {},
-            size=int(d.get("size", 0)),
-            tier=d.get("tier", "hot"),
-            deleted=bool(d.get("deleted", False)),
+            id=r.id,
+            namespace=r.namespace,
+            parent=r.parent,
+            created_at=r.created_at,
+            metadata=r.metadata,
+            tags=list(r.tags),
+            pinned=r.pinned,
+            validity=r.validity.to_wire(),
+            files={name: f.to_wire() for name, f in r.files.items()},
+            size=r.size,
+            tier=r.tier,
         )
 
     def to_wire(self) -> dict[str, Any]:

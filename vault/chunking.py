@@ -1,17 +1,13 @@
-"""Content-defined chunking with FastCDC, identical on server and client.
+"""The server's chunking profiles and how a requested profile is checked.
 
-A namespace is bound to one `ChunkingProfile` for life: dedup only works when every producer
-cuts the same bytes at the same places, so the server advertises the profile on every upload
-and clients must use it. FastCDC restarts its rolling hash at every cut, which is what lets
-`StreamChunker` chunk an unbounded stream piece by piece: the last chunk of a piece is carried
-into the next one, and the cuts come out exactly as if the whole stream had been in memory.
+The chunker itself (`ChunkingProfile`, `StreamChunker`) is the wire protocol's, in
+client/protocol, so server ingest and client saves cut with the same code; this module owns
+only what the server decides: the named profiles, the default, and the accepted ranges.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from pyfastcdc import FastCDC
+from client.protocol import ChunkingProfile, StreamChunker
 
 from .errors import InvalidRequest
 
@@ -19,34 +15,6 @@ from .errors import InvalidRequest
 _MIN_RANGE = (64, 1 << 20)
 _AVG_RANGE = (256, 4 << 20)
 _MAX_RANGE = (1024, 16 << 20)
-
-
-@dataclass(frozen=True)
-class ChunkingProfile:
-    """FastCDC parameters exactly as passed to pyfastcdc (normalized chunking 1, seed 0).
-
-    Note pyfastcdc's mean chunk is about avg_size + min_size (cut-point skipping).
-    """
-
-    name: str
-    min_size: int
-    avg_size: int
-    max_size: int
-
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "algorithm": "fastcdc",
-            "variant": "fastcdc2020",
-            "normalized_chunking": 1,
-            "seed": 0,
-            "profile": self.name,
-            "min_size": self.min_size,
-            "avg_size": self.avg_size,
-            "max_size": self.max_size,
-        }
-
-    def chunker(self) -> FastCDC:
-        return FastCDC(self.avg_size, min_size=self.min_size, max_size=self.max_size)
 
 
 # Agent state is re-serialized whole at every step; only small chunks line up with the
@@ -84,19 +52,12 @@ def profile_from_wire(value: object, max_chunk_size: int) -> ChunkingProfile:
     return ChunkingProfile("custom", lo, avg, hi)
 
 
-class StreamChunker:
-    """Cuts a stream fed in arbitrary pieces into the same chunks as cutting it whole."""
-
-    def __init__(self, profile: ChunkingProfile) -> None:
-        self._cdc = profile.chunker()
-        self._tail = b""
-
-    def feed(self, piece: bytes, final: bool) -> list[memoryview]:
-        """Return the chunks completed by `piece`; with final=True, all remaining ones."""
-        buf = self._tail + piece if self._tail else piece
-        chunks = [c.data for c in self._cdc.cut_buf(buf)] if buf else []
-        if final or not chunks:
-            self._tail = b""
-            return chunks
-        self._tail = bytes(chunks.pop())
-        return chunks
+__all__ = [
+    "DEFAULT_PROFILE",
+    "LARGE",
+    "PROFILES",
+    "SMALL",
+    "ChunkingProfile",
+    "StreamChunker",
+    "profile_from_wire",
+]

@@ -1,7 +1,8 @@
 """The engine's error tree.
 
-Every error a caller can act on is a subclass of `VaultError` carrying the HTTP status and the
-stable wire `code` it maps to; api/ turns them into JSON in exactly one middleware. Corruption
+Every error a caller can act on is a subclass of `VaultError` carrying the stable wire `code`
+it maps to and the HTTP status the protocol's error table (client/protocol) gives that code;
+api/ turns them into JSON in exactly one middleware. Corruption
 is its own branch (`BlockCorrupt`), never a not-found, so that a damaged chunk is never
 mistaken for an absent one.
 """
@@ -10,12 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from client.protocol import status_of
+
 
 class VaultError(Exception):
-    """Root of every expected engine error."""
+    """Root of every expected engine error.
 
-    status = 500
+    A class declares only its wire `code`; its HTTP `status` comes from the protocol's error
+    table (a code missing from it fails at import).
+    """
+
     code = "internal"
+    status = status_of(code)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.status = status_of(cls.code)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -30,29 +41,24 @@ class VaultError(Exception):
 
 
 class InvalidName(VaultError):
-    status = 400
     code = "invalid_name"
 
 
 class InvalidRequest(VaultError):
-    status = 400
     code = "invalid_request"
 
 
 class HashMismatch(VaultError):
-    status = 400
     code = "hash_mismatch"
 
 
 class TooLarge(VaultError):
-    status = 413
     code = "too_large"
 
 
 class NotFound(VaultError, KeyError):
     """Something named by the caller does not exist (or was deleted)."""
 
-    status = 404
     code = "not_found"
 
     def __str__(self) -> str:
@@ -78,7 +84,6 @@ class BlockNotFound(NotFound):
 class Conflict(VaultError):
     """The request is well formed but contradicts current state (pinned, committed, ...)."""
 
-    status = 409
     code = "conflict"
 
 
@@ -107,24 +112,20 @@ class VaultInUse(Conflict):
 
 
 class TooManyUploads(VaultError):
-    status = 429
     code = "too_many_uploads"
 
 
 class UploadExpired(VaultError):
-    status = 410
     code = "upload_expired"
 
 
 class Unavailable(VaultError):
-    status = 503
     code = "unavailable"
 
 
 class BlockCorrupt(VaultError):
     """A stored chunk no longer hashes to its id: integrity failure, not a miss."""
 
-    status = 500
     code = "corrupt_chunk"
 
     def __init__(self, chunk_id: str) -> None:
@@ -149,7 +150,6 @@ class SealBroken(VaultError):
 class TierError(VaultError):
     """A tier (filesystem or object store) failed in a way retrying will not fix."""
 
-    status = 500
     code = "tier_error"
 
 
@@ -165,33 +165,10 @@ class ObjectNotFound(TierError, KeyError):
 class ObjectExists(TierError):
     """A create-if-absent put found the key taken."""
 
-    status = 409
     code = "conflict"
 
 
 class TierUnavailable(TierError, Unavailable):
     """The tier did not answer (down, unreachable, timing out): retry later."""
 
-    status = 503
     code = "unavailable"
-
-
-ALL_ERRORS: tuple[type[VaultError], ...] = (
-    InvalidName,
-    InvalidRequest,
-    HashMismatch,
-    TooLarge,
-    NotFound,
-    Conflict,
-    MissingChunks,
-    MaintenanceBusy,
-    VaultInUse,
-    UploadExpired,
-    TooManyUploads,
-    Unavailable,
-    BlockCorrupt,
-    TierError,
-    ObjectNotFound,
-    ObjectExists,
-    TierUnavailable,
-)

@@ -11,6 +11,8 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from client.protocol import ChunkSpan, ManifestFile
+
 _FILE_HEAD = struct.Struct("<Q32sI")
 _CHUNK = struct.Struct("<32sI")
 _NAME_LEN = struct.Struct("<H")
@@ -44,12 +46,13 @@ class FileEntry:
             yield cid, offset, n
             offset += n
 
+    def to_protocol(self) -> ManifestFile:
+        """The wire form of GET .../manifest: hex ids with offsets."""
+        spans = [ChunkSpan(c.hex(), o, n) for c, o, n in self.spans()]
+        return ManifestFile(self.size, self.hash.hex(), spans)
+
     def to_wire(self) -> dict[str, object]:
-        return {
-            "size": self.size,
-            "hash": self.hash.hex(),
-            "chunks": [{"id": c.hex(), "offset": o, "size": n} for c, o, n in self.spans()],
-        }
+        return self.to_protocol().to_wire()
 
 
 Manifest = Mapping[str, FileEntry]

@@ -8,20 +8,18 @@ apply; a policy with no rule at all keeps everything.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import lmdb
 
+import client.protocol as protocol
+from client.protocol import format_duration
+
 from .errors import InvalidRequest
 
 DEFAULT_KEY = b"\0default"  # namespaces cannot start with NUL
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d|w)")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 COUNT_RULES = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
-_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|TiB)?")
-_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 # Tiering keys and how each is checked; what they mean is tiering/policy.py's business.
 TIERING_KEYS = {
     "target": "tier",
@@ -38,23 +36,19 @@ MAX_STAGES = 8
 
 
 def parse_duration(value: Any, key: str) -> float:
-    """Seconds from `90s`, `36h`, `7d`, `2w` (or a number of seconds)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    m = _DURATION.fullmatch(str(value).strip()) if isinstance(value, str) else None
-    if not m:
-        raise InvalidRequest(f"{key} must be a duration like 90s, 36h or 7d")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    """Seconds, in the protocol's grammar (`500ms`, `90s`, `36h`, `7d`, or a number)."""
+    try:
+        return protocol.parse_duration(value)
+    except ValueError:
+        raise InvalidRequest(f"{key} must be a duration like 90s, 36h or 7d") from None
 
 
 def parse_size(value: Any, key: str) -> int:
-    """Bytes from an integer or a string like `40GiB`."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    m = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
-    if not m:
-        raise InvalidRequest(f"{key} must be a size in bytes, or like 512MiB or 40GiB")
-    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    """Bytes, in the protocol's grammar (an integer, or like `512MiB`, `40GiB`)."""
+    try:
+        return protocol.parse_size(value)
+    except ValueError:
+        raise InvalidRequest(f"{key} must be a size in bytes, or like 512MiB or 40GiB") from None
 
 
 def check_tiering(settings: dict[str, Any]) -> None:
@@ -102,13 +96,6 @@ def _check_stages(stages: Any, first_after: Any) -> None:
         if after <= last:
             raise InvalidRequest("each stage's after must be later than the one before")
         last = after
-
-
-def format_duration(seconds: float) -> str:
-    for unit in ("w", "d", "h", "m"):
-        if seconds and seconds % _UNITS[unit] == 0:
-            return f"{int(seconds // _UNITS[unit])}{unit}"
-    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True)

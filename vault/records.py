@@ -1,7 +1,9 @@
 """Catalog records: checkpoints (and their tombstones), namespaces and upload sessions.
 
 Stored as JSON in LMDB: small, self-describing, and easy to extend with new fields without a
-migration; the large part of a checkpoint, its manifest, has its own binary form.
+migration; the large part of a checkpoint, its manifest, has its own binary form. This is the
+storage form (float times, scrub's `previous` state, `promoted_at`); what the API answers is
+the protocol's record (client/protocol), built by `to_protocol`.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from client import protocol
+from client.protocol import VALIDITY_STATES, JSONObject
+
 from .chunking import ChunkingProfile
 from .clock import rfc3339
 
-VALIDITY_STATES = ("unverified", "valid", "invalid")
+__all__ = ["VALIDITY_STATES", "CheckpointRecord", "NamespaceRecord", "UploadSession", "Validity"]
 
 
 @dataclass
@@ -24,13 +29,12 @@ class Validity:
     at: float | None = None
     previous: str | None = None  # the state scrub replaced, restored when the chunk heals
 
+    def to_protocol(self) -> protocol.Validity:
+        at = rfc3339(self.at) if self.at is not None else None
+        return protocol.Validity(self.state, self.reason, self.source, at)
+
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "reason": self.reason,
-            "source": self.source,
-            "at": rfc3339(self.at) if self.at is not None else None,
-        }
+        return self.to_protocol().to_wire()
 
 
 @dataclass
@@ -39,9 +43,9 @@ class CheckpointRecord:
     namespace: str
     parent: str | None
     created_at: float
-    metadata: dict[str, Any]
+    metadata: JSONObject
     tags: list[str]
-    files: dict[str, dict[str, Any]]  # name -> {"size", "hash"}
+    files: dict[str, dict[str, Any]]  # name -> {"size", "hash"}: protocol.FileInfo's wire form
     size: int
     pinned: bool = False
     validity: Validity = field(default_factory=Validity)
@@ -65,29 +69,32 @@ class CheckpointRecord:
         d["validity"] = Validity(**d["validity"])
         return cls(**d)
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_protocol(self) -> protocol.LineageEntry:
+        """The wire record: a tombstone if deleted, else the live checkpoint."""
         if self.is_tombstone:
-            return {
-                "id": self.id,
-                "namespace": self.namespace,
-                "parent": self.parent,
-                "created_at": rfc3339(self.created_at),
-                "deleted": True,
-                "deleted_at": rfc3339(self.deleted_at or 0.0),
-            }
-        return {
-            "id": self.id,
-            "namespace": self.namespace,
-            "parent": self.parent,
-            "created_at": rfc3339(self.created_at),
-            "metadata": self.metadata,
-            "tags": self.tags,
-            "pinned": self.pinned,
-            "validity": self.validity.to_wire(),
-            "files": self.files,
-            "size": self.size,
-            "tier": self.tier,
-        }
+            return protocol.TombstoneRecord(
+                id=self.id,
+                namespace=self.namespace,
+                parent=self.parent,
+                created_at=rfc3339(self.created_at),
+                deleted_at=rfc3339(self.deleted_at or 0.0),
+            )
+        return protocol.CheckpointRecord(
+            id=self.id,
+            namespace=self.namespace,
+            parent=self.parent,
+            created_at=rfc3339(self.created_at),
+            metadata=self.metadata,
+            tags=self.tags,
+            pinned=self.pinned,
+            validity=self.validity.to_protocol(),
+            files={n: protocol.FileInfo(f["size"], f["hash"]) for n, f in self.files.items()},
+            size=self.size,
+            tier=self.tier,
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.to_protocol().to_wire()
 
 
 _RECORD_FIELDS = (

@@ -17,6 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from client.protocol import JSON, CommitFile
+
 from . import backup, prune, scrub
 from .catalog import Catalog
 from .check import CheckReport, check
@@ -47,6 +49,20 @@ from .uploads import Uploads
 from .writer import WriteTxn
 
 MAX_LIST = 1000
+
+# A requested chunking profile: a profile name or {min_size, avg_size, max_size}.
+Chunking = str | Mapping[str, JSON]
+
+
+def _obj(value: Mapping[str, JSON] | None) -> JSON:
+    """The engine's validators check plain dicts and lists (they also refuse what an untyped
+    caller passes); other mappings and sequences are copied into those, the rest left for
+    the validators to refuse."""
+    return dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value
+
+
+def _seq(value: Sequence[str] | None) -> JSON:
+    return list(value) if isinstance(value, tuple) else value
 
 
 class Vault:
@@ -98,14 +114,17 @@ class Vault:
         *,
         parent: str | None = None,
         inherit: bool = False,
-        metadata: Any = None,
-        tags: Any = None,
-        chunking: Any = None,
+        metadata: Mapping[str, JSON] | None = None,
+        tags: Sequence[str] | None = None,
+        chunking: Chunking | None = None,
     ) -> tuple[UploadSession, ChunkingProfile]:
-        return self.uploads.open(ns, parent, inherit, metadata, tags, chunking)
+        """Open an upload session. `chunking`: a profile name or {min_size, avg_size,
+        max_size}, used only if this upload creates the namespace."""
+        return self.uploads.open(ns, parent, inherit, _obj(metadata), _seq(tags), chunking)
 
-    def missing(self, upload_id: str, ids: Any) -> list[str]:
-        return self.uploads.missing(upload_id, ids)
+    def missing(self, upload_id: str, ids: Sequence[str]) -> list[str]:
+        """Which of these hex chunk ids are not stored; the others are reserved."""
+        return self.uploads.missing(upload_id, _seq(ids))
 
     def put_chunk(self, upload_id: str, cid: str, data: bytes) -> bool:
         """Store one chunk named by its hex id; True if it was new (or healed)."""
@@ -117,14 +136,36 @@ class Vault:
     def ingest(self, upload_id: str, name: str) -> FileIngest:
         return FileIngest(self.store, self.uploads, upload_id, name)
 
-    def commit(self, upload_id: str, files: Any = None) -> tuple[CheckpointRecord, bool]:
-        return self._committer.commit(upload_id, files)
+    def commit(
+        self, upload_id: str, files: Mapping[str, CommitFile] | None = None
+    ) -> tuple[CheckpointRecord, bool]:
+        """Commit an upload: the files streamed through it plus those listed here."""
+        listed = None if files is None else {n: f.to_wire() for n, f in files.items()}
+        return self._committer.commit(upload_id, listed)
 
     def save(
-        self, ns: str, files: Mapping[str, bytes], **options: Any
+        self,
+        ns: str,
+        files: Mapping[str, bytes],
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: Mapping[str, JSON] | None = None,
+        tags: Sequence[str] | None = None,
+        chunking: Chunking | None = None,
+        key: str | None = None,
     ) -> tuple[CheckpointRecord, bool]:
         """One-shot save of small, in-memory files (see vault/direct.py)."""
-        return self._direct.save(ns, files, **options)
+        return self._direct.save(
+            ns,
+            files,
+            parent=parent,
+            inherit=inherit,
+            metadata=_obj(metadata),
+            tags=_seq(tags),
+            chunking=chunking,
+            key=key,
+        )
 
     def abort(self, upload_id: str) -> None:
         self.uploads.abort(upload_id)
@@ -189,8 +230,19 @@ class Vault:
         return self.reader.chunks(cids)
 
     # -- changes to checkpoints -------------------------------------------------------
-    def patch(self, ns: str, cid: str, **changes: Any) -> CheckpointRecord:
-        return self.lifecycle.patch(ns, cid, **changes)
+    def patch(
+        self,
+        ns: str,
+        cid: str,
+        *,
+        validity: Mapping[str, JSON] | None = None,
+        pinned: bool | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> CheckpointRecord:
+        """Set validity ({"state", "reason"}), pinned or tags; None leaves one unchanged."""
+        return self.lifecycle.patch(
+            ns, cid, validity=_obj(validity), pinned=pinned, tags=_seq(tags)
+        )
 
     def delete(self, ns: str, cid: str) -> None:
         self.lifecycle.delete(ns, cid)
@@ -206,9 +258,14 @@ class Vault:
         return self.lifecycle.set_tiers(tiers)
 
     def fork(
-        self, ns: str, ref: str, target: Any, metadata: Any = None, tags: Any = None
+        self,
+        ns: str,
+        ref: str,
+        target: str,
+        metadata: Mapping[str, JSON] | None = None,
+        tags: Sequence[str] | None = None,
     ) -> CheckpointRecord:
-        return self.lifecycle.fork(ns, ref, target, metadata, tags)
+        return self.lifecycle.fork(ns, ref, target, _obj(metadata), _seq(tags))
 
     # -- policies ---------------------------------------------------------------------
     def policy(self, ns: str | None) -> Policy:
@@ -226,7 +283,7 @@ class Vault:
         """The policy in force for `ns` (its own, else the default) inside a read txn."""
         return self._policies.effective(txn, ns)
 
-    def set_policy(self, ns: str | None, changes: Any) -> Policy:
+    def set_policy(self, ns: str | None, changes: Mapping[str, JSON]) -> Policy:
         """Merge `changes` ({"retention": {...}, "tiering": {...}}, any keys) into a policy."""
         if ns is not None:
             check_namespace(ns)
@@ -234,7 +291,7 @@ class Vault:
         def op(w: WriteTxn) -> Policy:
             if ns is not None:
                 self.catalog.require_namespace(w.cat, ns)
-            policy = (self._policies.get(w.cat, ns) or Policy()).updated(changes)
+            policy = (self._policies.get(w.cat, ns) or Policy()).updated(_obj(changes))
             self._policies.put(w.cat, ns, policy)
             return policy
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from client.wire import decode_bundle
+from client.protocol import Manifest, NamespaceEntry, decode_bundle
 from vault import InvalidRequest
 
+from .. import parse
 from ..auth import principal, require
 from ..download import stream_file
 from ..http import json_body, json_response, query_int, read_body, run
@@ -20,15 +21,10 @@ async def list_namespaces(request: web.Request) -> web.Response:
     out = []
     for rec, latest in await run(request, vault.namespaces):
         if who.may("read", rec.name):
-            out.append(
-                {
-                    "name": rec.name,
-                    "checkpoints": rec.checkpoints,
-                    "latest": latest,
-                    "logical_bytes": rec.logical_bytes,
-                    "chunking": rec.chunking().to_wire(),
-                }
+            entry = NamespaceEntry(
+                rec.name, rec.checkpoints, latest, rec.logical_bytes, rec.chunking().to_wire()
             )
+            out.append(entry.to_wire())
     return json_response({"namespaces": out})
 
 
@@ -63,12 +59,12 @@ async def save_checkpoint(request: web.Request) -> web.Response:
         request.app[VAULT].save,
         ns,
         files,
-        parent=header.get("parent"),
+        parent=parse.parent(header.get("parent")),
         inherit=bool(header.get("inherit", False)),
-        metadata=header.get("metadata"),
-        tags=header.get("tags"),
-        chunking=header.get("chunking"),
-        key=header.get("key"),
+        metadata=parse.metadata(header.get("metadata")),
+        tags=parse.tags(header.get("tags")),
+        chunking=parse.chunking(header.get("chunking")),
+        key=parse.idempotency_key(header.get("key")),
     )
     return json_response(record.to_wire(), status=201 if created else 200)
 
@@ -85,12 +81,8 @@ async def get_manifest(request: web.Request) -> web.Response:
     ns, ref = request.match_info["ns"], request.match_info["ref"]
     require(request, "read", ns)
     record, files = await run(request, request.app[VAULT].manifest, ns, ref)
-    return json_response(
-        {
-            "id": record.id,
-            "files": {name: entry.to_wire() for name, entry in files.items()},
-        }
-    )
+    manifest = Manifest(record.id, {name: entry.to_protocol() for name, entry in files.items()})
+    return json_response(manifest.to_wire())
 
 
 async def get_file(request: web.Request) -> web.StreamResponse:
@@ -118,9 +110,9 @@ async def patch_checkpoint(request: web.Request) -> web.Response:
         request.app[VAULT].patch,
         ns,
         cid,
-        validity=body.get("validity"),
-        pinned=body.get("pinned"),
-        tags=body.get("tags"),
+        validity=parse.validity(body.get("validity")),
+        pinned=parse.pinned(body.get("pinned")),
+        tags=parse.tags(body.get("tags")),
     )
     return json_response(record.to_wire())
 
@@ -141,7 +133,13 @@ async def fork_checkpoint(request: web.Request) -> web.Response:
     require(request, "read", ns)
     require(request, "write", target if isinstance(target, str) else "")
     record = await run(
-        request, request.app[VAULT].fork, ns, ref, target, body.get("metadata"), body.get("tags")
+        request,
+        request.app[VAULT].fork,
+        ns,
+        ref,
+        parse.namespace(target),
+        parse.metadata(body.get("metadata")),
+        parse.tags(body.get("tags")),
     )
     return json_response(record.to_wire(), status=201)
 

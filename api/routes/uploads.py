@@ -7,10 +7,11 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from client.wire import decode_chunk_batch
+from client.protocol import FileStored, UploadOpened, decode_chunk_batch
 from vault import InvalidRequest, UploadSession
 from vault.clock import rfc3339
 
+from .. import parse
 from ..auth import require
 from ..http import json_body, json_response, read_body, reading_body, run
 from ..keys import SETTINGS, VAULT
@@ -36,29 +37,29 @@ async def open_upload(request: web.Request) -> web.Response:
         request,
         request.app[VAULT].open_upload,
         ns,
-        parent=body.get("parent"),
+        parent=parse.parent(body.get("parent")),
         inherit=bool(body.get("inherit", False)),
-        metadata=body.get("metadata"),
-        tags=body.get("tags"),
-        chunking=body.get("chunking"),
+        metadata=parse.metadata(body.get("metadata")),
+        tags=parse.tags(body.get("tags")),
+        chunking=parse.chunking(body.get("chunking")),
     )
-    return json_response(
-        {
-            "upload_id": session.id,
-            "namespace": session.namespace,
-            "parent": session.parent,
-            "expires_at": rfc3339(session.expires_at),
-            "chunking": profile.to_wire(),
-        },
-        status=201,
+    opened = UploadOpened(
+        session.id,
+        session.namespace,
+        session.parent,
+        rfc3339(session.expires_at),
+        profile.to_wire(),
     )
+    return json_response(opened.to_wire(), status=201)
 
 
 async def missing(request: web.Request) -> web.Response:
     """Which of these chunk ids the vault lacks; the others are reserved for the upload."""
     session = await _session(request)
     body = await json_body(request)
-    result = await run(request, request.app[VAULT].missing, session.id, body.get("chunks"))
+    result = await run(
+        request, request.app[VAULT].missing, session.id, parse.chunk_ids(body.get("chunks"))
+    )
     return json_response({"missing": result})
 
 
@@ -123,22 +124,16 @@ async def put_file(request: web.Request) -> web.Response:
         if pending is not None:
             await pending
     entry = await run(request, ingest.finish)
-    return json_response(
-        {
-            "name": ingest.name,
-            "size": entry.size,
-            "hash": entry.hash.hex(),
-            "chunks": len(entry.chunks),
-        },
-        status=201,
-    )
+    stored = FileStored(ingest.name, entry.size, entry.hash.hex(), len(entry.chunks))
+    return json_response(stored.to_wire(), status=201)
 
 
 async def commit(request: web.Request) -> web.Response:
     """Atomically create the checkpoint; a retry returns the same one with 200."""
     session = await _session(request)
     body = await json_body(request)
-    record, created = await run(request, request.app[VAULT].commit, session.id, body.get("files"))
+    files = parse.commit_files(body.get("files"))
+    record, created = await run(request, request.app[VAULT].commit, session.id, files)
     return json_response(record.to_wire(), status=201 if created else 200)
 
 

@@ -36,7 +36,7 @@ import blake3
 import pytest
 from pyfastcdc import FastCDC
 
-from client.wire import encode_bundle
+from client.protocol import encode_bundle
 
 from ..serverproc import ServerProcess
 

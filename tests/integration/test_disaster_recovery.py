@@ -110,6 +110,6 @@ async def test_catalog_backup_destroy_restore(
 
 
 def _bundle(state: bytes) -> bytes:
-    from client.wire import encode_bundle
+    from client.protocol import encode_bundle
 
     return encode_bundle({"chunking": "small"}, [("state.json", state)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from client.protocol import CommitFile
 from vault import CheckpointRecord, Vault
 from vault.frame import chunk_id
 
@@ -11,7 +12,7 @@ from vault.frame import chunk_id
 def client_save(vault: Vault, ns: str, files: dict[str, bytes], **opts: Any) -> CheckpointRecord:
     """Cut each file into fixed 1000-byte chunks, send the missing ones, commit the listing."""
     session, _ = vault.open_upload(ns, **opts)
-    listing = {}
+    listing: dict[str, CommitFile] = {}
     for name, data in files.items():
         pieces = [data[i : i + 1000] for i in range(0, len(data), 1000)]
         ids = [chunk_id(p).hex() for p in pieces]
@@ -19,7 +20,7 @@ def client_save(vault: Vault, ns: str, files: dict[str, bytes], **opts: Any) -> 
         for cid, piece in zip(ids, pieces, strict=True):
             if cid in missing:
                 vault.put_chunk(session.id, cid, piece)
-        listing[name] = {"size": len(data), "hash": chunk_id(data).hex(), "chunks": ids}
+        listing[name] = CommitFile(len(data), chunk_id(data).hex(), ids)
     record, created = vault.commit(session.id, listing)
     assert created
     return record

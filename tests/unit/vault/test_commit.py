@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from client.protocol import CommitFile
 from vault import (
     CheckpointNotFound,
     Conflict,
@@ -69,13 +71,13 @@ def test_wrong_hash_size_or_missing_chunk_is_refused(vault: Vault) -> None:
     session, _ = vault.open_upload("ns")
     cid = chunk_id(data).hex()
     vault.put_chunk(session.id, cid, data)
-    good = {"size": 2000, "hash": cid, "chunks": [cid]}
+    good = CommitFile(size=2000, hash=cid, chunks=[cid])
     with pytest.raises(HashMismatch):
-        vault.commit(session.id, {"f": {**good, "hash": "0" * 64}})
+        vault.commit(session.id, {"f": replace(good, hash="0" * 64)})
     with pytest.raises(InvalidRequest):
-        vault.commit(session.id, {"f": {**good, "size": 1999}})
+        vault.commit(session.id, {"f": replace(good, size=1999)})
     with pytest.raises(MissingChunks) as err:
-        vault.commit(session.id, {"f": {**good, "chunks": [cid, "a" * 64]}})
+        vault.commit(session.id, {"f": replace(good, chunks=[cid, "a" * 64])})
     assert err.value.chunks == ["a" * 64]
     assert vault.checkpoints("ns") == ([], None)
     record, _ = vault.commit(session.id, {"f": good})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from client.protocol import CommitFile
 from vault import CheckpointNotFound, Conflict, FakeClock, MissingChunks, Vault
 
 from .helpers import read_file, stream_save
@@ -50,13 +51,7 @@ def test_commit_refuses_chunks_collected_since_they_were_listed(
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     assert vault.gc().chunks_deleted > 0
     session, _ = vault.open_upload("ns")
-    files = {
-        "a": {
-            "size": entry.size,
-            "hash": entry.hash.hex(),
-            "chunks": [c.hex() for c, _ in entry.chunks],
-        }
-    }
+    files = {"a": CommitFile(entry.size, entry.hash.hex(), [c.hex() for c, _ in entry.chunks])}
     with pytest.raises(MissingChunks):
         vault.commit(session.id, files)
 

@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from client.protocol import CommitFile
 from vault import BlockCorrupt, MissingChunks, Vault
 from vault.clock import FakeClock
 from vault.content import HotFrame
@@ -51,7 +52,7 @@ def test_gc_never_takes_a_chunk_a_live_upload_was_told_exists(
     assert vault.missing(session.id, ids) == []  # present, so reserved for this session
     clock.advance(vault.config.gc_grace + 1)
     assert vault.gc().chunks_deleted == 0
-    listing = {"f": {"size": 5000, "hash": chunk_id(data).hex(), "chunks": ids}}
+    listing = {"f": CommitFile(5000, chunk_id(data).hex(), ids)}
     rec, _ = vault.commit(session.id, listing)
     assert read_file(vault, "ns", rec.id, "f") == data
 
@@ -69,7 +70,7 @@ def test_commit_after_chunks_were_collected_reports_them_missing(
     assert vault.gc().chunks_deleted == 3
     later, _ = vault.open_upload("ns")
     with pytest.raises(MissingChunks) as err:
-        vault.commit(later.id, {"f": {"size": 3000, "hash": chunk_id(data).hex(), "chunks": ids}})
+        vault.commit(later.id, {"f": CommitFile(3000, chunk_id(data).hex(), ids)})
     assert sorted(err.value.chunks) == sorted(ids)
 
 

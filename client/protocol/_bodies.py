@@ -1,6 +1,7 @@
-"""The wire contract shared by api/ and client/: error codes and JSON field shapes.
+"""The binary request bodies: chunk batches and one-request checkpoint bundles.
 
-Standard library only, so the client can import it without any server dependency.
+Both sides encode and decode them here (the client sends, api/ decodes), so the framing is
+written once. Malformed bodies raise `ValueError`, which api/ answers as `invalid_request`.
 """
 
 from __future__ import annotations
@@ -8,65 +9,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Sequence
-from typing import Any, TypedDict
-
-API_PREFIX = "/v1"
-DEFAULT_URL = "http://127.0.0.1:8470"
-DEFAULT_PORT = 8470
-DEFAULT_DATA_DIR = "ckpt-data"
-ADMIN_TOKEN_FILE = "admin.token"
-
-# Every error body is {"error": {"code": <one of these>, "message": str, ...}}.
-ERROR_CODES = {
-    "unauthorized": 401,
-    "forbidden": 403,
-    "not_found": 404,
-    "invalid_name": 400,
-    "invalid_request": 400,
-    "invalid_range": 416,
-    "hash_mismatch": 400,
-    "too_large": 413,
-    "missing_chunks": 409,
-    "conflict": 409,
-    "upload_expired": 410,
-    "too_many_uploads": 429,
-    "unavailable": 503,
-    "corrupt_chunk": 500,
-    "internal": 500,
-}
-
-
-class Chunking(TypedDict):
-    algorithm: str
-    variant: str
-    normalized_chunking: int
-    seed: int
-    profile: str
-    min_size: int
-    avg_size: int
-    max_size: int
-
-
-class ValidityWire(TypedDict):
-    state: str
-    reason: str | None
-    source: str | None
-    at: str | None
-
-
-class CheckpointWire(TypedDict):
-    id: str
-    namespace: str
-    parent: str | None
-    created_at: str
-    metadata: dict[str, Any]
-    tags: list[str]
-    pinned: bool
-    validity: ValidityWire
-    files: dict[str, dict[str, Any]]
-    size: int
-    tier: str
-
+from typing import Any
 
 # -- binary bodies --------------------------------------------------------------------------
 # POST /v1/uploads/{id}/chunks: the body is a run of records, each the chunk's raw 32-byte

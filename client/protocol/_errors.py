@@ -1,0 +1,113 @@
+"""The error table: every wire error code, its HTTP status and the class raising it per side.
+
+This is the one declaration of the error contract. `vault/errors.py` and `api/errors.py` take
+each class's `status` from it by code, `client/errors.py` maps every code to a class from it,
+docs/API.md's error table is checked against it, and tests/test_boundaries.py proves that
+every code the server can emit is listed here with a specific client class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ErrorSpec:
+    """One wire error code: `{"error": {"code": code, "message": ...}}` with `status`."""
+
+    code: str
+    status: int
+    client: str  # the class in client/errors.py raised for this code
+    server: tuple[str, ...]  # the classes in vault/ or api/ that emit it (several may share)
+    meaning: str
+
+
+ERRORS: tuple[ErrorSpec, ...] = (
+    ErrorSpec("unauthorized", 401, "Unauthorized", ("Unauthorized",), "missing or unknown token"),
+    ErrorSpec("forbidden", 403, "Forbidden", ("Forbidden",), "token lacks the needed scope"),
+    ErrorSpec(
+        "not_found",
+        404,
+        "NotFound",
+        ("NotFound", "NamespaceNotFound", "CheckpointNotFound", "UploadNotFound", "BlockNotFound"),
+        "a namespace, checkpoint, upload, file or chunk does not exist",
+    ),
+    ErrorSpec("invalid_name", 400, "InvalidName", ("InvalidName",), "a malformed name"),
+    ErrorSpec(
+        "invalid_request",
+        400,
+        "InvalidRequest",
+        ("InvalidRequest", "ApiError"),
+        "a malformed request",
+    ),
+    ErrorSpec("invalid_range", 416, "InvalidRange", ("InvalidRange",), "unsatisfiable Range"),
+    ErrorSpec(
+        "hash_mismatch", 400, "HashMismatch", ("HashMismatch",), "bytes do not match their hash"
+    ),
+    ErrorSpec("too_large", 413, "TooLarge", ("TooLarge",), "a body over the configured limit"),
+    ErrorSpec(
+        "missing_chunks",
+        409,
+        "MissingChunks",
+        ("MissingChunks",),
+        "a commit names chunks not stored (the body lists them under `missing`)",
+    ),
+    ErrorSpec(
+        "conflict",
+        409,
+        "Conflict",
+        ("Conflict", "ObjectExists", "MaintenanceBusy", "VaultInUse"),
+        "contradicts current state (pinned, committed, maintenance busy, ...)",
+    ),
+    ErrorSpec(
+        "upload_expired", 410, "UploadExpired", ("UploadExpired",), "the upload session expired"
+    ),
+    ErrorSpec(
+        "too_many_uploads",
+        429,
+        "TooManyUploads",
+        ("TooManyUploads",),
+        "too many open upload sessions",
+    ),
+    ErrorSpec(
+        "unavailable",
+        503,
+        "Unavailable",
+        ("Unavailable", "TierUnavailable"),
+        "a tier or the store is down: retry later (Retry-After)",
+    ),
+    ErrorSpec(
+        "key_unavailable",
+        503,
+        "KeyUnavailable",
+        ("KeyUnavailable",),
+        "data is encrypted with a key this server was not given",
+    ),
+    ErrorSpec("corrupt_chunk", 500, "CorruptChunk", ("BlockCorrupt",), "a stored chunk is damaged"),
+    ErrorSpec(
+        "corrupt_object",
+        500,
+        "CorruptObject",
+        ("SealBroken",),
+        "encrypted data failed authentication",
+    ),
+    ErrorSpec("tier_error", 500, "TierError", ("TierError",), "a tier failed permanently"),
+    ErrorSpec(
+        "tier_object_missing",
+        500,
+        "TierObjectMissing",
+        ("ObjectNotFound",),
+        "a tier lost an object the catalog points to",
+    ),
+    ErrorSpec("internal", 500, "ServerError", ("VaultError",), "a bug: see the request id"),
+)
+
+ERROR_SPECS: dict[str, ErrorSpec] = {e.code: e for e in ERRORS}
+# code -> HTTP status, the form most callers need.
+ERROR_CODES: dict[str, int] = {e.code: e.status for e in ERRORS}
+
+
+def status_of(code: str) -> int:
+    """The HTTP status of a wire code; KeyError for a code missing from the table, so a class
+    declaring a new code fails at import until the table lists it."""
+    return ERROR_CODES[code]

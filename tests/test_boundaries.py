@@ -1,0 +1,159 @@
+"""Package boundaries and the one error table.
+
+The wire contract lives in client/protocol: `vault` and `api` import nothing else of
+`client`, the protocol imports only the standard library (and pyfastcdc in its chunker),
+and every error code the server can emit is in the protocol's table with a specific client
+class. The scans read source (ast), so an import inside a function counts too; the error
+walk imports every module of vault, tiering and api, so a subclass declared anywhere counts.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute module names a file imports (relative imports resolved from its package)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            out.add(module)
+            out.update(f"{module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", ["vault", "api", "tiering"])
+def test_server_imports_only_the_protocol_of_the_client(package: str) -> None:
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in sources(package)
+        for module in imported_modules(path)
+        if module.split(".")[0] == "client"
+        and module != "client"
+        and not module.startswith("client.protocol")
+    }
+    assert not bad, sorted(bad)
+
+
+def test_protocol_imports_only_the_standard_library() -> None:
+    allowed_third_party = {"_chunking.py": {"pyfastcdc"}}
+    bad = set()
+    for path in sources("client/protocol"):
+        for module in imported_modules(path):
+            top = module.split(".")[0]
+            if module.startswith("client.protocol") or top == "__future__":
+                continue
+            if top in sys.stdlib_module_names:
+                continue
+            if top in allowed_third_party.get(path.name, set()):
+                continue
+            bad.add(f"{path.name}: {module}")
+    assert not bad, sorted(bad)
+
+
+def _import_all(package: str) -> None:
+    root = importlib.import_module(package)
+    for info in pkgutil.walk_packages(root.__path__, f"{package}."):
+        importlib.import_module(info.name)
+
+
+def _subclasses(cls: type) -> set[type]:
+    return {c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))}
+
+
+def server_error_classes() -> set[type]:
+    """Every class whose `code` the server's one error middleware can put on the wire."""
+    for package in ("vault", "tiering", "api"):
+        _import_all(package)
+    from api.errors import ApiError
+    from vault.errors import VaultError
+
+    return {VaultError, ApiError} | _subclasses(VaultError) | _subclasses(ApiError)
+
+
+def server_codes() -> set[str]:
+    """Every code api/ can emit: the error classes', aiohttp's HTTP errors as mapped, and the
+    fallbacks for other 4xx/5xx and for bugs."""
+    from api import errors
+
+    return (
+        {c.code for c in server_error_classes()}  # type: ignore[attr-defined]
+        | set(errors.HTTP_CODES.values())
+        | {errors.FALLBACK_CLIENT, errors.INTERNAL}
+    )
+
+
+def test_every_server_error_class_is_in_the_table_with_its_status() -> None:
+    from client.protocol import ERROR_SPECS
+
+    for cls in server_error_classes():
+        spec = ERROR_SPECS.get(cls.code)  # type: ignore[attr-defined]
+        assert spec is not None, f"{cls.__name__}: code {cls.code} is not in the table"  # type: ignore[attr-defined]
+        assert cls.status == spec.status, cls.__name__  # type: ignore[attr-defined]
+        assert cls.__name__ in spec.server, f"{cls.__name__} not listed for {spec.code}"
+
+
+def test_every_code_the_server_can_emit_maps_to_its_own_client_class() -> None:
+    from client.errors import _BY_CODE, ClientError
+    from client.protocol import ERROR_SPECS
+
+    codes = server_codes()
+    assert {"key_unavailable", "unauthorized", "forbidden", "internal"} <= codes
+    for code in codes:
+        assert code in ERROR_SPECS, f"{code} is not in the protocol's table"
+        cls = _BY_CODE.get(code)
+        assert cls is not None, f"the client has no class for {code}"
+        assert cls is not ClientError
+        assert cls.code == code
+        assert cls.__name__ == ERROR_SPECS[code].client
+
+
+def test_every_aiohttp_status_mapping_agrees_with_the_table() -> None:
+    from api.errors import HTTP_CODES
+    from client.protocol import ERROR_CODES
+
+    for status, code in HTTP_CODES.items():
+        if status != 405:  # method not allowed is answered as a bad request, keeping 405
+            assert ERROR_CODES[code] == status, code
+
+
+def test_table_lists_no_code_the_server_cannot_emit() -> None:
+    from client.protocol import ERROR_CODES
+
+    assert set(ERROR_CODES) == server_codes()
+
+
+def test_docs_error_table_matches_the_protocol() -> None:
+    """docs/API.md's "Errors" table has one row per code, with the table's status."""
+    from client.protocol import ERROR_CODES
+
+    text = (ROOT / "docs" / "API.md").read_text()
+    section = text[text.index("## Errors") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = re.findall(r"^\| (\d{3}) \| `(\w+)` \|", section, re.MULTILINE)
+    documented = {code: int(status) for status, code in rows}
+    assert len(rows) == len(documented), "a code is documented twice"
+    assert documented == ERROR_CODES
