@@ -8,8 +8,8 @@ from .chunking import DEFAULT_PROFILE, PROFILES, ChunkingProfile, StreamChunker
 from .clock import Clock, FakeClock, SystemClock
 from .config import VaultConfig
 from .errors import (
-    BlockCorrupt,
     CheckpointNotFound,
+    ChunkCorrupt,
     Conflict,
     HashMismatch,
     InvalidName,
@@ -36,7 +36,7 @@ from .vault import Vault
 __all__ = [
     "DEFAULT_PROFILE",
     "PROFILES",
-    "BlockCorrupt",
+    "ChunkCorrupt",
     "CheckReport",
     "CheckpointNotFound",
     "CheckpointRecord",

@@ -43,7 +43,7 @@ def backup_catalog(store: Store, dest: Path) -> int:
     tmp = dest.with_name(dest.name + ".partial")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        store.env.copy_to(fd)
+        store.catalog_env.copy_to(fd)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -42,7 +42,7 @@ def check(store: Store, repair: bool = False) -> CheckReport:
     frame_seqs = store.chunks.hot_frame_seqs()
     expected: Counter[bytes] = Counter()
     stored: dict[bytes, ChunkMeta] = {}
-    with store.env.read() as txn:
+    with store.catalog_env.read() as txn:
         for _, files in store.catalog.all_manifests(txn):
             report.checkpoints += 1
             expected.update(distinct_chunks(files))
@@ -95,9 +95,9 @@ def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
     (a chunk written between the two views is fine)."""
     if not cids:
         return []
-    with store.env.read() as txn:
+    with store.catalog_env.read() as txn:
         metas = {c: store.chunks.meta(txn, c) for c in cids}
-    with store.frames.read() as txn:
+    with store.frames_env.read() as txn:
         return [
             c
             for c, m in metas.items()
@@ -112,16 +112,16 @@ def _repair(store: Store, cids: set[bytes]) -> int:
 
     def op(w: WriteTxn) -> int:
         counts: Counter[bytes] = Counter()
-        for _, files in store.catalog.all_manifests(w.cat):
+        for _, files in store.catalog.all_manifests(w.catalog):
             counts.update(c for c in distinct_chunks(files) if c in cids)
         fixed = 0
         now_ms = store.now_ms()
         for cid in cids:
-            meta = store.chunks.meta(w.cat, cid)
+            meta = store.chunks.meta(w.catalog, cid)
             if meta is not None and meta.refs != counts[cid]:
                 zero_since = (meta.zero_since_ms or now_ms) if counts[cid] == 0 else 0
                 store.chunks.set_meta(
-                    w.cat, cid, meta._replace(refs=counts[cid], zero_since_ms=zero_since)
+                    w.catalog, cid, meta._replace(refs=counts[cid], zero_since_ms=zero_since)
                 )
                 fixed += 1
         return fixed

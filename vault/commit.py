@@ -53,7 +53,7 @@ class Committer:
     def commit(self, upload_id: str, files: Any) -> tuple[CheckpointRecord, bool]:
         """Commit an upload; returns the record and whether this call created it."""
         listed = _parse_listed(files)
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             session = self._uploads.get(txn, upload_id)
             if session.committed:
                 return self._existing(txn, session), False
@@ -66,7 +66,7 @@ class Committer:
             if entry not in proven and self._reader.file_hash(entry) != entry.hash:
                 raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")
         return self._s.writer.run(
-            lambda w: self._apply(w.cat, upload_id, entries),
+            lambda w: self._apply(w.catalog, upload_id, entries),
             size=sum(len(e.chunks) for e in entries.values()) * 64,
         )
 

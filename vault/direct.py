@@ -49,7 +49,7 @@ class DirectSaver:
         """Create a checkpoint from in-memory files; returns (record, created)."""
         wanted = self._check(ns, files, parent, inherit, key, chunking)
         metadata, tags = check_metadata(metadata), check_tags(tags)
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             ns_rec = self._s.catalog.namespace(txn, ns)
             if key is not None and (done := self._keys.replay(txn, key, ns)) is not None:
                 return done, False
@@ -57,7 +57,7 @@ class DirectSaver:
         entries, items = self._cut(files, profile)
 
         def op(w: WriteTxn) -> tuple[CheckpointRecord, bool]:
-            txn = w.cat
+            txn = w.catalog
             if key is not None and (done := self._keys.replay(txn, key, ns)) is not None:
                 return done, False
             now = self._s.clock.now()
@@ -106,7 +106,7 @@ class DirectSaver:
                 blake3.blake3(data).digest(),
                 tuple(zip(ids, (len(c) for c in chunks), strict=True)),
             )
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             known = {c for c in pieces if self._s.chunks.usable(txn, c)}
         encoder = Encoder()
         items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {

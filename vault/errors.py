@@ -3,7 +3,7 @@
 Every error a caller can act on is a subclass of `VaultError` carrying the stable wire `code`
 it maps to and the HTTP status the protocol's error table (client/protocol) gives that code;
 api/ turns them into JSON in exactly one middleware. Corruption
-is its own branch (`BlockCorrupt`), never a not-found, so that a damaged chunk is never
+is its own branch (`ChunkCorrupt`), never a not-found, so that a damaged chunk is never
 mistaken for an absent one.
 """
 
@@ -123,7 +123,7 @@ class Unavailable(VaultError):
     code = "unavailable"
 
 
-class BlockCorrupt(VaultError):
+class ChunkCorrupt(VaultError):
     """A stored chunk no longer hashes to its id: integrity failure, not a miss."""
 
     code = "corrupt_chunk"
@@ -142,7 +142,7 @@ class KeyUnavailable(Unavailable):
 
 class SealBroken(VaultError):
     """Encrypted data failed authentication: changed, truncated or moved. For a chunk frame
-    the reader turns this into BlockCorrupt (the chunk is damaged)."""
+    the reader turns this into ChunkCorrupt (the chunk is damaged)."""
 
     code = "corrupt_object"
 

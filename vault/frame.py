@@ -20,7 +20,7 @@ from collections.abc import Iterable
 import blake3
 import zstandard
 
-from .errors import BlockCorrupt, KeyUnavailable
+from .errors import ChunkCorrupt, KeyUnavailable
 from .seal import Keyring
 
 MAGIC = b"CV"
@@ -73,7 +73,7 @@ class Decoder:
     def plaintext(
         self, frame: bytes | memoryview, expected_id: bytes, verify: bool = True
     ) -> bytes | memoryview:
-        """The verified plaintext of `frame`; raises BlockCorrupt on any mismatch.
+        """The verified plaintext of `frame`; raises ChunkCorrupt on any mismatch.
 
         A raw frame's plaintext is returned as a view into `frame` (no copy). `verify=False`
         skips only the hash, for callers that hash the bytes themselves anyway.
@@ -82,9 +82,9 @@ class Decoder:
         try:
             magic, version, codec, flags, n = HEADER.unpack_from(view)
         except struct.error:
-            raise BlockCorrupt(expected_id.hex()) from None
+            raise ChunkCorrupt(expected_id.hex()) from None
         if magic != MAGIC or version != VERSION or flags & FLAG_SEALED:
-            raise BlockCorrupt(expected_id.hex())
+            raise ChunkCorrupt(expected_id.hex())
         payload = view[HEADER.size :]
         data: bytes | memoryview
         if codec == CODEC_RAW:
@@ -93,11 +93,11 @@ class Decoder:
             try:
                 data = self._zstd.decompress(payload, max_output_size=n)
             except zstandard.ZstdError:
-                raise BlockCorrupt(expected_id.hex()) from None
+                raise ChunkCorrupt(expected_id.hex()) from None
         else:
-            raise BlockCorrupt(expected_id.hex())
+            raise ChunkCorrupt(expected_id.hex())
         if len(data) != n or (verify and blake3.blake3(data).digest() != expected_id):
-            raise BlockCorrupt(expected_id.hex())
+            raise ChunkCorrupt(expected_id.hex())
         return data
 
 

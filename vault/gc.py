@@ -41,7 +41,7 @@ def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
     if not dry_run:
         report.uploads_expired = uploads.expire()
         keys = IdempotencyKeys(store)
-        report.keys_expired = store.writer.run(lambda w: keys.expire(w.cat, store.clock.now()))
+        report.keys_expired = store.writer.run(lambda w: keys.expire(w.catalog, store.clock.now()))
     now_ms = store.now_ms()
     grace_ms = int(store.config.gc_grace * 1000)
     batch: list[bytes] = []
@@ -69,15 +69,15 @@ def delete_unreferenced(
     def forget(w: WriteTxn) -> list[ChunkMeta]:
         gone = []
         for cid in cids:
-            meta = store.chunks.meta(w.cat, cid)
+            meta = store.chunks.meta(w.catalog, cid)
             if meta is not None and _collectable(meta, now_ms, grace_ms):
-                store.chunks.forget(w.cat, cid, meta)
+                store.chunks.forget(w.catalog, cid, meta)
                 gone.append(meta)
         return gone
 
     gone = store.writer.run(forget, size=len(cids) * 64)
     places = [m.where for m in gone if m.hot]
     if places:
-        store.writer.run(lambda w: store.chunks.drop_hot_frames(w.data, places))
+        store.writer.run(lambda w: store.chunks.drop_hot_frames(w.frames, places))
     report.chunks_deleted += len(gone)
     report.bytes_freed += sum(m.stored for m in gone)

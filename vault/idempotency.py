@@ -27,7 +27,7 @@ def check_key(key: str) -> None:
 class IdempotencyKeys:
     def __init__(self, store: Store) -> None:
         self._s = store
-        self._db = store.env.db["idempotency"]
+        self._db = store.catalog_env.db["idempotency"]
 
     def replay(self, txn: lmdb.Transaction, key: str, ns: str) -> CheckpointRecord | None:
         """The checkpoint an earlier save with this key made, if any."""

@@ -27,7 +27,7 @@ class FileIngest:
         self._uploads = uploads
         self._upload_id = upload_id
         self.name = check_file_name(name)
-        with store.env.read() as txn:
+        with store.catalog_env.read() as txn:
             session = uploads.live(txn, upload_id)
             profile: ChunkingProfile = store.catalog.require_namespace(
                 txn, session.namespace
@@ -46,7 +46,7 @@ class FileIngest:
         chunks = self._chunker.feed(piece, final)
         ids = [chunk_id(c) for c in chunks]
         self._chunks.extend(zip(ids, (len(c) for c in chunks), strict=True))
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             known = {c for c in set(ids) if self._s.chunks.usable(txn, c)}
         items: dict[bytes, tuple[memoryview, bytes | None]] = {}
         for cid, data in zip(ids, chunks, strict=True):

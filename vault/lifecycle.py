@@ -49,7 +49,7 @@ class Lifecycle:
             raise InvalidRequest("pinned must be true or false")
 
         def op(w: WriteTxn) -> CheckpointRecord:
-            txn = w.cat
+            txn = w.catalog
             rec = self._catalog.resolve(txn, ns, cid)
             if new_validity is not None:
                 rec.validity = new_validity
@@ -64,7 +64,7 @@ class Lifecycle:
 
     def delete(self, ns: str, cid: str) -> None:
         def op(w: WriteTxn) -> None:
-            txn = w.cat
+            txn = w.catalog
             rec = self._catalog.resolve(txn, ns, cid)
             if rec.pinned:
                 raise Conflict(f"checkpoint {cid} is pinned; unpin it before deleting")
@@ -80,7 +80,7 @@ class Lifecycle:
         tags = check_tags(tags)
 
         def op(w: WriteTxn) -> CheckpointRecord:
-            txn = w.cat
+            txn = w.catalog
             now = self._s.clock.now()
             src = self._catalog.resolve(txn, ns, ref)
             profile = self._catalog.require_namespace(txn, ns).profile
@@ -92,12 +92,12 @@ class Lifecycle:
 
     def note_promoted(self, ns: str, ckpt_id: str) -> set[bytes]:
         def op(w: WriteTxn) -> set[bytes]:
-            rec = self._catalog.record(w.cat, ckpt_id)
+            rec = self._catalog.record(w.catalog, ckpt_id)
             if rec is None or rec.is_tombstone or rec.namespace != ns:
                 return set()
             rec.promoted_at = self._s.clock.now()
-            self._catalog.put_record(w.cat, rec)
-            return distinct_chunks(self._catalog.manifest(w.cat, ckpt_id))
+            self._catalog.put_record(w.catalog, rec)
+            return distinct_chunks(self._catalog.manifest(w.catalog, ckpt_id))
 
         return self._s.writer.run(op)
 
@@ -105,10 +105,10 @@ class Lifecycle:
         def op(w: WriteTxn) -> list[str]:
             done = []
             for ckpt_id, tier in tiers.items():
-                rec = self._catalog.record(w.cat, ckpt_id)
+                rec = self._catalog.record(w.catalog, ckpt_id)
                 if rec is not None and not rec.is_tombstone:
                     rec.tier = tier
-                    self._catalog.put_record(w.cat, rec)
+                    self._catalog.put_record(w.catalog, rec)
                     done.append(ckpt_id)
             return done
 

@@ -54,7 +54,7 @@ def live_records(store: Store, txn: lmdb.Transaction, ns: str) -> list[Checkpoin
 def plan(store: Store, policies: Policies, namespace: str | None = None) -> list[NamespacePlan]:
     now = store.clock.now()
     plans = []
-    with store.env.read() as txn:
+    with store.catalog_env.read() as txn:
         names = [namespace] if namespace else [n.name for n in store.catalog.namespaces(txn)]
         if namespace:
             store.catalog.require_namespace(txn, namespace)
@@ -92,11 +92,11 @@ def _delete(store: Store, w: WriteTxn, *, batch: list[tuple[str, str]]) -> list[
     now = store.clock.now()
     for ns, cid in batch:
         try:
-            rec = store.catalog.resolve(w.cat, ns, cid)
+            rec = store.catalog.resolve(w.catalog, ns, cid)
         except CheckpointNotFound:
             continue  # deleted since the plan
         if rec.pinned:
             continue  # pinned since the plan: pins always win
-        store.catalog.remove(w.cat, rec, now)
+        store.catalog.remove(w.catalog, rec, now)
         done.append(cid)
     return done

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .content.chunks import ChunkMeta
 from .content.reader import Reader
-from .errors import BlockCorrupt
+from .errors import ChunkCorrupt
 from .frame import Decoder
 from .manifest import distinct_chunks
 from .prune import live_records
@@ -73,8 +73,8 @@ def verify(
 
 def _candidates(store: Store, namespace: str | None) -> Iterable[bytes]:
     if namespace is None:
-        return (key for key, _ in store.env.scan("chunkmeta"))
-    with store.env.read() as txn:
+        return (key for key, _ in store.catalog_env.scan("chunkmeta"))
+    with store.catalog_env.read() as txn:
         store.catalog.require_namespace(txn, namespace)
         chunks: set[bytes] = set()
         for rec in live_records(store, txn, namespace):
@@ -93,9 +93,9 @@ def _check_batch(store: Store, cids: list[bytes], report: ScrubReport) -> list[b
         report.bytes_checked += meta.stored
         try:
             if frame is None:
-                raise BlockCorrupt(cid.hex())
+                raise ChunkCorrupt(cid.hex())
             decoder.plaintext(frame, cid)
-        except BlockCorrupt:
+        except ChunkCorrupt:
             bad.append(cid)
     return bad
 
@@ -111,13 +111,13 @@ def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str],
     """Flag damaged chunks, invalidate the checkpoints using them, heal the ones whose
     chunks are all sound again. One writer transaction: one consistent view."""
     for cid in damaged:
-        store.chunks.mark_damaged(w.cat, cid)
+        store.chunks.mark_damaged(w.catalog, cid)
     bad = set(damaged)
     now = store.clock.now()
     invalidated: list[str] = []
     healed: list[str] = []
-    for ckpt_id, files in store.catalog.all_manifests(w.cat):
-        rec = store.catalog.record(w.cat, ckpt_id)
+    for ckpt_id, files in store.catalog.all_manifests(w.catalog):
+        rec = store.catalog.record(w.catalog, ckpt_id)
         if rec is None or rec.is_tombstone:
             continue
         chunks = distinct_chunks(files)
@@ -130,7 +130,7 @@ def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str],
                 now,
                 previous=rec.validity.state,
             )
-            store.catalog.put_record(w.cat, rec)
+            store.catalog.put_record(w.catalog, rec)
             invalidated.append(rec.id)
         elif (
             not hit
@@ -139,11 +139,11 @@ def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str],
             and _all_sound(store, w, chunks)
         ):
             rec.validity = Validity(rec.validity.previous or "unverified", "healed", "scrub", now)
-            store.catalog.put_record(w.cat, rec)
+            store.catalog.put_record(w.catalog, rec)
             healed.append(rec.id)
     return invalidated, healed
 
 
 def _all_sound(store: Store, w: WriteTxn, chunks: set[bytes]) -> bool:
-    metas: list[ChunkMeta | None] = [store.chunks.meta(w.cat, c) for c in chunks]
+    metas: list[ChunkMeta | None] = [store.chunks.meta(w.catalog, c) for c in chunks]
     return all(m is not None and not m.damaged for m in metas)

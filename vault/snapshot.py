@@ -66,5 +66,5 @@ class Snapshot:
 
 @contextmanager
 def snapshot(store: Store, policies: Policies) -> Iterator[Snapshot]:
-    with store.env.read() as txn:
+    with store.catalog_env.read() as txn:
         yield Snapshot(store, policies, txn)

@@ -20,8 +20,8 @@ from .writer import Writer, WriteTxn
 
 @dataclass
 class Store:
-    env: Env  # the catalog environment; frames live in `frames`
-    frames: Env
+    catalog_env: Env  # records, manifests, chunk metadata, everything but hot frames
+    frames_env: Env  # hot chunk frames
     writer: Writer
     counters: Counters
     chunks: Chunks
@@ -41,29 +41,29 @@ class Store:
         tiers: Mapping[str, Tier] | None = None,
         keyring: Keyring | None = None,
     ) -> Store:
-        env = Env(path / "catalog", config.map_size, CATALOG_DBS)
+        catalog_env = Env(path / "catalog", config.map_size, CATALOG_DBS)
         if keyring is not None:
             try:
-                _remember_keys(env, keyring)
+                _remember_keys(catalog_env, keyring)
             except BaseException:
-                env.close()
+                catalog_env.close()
                 raise
-        frames = Env(path / "frames", config.map_size, FRAME_DBS)
-        counters = Counters(env)
-        chunks = Chunks(env, frames, counters)
-        catalog = Catalog(env, chunks)
-        with env.read() as txn:
+        frames_env = Env(path / "frames", config.map_size, FRAME_DBS)
+        counters = Counters(catalog_env)
+        chunks = Chunks(catalog_env, frames_env, counters)
+        catalog = Catalog(catalog_env, chunks)
+        with catalog_env.read() as txn:
             indexed = counters.get(txn, TAG_INDEX_BUILT)
         if not indexed:  # a catalog from before the tag index (or restored from one)
-            with env.lmdb.begin(write=True) as txn:
+            with catalog_env.lmdb.begin(write=True) as txn:
                 catalog.build_tag_index(txn)
-        with env.read() as txn:
-            cur = txn.cursor(db=env.db["checkpoints"])
+        with catalog_env.read() as txn:
+            cur = txn.cursor(db=catalog_env.db["checkpoints"])
             newest = bytes(cur.key()).decode() if cur.last() else None
         return cls(
-            env=env,
-            frames=frames,
-            writer=Writer(env, frames),
+            catalog_env=catalog_env,
+            frames_env=frames_env,
+            writer=Writer(catalog_env, frames_env),
             counters=counters,
             chunks=chunks,
             catalog=catalog,
@@ -79,8 +79,8 @@ class Store:
 
     def close(self) -> None:
         self.writer.close()
-        self.env.close()
-        self.frames.close()
+        self.catalog_env.close()
+        self.frames_env.close()
 
 
 def _remember_keys(env: Env, keyring: Keyring) -> None:
@@ -114,7 +114,7 @@ def store_all(
     store.writer.stats.chunks_written += written  # writer thread only: no lock needed
     store.writer.stats.chunks_deduplicated += len(items) - written
     if added:
-        store.counters.add(w.cat, "chunks", added)
+        store.counters.add(w.catalog, "chunks", added)
     if grown:
-        store.counters.add(w.cat, "stored_bytes", grown)
+        store.counters.add(w.catalog, "stored_bytes", grown)
     return written

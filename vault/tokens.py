@@ -55,10 +55,10 @@ def check_scopes(scopes: object) -> tuple[str, ...]:
 class Tokens:
     def __init__(self, store: Store) -> None:
         self._s = store
-        self._db = store.env.db["tokens"]
+        self._db = store.catalog_env.db["tokens"]
 
     def all(self) -> list[Token]:
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             return [self._decode(v) for _, v in txn.cursor(db=self._db)]
 
     def create(self, name: object, scopes: object) -> tuple[Token, str]:
@@ -71,7 +71,7 @@ class Tokens:
         token = Token(name, key_id, _digest(secret), checked, self._s.clock.now())
 
         def op(w: WriteTxn) -> None:
-            txn = w.cat
+            txn = w.catalog
             if any(self._decode(v).name == name for _, v in txn.cursor(db=self._db)):
                 raise Conflict(f"a token named {name!r} exists; revoke it first")
             txn.put(key_id.encode(), json.dumps(asdict(token)).encode(), db=self._db)
@@ -81,9 +81,9 @@ class Tokens:
 
     def revoke(self, name: str) -> None:
         def op(w: WriteTxn) -> None:
-            for key, v in w.cat.cursor(db=self._db):
+            for key, v in w.catalog.cursor(db=self._db):
                 if self._decode(v).name == name:
-                    w.cat.delete(key, db=self._db)
+                    w.catalog.delete(key, db=self._db)
                     return
             raise NotFound(f"no token named {name!r}")
 

@@ -85,8 +85,8 @@ def _file_key(upload_id: str, name: str = "") -> bytes:
 class Uploads:
     def __init__(self, store: Store) -> None:
         self._s = store
-        self._db = store.env.db["uploads"]
-        self._files = store.env.db["uploadfiles"]
+        self._db = store.catalog_env.db["uploads"]
+        self._files = store.catalog_env.db["uploadfiles"]
 
     # -- session records --------------------------------------------------------------
     def get(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
@@ -97,7 +97,7 @@ class Uploads:
 
     def session(self, upload_id: str) -> UploadSession:
         """A session as stored (committed or not), in its own read transaction."""
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             return self.get(txn, upload_id)
 
     def live(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
@@ -144,7 +144,7 @@ class Uploads:
         tags = check_tags(tags)
 
         def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
-            txn = w.cat
+            txn = w.catalog
             now = self._s.clock.now()
             limit = self._s.config.max_upload_sessions
             if self._s.counters.get(txn, OPEN_UPLOADS) >= limit:
@@ -175,7 +175,7 @@ class Uploads:
         if not isinstance(ids, list) or len(ids) > MAX_MISSING_QUERY:
             raise InvalidRequest(f"chunks must be a list of at most {MAX_MISSING_QUERY} ids")
         raw_ids = [check_chunk_id(i) for i in ids]
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             session = self.live(txn, upload_id)
             metas = [self._s.chunks.meta(txn, c) for c in raw_ids]
         until_ms = int(session.expires_at * 1000)
@@ -189,9 +189,9 @@ class Uploads:
 
             def op(w: WriteTxn) -> None:
                 for c in to_reserve:
-                    meta = self._s.chunks.meta(w.cat, c)
+                    meta = self._s.chunks.meta(w.catalog, c)
                     if meta is not None:
-                        self._s.chunks.reserve(w.cat, c, meta, until_ms)
+                        self._s.chunks.reserve(w.catalog, c, meta, until_ms)
 
             self._s.writer.run(op, size=len(to_reserve) * 64)
         return missing
@@ -207,7 +207,7 @@ class Uploads:
                 raise TooLarge(f"chunk {cid.hex()} is larger than {limit} bytes")
             if chunk_id(data) != cid:
                 raise HashMismatch(f"BLAKE3 of the data does not match chunk id {cid.hex()}")
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             session = self.live(txn, upload_id)
             known = {cid for cid, _ in chunks if self._s.chunks.usable(txn, cid)}
         encoder = Encoder()
@@ -222,18 +222,18 @@ class Uploads:
 
     def add_file(self, upload_id: str, name: str, entry: FileEntry) -> None:
         def op(w: WriteTxn) -> None:
-            self.live(w.cat, upload_id)
-            w.cat.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
+            self.live(w.catalog, upload_id)
+            w.catalog.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
 
         self._s.writer.run(op, size=len(entry.chunks) * 36)
 
     def abort(self, upload_id: str) -> None:
         def op(w: WriteTxn) -> None:
-            session = self.get(w.cat, upload_id)
+            session = self.get(w.catalog, upload_id)
             if session.committed:
                 raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
-            self.drop(w.cat, upload_id, keep_session=False)
-            self._s.counters.add(w.cat, OPEN_UPLOADS, -1)
+            self.drop(w.catalog, upload_id, keep_session=False)
+            self._s.counters.add(w.catalog, OPEN_UPLOADS, -1)
 
         self._s.writer.run(op)
 
@@ -242,14 +242,14 @@ class Uploads:
         now = self._s.clock.now()
         expired = [
             k.decode()
-            for k, v in self._s.env.scan("uploads")
+            for k, v in self._s.catalog_env.scan("uploads")
             if UploadSession.from_json(v).expires_at <= now
         ]
         if not expired:
             return 0
 
         def op(w: WriteTxn) -> int:
-            txn = w.cat
+            txn = w.catalog
             n = 0
             for upload_id in expired:
                 try:

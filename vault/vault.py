@@ -85,7 +85,7 @@ class Vault:
         self.tokens = Tokens(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
-        self._policies = Policies(self.store.env.db["policies"])
+        self._policies = Policies(self.store.catalog_env.db["policies"])
 
     @property
     def catalog(self) -> Catalog:
@@ -173,7 +173,7 @@ class Vault:
     # -- read path --------------------------------------------------------------------
     def namespaces(self) -> list[tuple[NamespaceRecord, str | None]]:
         """Every namespace with the id of its newest live checkpoint (or None)."""
-        with self.store.env.read() as txn:
+        with self.store.catalog_env.read() as txn:
             return [
                 (ns, next(self.catalog.ids(txn, ns.name), None))
                 for ns in self.catalog.namespaces(txn)
@@ -195,7 +195,7 @@ class Vault:
         if validity is not None and validity not in VALIDITY_STATES:
             raise InvalidRequest(f"validity must be one of {', '.join(VALIDITY_STATES)}")
         out: list[CheckpointRecord] = []
-        with self.store.env.read() as txn:
+        with self.store.catalog_env.read() as txn:
             self.catalog.require_namespace(txn, ns)
             ids = (
                 self.catalog.tagged_ids(txn, ns, tag, before)
@@ -214,16 +214,16 @@ class Vault:
         return out, None
 
     def get(self, ns: str, ref: str) -> CheckpointRecord:
-        with self.store.env.read() as txn:
+        with self.store.catalog_env.read() as txn:
             return self.catalog.resolve(txn, ns, ref)
 
     def manifest(self, ns: str, ref: str) -> tuple[CheckpointRecord, dict[str, FileEntry]]:
-        with self.store.env.read() as txn:
+        with self.store.catalog_env.read() as txn:
             rec = self.catalog.resolve(txn, ns, ref)
             return rec, self.catalog.manifest(txn, rec.id)
 
     def lineage(self, ns: str, ref: str) -> list[CheckpointRecord]:
-        with self.store.env.read() as txn:
+        with self.store.catalog_env.read() as txn:
             return self.catalog.lineage(txn, self.catalog.resolve(txn, ns, ref))
 
     def read_chunks(self, cids: list[bytes]) -> list[bytes]:
@@ -270,7 +270,7 @@ class Vault:
     # -- policies ---------------------------------------------------------------------
     def policy(self, ns: str | None) -> Policy:
         """A namespace's own policy (or the default with ns=None); defaults if unset."""
-        with self.store.env.read() as txn:
+        with self.store.catalog_env.read() as txn:
             if ns is not None:
                 self.catalog.require_namespace(txn, ns)
             return self._policies.get(txn, ns) or Policy()
@@ -290,9 +290,9 @@ class Vault:
 
         def op(w: WriteTxn) -> Policy:
             if ns is not None:
-                self.catalog.require_namespace(w.cat, ns)
-            policy = (self._policies.get(w.cat, ns) or Policy()).updated(_obj(changes))
-            self._policies.put(w.cat, ns, policy)
+                self.catalog.require_namespace(w.catalog, ns)
+            policy = (self._policies.get(w.catalog, ns) or Policy()).updated(_obj(changes))
+            self._policies.put(w.catalog, ns, policy)
             return policy
 
         return self.store.writer.run(op)
@@ -334,8 +334,8 @@ class Vault:
         """Gauges for monitoring: storage, sessions, maps, writer, recovery points."""
         now = self.store.clock.now()
         recovery: dict[str, tuple[float | None, float | None]] = {}
-        with self.store.env.read() as txn:
-            sessions = int(txn.stat(self.store.env.db["uploads"])["entries"])
+        with self.store.catalog_env.read() as txn:
+            sessions = int(txn.stat(self.store.catalog_env.db["uploads"])["entries"])
             for ns in self.catalog.namespaces(txn):
                 newest = self.catalog.latest(txn, ns.name, valid_only=False)
                 valid = self.catalog.latest(txn, ns.name, valid_only=True)
@@ -348,7 +348,10 @@ class Vault:
             "upload_sessions": sessions,
             "maps": {
                 name: {"used": env.used_bytes(), "size": env.map_size()}
-                for name, env in (("catalog", self.store.env), ("frames", self.store.frames))
+                for name, env in (
+                    ("catalog", self.store.catalog_env),
+                    ("frames", self.store.frames_env),
+                )
             },
             "writer": asdict(self.store.writer.stats),
             "writer_queue": self.store.writer.queue_depth(),
@@ -361,7 +364,7 @@ class Vault:
             return backup.backup_catalog(self.store, dest)
 
     def stats(self) -> dict[str, Any]:
-        with self.store.env.read() as txn:
+        with self.store.catalog_env.read() as txn:
             c = self.store.counters
             logical = c.get(txn, "logical_bytes")
             stored = c.get(txn, "stored_bytes")
@@ -377,5 +380,5 @@ class Vault:
             "namespaces": namespaces,
             "dedup_ratio": round(logical / stored, 4) if stored else None,
             "tiers": tiers,
-            "map_size": self.store.env.map_size(),
+            "map_size": self.store.catalog_env.map_size(),
         }

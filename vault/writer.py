@@ -36,8 +36,8 @@ MAX_BATCH_OPS = 4096
 class WriteTxn:
     """The two write transactions an operation runs in."""
 
-    cat: lmdb.Transaction  # catalog environment
-    data: lmdb.Transaction  # frame environment
+    catalog: lmdb.Transaction  # in the catalog environment
+    frames: lmdb.Transaction  # in the frame environment
 
 
 Op = Callable[[WriteTxn], Any]
@@ -141,32 +141,32 @@ class Writer:
                 item.future.set_exception(value)
 
     def _apply(self, batch: list[_Item]) -> list[tuple[bool, Any]]:
-        cat_env, data_env = self._catalog.lmdb, self._frames.lmdb
+        catalog_env, frames_env = self._catalog.lmdb, self._frames.lmdb
         outcomes: list[tuple[bool, Any]] = []
-        data = data_env.begin(write=True)
+        frames = frames_env.begin(write=True)
         try:
-            with cat_env.begin(write=True) as cat:
+            with catalog_env.begin(write=True) as catalog:
                 for item in batch:
                     child = WriteTxn(
-                        cat_env.begin(write=True, parent=cat),
-                        data_env.begin(write=True, parent=data),
+                        catalog_env.begin(write=True, parent=catalog),
+                        frames_env.begin(write=True, parent=frames),
                     )
                     try:
                         value = item.op(child)
                     except lmdb.MapFullError:
-                        child.data.abort()
-                        child.cat.abort()
+                        child.frames.abort()
+                        child.catalog.abort()
                         raise
                     except Exception as e:  # noqa: BLE001 - handed to the caller's future
-                        child.data.abort()
-                        child.cat.abort()
+                        child.frames.abort()
+                        child.catalog.abort()
                         outcomes.append((False, e))
                     else:
-                        child.data.commit()
-                        child.cat.commit()
+                        child.frames.commit()
+                        child.catalog.commit()
                         outcomes.append((True, value))
-                data.commit()  # frames durable first; the catalog commits on leaving `with`
+                frames.commit()  # frames durable first; the catalog commits on leaving `with`
         except BaseException:
-            data.abort()  # no-op if it already committed
+            frames.abort()  # no-op if it already committed
             raise
         return outcomes

@@ -83,7 +83,7 @@ ERRORS: tuple[ErrorSpec, ...] = (
         ("KeyUnavailable",),
         "data is encrypted with a key this server was not given",
     ),
-    ErrorSpec("corrupt_chunk", 500, "CorruptChunk", ("BlockCorrupt",), "a stored chunk is damaged"),
+    ErrorSpec("corrupt_chunk", 500, "CorruptChunk", ("ChunkCorrupt",), "a stored chunk is damaged"),
     ErrorSpec(
         "corrupt_object",
         500,

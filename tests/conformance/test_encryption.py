@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tiering.repack import repack
-from vault import BlockCorrupt, FakeClock, InvalidRequest, Keyring, Vault, VaultConfig
+from vault import ChunkCorrupt, FakeClock, InvalidRequest, Keyring, Vault, VaultConfig
 from vault.errors import KeyUnavailable
 from vault.seal import add_key
 from vault.tier import Tier
@@ -99,7 +99,7 @@ def test_a_flipped_byte_in_a_pack_is_detected_as_damage(
     body = bytearray(tier.get(pack_key))
     body[len(body) // 2] ^= 0x01
     tier.put(pack_key, bytes(body))
-    with pytest.raises(BlockCorrupt):
+    with pytest.raises(ChunkCorrupt):
         read_file(vault, "ns", "latest", "records.bin")
     report = vault.verify()
     assert len(report.corrupt) == 1  # exactly the chunk whose ciphertext changed

@@ -175,11 +175,11 @@ class Chunks:
         is left for the caller: a move drops it in a later batch (invariant: never a pointer
         to nothing), healing at once (the frame is damaged anyway)."""
         if isinstance(old, Inline) and not isinstance(new, Inline):
-            w.cat.delete(cid, db=self._inline)
+            w.catalog.delete(cid, db=self._inline)
         if isinstance(old, Packed) and not isinstance(new, Packed):
-            w.cat.delete(cid, db=self._packed)
+            w.catalog.delete(cid, db=self._packed)
         if isinstance(new, Packed):
-            w.cat.put(cid, new.encode(), db=self._packed)
+            w.catalog.put(cid, new.encode(), db=self._packed)
 
     def _count_tier(
         self, txn: lmdb.Transaction, where: Location | None, n: int, nbytes: int
@@ -191,7 +191,7 @@ class Chunks:
     def _new_hot_frame(self, w: WriteTxn, frame: bytes | memoryview) -> HotFrame:
         where = HotFrame(self._next_seq)
         self._next_seq += 1
-        w.data.put(seq_key(where.seq), frame, db=self._frames, append=True)
+        w.frames.put(seq_key(where.seq), frame, db=self._frames, append=True)
         return where
 
     def store(
@@ -211,33 +211,35 @@ class Chunks:
         Returns (bytes written?, chunks added, stored bytes added); the caller updates the
         counters once per batch.
         """
-        meta = self.meta(w.cat, cid)
+        meta = self.meta(w.catalog, cid)
         if meta is not None and not meta.damaged:
-            self.reserve(w.cat, cid, meta, reserve_until_ms)
+            self.reserve(w.catalog, cid, meta, reserve_until_ms)
             return False, 0, 0
         body = frame if frame is not None else Encoder().encode(data)
         where: Location
         if inline:
             where = INLINE
-            w.cat.put(cid, body, db=self._inline)
+            w.catalog.put(cid, body, db=self._inline)
         else:
             where = self._new_hot_frame(w, body)
         if meta is None:
             self.set_meta(
-                w.cat, cid, ChunkMeta(0, len(data), len(body), now_ms, reserve_until_ms, 0, where)
+                w.catalog,
+                cid,
+                ChunkMeta(0, len(data), len(body), now_ms, reserve_until_ms, 0, where),
             )
             return True, 1, len(body)
         # healing: the damaged frame goes, the new one takes its place
         self._place(w, cid, meta.where, where)
-        self.drop_hot_frames(w.data, [meta.where])
-        self._count_tier(w.cat, meta.where, -1, -meta.stored)
+        self.drop_hot_frames(w.frames, [meta.where])
+        self._count_tier(w.catalog, meta.where, -1, -meta.stored)
         healed = meta._replace(
             stored=len(body),
             flags=meta.flags & ~FLAG_DAMAGED,
             where=where,
             reserved_until_ms=max(meta.reserved_until_ms, reserve_until_ms),
         )
-        self.set_meta(w.cat, cid, healed)
+        self.set_meta(w.catalog, cid, healed)
         return True, 0, len(body) - meta.stored
 
     def reserve(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta, until_ms: int) -> None:
@@ -263,10 +265,10 @@ class Chunks:
         left behind is dropped by the caller after this commits (`drop_hot_frames`): copy,
         verify, switch the pointer, then delete the source."""
         self._place(w, cid, meta.where, new)
-        self._count_tier(w.cat, meta.where, -1, -meta.stored)
-        self._count_tier(w.cat, new, 1, new.length)
-        self.set_meta(w.cat, cid, meta._replace(where=new, stored=new.length))
-        self.counters.add(w.cat, "stored_bytes", new.length - meta.stored)  # sealing adds some
+        self._count_tier(w.catalog, meta.where, -1, -meta.stored)
+        self._count_tier(w.catalog, new, 1, new.length)
+        self.set_meta(w.catalog, cid, meta._replace(where=new, stored=new.length))
+        self.counters.add(w.catalog, "stored_bytes", new.length - meta.stored)  # sealing adds some
 
     def move_hot(self, w: WriteTxn, cid: bytes, meta: ChunkMeta, frame: bytes) -> None:
         """Promotion: a verified plain frame back in the frame environment, the pointer
@@ -274,9 +276,9 @@ class Chunks:
         repacked."""
         where = self._new_hot_frame(w, frame)
         self._place(w, cid, meta.where, where)
-        self._count_tier(w.cat, meta.where, -1, -meta.stored)
-        self.set_meta(w.cat, cid, meta._replace(where=where, stored=len(frame)))
-        self.counters.add(w.cat, "stored_bytes", len(frame) - meta.stored)
+        self._count_tier(w.catalog, meta.where, -1, -meta.stored)
+        self.set_meta(w.catalog, cid, meta._replace(where=where, stored=len(frame)))
+        self.counters.add(w.catalog, "stored_bytes", len(frame) - meta.stored)
 
     def forget(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta) -> None:
         """Drop a chunk from the catalog (an inline frame with it); a hot frame is deleted
@@ -299,11 +301,11 @@ class Chunks:
     def drop_unnamed_frames(self, w: WriteTxn) -> int:
         """Delete frames no chunk metadata names (left by a crash between the two commits
         of a write batch), judged inside the writer where no batch is half done."""
-        named = {_META.unpack(raw)[-1] for _, raw in w.cat.cursor(db=self._meta)}
-        cur = w.data.cursor(db=self._frames)
+        named = {_META.unpack(raw)[-1] for _, raw in w.catalog.cursor(db=self._meta)}
+        cur = w.frames.cursor(db=self._frames)
         unnamed = [s for s in map(_seq_of, cur.iternext(keys=True, values=False)) if s not in named]
         for seq in unnamed:
-            w.data.delete(seq_key(seq), db=self._frames)
+            w.frames.delete(seq_key(seq), db=self._frames)
         return len(unnamed)
 
     def mark_damaged(self, txn: lmdb.Transaction, cid: bytes) -> None:

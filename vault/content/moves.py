@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import BlockCorrupt, InvalidRequest
+from ..errors import ChunkCorrupt, InvalidRequest
 from ..frame import Decoder, seal_frame
 from ..writer import WriteTxn
 from .location import Location, Packed
@@ -125,7 +125,7 @@ class Mover:
                     continue
                 try:
                     decoder.plaintext(frame, cid)
-                except BlockCorrupt:
+                except ChunkCorrupt:
                     report.skipped += 1  # scrub will flag it; it must not travel
                     continue
                 pack.add(cid, seal_frame(keyring, frame, cid) if keyring is not None else frame)
@@ -152,7 +152,7 @@ class Mover:
         def switch(w: WriteTxn) -> list[Location]:
             left: list[Location] = []
             for entry in pack.entries:
-                meta = chunks.meta(w.cat, entry.chunk)
+                meta = chunks.meta(w.catalog, entry.chunk)
                 if meta is None or meta.damaged or meta.where != sources[entry.chunk]:
                     continue  # collected, healed or moved since it was copied
                 place = Packed(tier_name, key, entry.offset, entry.length)
@@ -162,7 +162,7 @@ class Mover:
 
         left = self._s.writer.run(switch, size=len(pack.entries) * 64)
         if any(not isinstance(w, Packed) for w in left):
-            self._s.writer.run(lambda w: chunks.drop_hot_frames(w.data, left))
+            self._s.writer.run(lambda w: chunks.drop_hot_frames(w.frames, left))
         report.packs += 1
         report.chunks_moved += len(left)
         report.bytes_moved += pack.size
@@ -184,7 +184,7 @@ class Mover:
                     continue
                 try:
                     decoder.plaintext(frame, cid)
-                except BlockCorrupt:
+                except ChunkCorrupt:
                     report.skipped += 1
                     continue
                 ready[cid] = (meta.where, frame)
@@ -192,7 +192,7 @@ class Mover:
             def switch(w: WriteTxn, ready: dict[bytes, tuple[Location, bytes]] = ready) -> int:
                 moved = 0
                 for cid, (where, frame) in ready.items():
-                    meta = table.meta(w.cat, cid)
+                    meta = table.meta(w.catalog, cid)
                     if meta is None or meta.where != where:
                         continue  # collected, healed or moved since it was read
                     table.move_hot(w, cid, meta, frame)
@@ -208,7 +208,7 @@ class Mover:
     def pack_usage(self) -> list[PackUsage]:
         """Every pack in every tier with the chunks the catalog places in it."""
         live: dict[tuple[str, str], dict[bytes, Packed]] = defaultdict(dict)
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             for cid, where in self._s.chunks.packed_locations(txn):
                 live[(where.tier, where.key)][cid] = where
         out = []
@@ -223,7 +223,7 @@ class Mover:
     def delete_unreferenced_pack(self, usage: PackUsage) -> bool:
         """Delete a pack (index first) if nothing in the catalog points at it any more;
         callers hold the maintenance lock, so no move is between its upload and switch."""
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             for cid in usage.live:
                 meta = self._s.chunks.meta(txn, cid)
                 where = meta.where if meta is not None else None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import blake3
 
-from ..errors import BlockCorrupt, SealBroken, TierError
+from ..errors import ChunkCorrupt, SealBroken, TierError
 from ..frame import Decoder, open_frame
 from ..manifest import FileEntry
 from ..writer import WriteTxn
@@ -53,7 +53,7 @@ class Reader:
         metas: list[ChunkMeta | None] = []
         frames: list[bytes | None] = []
         packed: dict[str, dict[int, Packed]] = {}
-        with self._s.env.read() as txn:
+        with self._s.catalog_env.read() as txn:
             for i, cid in enumerate(cids):
                 meta = chunks.meta(txn, cid)
                 metas.append(meta)
@@ -65,7 +65,7 @@ class Reader:
                 elif isinstance(where, Packed):
                     packed.setdefault(where.tier, {})[i] = where
                 frames.append(frame)
-        with self._s.frames.read() as txn:
+        with self._s.frames_env.read() as txn:
             for i, meta in enumerate(metas):
                 if meta is not None and isinstance(meta.where, HotFrame):
                     raw = chunks.hot_frame(txn, meta.where)
@@ -76,7 +76,7 @@ class Reader:
                 raise TierError(f"chunk is in tier {tier_name!r}, which is not configured")
             for i, frame in read_frames(tier, wanted).items():
                 frames[i] = self._unseal(frame, cids[i])
-        self._s.frames.note_io(sum(m.stored for m in metas if m is not None))
+        self._s.frames_env.note_io(sum(m.stored for m in metas if m is not None))
         return metas, frames
 
     def _unseal(self, frame: bytes | None, cid: bytes) -> bytes | None:
@@ -96,9 +96,9 @@ class Reader:
         for cid, meta, frame in zip(cids, metas, frames, strict=True):
             try:
                 if meta is None or frame is None:
-                    raise BlockCorrupt(cid.hex())
+                    raise ChunkCorrupt(cid.hex())
                 yield decoder.plaintext(frame, cid, verify)
-            except BlockCorrupt:
+            except ChunkCorrupt:
                 if meta is not None:
                     self._flag_damaged(cid)
                 raise
@@ -109,7 +109,7 @@ class Reader:
 
     def _flag_damaged(self, cid: bytes) -> None:
         def op(w: WriteTxn) -> None:
-            self._s.chunks.mark_damaged(w.cat, cid)
+            self._s.chunks.mark_damaged(w.catalog, cid)
 
         self._s.writer.submit(op)
 

@@ -208,11 +208,11 @@ def test_tag_index_follows_retags_deletes_forks_and_old_catalogs(
     assert vault.checkpoints("ns", tag="step:1\0x")[0] == []  # any tag string is safe
 
     # a catalog from before the index: entries and the marker gone, rebuilt at open
-    db, counters = vault.store.env.db["tagindex"], vault.store.env.db["counters"]
+    db, counters = vault.store.catalog_env.db["tagindex"], vault.store.catalog_env.db["counters"]
 
     def forget_index(w: WriteTxn) -> None:
-        w.cat.drop(db, delete=False)
-        w.cat.delete(b"tag_index_built", db=counters)
+        w.catalog.drop(db, delete=False)
+        w.catalog.delete(b"tag_index_built", db=counters)
 
     vault.store.writer.run(forget_index)
     assert vault.checkpoints("ns", tag="all")[0] == []

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from vault import BlockCorrupt
+from vault import ChunkCorrupt
 from vault.frame import CODEC_RAW, CODEC_ZSTD, HEADER, Decoder, Encoder, chunk_id
 
 
@@ -34,14 +34,14 @@ def test_any_flipped_bit_is_detected(compressible: bool) -> None:
     for pos in (0, 3, HEADER.size + 1, len(frame) // 2, len(frame) - 1):
         damaged = bytearray(frame)
         damaged[pos] ^= 0x10
-        with pytest.raises(BlockCorrupt):
+        with pytest.raises(ChunkCorrupt):
             Decoder().plaintext(bytes(damaged), chunk_id(data))
 
 
 def test_truncated_frame_is_corrupt() -> None:
     data = os.urandom(1000)
     frame = Encoder().encode(data)
-    with pytest.raises(BlockCorrupt):
+    with pytest.raises(ChunkCorrupt):
         Decoder().plaintext(frame[:-1], chunk_id(data))
-    with pytest.raises(BlockCorrupt):
+    with pytest.raises(ChunkCorrupt):
         Decoder().plaintext(frame[:3], chunk_id(data))

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from client.protocol import CommitFile
-from vault import BlockCorrupt, MissingChunks, Vault
+from vault import ChunkCorrupt, MissingChunks, Vault
 from vault.clock import FakeClock
 from vault.content import HotFrame
 from vault.content.chunks import seq_key
@@ -81,9 +81,9 @@ def test_check_reports_and_repairs_drift(vault: Vault) -> None:
     victim = files["f"].chunks[0][0]
 
     def corrupt_count(w: WriteTxn) -> None:
-        meta = vault.store.chunks.meta(w.cat, victim)
+        meta = vault.store.chunks.meta(w.catalog, victim)
         assert meta is not None
-        vault.store.chunks.set_meta(w.cat, victim, meta._replace(refs=5))
+        vault.store.chunks.set_meta(w.catalog, victim, meta._replace(refs=5))
 
     vault.store.writer.run(corrupt_count)
     report = vault.check()
@@ -100,15 +100,15 @@ def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) ->
     vid = chunk_id(victim)
 
     def damage(w: WriteTxn) -> None:
-        meta = vault.store.chunks.meta(w.cat, vid)
+        meta = vault.store.chunks.meta(w.catalog, vid)
         assert meta is not None
         assert isinstance(meta.where, HotFrame)
-        frame = bytearray(vault.store.chunks.hot_frame(w.data, meta.where) or b"")
+        frame = bytearray(vault.store.chunks.hot_frame(w.frames, meta.where) or b"")
         frame[-1] ^= 1
-        w.data.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames.db["frames"])
+        w.frames.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames_env.db["frames"])
 
     vault.store.writer.run(damage)
-    with pytest.raises(BlockCorrupt):
+    with pytest.raises(ChunkCorrupt):
         read_file(vault, "ns", rec.id, "f")
     vault.store.writer.run(lambda txn: None)  # the damage flag is written by then
     assert not vault.check().ok
@@ -124,8 +124,8 @@ def test_frames_left_by_a_crash_between_commits_are_found_and_dropped(vault: Vau
     no chunk names. check counts them, repair drops them, and nothing else changes."""
     data = os.urandom(50_000)
     rec = stream_save(vault, "ns", {"f": data})
-    frames_db = vault.store.frames.db["frames"]
-    vault.store.writer.run(lambda w: w.data.put(seq_key(10**9), b"stray", db=frames_db))
+    frames_db = vault.store.frames_env.db["frames"]
+    vault.store.writer.run(lambda w: w.frames.put(seq_key(10**9), b"stray", db=frames_db))
     report = vault.check()
     assert report.ok
     assert report.orphan_frames == 1
@@ -141,16 +141,16 @@ def test_one_request_saves_store_inline_and_gc_collects_them(
     rec, created = vault.save("agent", {"state.json": state}, chunking="small")
     assert created
     assert read_file(vault, "agent", rec.id, "state.json") == state
-    with vault.store.env.read() as txn:
-        assert sum(1 for _ in txn.cursor(db=vault.store.env.db["inline"])) > 0
-    with vault.store.frames.read() as txn:
-        assert sum(1 for _ in txn.cursor(db=vault.store.frames.db["frames"])) == 0
+    with vault.store.catalog_env.read() as txn:
+        assert sum(1 for _ in txn.cursor(db=vault.store.catalog_env.db["inline"])) > 0
+    with vault.store.frames_env.read() as txn:
+        assert sum(1 for _ in txn.cursor(db=vault.store.frames_env.db["frames"])) == 0
     assert vault.check().ok
     vault.delete("agent", rec.id)
     clock.advance(vault.config.gc_grace + 1)
     assert vault.gc().chunks_deleted > 0
-    with vault.store.env.read() as txn:
-        assert sum(1 for _ in txn.cursor(db=vault.store.env.db["inline"])) == 0
+    with vault.store.catalog_env.read() as txn:
+        assert sum(1 for _ in txn.cursor(db=vault.store.catalog_env.db["inline"])) == 0
     assert vault.check().ok
     assert vault.stats()["stored_bytes"] == 0
 

@@ -39,11 +39,11 @@ def test_failing_op_does_not_spoil_its_batch(env: Env, frames: Env) -> None:
     assert started.wait(5)
 
     def put(key: bytes) -> object:
-        return writer.submit(lambda w: w.cat.put(key, b"v", db=db))
+        return writer.submit(lambda w: w.catalog.put(key, b"v", db=db))
 
     def boom(w: WriteTxn) -> None:
-        w.cat.put(b"bad", b"v", db=db)
-        w.data.put(b"bad", b"v", db=frames.db["frames"])
+        w.catalog.put(b"bad", b"v", db=db)
+        w.frames.put(b"bad", b"v", db=frames.db["frames"])
         raise ValueError("no")
 
     ok1, bad, ok2 = put(b"a"), writer.submit(boom), put(b"b")
@@ -84,7 +84,7 @@ def test_map_grows_while_readers_run(env: Env, frames: Env) -> None:
         t.start()
     values = {i.to_bytes(4, "big"): os.urandom(50_000) for i in range(200)}  # 10 MB > 1 MiB map
     for key, value in values.items():
-        writer.submit(lambda w, k=key, v=value: w.data.put(k, v, db=db), size=len(value))
+        writer.submit(lambda w, k=key, v=value: w.frames.put(k, v, db=db), size=len(value))
     writer.run(lambda w: None)
     stop.set()
     for t in threads:
