@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from .loopthread import LoopThread
+from .protocol import read_up_to
 from .transport import Transport
 
 PREFETCH = 4 << 20  # bytes per piece taken from the stream (one whole-file read: 3x slower)
@@ -155,11 +156,11 @@ class RangeReader:
             ahead, self._ahead = self._ahead, None
             self._spare = memoryview(await ahead)
         if not self._spare:
-            self._spare = memoryview(await _read_up_to(self._stream, min(n, PREFETCH)))
+            self._spare = memoryview(await read_up_to(self._stream.content, min(n, PREFETCH)))
         data, self._spare = bytes(self._spare[:n]), self._spare[n:]
         self._next += len(data)
         if data and self._ahead is None and self._next + len(self._spare) < self.size:
-            self._ahead = asyncio.ensure_future(_read_up_to(self._stream, PREFETCH))
+            self._ahead = asyncio.ensure_future(read_up_to(self._stream.content, PREFETCH))
         return data
 
 
@@ -263,16 +264,3 @@ class RemoteFile(SizedRawFile):
         if not self.closed and self._reader.streaming:
             self._loop.run(self._reader.close())
         super().close()
-
-
-async def _read_up_to(resp: aiohttp.ClientResponse, n: int) -> bytes:
-    """Up to n bytes of the body: fewer only at its end."""
-    parts: list[bytes] = []
-    got = 0
-    while got < n:
-        piece = await resp.content.read(n - got)
-        if not piece:
-            break
-        parts.append(piece)
-        got += len(piece)
-    return parts[0] if len(parts) == 1 else b"".join(parts)

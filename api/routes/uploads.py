@@ -7,7 +7,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from client.protocol import FileStored, UploadOpened, decode_chunk_batch
+from client.protocol import FileStored, UploadOpened, decode_chunk_batch, read_up_to
 from vault import InvalidRequest, UploadSession
 from vault.clock import rfc3339
 
@@ -84,18 +84,6 @@ async def put_chunks(request: web.Request) -> web.Response:
     return json_response({"chunks": len(chunks), "created": created})
 
 
-async def _read_piece(request: web.Request) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while size < PIECE:
-        data = await request.content.read(PIECE - size)
-        if not data:
-            break
-        parts.append(data)
-        size += len(data)
-    return b"".join(parts)
-
-
 def _raw_file_name(request: web.Request, upload_id: str) -> str:
     """The file name as the client sent it: the router's view has dot segments resolved
     (`a/../b` arrives as `b`), which would silently store a different name than asked."""
@@ -113,7 +101,7 @@ async def put_file(request: web.Request) -> web.Response:
     try:
         with reading_body(request):
             while True:
-                piece = await _read_piece(request)
+                piece = await read_up_to(request.content, PIECE)
                 final = len(piece) < PIECE
                 if pending is not None:
                     await pending

@@ -18,6 +18,7 @@ from ._bodies import (
     decode_chunk_batch,
     encode_bundle,
     encode_chunk_batch,
+    read_up_to,
 )
 from ._chunking import ChunkingProfile, StreamChunker
 from ._defaults import (
@@ -50,6 +51,7 @@ from ._records import (
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "read_up_to",
     "ADMIN_TOKEN_FILE",
     "API_PREFIX",
     "BUNDLE_HEAD",
