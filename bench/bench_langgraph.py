@@ -1,4 +1,4 @@
-"""LangGraph savers: VaultSaver against langgraph-checkpoint-sqlite's SqliteSaver, same run.
+"""LangGraph savers: VaultSaver against SqliteSaver and PostgresSaver, same run.
 
 Run by hand, never by the test suite:
 
@@ -12,16 +12,23 @@ What it does, in one temp dir:
    a ~0.9 kB question and a ~0.9 kB answer, and LangGraph re-serializes the whole message
    history at every step);
 2. replays exactly those calls, one at a time, into a SqliteSaver on a local file (WAL, as
-   the saver sets it up) and into a VaultSaver talking to a fresh `ckpt serve` on loopback,
-   timing each call; then times `get_tuple` of the latest checkpoint and of random past
-   ones on both. Calls alternate between the two savers, so load from elsewhere on a
-   shared machine falls on both alike;
+   the saver sets it up), a PostgresSaver (langgraph-checkpoint-postgres, psycopg 3, one
+   autocommit connection) on a PostgreSQL the bench starts itself (bench/pgserver.py:
+   loopback, default fsync and synchronous_commit) and a VaultSaver talking to a fresh
+   `ckpt serve` on loopback, timing each call; then times `get_tuple` of the latest
+   checkpoint and of random past ones on all three. Calls alternate between the savers, so
+   load from elsewhere on a shared machine falls on all alike;
 3. runs the same turns through `graph.invoke` on each saver and times whole turns (one
    turn: 1 get_tuple, 5 puts, 4 put_writes);
 4. reports stored bytes: the server's `stored_bytes` growth (GET /v1/stats: chunk frames
    after dedup and zstd) against the sum of the checkpoint and write blobs SQLite holds for
-   the same calls, and what each really takes on disk (the vault's catalog, with a record
-   and a manifest per checkpoint, is not in `stored_bytes`).
+   the same calls, and what each really takes on disk: the vault's data dir (its catalog,
+   with a record and a manifest per checkpoint, is not in `stored_bytes`), the SQLite files
+   and `pg_total_relation_size` of PostgresSaver's checkpoints, checkpoint_blobs and
+   checkpoint_writes tables (with their indexes and TOAST).
+
+Needs the `bench` extra (`pip install -e '.[test,bench]'`) and PostgreSQL's initdb and
+pg_ctl (`apt-get install postgresql`).
 
 Latencies are in milliseconds; sizes in bytes (MB = 10^6).
 """
@@ -46,9 +53,13 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
+from pgserver import PgServer
+from psycopg import Connection
+from psycopg.rows import DictRow, dict_row
 
 from client import VaultClient
 from client.langgraph import VaultSaver
@@ -57,6 +68,9 @@ FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit " * 16
 READY_ATTEMPTS = 600
 READY_POLL_S = 0.05
 GET_SAMPLES = 200
+SAVERS = ("vault", "sqlite", "postgres")
+LABELS = {"vault": "VaultSaver", "sqlite": "SqliteSaver", "postgres": "PostgresSaver"}
+PG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
 class Chat(TypedDict, total=False):
@@ -126,7 +140,7 @@ def timed(samples: Samples, who: str, what: str, call: Callable[..., Any], *args
 
 def replay(savers: Savers, calls: Sequence[tuple[str, tuple[Any, ...]]], samples: Samples) -> None:
     """Each call into every saver in turn, so a burst of load on this shared machine hits
-    both alike instead of whichever happened to run then."""
+    all alike instead of whichever happened to run then."""
     for name, args in calls:
         for who, saver in savers.items():
             timed(samples, who, name, getattr(saver, name), *args)
@@ -166,6 +180,15 @@ def sqlite_blob_bytes(path: Path) -> int:
     return int(cp) + int(wr)
 
 
+def pg_table_bytes(conn: Connection[DictRow]) -> dict[str, int]:
+    """pg_total_relation_size (heap + indexes + TOAST) of each PostgresSaver table."""
+    out: dict[str, int] = {}
+    for name in PG_TABLES:
+        row = conn.execute("SELECT pg_total_relation_size(%s::regclass) AS n", (name,)).fetchone()
+        out[name] = int(row["n"]) if row else 0
+    return out
+
+
 def allocated(root: Path) -> int:
     """Bytes of disk the files under `root` really take (LMDB maps are sparse)."""
     return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
@@ -194,19 +217,27 @@ def run(turns: int, seed: int) -> dict[str, Any]:
     ids = [args[1]["id"] for name, args in calls if name == "put"]
     figures: dict[str, Any] = {"turns": turns, "puts": len(ids), "calls": len(calls)}
     samples: Samples = {}
-    with tempfile.TemporaryDirectory(prefix="bench-langgraph-") as tmpdir:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-langgraph-") as tmpdir,
+        PgServer() as pg,
+    ):
         tmp = Path(tmpdir)
         db = tmp / "checkpoints.sqlite"
         server, token = start_server(tmp)
         try:
             with (
                 closing(sqlite3.connect(db, check_same_thread=False)) as conn,
+                Connection.connect(
+                    pg.conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row
+                ) as pg_conn,
                 VaultClient(server.url, token) as vault,
                 VaultSaver(server.url, token) as saver,
             ):
-                savers: Savers = {"vault": saver, "sqlite": SqliteSaver(conn)}
+                postgres = PostgresSaver(pg_conn)
+                postgres.setup()
+                savers: Savers = {"vault": saver, "sqlite": SqliteSaver(conn), "postgres": postgres}
                 before = vault.stats()
-                log("replaying the calls into both savers")
+                log("replaying the calls into the three savers")
                 replay(savers, calls, samples)
                 after = vault.stats()
                 figures["vault_disk_bytes"] = allocated(tmp / "data")
@@ -214,6 +245,7 @@ def run(turns: int, seed: int) -> dict[str, Any]:
                 figures["sqlite_file_bytes"] = sum(
                     p.stat().st_size for p in tmp.glob("checkpoints.sqlite*")
                 )
+                figures["pg_table_bytes"] = pg_table_bytes(pg_conn)
                 log("timing get_tuple")
                 time_gets(savers, ids, seed, samples)
                 log("timing graph runs")
@@ -233,24 +265,34 @@ def report(f: dict[str, Any]) -> str:
     lat = f["latency_ms"]
     rows: list[tuple[str, ...]] = []
     for op in ("put", "put_writes", "get_tuple latest", "get_tuple by id", "graph.invoke"):
-        v, s = lat["vault"][op], lat["sqlite"][op]
+        v, s, g = (lat[who][op] for who in SAVERS)
         rows.append(
             (
                 op,
                 str(v["n"]),
-                f"{v['p50']:.2f} / {v['p99']:.2f}",
-                f"{s['p50']:.2f} / {s['p99']:.2f}",
-                f"{v['p50'] / s['p50']:.1f}x",
+                *(f"{x['p50']:.2f} / {x['p99']:.2f}" for x in (v, s, g)),
+                f"{v['p50'] / s['p50']:.2f}x",
+                f"{v['p50'] / g['p50']:.2f}x",
             )
         )
     out = table(
         f"Latency, ms ({f['turns']} turns, {f['puts']} puts replayed one at a time)",
-        ("call", "n", "VaultSaver p50 / p99", "SqliteSaver p50 / p99", "p50 ratio"),
+        (
+            "call",
+            "n",
+            *(f"{LABELS[who]} p50 / p99" for who in SAVERS),
+            "vault/sqlite p50",
+            "vault/pg p50",
+        ),
         rows,
     )
+    pg = f["pg_table_bytes"]
+    pg_total = sum(pg.values())
     size_rows: list[tuple[str, ...]] = [
         ("SQLite: checkpoint + metadata + write blobs", f"{f['sqlite_blob_bytes']:,}"),
         ("SQLite: database files on disk", f"{f['sqlite_file_bytes']:,}"),
+        *((f"PostgreSQL: {name} (total relation size)", f"{pg[name]:,}") for name in PG_TABLES),
+        ("PostgreSQL: the three tables", f"{pg_total:,}"),
         ("vault: logical bytes saved", f"{f['vault_logical_bytes']:,}"),
         ("vault: stored bytes (after dedup + zstd)", f"{f['vault_stored_bytes']:,}"),
         ("vault: data dir on disk (chunks + catalog)", f"{f['vault_disk_bytes']:,}"),
@@ -258,6 +300,11 @@ def report(f: dict[str, Any]) -> str:
             "vault stored / SQLite blobs",
             f"{f['vault_stored_bytes'] / max(1, f['sqlite_blob_bytes']):.4f}",
         ),
+        (
+            "vault data dir / SQLite files",
+            f"{f['vault_disk_bytes'] / max(1, f['sqlite_file_bytes']):.4f}",
+        ),
+        ("vault data dir / PostgreSQL tables", f"{f['vault_disk_bytes'] / max(1, pg_total):.4f}"),
     ]
     return out + "\n" + table("Bytes for the same calls", ("what", "bytes"), size_rows)
 
