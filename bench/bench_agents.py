@@ -323,7 +323,7 @@ def figures(side: Side) -> dict[str, Any]:
 
 
 def report(figs: list[dict[str, Any]], producers: int, seconds: float) -> str:
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             "vault (AsyncVaultClient.save)"
             if f["side"] == "vault"
