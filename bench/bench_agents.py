@@ -28,10 +28,11 @@ What it does:
    sent. Not timed.
 
 Reported per side: saves/s (acknowledged saves over the run's wall time), state MB/s, p50 /
-p99 latency of one save in ms, errors, the read-back check, and bytes on disk (vault data
-dir; `pg_total_relation_size` of the table). The two sides run one after the other, vault
-first, so neither competes with the other for this shared machine's 2 cores; the server
-processes and the bench share them. MB = 10^6 bytes.
+p99 latency of one save in ms, errors, the read-back check, and bytes on disk (the vault's
+data dir; `pg_total_relation_size` of the table, TOAST included, pglz-compressed by default;
+PostgreSQL's WAL is not counted), also per acknowledged save since the counts differ. The
+two sides run one after the other, vault first, so neither competes with the other for this
+shared machine's 2 cores; the server processes and the bench share them. MB = 10^6 bytes.
 
 Needs the `bench` extra (psycopg 3) and PostgreSQL's initdb and pg_ctl
 (`apt-get install postgresql`).
@@ -335,6 +336,7 @@ def report(figs: list[dict[str, Any]], producers: int, seconds: float) -> str:
             str(f["errors"]),
             f"{f['checked'] - f['mismatched']:,}/{f['checked']:,}",
             f"{f['disk_bytes']:,}",
+            f"{f['disk_bytes'] / max(1, f['saves']) / 1000:.1f}",
         )
         for f in figs
     ]
@@ -354,6 +356,7 @@ def report(figs: list[dict[str, Any]], producers: int, seconds: float) -> str:
         "errors",
         "read back ok",
         "disk bytes",
+        "disk kB / save",
     )
     return table(title, header, rows)
 
