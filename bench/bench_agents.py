@@ -55,7 +55,7 @@ from typing import Any
 import blake3
 from bench_ingest import log, table
 from bench_langgraph import allocated, pct, start_server
-from pgserver import PgServer
+from pgserver import PgServer, PgUnavailable
 from psycopg import AsyncConnection
 
 from client import AsyncVaultClient
@@ -368,7 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print every figure as JSON last")
     args = p.parse_args(argv)
-    sides = asyncio.run(run(args.producers, args.seconds, args.seed))
+    try:
+        sides = asyncio.run(run(args.producers, args.seconds, args.seed))
+    except PgUnavailable as e:
+        print(e, file=sys.stderr)
+        return 2
     figs = [figures(s) for s in sides]
     print(report(figs, args.producers, args.seconds))
     for f in figs:

@@ -57,7 +57,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
-from pgserver import PgServer
+from pgserver import PgServer, PgUnavailable
 from psycopg import Connection
 from psycopg.rows import DictRow, dict_row
 
@@ -315,7 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print every figure as JSON last")
     args = p.parse_args(argv)
-    figures = run(args.turns, args.seed)
+    try:
+        figures = run(args.turns, args.seed)
+    except PgUnavailable as e:
+        print(e, file=sys.stderr)
+        return 2
     print(report(figures))
     if args.json:
         print(json.dumps(figures))

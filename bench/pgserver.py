@@ -13,6 +13,7 @@ PostgreSQL refuses to run as root: when we are root, initdb and pg_ctl run throu
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -113,7 +114,8 @@ class PgServer:
         try:
             self.start()
         except BaseException:
-            self.stop()
+            with contextlib.suppress(Exception):  # the start error is the one to see
+                self.stop()
             raise
         return self
 
@@ -123,4 +125,8 @@ class PgServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        if exc is None:
+            self.stop()
+            return
+        with contextlib.suppress(Exception):  # keep the error that got us here
+            self.stop()
