@@ -333,7 +333,7 @@ def _mbs(s: Store) -> str:
 
 
 def series_table(r: SeriesResult) -> str:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     stores = [("vault", r.vault), ("vault compacted", r.compacted), ("borg 1.2", r.borg)]
     for label, s in stores:
         if s is None:
@@ -366,7 +366,7 @@ def series_table(r: SeriesResult) -> str:
 
 
 def summary_table(results: list[SeriesResult]) -> str:
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             r.name,
             f"{r.logical_bytes / MB:.1f}",

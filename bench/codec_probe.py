@@ -408,7 +408,7 @@ def table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> s
 def report(probes: list[SeriesProbe]) -> str:
     parts = []
     for sp in probes:
-        rows = [
+        rows: list[tuple[str, ...]] = [
             (
                 t.pieces,
                 t.method,
