@@ -24,6 +24,9 @@ machine, torch version and thread count gives byte-identical files.
   tensors inside train.pt.
 - `embedding`: a 400,000 x 64 fp32 embedding table (102.4 MB); 2% of the rows, chosen at
   random, get small random deltas between checkpoints; `table.pt`, 10 checkpoints.
+- `bf16`: the `finetune` model and loop in bfloat16 (weights, gradients and AdamW moments
+  all bf16), 2 steps between checkpoints, 8 checkpoints of `train.pt` + `model.safetensors`
+  (~123 + ~41 MB). Two-byte elements: the case byte grouping with width 2 is for.
 - `agent`: an agent's state as JSON (messages with role/content/tool calls, a scratchpad),
   growing by 1-3 messages per step with an occasional edit in the middle of the history;
   200 snapshots, each `state.json` yielded as bytes.
@@ -227,6 +230,36 @@ def finetune(work_dir: Path, seed: int = 0, count: int | None = None) -> Iterato
         yield {"train.pt": out / "train.pt", "model.safetensors": out / "model.safetensors"}
 
 
+def bf16(work_dir: Path, seed: int = 0, count: int | None = None) -> Iterator[Checkpoint]:
+    """`finetune` in bfloat16: the same ~20M-parameter model cast to bf16 and trained with
+    AdamW (its moments bf16 too), 2 steps between checkpoints; `train.pt` (model +
+    optimizer) and `model.safetensors` (weights); 8 by default."""
+    torch = _torch()
+    from safetensors.torch import save_file
+
+    torch.manual_seed(seed)
+    model = build_model(FINETUNE_SHAPE).to(torch.bfloat16)
+    model.train()
+    # A larger lr than finetune's: bf16 has 8 mantissa bits, so 1e-4 steps would mostly
+    # round away and leave the weights unchanged.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(seed + 1)
+    for i in range(8 if count is None else count):
+        # A smaller batch than finetune's: bf16 matmuls on CPU are several times slower.
+        loss = train_steps(model, opt, gen, steps=2, batch=2, seq=32)
+        out = ckpt_dir(work_dir, i)
+        state = {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "step": 2 * (i + 1),
+            "loss": loss,
+        }
+        torch.save(state, out / "train.pt")
+        weights = {k: v.contiguous() for k, v in model.state_dict().items()}
+        save_file(weights, str(out / "model.safetensors"), metadata={"step": str(2 * (i + 1))})
+        yield {"train.pt": out / "train.pt", "model.safetensors": out / "model.safetensors"}
+
+
 EMBEDDING_ROWS = 400_000
 EMBEDDING_DIM = 64
 EMBEDDING_UPDATE_FRACTION = 0.02
@@ -391,6 +424,13 @@ SERIES: dict[str, Series] = {
             8,
             "large",
             "full AdamW fine-tune of ~20M params: train.pt ~245 MB + model.safetensors ~82 MB",
+        ),
+        Series(
+            "bf16",
+            bf16,
+            8,
+            "large",
+            "finetune in bfloat16 with AdamW: train.pt ~123 MB + model.safetensors ~41 MB",
         ),
         Series(
             "embedding",
