@@ -12,9 +12,11 @@ made) and every chunk is re-checked, because GC may have run since.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import lmdb
+
+from client.protocol import CommitFile
 
 from .content.reader import Reader
 from .create import Draft, create
@@ -26,21 +28,17 @@ from .store import Store
 from .uploads import OPEN_UPLOADS, Uploads
 
 
-def _parse_listed(files: Any) -> dict[str, tuple[int, bytes, list[bytes]]]:
-    if files is None:
-        return {}
-    if not isinstance(files, dict):
-        raise InvalidRequest("files must be an object of name -> {size, hash, chunks}")
+def _parse_listed(
+    files: Mapping[str, CommitFile] | None,
+) -> dict[str, tuple[int, bytes, list[bytes]]]:
+    """Names and ids checked (the engine's boundary: they become LMDB keys), as bytes."""
     out = {}
-    for name, spec in files.items():
+    for name, spec in (files or {}).items():
         check_file_name(name)
-        if not isinstance(spec, dict) or not isinstance(spec.get("chunks"), list):
-            raise InvalidRequest(f"file {name!r} needs size, hash and a chunks list")
-        size = spec.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        if spec.size < 0:
             raise InvalidRequest(f"file {name!r}: size must be a non-negative integer")
-        digest = check_chunk_id(spec.get("hash", ""))  # same 64-hex form as chunk ids
-        out[name] = (size, digest, [check_chunk_id(c) for c in spec["chunks"]])
+        digest = check_chunk_id(spec.hash)  # same 64-hex form as chunk ids
+        out[name] = (spec.size, digest, [check_chunk_id(c) for c in spec.chunks])
     return out
 
 
@@ -50,7 +48,9 @@ class Committer:
         self._uploads = uploads
         self._reader = reader
 
-    def commit(self, upload_id: str, files: Any) -> tuple[CheckpointRecord, bool]:
+    def commit(
+        self, upload_id: str, files: Mapping[str, CommitFile] | None
+    ) -> tuple[CheckpointRecord, bool]:
         """Commit an upload; returns the record and whether this call created it."""
         listed = _parse_listed(files)
         with self._s.catalog_env.read() as txn:

@@ -140,8 +140,7 @@ class Vault:
         self, upload_id: str, files: Mapping[str, CommitFile] | None = None
     ) -> tuple[CheckpointRecord, bool]:
         """Commit an upload: the files streamed through it plus those listed here."""
-        listed = None if files is None else {n: f.to_wire() for n, f in files.items()}
-        return self._committer.commit(upload_id, listed)
+        return self._committer.commit(upload_id, files)
 
     def save(
         self,
