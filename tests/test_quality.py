@@ -97,6 +97,17 @@ def test_only_entry_points_import_the_app_factory() -> None:
     assert offenders == []
 
 
+def test_the_cli_imports_no_http_stack_until_it_connects() -> None:
+    """`ckpt --help` and argument errors stay fast: aiohttp loads when a command connects."""
+    code = (
+        "import sys, client.cli; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp'); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = run("-c", code)
+    assert result.returncode == 0, result.stdout
+
+
 def test_client_does_not_import_server_dependencies() -> None:
     code = (
         "import sys, client, client.cli; "

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..sync import VaultClient
+from .connect import connect
 from .output import emit_json, human_bytes, table
 
 
@@ -51,12 +51,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=gc)
 
 
-def _client(args: argparse.Namespace) -> VaultClient:
-    return VaultClient(args.url, args.token, progress=False)
-
-
 def stats(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args) as vault:
         s = vault.stats()
     if args.json:
         emit_json(s)
@@ -76,7 +72,7 @@ def stats(args: argparse.Namespace) -> int:
 
 
 def tokens(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args) as vault:
         if args.action == "create":
             out: Any = vault.create_token(args.name, args.scope)
             if not args.json:
@@ -99,7 +95,7 @@ def gc(args: argparse.Namespace) -> int:
     if args.data is not None:
         report = _gc_offline(args.data, args.config, args.dry_run)
     else:
-        with _client(args) as vault:
+        with connect(args) as vault:
             report = vault.gc(args.dry_run)
     if args.json:
         emit_json(report)

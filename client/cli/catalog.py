@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..sync import VaultClient
+from .connect import connect
 from .output import emit_json
 
 
@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "backup":
-        with VaultClient(args.url, args.token, progress=False) as vault:
+        with connect(args) as vault:
             out = vault.catalog_backup(args.dest)
     else:
         from vault import VaultError

@@ -8,12 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..models import Checkpoint
-from ..sync import VaultClient
+from .connect import connect
 from .output import emit_json, human_bytes, table
-
-
-def _client(args: argparse.Namespace) -> VaultClient:
-    return VaultClient(args.url, args.token, progress=None if not args.json else False)
 
 
 def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -126,7 +122,7 @@ def _print_records(records: list[Checkpoint]) -> None:
 
 
 def push(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args, progress=None if not args.json else False) as vault:
         ckpt = vault.save(
             args.namespace,
             _files(args.paths),
@@ -144,7 +140,7 @@ def push(args: argparse.Namespace) -> int:
 
 
 def pull(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args, progress=None if not args.json else False) as vault:
         ckpt = vault.load(args.namespace, args.ref, args.dest)
     if args.json:
         emit_json(ckpt.to_wire())
@@ -154,7 +150,7 @@ def pull(args: argparse.Namespace) -> int:
 
 
 def ls(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args, progress=None if not args.json else False) as vault:
         if args.namespace is None:
             spaces = vault.namespaces()
             if args.json:
@@ -177,7 +173,7 @@ def ls(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args, progress=None if not args.json else False) as vault:
         ckpt = vault.get(args.namespace, args.ref)
     if args.json:
         emit_json(ckpt.to_wire())
@@ -194,7 +190,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def lineage(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args, progress=None if not args.json else False) as vault:
         chain = vault.lineage(args.namespace, args.ref)
     if args.json:
         emit_json([r.to_wire() for r in chain])
@@ -204,7 +200,7 @@ def lineage(args: argparse.Namespace) -> int:
 
 
 def mark(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args, progress=None if not args.json else False) as vault:
         if args.state == "valid":
             ckpt = vault.mark_valid(args.namespace, args.id, args.reason)
         else:
@@ -217,7 +213,7 @@ def mark(args: argparse.Namespace) -> int:
 
 
 def pin_unpin_rm(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args, progress=None if not args.json else False) as vault:
         if args.command == "rm":
             vault.delete(args.namespace, args.id)
             result: dict[str, Any] = {"id": args.id, "deleted": True}

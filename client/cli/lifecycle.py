@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..sync import VaultClient
+from .connect import connect
 from .output import emit_json, human_bytes, table
 
 _COUNTS = (
@@ -105,10 +105,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=check)
 
 
-def _client(args: argparse.Namespace) -> VaultClient:
-    return VaultClient(args.url, args.token, progress=False)
-
-
 def _changes(args: argparse.Namespace) -> dict[str, Any]:
     rules: dict[str, Any] = {r: getattr(args, r) for r in _COUNTS if getattr(args, r) is not None}
     if args.keep_within:
@@ -133,7 +129,7 @@ def _print_policy(policy: dict[str, Any]) -> None:
 
 
 def retention(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args) as vault:
         if args.action == "get":
             out: dict[str, Any] = vault.policy(args.namespace)
         elif args.action == "set":
@@ -191,7 +187,7 @@ def _stage(text: str) -> dict[str, str]:
 
 
 def tiering(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args) as vault:
         if args.action == "get":
             out: dict[str, Any] = vault.policy(args.namespace)["tiering"]
         elif args.action == "set":
@@ -239,7 +235,7 @@ def tiering(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
-    with _client(args) as vault:
+    with connect(args) as vault:
         out = vault.verify(args.namespace, args.sample)
     if args.json:
         emit_json(out)
@@ -256,7 +252,7 @@ def check(args: argparse.Namespace) -> int:
     if args.data is not None:
         out = _check_offline(args.data, args.config, args.repair)
     else:
-        with _client(args) as vault:
+        with connect(args) as vault:
             out = vault.check(args.repair)
     if args.json:
         emit_json(out)
