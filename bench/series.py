@@ -207,46 +207,39 @@ def lora(work_dir: Path, seed: int = 0, count: int | None = None) -> Iterator[Ch
 def finetune(work_dir: Path, seed: int = 0, count: int | None = None) -> Iterator[Checkpoint]:
     """Full fine-tuning of a ~20M-parameter model with AdamW, 2 steps between checkpoints;
     `train.pt` (model + optimizer) and `model.safetensors` (weights); 8 by default."""
+    return _full_finetune(work_dir, seed, count, bf16=False, lr=1e-4, batch=8, seq=64)
+
+
+def bf16(work_dir: Path, seed: int = 0, count: int | None = None) -> Iterator[Checkpoint]:
+    """`finetune` in bfloat16: the same ~20M-parameter model cast to bf16 and trained with
+    AdamW (its moments bf16 too), 2 steps between checkpoints; 8 by default. A larger lr
+    (bf16 has 8 mantissa bits, so 1e-4 steps would mostly round away) and a smaller batch
+    (bf16 matmuls on CPU are several times slower) than finetune's."""
+    return _full_finetune(work_dir, seed, count, bf16=True, lr=1e-3, batch=2, seq=32)
+
+
+def _full_finetune(
+    work_dir: Path,
+    seed: int,
+    count: int | None,
+    *,
+    bf16: bool,
+    lr: float,
+    batch: int,
+    seq: int,
+) -> Iterator[Checkpoint]:
     torch = _torch()
     from safetensors.torch import save_file
 
     torch.manual_seed(seed)
     model = build_model(FINETUNE_SHAPE)
+    if bf16:
+        model = model.to(torch.bfloat16)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed + 1)
     for i in range(8 if count is None else count):
-        loss = train_steps(model, opt, gen, steps=2, batch=8, seq=64)
-        out = ckpt_dir(work_dir, i)
-        state = {
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "step": 2 * (i + 1),
-            "loss": loss,
-        }
-        torch.save(state, out / "train.pt")
-        weights = {k: v.contiguous() for k, v in model.state_dict().items()}
-        save_file(weights, str(out / "model.safetensors"), metadata={"step": str(2 * (i + 1))})
-        yield {"train.pt": out / "train.pt", "model.safetensors": out / "model.safetensors"}
-
-
-def bf16(work_dir: Path, seed: int = 0, count: int | None = None) -> Iterator[Checkpoint]:
-    """`finetune` in bfloat16: the same ~20M-parameter model cast to bf16 and trained with
-    AdamW (its moments bf16 too), 2 steps between checkpoints; `train.pt` (model +
-    optimizer) and `model.safetensors` (weights); 8 by default."""
-    torch = _torch()
-    from safetensors.torch import save_file
-
-    torch.manual_seed(seed)
-    model = build_model(FINETUNE_SHAPE).to(torch.bfloat16)
-    model.train()
-    # A larger lr than finetune's: bf16 has 8 mantissa bits, so 1e-4 steps would mostly
-    # round away and leave the weights unchanged.
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    gen = torch.Generator().manual_seed(seed + 1)
-    for i in range(8 if count is None else count):
-        # A smaller batch than finetune's: bf16 matmuls on CPU are several times slower.
-        loss = train_steps(model, opt, gen, steps=2, batch=2, seq=32)
+        loss = train_steps(model, opt, gen, steps=2, batch=batch, seq=seq)
         out = ckpt_dir(work_dir, i)
         state = {
             "model": model.state_dict(),
