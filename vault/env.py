@@ -33,6 +33,9 @@ CATALOG_DBS = (
     b"chunkmeta",  # chunk id -> ChunkMeta (refs, sizes, timestamps, flags, frame sequence)
     b"inline",  # chunk id -> frame, for chunks of one-request saves (ChunkMeta.seq == 0)
     b"packed",  # chunk id -> location in a tier's pack (ChunkMeta.seq == PACKED)
+    b"deltas",  # chunk id -> id of the base chunk its delta frame is encoded against
+    b"bases",  # base chunk id + dependent chunk id -> b"" (what keeps a base alive)
+    b"compacted",  # checkpoint id -> id of the newer checkpoint it was compacted against
     b"checkpoints",  # checkpoint id -> record JSON (or tombstone)
     b"manifests",  # checkpoint id -> binary manifest
     b"nsindex",  # namespace \0 checkpoint id -> b"" (live checkpoints only)

@@ -1,7 +1,9 @@
 """Garbage collection: expired upload sessions and idempotency keys, then chunks nothing references.
 
 A chunk is collected only when its reference count is zero, has been zero for the grace
-period, and no live upload reserved it. Candidates are found by a scan outside the writer;
+period, no live upload reserved it, and no stored delta needs it as its base (a base is
+kept for its dependents; collecting a delta frees its base for the next pass, and
+compaction re-encodes deltas whose base only they still hold). Candidates are found by a scan outside the writer;
 each one is re-checked inside the writer transaction that deletes it, so a commit or a
 missing query that lands in between always wins.
 """
@@ -36,6 +38,11 @@ def _collectable(meta: ChunkMeta, now_ms: int, grace_ms: int) -> bool:
     )
 
 
+def _is_base(store: Store, cid: bytes) -> bool:
+    with store.catalog_env.read() as txn:
+        return store.chunks.has_dependents(txn, cid)
+
+
 def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
     report = GcReport(dry_run=dry_run)
     if not dry_run:
@@ -46,7 +53,7 @@ def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
     grace_ms = int(store.config.gc_grace * 1000)
     batch: list[bytes] = []
     for key, meta in store.chunks.scan():
-        if not _collectable(meta, now_ms, grace_ms):
+        if not _collectable(meta, now_ms, grace_ms) or _is_base(store, key):
             continue
         if dry_run:
             report.chunks_deleted += 1
@@ -70,7 +77,11 @@ def delete_unreferenced(
         gone = []
         for cid in cids:
             meta = store.chunks.meta(w.catalog, cid)
-            if meta is not None and _collectable(meta, now_ms, grace_ms):
+            if (
+                meta is not None
+                and _collectable(meta, now_ms, grace_ms)
+                and not store.chunks.has_dependents(w.catalog, cid)
+            ):
                 store.chunks.forget(w.catalog, cid, meta)
                 gone.append(meta)
         return gone

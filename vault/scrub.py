@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 
 from .content.chunks import ChunkMeta
 from .content.reader import Reader
-from .errors import ChunkCorrupt
-from .frame import Decoder
 from .manifest import distinct_chunks
 from .prune import live_records
 from .records import Validity
@@ -83,21 +81,20 @@ def _candidates(store: Store, namespace: str | None) -> Iterable[bytes]:
 
 
 def _check_batch(store: Store, cids: list[bytes], report: ScrubReport) -> list[bytes]:
-    bad: list[bytes] = []
-    decoder = Decoder()
-    metas, frames = Reader(store).frames(cids)
-    for cid, meta, frame in zip(cids, metas, frames, strict=True):
-        if meta is None:
-            continue  # collected since the scan
-        report.chunks_checked += 1
-        report.bytes_checked += meta.stored
-        try:
-            if frame is None:
-                raise ChunkCorrupt(cid.hex())
-            decoder.plaintext(frame, cid)
-        except ChunkCorrupt:
-            bad.append(cid)
-    return bad
+    reader = Reader(store)
+    metas, frames = reader.frames(cids)
+    plain, damaged = reader.decoded(cids, metas, frames)  # a delta decodes its whole chain
+    for meta in metas:
+        if meta is not None:  # else collected since the scan
+            report.chunks_checked += 1
+            report.bytes_checked += meta.stored
+    # A delta flagged only because its base was damaged reads again once the base healed.
+    sound_again = [
+        c for c, m, p in zip(cids, metas, plain, strict=True) if m and m.damaged and p is not None
+    ]
+    if sound_again:
+        store.writer.run(lambda w: store.chunks.clear_damaged(w.catalog, sound_again))
+    return sorted(damaged)
 
 
 def _pace(report: ScrubReport, start: float, rate: float | None) -> None:
@@ -110,9 +107,9 @@ def _pace(report: ScrubReport, start: float, rate: float | None) -> None:
 def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str], list[str]]:
     """Flag damaged chunks, invalidate the checkpoints using them, heal the ones whose
     chunks are all sound again. One writer transaction: one consistent view."""
+    bad: set[bytes] = set()
     for cid in damaged:
-        store.chunks.mark_damaged(w.catalog, cid)
-    bad = set(damaged)
+        bad.update(store.chunks.mark_damaged(w.catalog, cid))  # and what depends on it
     now = store.clock.now()
     invalidated: list[str] = []
     healed: list[str] = []

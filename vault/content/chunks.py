@@ -7,9 +7,16 @@ when a live upload has reserved it, whether it was found damaged, and its `Locat
 endian, so appends go to the end of the B-tree); a frame is never rewritten in place:
 healing a damaged chunk writes a new frame under a new number and points the metadata at it.
 
-Every switch of a chunk's location (to a pack, to another pack, back hot, healed, forgotten)
-is a method here, so the tables behind a location (frames, `inline`, `packed`) and the
-per-tier counters change together in the caller's writer transaction.
+Every switch of a chunk's location (to a pack, to another pack, back hot, healed, recoded,
+forgotten) is a method here, so the tables behind a location (frames, `inline`, `packed`),
+the delta links (`deltas`, `bases`) and the per-tier and per-codec counters change together
+in the caller's writer transaction.
+
+A chunk recoded as a delta names a base chunk: `deltas` maps it to its base, `bases` lists a
+base's dependents. A base with dependents is never collected, whatever its reference count
+(GC asks `has_dependents`), and a damaged base makes every chunk that depends on it
+unreadable, so flagging one flags them all (`mark_damaged`); healing a delta (a re-upload
+of its bytes) stores it whole and drops its link.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ _SEQ_INLINE = 0  # the on-disk u64 of an Inline location
 _SEQ_PACKED = (1 << 64) - 1  # the on-disk u64 of a Packed location (details in `packed`)
 SEQ_FLOOR = "frame_seq_floor"  # counter: new frames start at least here (after a restore)
 FLAG_DAMAGED = 1
+FLAG_GROUPED = 2  # recoded by compaction as a byte-grouped frame
+FLAG_DELTA = 4  # recoded by compaction as a delta against a base chunk
+_CODEC_FLAGS = FLAG_GROUPED | FLAG_DELTA
+ID_LEN = 32
 
 
 class ChunkMeta(NamedTuple):
@@ -53,6 +64,20 @@ class ChunkMeta(NamedTuple):
     @property
     def damaged(self) -> bool:
         return bool(self.flags & FLAG_DAMAGED)
+
+    @property
+    def delta(self) -> bool:
+        return bool(self.flags & FLAG_DELTA)
+
+    @property
+    def codec(self) -> str:
+        """How the frame is encoded: raw or zstd as ingested (told apart by size), or what
+        compaction recoded it into."""
+        if self.flags & FLAG_DELTA:
+            return "delta"
+        if self.flags & FLAG_GROUPED:
+            return "grouped"
+        return "zstd" if self.stored < self.size else "raw"
 
     @property
     def hot(self) -> bool:
@@ -82,6 +107,8 @@ class Chunks:
         self._meta = catalog.db["chunkmeta"]
         self._inline = catalog.db["inline"]
         self._packed = catalog.db["packed"]
+        self._deltas = catalog.db["deltas"]
+        self._bases = catalog.db["bases"]
         self.counters = counters
         with frames.read() as txn:
             cur = txn.cursor(db=self._frames)
@@ -132,6 +159,52 @@ class Chunks:
         """Stored and not known to be damaged: what dedup and commit may rely on."""
         raw = txn.get(cid, db=self._meta)
         return raw is not None and not raw[_FLAGS_AT] & FLAG_DAMAGED
+
+    def base_of(self, txn: lmdb.Transaction, cid: bytes) -> bytes | None:
+        """The base a delta chunk is encoded against (None for a chunk stored whole)."""
+        raw = txn.get(cid, db=self._deltas)
+        return bytes(raw) if raw is not None else None
+
+    def dependents(self, txn: lmdb.Transaction, base: bytes) -> list[bytes]:
+        """The chunks encoded as deltas against `base`."""
+        return _suffixes(txn, self._bases, base)
+
+    def has_dependents(self, txn: lmdb.Transaction, base: bytes) -> bool:
+        cur = txn.cursor(db=self._bases)
+        return bool(cur.set_range(base)) and bytes(cur.key()[:ID_LEN]) == base
+
+    def chain_depth(self, txn: lmdb.Transaction, cid: bytes, limit: int) -> int | None:
+        """How many deltas a read of `cid` decodes (0: stored whole); None past `limit`."""
+        depth = 0
+        base = self.base_of(txn, cid)
+        while base is not None:
+            depth += 1
+            if depth > limit:
+                return None
+            base = self.base_of(txn, base)
+        return depth
+
+    def chain(self, txn: lmdb.Transaction, cid: bytes, limit: int) -> list[bytes]:
+        """`cid` and the bases its read needs, nearest first (at most `limit` + 1 ids)."""
+        out = [cid]
+        base = self.base_of(txn, cid)
+        while base is not None and len(out) <= limit:
+            out.append(base)
+            base = self.base_of(txn, base)
+        return out
+
+    def dependent_height(self, txn: lmdb.Transaction, cid: bytes, limit: int) -> int | None:
+        """The longest chain of deltas that ends at `cid` (0: nothing depends on it); None
+        past `limit`."""
+        best = 0
+        for dep in self.dependents(txn, cid):
+            if limit <= 0:
+                return None
+            below = self.dependent_height(txn, dep, limit - 1)
+            if below is None:
+                return None
+            best = max(best, below + 1)
+        return best
 
     def hot_frame(self, txn: lmdb.Transaction, where: HotFrame) -> bytes | memoryview | None:
         """A frame from the frame environment (`txn` is a frame-environment transaction)."""
@@ -188,6 +261,27 @@ class Chunks:
             self.counters.add(txn, f"tier:{where.tier}:chunks", n)
             self.counters.add(txn, f"tier:{where.tier}:bytes", nbytes)
 
+    def _count_codec(self, txn: lmdb.Transaction, meta: ChunkMeta, sign: int) -> None:
+        """Per-codec totals for recoded chunks (the rest is as ingested)."""
+        if meta.flags & _CODEC_FLAGS:
+            self.counters.add(txn, f"codec:{meta.codec}:chunks", sign)
+            self.counters.add(txn, f"codec:{meta.codec}:bytes", sign * meta.stored)
+            self.counters.add(txn, f"codec:{meta.codec}:plain", sign * meta.size)
+
+    def codec_totals(self, txn: lmdb.Transaction) -> dict[str, dict[str, int]]:
+        """Chunks, stored and plaintext bytes of the recoded codecs."""
+        get = self.counters.get
+        return {
+            c: {k: get(txn, f"codec:{c}:{k}") for k in ("chunks", "bytes", "plain")}
+            for c in ("grouped", "delta")
+        }
+
+    def _unlink_base(self, txn: lmdb.Transaction, cid: bytes) -> None:
+        base = self.base_of(txn, cid)
+        if base is not None:
+            txn.delete(cid, db=self._deltas)
+            txn.delete(base + cid, db=self._bases)
+
     def _new_hot_frame(self, w: WriteTxn, frame: bytes | memoryview) -> HotFrame:
         where = HotFrame(self._next_seq)
         self._next_seq += 1
@@ -229,13 +323,15 @@ class Chunks:
                 ChunkMeta(0, len(data), len(body), now_ms, reserve_until_ms, 0, where),
             )
             return True, 1, len(body)
-        # healing: the damaged frame goes, the new one takes its place
+        # healing: the damaged frame goes, the new one (whole) takes its place
         self._place(w, cid, meta.where, where)
         self.drop_hot_frames(w.frames, [meta.where])
         self._count_tier(w.catalog, meta.where, -1, -meta.stored)
+        self._count_codec(w.catalog, meta, -1)
+        self._unlink_base(w.catalog, cid)
         healed = meta._replace(
             stored=len(body),
-            flags=meta.flags & ~FLAG_DAMAGED,
+            flags=meta.flags & ~(FLAG_DAMAGED | _CODEC_FLAGS),
             where=where,
             reserved_until_ms=max(meta.reserved_until_ms, reserve_until_ms),
         )
@@ -267,7 +363,10 @@ class Chunks:
         self._place(w, cid, meta.where, new)
         self._count_tier(w.catalog, meta.where, -1, -meta.stored)
         self._count_tier(w.catalog, new, 1, new.length)
-        self.set_meta(w.catalog, cid, meta._replace(where=new, stored=new.length))
+        moved = meta._replace(where=new, stored=new.length)
+        self._count_codec(w.catalog, meta, -1)
+        self._count_codec(w.catalog, moved, 1)
+        self.set_meta(w.catalog, cid, moved)
         self.counters.add(w.catalog, "stored_bytes", new.length - meta.stored)  # sealing adds some
 
     def move_hot(self, w: WriteTxn, cid: bytes, meta: ChunkMeta, frame: bytes) -> None:
@@ -277,7 +376,31 @@ class Chunks:
         where = self._new_hot_frame(w, frame)
         self._place(w, cid, meta.where, where)
         self._count_tier(w.catalog, meta.where, -1, -meta.stored)
-        self.set_meta(w.catalog, cid, meta._replace(where=where, stored=len(frame)))
+        moved = meta._replace(where=where, stored=len(frame))
+        self._count_codec(w.catalog, meta, -1)
+        self._count_codec(w.catalog, moved, 1)
+        self.set_meta(w.catalog, cid, moved)
+        self.counters.add(w.catalog, "stored_bytes", len(frame) - meta.stored)
+
+    def recode(
+        self, w: WriteTxn, cid: bytes, meta: ChunkMeta, frame: bytes, base: bytes | None
+    ) -> None:
+        """Compaction: the same plaintext in a smaller frame (grouped, or a delta against
+        `base`), written as a new hot frame; the old hot frame is left for the caller to
+        drop after this commits, like a move. The caller has checked that `base` is sound
+        and that the chain stays within bounds."""
+        where = self._new_hot_frame(w, frame)
+        self._place(w, cid, meta.where, where)
+        self._count_tier(w.catalog, meta.where, -1, -meta.stored)
+        self._count_codec(w.catalog, meta, -1)
+        self._unlink_base(w.catalog, cid)
+        flags = meta.flags & ~_CODEC_FLAGS | (FLAG_DELTA if base is not None else FLAG_GROUPED)
+        recoded = meta._replace(where=where, stored=len(frame), flags=flags)
+        if base is not None:
+            w.catalog.put(cid, base, db=self._deltas)
+            w.catalog.put(base + cid, b"", db=self._bases)
+        self._count_codec(w.catalog, recoded, 1)
+        self.set_meta(w.catalog, cid, recoded)
         self.counters.add(w.catalog, "stored_bytes", len(frame) - meta.stored)
 
     def forget(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta) -> None:
@@ -287,7 +410,9 @@ class Chunks:
         if isinstance(meta.where, Inline):
             txn.delete(cid, db=self._inline)
         txn.delete(cid, db=self._packed)
+        self._unlink_base(txn, cid)
         self._count_tier(txn, meta.where, -1, -meta.stored)
+        self._count_codec(txn, meta, -1)
         self.counters.add(txn, "chunks", -1)
         self.counters.add(txn, "stored_bytes", -meta.stored)
 
@@ -308,10 +433,41 @@ class Chunks:
             w.frames.delete(seq_key(seq), db=self._frames)
         return len(unnamed)
 
-    def mark_damaged(self, txn: lmdb.Transaction, cid: bytes) -> None:
-        meta = self.meta(txn, cid)
-        if meta is not None and not meta.damaged:
-            self.set_meta(txn, cid, meta._replace(flags=meta.flags | FLAG_DAMAGED))
+    def mark_damaged(self, txn: lmdb.Transaction, cid: bytes) -> list[bytes]:
+        """Flag a chunk damaged, and every chunk whose read needs it as a base (they cannot
+        be read either, so the missing query must ask for them too). Returns all flagged."""
+        flagged: list[bytes] = []
+        todo = [cid]
+        while todo:
+            c = todo.pop()
+            meta = self.meta(txn, c)
+            if meta is None or c in flagged:
+                continue
+            if not meta.damaged:
+                self.set_meta(txn, c, meta._replace(flags=meta.flags | FLAG_DAMAGED))
+            flagged.append(c)
+            todo.extend(self.dependents(txn, c))
+        return flagged
+
+    def clear_damaged(self, txn: lmdb.Transaction, cids: Iterable[bytes]) -> None:
+        """Unflag chunks a full read just verified (a delta whose damaged base was healed):
+        damaged means unreadable, and these read."""
+        for cid in cids:
+            meta = self.meta(txn, cid)
+            if meta is not None and meta.damaged:
+                self.set_meta(txn, cid, meta._replace(flags=meta.flags & ~FLAG_DAMAGED))
+
+
+def _suffixes(txn: lmdb.Transaction, db: lmdb._Database, prefix: bytes) -> list[bytes]:
+    """The rest of every key of `db` that starts with the chunk id `prefix`."""
+    cur = txn.cursor(db=db)
+    out: list[bytes] = []
+    if cur.set_range(prefix):
+        for key in cur.iternext(keys=True, values=False):
+            if bytes(key[:ID_LEN]) != prefix:
+                break
+            out.append(bytes(key[ID_LEN:]))
+    return out
 
 
 def settle_restored(catalog: Env) -> dict[str, int]:
@@ -335,4 +491,20 @@ def settle_restored(catalog: Env) -> dict[str, int]:
                 fields[5] |= FLAG_DAMAGED
                 txn.put(key, _META.pack(*fields), db=db)
         Counters(catalog).add(txn, SEQ_FLOOR, highest + 1)
+        # a lost base makes its dependents unreadable: flag them too
+        todo = [bytes(k[:ID_LEN]) for k, _ in txn.cursor(db=catalog.db["bases"])]
+        seen: set[bytes] = set()
+        while todo:
+            base = todo.pop()
+            found = txn.get(base, db=db)
+            if base in seen or found is None or not _META.unpack(found)[5] & FLAG_DAMAGED:
+                continue
+            seen.add(base)
+            for dep in _suffixes(txn, catalog.db["bases"], base):
+                dep_raw = txn.get(dep, db=db)
+                if dep_raw is not None:
+                    fields = list(_META.unpack(dep_raw))
+                    fields[5] |= FLAG_DAMAGED
+                    txn.put(dep, _META.pack(*fields), db=db)
+                    todo.append(dep)
     return {"cold_chunks": cold, "lost_hot_chunks": lost}

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import ChunkCorrupt, InvalidRequest
-from ..frame import Decoder, seal_frame
+from ..errors import InvalidRequest
+from ..frame import seal_frame
 from ..writer import WriteTxn
 from .location import Location, Packed
 from .packs import PACK_PREFIX, PACK_TARGET, PackBuilder, delete_pack, pack_key, upload
@@ -109,23 +109,22 @@ class Mover:
     ) -> MoveReport:
         report = MoveReport()
         started = time.monotonic()
-        decoder = Decoder()
         keyring = self._s.keyring
         pack = PackBuilder(pack_target)
         sources: dict[bytes, Location] = {}  # chunk -> where it was when copied
         for i in range(0, len(todo), READ_BATCH):
             batch = todo[i : i + READ_BATCH]
-            metas, frames = self._reader.frames([cid for cid, _ in batch])
-            for (cid, seen), meta, frame in zip(batch, metas, frames, strict=True):
+            cids = [cid for cid, _ in batch]
+            metas, frames = self._reader.frames(cids)
+            sound, _ = self._reader.decoded(cids, metas, frames)
+            for (cid, seen), meta, frame, plain in zip(batch, metas, frames, sound, strict=True):
                 if meta is None or frame is None or meta.damaged or meta.where is None:
                     report.skipped += 1
                     continue
                 if meta.hot != from_hot or (seen is not None and meta.where != seen):
                     report.skipped += 1  # moved since the caller looked
                     continue
-                try:
-                    decoder.plaintext(frame, cid)
-                except ChunkCorrupt:
+                if plain is None:
                     report.skipped += 1  # scrub will flag it; it must not travel
                     continue
                 pack.add(cid, seal_frame(keyring, frame, cid) if keyring is not None else frame)
@@ -171,20 +170,18 @@ class Mover:
         """Bring the given packed chunks back into the hot store."""
         report = MoveReport()
         started = time.monotonic()
-        decoder = Decoder()
         table = self._s.chunks
         todo = list(chunks)
         for i in range(0, len(todo), READ_BATCH):
             batch = todo[i : i + READ_BATCH]
             metas, frames = self._reader.frames(batch)
+            sound, _ = self._reader.decoded(batch, metas, frames)
             ready: dict[bytes, tuple[Location, bytes]] = {}
-            for cid, meta, frame in zip(batch, metas, frames, strict=True):
-                if meta is None or frame is None or not isinstance(meta.where, Packed):
+            for cid, meta, frame, plain in zip(batch, metas, frames, sound, strict=True):
+                if frame is None or plain is None or meta is None:
                     report.skipped += 1
                     continue
-                try:
-                    decoder.plaintext(frame, cid)
-                except ChunkCorrupt:
+                if not isinstance(meta.where, Packed):
                     report.skipped += 1
                     continue
                 ready[cid] = (meta.where, frame)

@@ -5,6 +5,10 @@ verification (or whose frame is gone while the catalog still lists it) is flagge
 the spot, so the missing query starts reporting it and the next upload of the same bytes
 heals it.
 
+A delta frame is decoded against its base's plaintext, fetched and verified the same way
+(recursively: a base may be a delta itself, up to MAX_CHAIN deep); a damaged base flags
+every chunk that needs it.
+
 A chunk can move while it is being read (demotion drops its hot frame, promotion or a repack
 retires a pack): a frame missing on the first look is looked up once more before it counts
 as damaged.
@@ -18,7 +22,7 @@ from typing import TYPE_CHECKING
 import blake3
 
 from ..errors import ChunkCorrupt, SealBroken, TierError
-from ..frame import Decoder, open_frame
+from ..frame import Decoder, delta_base, open_frame
 from ..manifest import FileEntry
 from ..writer import WriteTxn
 from .chunks import ChunkMeta
@@ -29,6 +33,9 @@ if TYPE_CHECKING:  # the store holds the chunk table this package defines
     from ..store import Store
 
 READ_BATCH_BYTES = 4 << 20  # per worker-thread call: amortizes the hop, bounds memory
+MAX_CHAIN = 8  # deltas one read may decode; compaction never builds longer chains
+
+Plain = bytes | memoryview
 
 
 class Reader:
@@ -87,29 +94,84 @@ class Reader:
         except SealBroken:
             return None  # tampered with, truncated or misplaced: damaged
 
-    def _plaintexts(
-        self, cids: Sequence[bytes], verify: bool = True
-    ) -> Iterator[bytes | memoryview]:
+    def decoded(
+        self,
+        cids: Sequence[bytes],
+        metas: Sequence[ChunkMeta | None],
+        frames: Sequence[bytes | None],
+        verify: bool = True,
+    ) -> tuple[list[Plain | None], set[bytes]]:
+        """The plaintext of each of `frames` (None where it cannot be read), delta bases
+        fetched and decoded as needed; and every chunk found damaged on the way (bases
+        included). Chunks without metadata (collected since) are None but not damaged."""
+        return self._decode(cids, metas, frames, verify, 0)
+
+    def _decode(
+        self,
+        cids: Sequence[bytes],
+        metas: Sequence[ChunkMeta | None],
+        frames: Sequence[bytes | None],
+        verify: bool,
+        depth: int,
+    ) -> tuple[list[Plain | None], set[bytes]]:
+        decoder = Decoder()
+        out: list[Plain | None] = [None] * len(cids)
+        damaged: set[bytes] = set()
+        wanted: dict[int, bytes] = {}
+        for i, (cid, meta, frame) in enumerate(zip(cids, metas, frames, strict=True)):
+            if meta is None:
+                continue
+            base = delta_base(frame) if frame is not None else None
+            if base is not None:
+                wanted[i] = base
+                continue
+            try:
+                if frame is None:
+                    raise ChunkCorrupt(cid.hex())
+                out[i] = decoder.plaintext(frame, cid, verify)
+            except ChunkCorrupt:
+                damaged.add(cid)
+        if not wanted:
+            return out, damaged
+        bases = sorted(set(wanted.values()))
+        plain: dict[bytes, Plain] = {}
+        if depth < MAX_CHAIN:
+            base_metas, base_frames = self.frames(bases)
+            decoded, bad = self._decode(bases, base_metas, base_frames, True, depth + 1)
+            damaged |= bad
+            plain = {b: p for b, p in zip(bases, decoded, strict=True) if p is not None}
+        for i, base in wanted.items():
+            if base not in plain:
+                if base not in damaged:  # gone, or a chain past MAX_CHAIN: this one is lost
+                    damaged.add(cids[i])
+                continue  # a damaged base is flagged, and flagging it flags this one
+            try:
+                out[i] = decoder.plaintext(frames[i] or b"", cids[i], True, plain[base])
+            except ChunkCorrupt:
+                damaged.add(cids[i])
+        return out, damaged
+
+    def _plaintexts(self, cids: Sequence[bytes], verify: bool = True) -> Iterator[Plain]:
         """Verified plaintext of each chunk, in order."""
         metas, frames = self.frames(cids)
-        decoder = Decoder()
-        for cid, meta, frame in zip(cids, metas, frames, strict=True):
-            try:
-                if meta is None or frame is None:
-                    raise ChunkCorrupt(cid.hex())
-                yield decoder.plaintext(frame, cid, verify)
-            except ChunkCorrupt:
-                if meta is not None:
-                    self._flag_damaged(cid)
-                raise
+        plain, damaged = self.decoded(cids, metas, frames, verify)
+        if damaged:
+            self.flag_damaged(damaged)
+        for cid, data in zip(cids, plain, strict=True):
+            if data is None:
+                raise ChunkCorrupt(cid.hex())
+            yield data
 
     def chunks(self, cids: Sequence[bytes]) -> list[bytes]:
         """Verified plaintext of each chunk, in order."""
         return [d if isinstance(d, bytes) else bytes(d) for d in self._plaintexts(cids)]
 
-    def _flag_damaged(self, cid: bytes) -> None:
+    def flag_damaged(self, cids: set[bytes]) -> None:
+        """Flag chunks damaged (and what depends on them) without waiting for the write."""
+
         def op(w: WriteTxn) -> None:
-            self._s.chunks.mark_damaged(w.catalog, cid)
+            for cid in cids:
+                self._s.chunks.mark_damaged(w.catalog, cid)
 
         self._s.writer.submit(op)
 
