@@ -3,9 +3,9 @@
 A chunk is collected only when its reference count is zero, has been zero for the grace
 period, no live upload reserved it, and no stored delta needs it as its base (a base is
 kept for its dependents; collecting a delta frees its base for the next pass, and
-compaction re-encodes deltas whose base only they still hold). Candidates are found by a scan outside the writer;
-each one is re-checked inside the writer transaction that deletes it, so a commit or a
-missing query that lands in between always wins.
+compaction re-encodes deltas whose base only they still hold). Candidates are found by a
+scan outside the writer; each one is re-checked inside the writer transaction that deletes
+it, so a commit or a missing query that lands in between always wins.
 """
 
 from __future__ import annotations

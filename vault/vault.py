@@ -19,6 +19,7 @@ from typing import Any
 
 from client.protocol import JSON, CommitFile
 
+from . import compact as compaction
 from . import backup, prune, scrub
 from .catalog import Catalog
 from .check import CheckReport, check
@@ -318,6 +319,19 @@ class Vault:
         with self.maintenance.hold("gc"):
             return collect(self.store, self.uploads, dry_run)
 
+    def compact(
+        self,
+        namespace: str | None = None,
+        rate: float | None = None,
+        progress: compaction.Progress | None = None,
+    ) -> compaction.CompactReport:
+        """Re-encode older checkpoints' chunks as deltas against their successors (or
+        byte-grouped), at most `rate` B/s read; see vault/compact.py."""
+        if rate is not None and rate <= 0:
+            raise InvalidRequest("rate must be a positive number of bytes per second")
+        with self.maintenance.hold("compact"):
+            return compaction.compact(self.store, namespace, rate, progress)
+
     def check(self, repair: bool = False) -> CheckReport:
         with self.maintenance.hold("check --repair" if repair else "check"):
             return check(self.store, repair)
@@ -371,6 +385,7 @@ class Vault:
             namespaces = sum(1 for _ in self.catalog.namespaces(txn))
             checkpoints = c.get(txn, "checkpoints")
             tiers = self.store.chunks.tier_totals(txn, self.store.tiers)
+            codecs = self.store.chunks.codec_totals(txn)
         return {
             "logical_bytes": logical,
             "stored_bytes": stored,
@@ -379,5 +394,6 @@ class Vault:
             "namespaces": namespaces,
             "dedup_ratio": round(logical / stored, 4) if stored else None,
             "tiers": tiers,
+            "codecs": codecs,
             "map_size": self.store.catalog_env.map_size(),
         }

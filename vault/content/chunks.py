@@ -29,7 +29,7 @@ import lmdb
 
 from ..counters import Counters
 from ..env import Env
-from ..frame import Encoder
+from ..frame import CODEC_DELTA, CODEC_GROUPED, Encoder, delta_base, frame_codec
 from ..writer import WriteTxn
 from .location import INLINE, HotFrame, Inline, Location, Packed
 
@@ -382,19 +382,23 @@ class Chunks:
         self.set_meta(w.catalog, cid, moved)
         self.counters.add(w.catalog, "stored_bytes", len(frame) - meta.stored)
 
-    def recode(
-        self, w: WriteTxn, cid: bytes, meta: ChunkMeta, frame: bytes, base: bytes | None
-    ) -> None:
-        """Compaction: the same plaintext in a smaller frame (grouped, or a delta against
-        `base`), written as a new hot frame; the old hot frame is left for the caller to
-        drop after this commits, like a move. The caller has checked that `base` is sound
-        and that the chain stays within bounds."""
+    def recode(self, w: WriteTxn, cid: bytes, meta: ChunkMeta, frame: bytes) -> None:
+        """Compaction: the same plaintext in another frame (grouped, a delta against the base
+        the frame names, or whole again), written as a new hot frame; the old hot frame is
+        left for the caller to drop after this commits, like a move. The caller has checked
+        that the base is sound and the chain stays within bounds."""
+        base = delta_base(frame)
+        codec = frame_codec(frame)
         where = self._new_hot_frame(w, frame)
         self._place(w, cid, meta.where, where)
         self._count_tier(w.catalog, meta.where, -1, -meta.stored)
         self._count_codec(w.catalog, meta, -1)
         self._unlink_base(w.catalog, cid)
-        flags = meta.flags & ~_CODEC_FLAGS | (FLAG_DELTA if base is not None else FLAG_GROUPED)
+        flags = meta.flags & ~_CODEC_FLAGS
+        if codec == CODEC_DELTA:
+            flags |= FLAG_DELTA
+        elif codec == CODEC_GROUPED:
+            flags |= FLAG_GROUPED
         recoded = meta._replace(where=where, stored=len(frame), flags=flags)
         if base is not None:
             w.catalog.put(cid, base, db=self._deltas)

@@ -9,12 +9,15 @@ from vault import CheckpointRecord, Vault
 from vault.frame import chunk_id
 
 
-def client_save(vault: Vault, ns: str, files: dict[str, bytes], **opts: Any) -> CheckpointRecord:
-    """Cut each file into fixed 1000-byte chunks, send the missing ones, commit the listing."""
+def client_save(
+    vault: Vault, ns: str, files: dict[str, bytes], piece: int = 1000, **opts: Any
+) -> CheckpointRecord:
+    """Cut each file into fixed `piece`-byte chunks, send the missing ones, commit the
+    listing."""
     session, _ = vault.open_upload(ns, **opts)
     listing: dict[str, CommitFile] = {}
     for name, data in files.items():
-        pieces = [data[i : i + 1000] for i in range(0, len(data), 1000)]
+        pieces = [data[i : i + piece] for i in range(0, len(data), piece)]
         ids = [chunk_id(p).hex() for p in pieces]
         missing = set(vault.missing(session.id, ids))
         for cid, piece in zip(ids, pieces, strict=True):

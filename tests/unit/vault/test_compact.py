@@ -1,0 +1,153 @@
+"""Compaction: older checkpoints re-encoded as deltas against their successors, losslessly,
+with every other operation (delete, GC, verify, heal, check) still right around them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vault import Vault
+from vault.clock import FakeClock
+from vault.content import HotFrame
+from vault.content.chunks import seq_key
+from vault.content.reader import MAX_CHAIN
+from vault.frame import chunk_id
+from vault.writer import WriteTxn
+
+from .helpers import client_save, read_file
+
+PIECE = 64 << 10
+
+
+def fp32_series(count: int, n: int = 1 << 18, seed: int = 0) -> list[bytes]:
+    """Weights that all change a little between checkpoints, like a full fine-tune."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(n).astype(np.float32)
+    out = []
+    for _ in range(count):
+        out.append(w.tobytes())
+        w = (w - 1e-3 * rng.standard_normal(n).astype(np.float32) * np.abs(w)).astype(np.float32)
+    return out
+
+
+def save_series(vault: Vault, ns: str, files: list[bytes]) -> list[str]:
+    return [client_save(vault, ns, {"w.bin": f}, piece=PIECE).id for f in files]
+
+
+def depth(vault: Vault, cid: bytes) -> int:
+    with vault.store.catalog_env.read() as txn:
+        d = vault.store.chunks.chain_depth(txn, cid, 100)
+    assert d is not None
+    return d
+
+
+def test_compaction_shrinks_older_checkpoints_and_every_one_reads_back(vault: Vault) -> None:
+    files = fp32_series(5)
+    ids = save_series(vault, "ns", files)
+    before = vault.stats()["stored_bytes"]
+    report = vault.compact()
+    after = vault.stats()["stored_bytes"]
+    assert report.checkpoints == 4
+    assert report.deltas > 0
+    assert after < before * 0.8
+    assert before - after == report.saved_bytes
+    for ckpt, data in zip(ids, files, strict=True):
+        assert read_file(vault, "ns", ckpt, "w.bin") == data
+    # The newest is stored as it came; a second run has nothing left to do.
+    _, newest = vault.manifest("ns", ids[-1])
+    with vault.store.catalog_env.read() as txn:
+        metas = [vault.store.chunks.meta(txn, c) for c, _ in newest["w.bin"].chunks]
+    assert all(m is not None and m.codec == "raw" for m in metas)
+    assert vault.compact().chunks_recoded == 0
+    assert vault.check().ok
+
+
+def test_chains_stay_within_the_bound(vault: Vault) -> None:
+    files = fp32_series(MAX_CHAIN + 4, n=1 << 15)
+    ids = []
+    for f in files:  # compacting after every save: the way the schedule does it
+        ids.append(save_series(vault, "ns", [f])[0])
+        vault.compact()
+    for ckpt, data in zip(ids, files, strict=True):
+        _, m = vault.manifest("ns", ckpt)
+        assert max(depth(vault, c) for c, _ in m["w.bin"].chunks) <= MAX_CHAIN
+        assert read_file(vault, "ns", ckpt, "w.bin") == data
+    codecs = vault.stats()["codecs"]
+    assert codecs["delta"]["chunks"] > 0 and codecs["grouped"]["chunks"] > 0  # keyframes
+
+
+def test_deleting_any_checkpoint_keeps_the_others_readable_through_gc(
+    vault: Vault, clock: FakeClock
+) -> None:
+    files = fp32_series(4)
+    ids = save_series(vault, "ns", files)
+    vault.compact()
+    vault.delete("ns", ids[2])  # the base of ids[1]'s deltas
+    clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
+    vault.gc()
+    for i in (0, 1, 3):
+        assert read_file(vault, "ns", ids[i], "w.bin") == files[i]
+    # The next run re-encodes what leaned on the deleted checkpoint; its bases then go.
+    vault.compact()
+    freed = vault.gc()
+    assert freed.chunks_deleted > 0
+    for i in (0, 1, 3):
+        assert read_file(vault, "ns", ids[i], "w.bin") == files[i]
+    assert vault.check().ok
+
+
+def test_a_damaged_base_flags_its_dependents_and_heals_by_upload(vault: Vault) -> None:
+    files = fp32_series(3)
+    ids = save_series(vault, "ns", files)
+    vault.compact()
+    _, m = vault.manifest("ns", ids[0])
+    dependent = m["w.bin"].chunks[0][0]
+    with vault.store.catalog_env.read() as txn:
+        base = vault.store.chunks.base_of(txn, dependent)
+    assert base is not None
+    vault.store.writer.run(lambda w: vault.store.chunks.mark_damaged(w.catalog, base))
+    with vault.store.catalog_env.read() as txn:
+        flagged = vault.store.chunks.meta(txn, dependent)
+    assert flagged is not None and flagged.damaged
+    # Saving the base's bytes again heals it; verify then finds the dependent sound again.
+    client_save(vault, "ns", {"w.bin": files[1]}, piece=PIECE)
+    report = vault.verify()
+    assert report.corrupt == []
+    assert read_file(vault, "ns", ids[0], "w.bin") == files[0]
+    with vault.store.catalog_env.read() as txn:
+        healed = vault.store.chunks.meta(txn, dependent)
+    assert healed is not None and not healed.damaged
+
+
+def test_verify_invalidates_what_a_corrupt_base_breaks(vault: Vault) -> None:
+    files = fp32_series(3)
+    ids = save_series(vault, "ns", files)
+    vault.compact()
+    _, m = vault.manifest("ns", ids[1])
+    base = m["w.bin"].chunks[0][0]
+    with vault.store.catalog_env.read() as txn:
+        meta = vault.store.chunks.meta(txn, base)
+        assert vault.store.chunks.dependents(txn, base)
+    assert meta is not None and isinstance(meta.where, HotFrame)
+    key, db = seq_key(meta.where.seq), vault.store.frames_env.db["frames"]
+
+    def corrupt(w: WriteTxn) -> None:
+        frame = bytearray(w.frames.get(key, db=db))
+        frame[-1] ^= 0xFF
+        w.frames.put(key, bytes(frame), db=db)
+
+    vault.store.writer.run(corrupt)
+    report = vault.verify()
+    assert base.hex() in report.corrupt
+    assert set(report.checkpoints_invalidated) >= {ids[0], ids[1]}
+
+
+@pytest.mark.parametrize("count", [2, 6])
+def test_compaction_is_lossless_for_random_bytes_too(vault: Vault, count: int) -> None:
+    rng = np.random.default_rng(count)
+    files = [rng.integers(0, 256, 300_000, dtype=np.uint8).tobytes() for _ in range(count)]
+    ids = save_series(vault, "ns", files)
+    vault.compact()
+    for ckpt, data in zip(ids, files, strict=True):
+        assert read_file(vault, "ns", ckpt, "w.bin") == data
+        assert chunk_id(data) == chunk_id(read_file(vault, "ns", ckpt, "w.bin"))

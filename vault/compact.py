@@ -1,0 +1,336 @@
+"""Compaction: older checkpoints re-encoded into smaller frames, off the save path.
+
+Saving stores chunks as they come (raw, or zstd where that pays); a checkpoint that changed
+every float a little shares no chunk with its parent, yet differs from it in few bits.
+Compaction finds those bits later, in the background or under `ckpt compact`:
+
+- **Reverse deltas.** A checkpoint is compacted against its successor, the next newer live
+  checkpoint of its namespace: each of its chunks is re-encoded as a delta (XOR, byte
+  grouping, zstd; vault/frame.py) against the chunk at the same place of the same file in
+  the successor, matched by offset and length, counted from the start of the file and
+  then from its end (so a header that grew does not unmatch every tensor after it). The
+  newest checkpoint is never touched, so restoring it costs what it always did; older
+  ones pay a few decodes.
+- **Keyframes.** No read decodes more than MAX_CHAIN deltas: a chunk joins a chain only if
+  its deepest dependent then stays within the bound; otherwise it is byte-grouped whole and
+  starts a new chain.
+- **Bases.** A delta keeps its base alive (GC asks the chunk table), whatever happens to the
+  checkpoint the base came from. A delta whose base is kept only for it (no checkpoint
+  references the base any more, after retention) is encoded again against the current
+  successor, or whole, so the base can go.
+- **Safety.** Frames are read and verified through the one read path, encoded on this
+  thread, and switched in writer transactions that re-check each chunk is where it was
+  read and its base is still sound; the frames left behind are dropped only after the switch
+  commits. A crash at any point leaves every chunk readable (at worst an unnamed new frame,
+  which the next open drops).
+
+`compacted` remembers the successor each checkpoint was compacted against, so a run only
+does new work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import lmdb
+
+from .content.chunks import ChunkMeta
+from .content.location import HotFrame
+from .content.reader import MAX_CHAIN, Reader
+from .frame import Recoder, delta_base
+from .manifest import FileEntry, distinct_chunks
+from .store import Store
+from .writer import WriteTxn
+
+MIN_CHUNK = 4096  # smaller chunks save too little to be worth a frame of their own
+MIN_SAVING_FRACTION = 16  # keep a new frame only if it saves >= 1/16 of the stored bytes
+BATCH_BYTES = 8 << 20  # plaintext read, encoded and switched per writer transaction
+
+
+@dataclass
+class CompactReport:
+    checkpoints: int = 0  # compacted against their successor in this run
+    chunks_recoded: int = 0
+    deltas: int = 0
+    grouped: int = 0
+    bytes_before: int = 0  # stored bytes of the recoded chunks, before
+    bytes_after: int = 0  # and after
+    bytes_read: int = 0  # plaintext read (chunks and bases)
+    skipped: int = 0  # changed or damaged while being encoded; the next run retries
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    namespaces: list[str] = field(default_factory=list)
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.bytes_before - self.bytes_after
+
+
+@dataclass(frozen=True)
+class _Job:
+    cid: bytes
+    meta: ChunkMeta
+    base: bytes | None  # its counterpart in the successor, if it may delta against it
+
+
+Progress = Callable[[CompactReport], None]
+
+
+def compact(
+    store: Store,
+    namespace: str | None = None,
+    rate: float | None = None,
+    progress: Progress | None = None,
+) -> CompactReport:
+    """Compact every checkpoint (of one namespace, or all) not yet compacted against its
+    current successor, reading at most `rate` plaintext bytes per second."""
+    report = CompactReport()
+    started, cpu = time.monotonic(), time.process_time()
+    reader = Reader(store)
+    recoder = Recoder()
+    for ns, older, newer in _pairs(store, namespace):
+        if ns not in report.namespaces:
+            report.namespaces.append(ns)
+        _compact_pair(store, reader, recoder, older, newer, report, rate, started)
+        report.checkpoints += 1
+        if progress is not None:
+            progress(report)
+    _forget_stale_marks(store)
+    report.seconds = time.monotonic() - started
+    report.cpu_seconds = time.process_time() - cpu
+    return report
+
+
+def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str]]:
+    """(namespace, checkpoint, successor) for each checkpoint with work to do."""
+    table = store.catalog_env.db["compacted"]
+    with store.catalog_env.read() as txn:
+        if namespace is not None:
+            store.catalog.require_namespace(txn, namespace)
+            names = [namespace]
+        else:
+            names = [n.name for n in store.catalog.namespaces(txn)]
+        todo = []
+        for ns in names:
+            ids = list(store.catalog.ids(txn, ns))  # newest first
+            for newer, older in zip(ids, ids[1:], strict=False):
+                mark = txn.get(older.encode(), db=table)
+                if mark is None or bytes(mark).decode() != newer:
+                    todo.append((ns, older, newer))
+    yield from todo
+
+
+def _forget_stale_marks(store: Store) -> None:
+    """Drop the marks of checkpoints deleted since they were compacted."""
+    table = store.catalog_env.db["compacted"]
+
+    def op(w: WriteTxn) -> None:
+        stale = [
+            bytes(k)
+            for k, _ in w.catalog.cursor(db=table)
+            if store.catalog.record(w.catalog, bytes(k).decode()) is None
+        ]
+        for key in stale:
+            w.catalog.delete(key, db=table)
+
+    store.writer.run(op)
+
+
+def align(old: Mapping[str, FileEntry], new: Mapping[str, FileEntry]) -> dict[bytes, bytes]:
+    """Chunk of `old` -> the chunk at the same place of the same file in `new` (same offset
+    and length from the file's start, or else from its end). Files are matched by name, or
+    a lone file with a lone file whatever their names."""
+    if not set(old) & set(new) and len(old) == len(new) == 1:
+        old = {"": next(iter(old.values()))}
+        new = {"": next(iter(new.values()))}
+    pairs: dict[bytes, bytes] = {}
+    for name, entry in old.items():
+        other = new.get(name)
+        if other is None:
+            continue
+        from_start: dict[tuple[int, int], bytes] = {}
+        from_end: dict[tuple[int, int], bytes] = {}
+        for offset, cid, n in _offsets(other):
+            from_start[(offset, n)] = cid
+            from_end[(other.size - offset, n)] = cid
+        for offset, cid, n in _offsets(entry):
+            match = from_start.get((offset, n)) or from_end.get((entry.size - offset, n))
+            if match is not None and match != cid:
+                pairs.setdefault(cid, match)
+    return pairs
+
+
+def _offsets(entry: FileEntry) -> Iterator[tuple[int, bytes, int]]:
+    offset = 0
+    for cid, n in entry.chunks:
+        yield offset, cid, n
+        offset += n
+
+
+def _compact_pair(
+    store: Store,
+    reader: Reader,
+    recoder: Recoder,
+    older: str,
+    newer: str,
+    report: CompactReport,
+    rate: float | None,
+    started: float,
+) -> None:
+    jobs = _plan(store, older, newer)
+    batch: list[_Job] = []
+    size = 0
+    for job in jobs:
+        batch.append(job)
+        size += job.meta.size
+        if size >= BATCH_BYTES:
+            _run_batch(store, reader, recoder, batch, report)
+            _pace(report, started, rate)
+            batch, size = [], 0
+    _run_batch(store, reader, recoder, batch, report)
+
+    def mark(w: WriteTxn) -> None:
+        if store.catalog.record(w.catalog, older) is not None:
+            w.catalog.put(older.encode(), newer.encode(), db=store.catalog_env.db["compacted"])
+
+    store.writer.run(mark)
+
+
+def _plan(store: Store, older: str, newer: str) -> list[_Job]:
+    """The chunks of `older` worth encoding again, each with the base it may use."""
+    chunks = store.chunks
+    with store.catalog_env.read() as txn:
+        if store.catalog.record(txn, older) is None or store.catalog.record(txn, newer) is None:
+            return []  # deleted since the pairs were listed
+        old_files = store.catalog.manifest(txn, older)
+        new_files = store.catalog.manifest(txn, newer)
+        shared = distinct_chunks(new_files)
+        pairs = align(old_files, new_files)
+        jobs: list[_Job] = []
+        for cid in sorted(distinct_chunks(old_files) - shared):
+            meta = chunks.meta(txn, cid)
+            if meta is None or meta.damaged or meta.size < MIN_CHUNK:
+                continue
+            if not isinstance(meta.where, HotFrame):
+                continue  # inline (tiny) or in another tier: left where it is
+            if meta.delta and not _base_orphaned(store, txn, cid):
+                continue  # already a delta against a chunk some checkpoint still uses
+            base = pairs.get(cid)
+            if base is not None and not _may_chain(store, txn, cid, base):
+                base = None
+            if base is None and meta.codec == "grouped":
+                continue  # a keyframe already
+            jobs.append(_Job(cid, meta, base))
+    return jobs
+
+
+def _base_orphaned(store: Store, txn: lmdb.Transaction, cid: bytes) -> bool:
+    base = store.chunks.base_of(txn, cid)
+    meta = store.chunks.meta(txn, base) if base is not None else None
+    return meta is None or meta.refs == 0
+
+
+def _may_chain(store: Store, txn: lmdb.Transaction, cid: bytes, base: bytes) -> bool:
+    """Whether `cid` may become a delta against `base`: both sound and of one length, the
+    base does not itself need `cid`, and the longest chain through `cid` stays within
+    MAX_CHAIN."""
+    chunks = store.chunks
+    meta, base_meta = chunks.meta(txn, cid), chunks.meta(txn, base)
+    if meta is None or base_meta is None or base_meta.damaged or base_meta.size != meta.size:
+        return False
+    chain = chunks.chain(txn, base, MAX_CHAIN)
+    if cid in chain or len(chain) > MAX_CHAIN:
+        return False
+    height = chunks.dependent_height(txn, cid, MAX_CHAIN)
+    return height is not None and height + len(chain) <= MAX_CHAIN
+
+
+def _run_batch(
+    store: Store, reader: Reader, recoder: Recoder, batch: list[_Job], report: CompactReport
+) -> None:
+    frames_out = _encode(reader, recoder, batch, report)
+    if frames_out:
+        _switch(store, frames_out, report)
+
+
+def _encode(
+    reader: Reader, recoder: Recoder, batch: list[_Job], report: CompactReport
+) -> list[tuple[_Job, bytes]]:
+    """Read the batch and its bases (verified) and encode each chunk's smallest frame."""
+    if not batch:
+        return []
+    bases = sorted({j.base for j in batch if j.base is not None})
+    wanted = [j.cid for j in batch] + bases
+    metas, frames = reader.frames(wanted)
+    plain, damaged = reader.decoded(wanted, metas, frames)
+    if damaged:
+        reader.flag_damaged(damaged)
+    text = {c: p for c, p in zip(wanted, plain, strict=True) if p is not None}
+    report.bytes_read += sum(len(p) for p in text.values())
+    frames_out: list[tuple[_Job, bytes]] = []
+    for job in batch:
+        data = text.get(job.cid)
+        if data is None:
+            report.skipped += 1
+            continue
+        frame = _smallest(recoder, job, data, text)
+        if frame is not None:
+            frames_out.append((job, frame))
+    return frames_out
+
+
+def _switch(store: Store, frames_out: list[tuple[_Job, bytes]], report: CompactReport) -> None:
+    """Point each chunk at its new frame if it is still where it was read, then drop the
+    frames left behind (after the switch is durable: never a pointer to nothing)."""
+    chunks = store.chunks
+
+    def switch(w: WriteTxn) -> list[tuple[ChunkMeta, int, bool]]:
+        switched = []
+        for job, frame in frames_out:
+            meta = chunks.meta(w.catalog, job.cid)
+            if meta is None or meta.where != job.meta.where or meta.damaged:
+                continue  # collected, moved or healed since it was read
+            base = delta_base(frame)
+            if base is not None and not _may_chain(store, w.catalog, job.cid, base):
+                continue
+            chunks.recode(w, job.cid, meta, frame)
+            switched.append((meta, len(frame), base is not None))
+        return switched
+
+    switched = store.writer.run(switch, size=sum(len(f) for _, f in frames_out))
+    report.skipped += len(frames_out) - len(switched)
+    left = [m.where for m, _, _ in switched]
+    if left:
+        store.writer.run(lambda w: chunks.drop_hot_frames(w.frames, left))
+    for meta, stored, is_delta in switched:
+        report.chunks_recoded += 1
+        report.deltas += is_delta
+        report.grouped += not is_delta
+        report.bytes_before += meta.stored
+        report.bytes_after += stored
+
+
+def _smallest(
+    recoder: Recoder, job: _Job, data: bytes | memoryview, text: Mapping[bytes, bytes | memoryview]
+) -> bytes | None:
+    """The smallest frame for `data`, if it saves enough over what is stored now; a delta
+    whose base is orphaned is always re-encoded (so the base can go)."""
+    options = [recoder.grouped(data)]
+    base = text.get(job.base) if job.base is not None else None
+    if job.base is not None and base is not None:
+        options.append(recoder.delta(data, job.base, base))
+    best = min(options, key=len)
+    if job.meta.delta:
+        return best
+    if len(best) <= job.meta.stored - job.meta.stored // MIN_SAVING_FRACTION:
+        return best
+    return None
+
+
+def _pace(report: CompactReport, started: float, rate: float | None) -> None:
+    if rate:
+        ahead = report.bytes_read / rate - (time.monotonic() - started)
+        if ahead > 0:
+            time.sleep(ahead)  # pacing, not synchronisation: keeps compaction under its rate
