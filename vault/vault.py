@@ -19,8 +19,8 @@ from typing import Any
 
 from client.protocol import JSON, CommitFile
 
-from . import compact as compaction
 from . import backup, prune, scrub
+from . import compact as compaction
 from .catalog import Catalog
 from .check import CheckReport, check
 from .chunking import ChunkingProfile

@@ -10,14 +10,14 @@ from vault.frame import chunk_id
 
 
 def client_save(
-    vault: Vault, ns: str, files: dict[str, bytes], piece: int = 1000, **opts: Any
+    vault: Vault, ns: str, files: dict[str, bytes], chunk_size: int = 1000, **opts: Any
 ) -> CheckpointRecord:
-    """Cut each file into fixed `piece`-byte chunks, send the missing ones, commit the
+    """Cut each file into fixed `chunk_size`-byte chunks, send the missing ones, commit the
     listing."""
     session, _ = vault.open_upload(ns, **opts)
     listing: dict[str, CommitFile] = {}
     for name, data in files.items():
-        pieces = [data[i : i + piece] for i in range(0, len(data), piece)]
+        pieces = [data[i : i + chunk_size] for i in range(0, len(data), chunk_size)]
         ids = [chunk_id(p).hex() for p in pieces]
         missing = set(vault.missing(session.id, ids))
         for cid, piece in zip(ids, pieces, strict=True):

@@ -31,7 +31,7 @@ def fp32_series(count: int, n: int = 1 << 18, seed: int = 0) -> list[bytes]:
 
 
 def save_series(vault: Vault, ns: str, files: list[bytes]) -> list[str]:
-    return [client_save(vault, ns, {"w.bin": f}, piece=PIECE).id for f in files]
+    return [client_save(vault, ns, {"w.bin": f}, chunk_size=PIECE).id for f in files]
 
 
 def depth(vault: Vault, cid: bytes) -> int:
@@ -73,7 +73,8 @@ def test_chains_stay_within_the_bound(vault: Vault) -> None:
         assert max(depth(vault, c) for c, _ in m["w.bin"].chunks) <= MAX_CHAIN
         assert read_file(vault, "ns", ckpt, "w.bin") == data
     codecs = vault.stats()["codecs"]
-    assert codecs["delta"]["chunks"] > 0 and codecs["grouped"]["chunks"] > 0  # keyframes
+    assert codecs["delta"]["chunks"] > 0
+    assert codecs["grouped"]["chunks"] > 0
 
 
 def test_deleting_any_checkpoint_keeps_the_others_readable_through_gc(
@@ -108,15 +109,17 @@ def test_a_damaged_base_flags_its_dependents_and_heals_by_upload(vault: Vault) -
     vault.store.writer.run(lambda w: vault.store.chunks.mark_damaged(w.catalog, base))
     with vault.store.catalog_env.read() as txn:
         flagged = vault.store.chunks.meta(txn, dependent)
-    assert flagged is not None and flagged.damaged
+    assert flagged is not None
+    assert flagged.damaged
     # Saving the base's bytes again heals it; verify then finds the dependent sound again.
-    client_save(vault, "ns", {"w.bin": files[1]}, piece=PIECE)
+    client_save(vault, "ns", {"w.bin": files[1]}, chunk_size=PIECE)
     report = vault.verify()
     assert report.corrupt == []
     assert read_file(vault, "ns", ids[0], "w.bin") == files[0]
     with vault.store.catalog_env.read() as txn:
         healed = vault.store.chunks.meta(txn, dependent)
-    assert healed is not None and not healed.damaged
+    assert healed is not None
+    assert not healed.damaged
 
 
 def test_verify_invalidates_what_a_corrupt_base_breaks(vault: Vault) -> None:
@@ -128,11 +131,14 @@ def test_verify_invalidates_what_a_corrupt_base_breaks(vault: Vault) -> None:
     with vault.store.catalog_env.read() as txn:
         meta = vault.store.chunks.meta(txn, base)
         assert vault.store.chunks.dependents(txn, base)
-    assert meta is not None and isinstance(meta.where, HotFrame)
+    assert meta is not None
+    assert isinstance(meta.where, HotFrame)
     key, db = seq_key(meta.where.seq), vault.store.frames_env.db["frames"]
 
     def corrupt(w: WriteTxn) -> None:
-        frame = bytearray(w.frames.get(key, db=db))
+        stored = w.frames.get(key, db=db)
+        assert stored is not None
+        frame = bytearray(stored)
         frame[-1] ^= 0xFF
         w.frames.put(key, bytes(frame), db=db)
 
