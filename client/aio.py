@@ -13,7 +13,6 @@ by ranges (client/remotefile.py).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -25,7 +24,7 @@ from urllib.parse import quote
 import blake3
 
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
-from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources
+from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources, tensor_layout
 from .errors import IntegrityError, InvalidName, MissingChunks, NotFound
 from .models import Checkpoint, Transfer
 from .options import SaveFields, SaveOptions
@@ -36,6 +35,7 @@ from .protocol import (
     CHUNK_BATCH_TYPE,
     DEFAULT_DATA_DIR,
     DEFAULT_URL,
+    ChunkingProfile,
     StreamChunker,
     encode_bundle,
     encode_chunk_batch,
@@ -494,10 +494,9 @@ def _sync(f: Any) -> None:
 
 
 def _cut(
-    reader: Reader, chunker: StreamChunker, whole: Any, cuts: Sequence[int] = (), at: int = 0
+    reader: Reader, chunker: StreamChunker, whole: Any
 ) -> tuple[list[tuple[bytes, memoryview]], bool, int]:
     """Read the next piece, cut it, hash it: (chunks with ids, last piece?, bytes read).
-    `at` is the piece's offset in the file; a chunk ends at each of the sorted `cuts`.
     Runs on a worker thread; pieces are taken in order, one at a time."""
     parts = [reader.read(PIECE)]
     got = len(parts[0])
@@ -510,13 +509,7 @@ def _cut(
     piece = parts[0] if len(parts) == 1 else b"".join(parts)
     final = len(piece) < PIECE
     whole.update(piece)
-    chunks: list[memoryview] = []
-    view, start = memoryview(piece), 0
-    # feed() takes any buffer, though typed bytes: views cut the piece without copying it.
-    for cut in cuts[bisect.bisect_right(cuts, at) : bisect.bisect_right(cuts, at + len(piece))]:
-        chunks += chunker.feed(view[start : cut - at], True)  # type: ignore[arg-type]
-        start = cut - at
-    chunks += chunker.feed(view[start:] if start else piece, final)  # type: ignore[arg-type]
+    chunks = chunker.feed(piece, final)
     return list(zip(chunk_ids(chunks), chunks, strict=True)), final, len(piece)
 
 
@@ -552,8 +545,9 @@ class _Sender:
     ) -> dict[str, Any]:
         """Stream one file; return its commit listing. `force`: hex ids to send anyway;
         `cuts`: offsets where a chunk must end."""
-        cuts = sorted(set(cuts))
-        chunker = StreamChunker(self._profile)
+        profile = ChunkingProfile.from_wire(self._profile)
+        regions = tensor_layout(source, profile.tensor_pieces) if profile.tensor_pieces else []
+        chunker = StreamChunker(profile, cuts=cuts, regions=regions)
         whole = blake3.blake3(max_threads=blake3.blake3.AUTO)  # 8 MiB updates: every core
         ids: list[bytes] = []
         size = 0
@@ -561,16 +555,12 @@ class _Sender:
         sending: list[asyncio.Future[None]] = []
         cutting: asyncio.Future[Any] | None = None
         try:
-            cutting = asyncio.ensure_future(
-                asyncio.to_thread(_cut, reader, chunker, whole, cuts, 0)
-            )
+            cutting = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
             while True:
                 chunks, final, nbytes = await cutting
                 size += nbytes
                 if not final:  # read and cut the next piece while this one is sent
-                    cutting = asyncio.ensure_future(
-                        asyncio.to_thread(_cut, reader, chunker, whole, cuts, size)
-                    )
+                    cutting = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker, whole))
                 ids.extend(cid for cid, _ in chunks)
                 # Several pieces in flight: the server syncs piece k while k+1 travels.
                 sending.append(asyncio.ensure_future(self._send_chunks(chunks, force, nbytes)))

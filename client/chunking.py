@@ -4,6 +4,7 @@ the same code the server ingests with, so chunks dedup across producers."""
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -12,7 +13,20 @@ from typing import IO, Protocol
 
 import blake3
 
+from .protocol import tensor_regions
+
 FileSpec = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]
+
+
+def tensor_layout(source: Source, min_region: int) -> list[tuple[int, int]]:
+    """Where the tensors lie in `source` (see client/protocol/_layout.py); [] when it is
+    not a tensor file or cannot be read twice (a stream is cut with FastCDC throughout)."""
+    if source.in_memory is not None:
+        return tensor_regions(io.BytesIO(source.in_memory), source.size, min_region)
+    if source.path is None:
+        return []
+    with open(source.path, "rb") as f:
+        return tensor_regions(f, source.size, min_region)
 
 
 def chunk_ids(chunks: list[memoryview]) -> list[bytes]:
@@ -32,6 +46,7 @@ class Source:
     size: int
     open: Callable[[], Reader]
     in_memory: bytes | None = None
+    path: Path | None = None  # a file on disk: its layout can be read before it is sent
 
 
 def collect_sources(files: FileSpec | Mapping[str, FileSpec]) -> list[Source]:
@@ -70,7 +85,7 @@ def _source(name: str, spec: FileSpec) -> Source:
 
 
 def _from_path(name: str, path: Path) -> Source:
-    return Source(name, path.stat().st_size, lambda: open(path, "rb"))  # noqa: SIM115
+    return Source(name, path.stat().st_size, lambda: open(path, "rb"), path=path)  # noqa: SIM115
 
 
 def _has_fileno(f: IO[bytes]) -> bool:

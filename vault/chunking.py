@@ -7,7 +7,9 @@ only what the server decides: the named profiles, the default, and the accepted 
 
 from __future__ import annotations
 
-from client.protocol import ChunkingProfile, StreamChunker
+import io
+
+from client.protocol import ChunkingProfile, StreamChunker, tensor_regions
 
 from .errors import InvalidRequest
 
@@ -20,10 +22,26 @@ _MAX_RANGE = (1024, 16 << 20)
 # Agent state is re-serialized whole at every step; only small chunks line up with the
 # unchanged messages (docs/DESIGN.md "Chunking profiles" has the measurements).
 SMALL = ChunkingProfile("small", min_size=512, avg_size=1536, max_size=8192)
-# Tensors: large chunks keep per-chunk overhead (catalog entry, hash, LMDB page rounding) low.
-LARGE = ChunkingProfile("large", min_size=16384, avg_size=49152, max_size=262144)
+# Tensors: large chunks keep per-chunk overhead (catalog entry, hash, LMDB page rounding) low,
+# and tensors of torch.save and safetensors files are cut in 256 KiB pieces from their start,
+# so compaction finds each piece's previous version (client/protocol/_layout.py).
+LARGE = ChunkingProfile(
+    "large", min_size=16384, avg_size=49152, max_size=262144, tensor_pieces=262144
+)
 PROFILES = {p.name: p for p in (SMALL, LARGE)}
 DEFAULT_PROFILE = LARGE
+
+
+def cut_whole(profile: ChunkingProfile, data: bytes) -> list[memoryview]:
+    """The chunks of a file held whole in memory, tensors cut as the profile says."""
+    if not data:
+        return []
+    regions = (
+        tensor_regions(io.BytesIO(data), len(data), profile.tensor_pieces)
+        if profile.tensor_pieces
+        else []
+    )
+    return StreamChunker(profile, regions=regions).feed(data, True)
 
 
 def profile_from_wire(value: object, max_chunk_size: int) -> ChunkingProfile:
@@ -36,8 +54,13 @@ def profile_from_wire(value: object, max_chunk_size: int) -> ChunkingProfile:
         raise InvalidRequest("chunking must be a profile name or {min_size, avg_size, max_size}")
     try:
         lo, avg, hi = (int(value[k]) for k in ("min_size", "avg_size", "max_size"))
+        pieces = int(value.get("tensor_pieces", 0))
     except (KeyError, TypeError, ValueError) as e:
         raise InvalidRequest("chunking needs integer min_size, avg_size and max_size") from e
+    if pieces and not lo <= pieces <= max_chunk_size:
+        raise InvalidRequest(
+            f"tensor_pieces must be 0 (off) or between min_size and {max_chunk_size}"
+        )
     ok = (
         _MIN_RANGE[0] <= lo <= _MIN_RANGE[1]
         and _AVG_RANGE[0] <= avg <= _AVG_RANGE[1]
@@ -49,7 +72,7 @@ def profile_from_wire(value: object, max_chunk_size: int) -> ChunkingProfile:
             f"chunking sizes out of range: need {_MIN_RANGE[0]}<=min<=avg<=max<="
             f"{min(_MAX_RANGE[1], max_chunk_size)}"
         )
-    return ChunkingProfile("custom", lo, avg, hi)
+    return ChunkingProfile("custom", lo, avg, hi, pieces)
 
 
 __all__ = [
@@ -59,5 +82,6 @@ __all__ = [
     "SMALL",
     "ChunkingProfile",
     "StreamChunker",
+    "cut_whole",
     "profile_from_wire",
 ]

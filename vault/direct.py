@@ -16,7 +16,7 @@ from typing import Any
 
 import blake3
 
-from .chunking import ChunkingProfile
+from .chunking import ChunkingProfile, cut_whole
 from .create import Draft, create, ensure_namespace
 from .errors import Conflict
 from .frame import Encoder, chunk_id
@@ -94,11 +94,10 @@ class DirectSaver:
     def _cut(
         self, files: Mapping[str, bytes], profile: ChunkingProfile
     ) -> tuple[dict[str, FileEntry], dict[bytes, tuple[bytes | memoryview, bytes | None]]]:
-        cdc = profile.chunker()
         entries: dict[str, FileEntry] = {}
         pieces: dict[bytes, memoryview] = {}
         for name, data in files.items():
-            chunks = [c.data for c in cdc.cut_buf(data)] if data else []
+            chunks = cut_whole(profile, data)
             ids = [chunk_id(c) for c in chunks]
             pieces.update(zip(ids, chunks, strict=True))
             entries[name] = FileEntry(

@@ -2,7 +2,8 @@
 
 Everything both sides must agree on lives here, written once: the JSON records
 (`_records`), the error table (`_errors`), the binary bodies (`_bodies`), the duration and
-size grammar (`_units`), FastCDC chunking (`_chunking`) and the service defaults
+size grammar (`_units`), FastCDC chunking (`_chunking`) and
+where tensors lie in a file (`_layout`) and the service defaults
 (`_defaults`). Standard library only, except pyfastcdc in `_chunking`, so the client can ship
 it without server dependencies; `vault/` and `api/` may import nothing else of `client`
 (tests/test_boundaries.py).
@@ -29,6 +30,7 @@ from ._defaults import (
     DEFAULT_URL,
 )
 from ._errors import ERROR_CODES, ERROR_SPECS, ERRORS, ErrorSpec, status_of
+from ._layout import tensor_regions
 from ._records import (
     JSON,
     VALIDITY_STATES,
@@ -51,6 +53,7 @@ from ._records import (
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "tensor_regions",
     "read_up_to",
     "ADMIN_TOKEN_FILE",
     "API_PREFIX",
