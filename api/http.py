@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from client.protocol import parse_size
 from vault import InvalidRequest, TooLarge
 
 from .keys import BODY_READERS, POOL
@@ -82,6 +83,20 @@ def query_bool(request: web.Request, name: str, default: bool) -> bool:
     if raw.lower() in ("0", "false", "no"):
         return False
     raise InvalidRequest(f"query parameter {name} must be true or false")
+
+
+def query_size(request: web.Request, name: str) -> float | None:
+    """A byte count or rate such as `50MB` (the config's size grammar); None when absent."""
+    raw = request.query.get(name)
+    if not raw:
+        return None
+    try:
+        value = parse_size(raw)
+    except ValueError:
+        raise InvalidRequest(f"query parameter {name} must be a size such as 50MB") from None
+    if value <= 0:
+        raise InvalidRequest(f"query parameter {name} must be positive")
+    return float(value)
 
 
 def query_int(request: web.Request, name: str, default: int) -> int:

@@ -1,13 +1,13 @@
-"""Background maintenance: retention (apply), GC (and repack), scrub, tiering and catalog
-backup, each on its own interval.
+"""Background maintenance: retention (apply), GC (and repack), scrub, compaction, tiering
+and catalog backup, each on its own interval.
 
 Every job is an engine operation that takes the vault's maintenance lock itself (the same
 functions the admin routes and offline `ckpt` commands call); the schedule only picks the
 time. Jobs run one at a time on the worker pool and never wait for the lock: a job that finds
 maintenance busy (an operator's run through an admin route, say) is skipped, logged, and
 tried again after its interval. Each logs a one-line JSON summary. An interval of 0
-disables a job. The scrub reads at most `maintenance.scrub_rate` bytes per second so it
-never starves producers.
+disables a job. The scrub and compaction read at most `maintenance.scrub_rate` and
+`maintenance.compact_rate` bytes per second so they never starve producers.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ from .keys import SETTINGS, VAULT
 log = logging.getLogger("ckpt.maintenance")
 
 
-def _jobs(vault: Vault, scrub_rate: float) -> dict[str, Callable[[], dict[str, Any]]]:
+def _jobs(
+    vault: Vault, scrub_rate: float, compact_rate: float
+) -> dict[str, Callable[[], dict[str, Any]]]:
     def retention() -> dict[str, Any]:
         result = vault.retention(dry_run=False)
         return {
@@ -55,6 +57,15 @@ def _jobs(vault: Vault, scrub_rate: float) -> dict[str, Callable[[], dict[str, A
             "mb_per_s": round(report.mb_per_s, 1),
         }
 
+    def compact() -> dict[str, Any]:
+        report = vault.compact(rate=compact_rate or None)
+        return {
+            "checkpoints": report.checkpoints,
+            "chunks_recoded": report.chunks_recoded,
+            "saved_bytes": report.saved_bytes,
+            "cpu_seconds": round(report.cpu_seconds, 2),
+        }
+
     def tiering() -> dict[str, Any]:
         result = run_tiering(vault)
         return {
@@ -69,6 +80,7 @@ def _jobs(vault: Vault, scrub_rate: float) -> dict[str, Callable[[], dict[str, A
         "retention": retention,
         "gc": gc,
         "scrub": scrub,
+        "compact": compact,
         "tiering": tiering,
         "catalog_backup": catalog_backup,
     }
@@ -80,10 +92,11 @@ async def _loop(app: web.Application) -> None:
         "retention": settings.retention_interval,
         "gc": settings.gc_interval,
         "scrub": settings.scrub_interval,
+        "compact": settings.compact_interval,
         "tiering": settings.tiering_interval if app[SETTINGS].tiers else 0.0,
         "catalog_backup": settings.backup_interval if app[SETTINGS].tiers else 0.0,
     }
-    jobs = _jobs(app[VAULT], settings.scrub_rate)
+    jobs = _jobs(app[VAULT], settings.scrub_rate, settings.compact_rate)
     due = {name: time.monotonic() + every for name, every in intervals.items() if every > 0}
     while due:
         name = min(due, key=due.__getitem__)

@@ -75,6 +75,8 @@ class Maintenance:
     scrub_interval: float = 86400.0
     scrub_rate: float = 50e6  # bytes per second the background scrub may read
     tiering_interval: float = 3600.0
+    compact_interval: float = 600.0  # deltas for what was saved since the last run
+    compact_rate: float = 100e6  # bytes per second compaction may read
     backup_interval: float = 6 * 3600.0  # catalog backup to the coldest tier (when one exists)
 
 
@@ -101,6 +103,8 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("maintenance", "scrub_rate"): ("maintenance.scrub_rate", parse_size),
     ("maintenance", "tiering_interval"): ("maintenance.tiering_interval", parse_duration),
     ("maintenance", "backup_interval"): ("maintenance.backup_interval", parse_duration),
+    ("maintenance", "compact_interval"): ("maintenance.compact_interval", parse_duration),
+    ("maintenance", "compact_rate"): ("maintenance.compact_rate", parse_size),
 }
 
 

@@ -209,6 +209,11 @@ class VaultClient(BlockingClient):
     def verify(self, namespace: str | None = None, sample: float = 1.0) -> dict[str, Any]:
         return self._run(self.aio.verify(namespace, sample))
 
+    def compact(self, namespace: str | None = None, rate: str | None = None) -> dict[str, Any]:
+        """Re-encode older checkpoints into deltas and byte-grouped frames; returns when
+        done. `rate`: most bytes read per second, e.g. "50MB" (default: unpaced)."""
+        return self._run(self.aio.compact(namespace, rate))
+
     def tiering(self, dry_run: bool = True) -> dict[str, Any]:
         return self._run(self.aio.tiering(dry_run))
 

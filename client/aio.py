@@ -447,6 +447,18 @@ class AsyncVaultClient:
             params["namespace"] = namespace
         return dict(await self._t.json("POST", "/v1/admin/verify", params=params))
 
+    async def compact(
+        self, namespace: str | None = None, rate: str | None = None
+    ) -> dict[str, Any]:
+        """Re-encode older checkpoints into deltas and byte-grouped frames; returns when
+        done. `rate`: most bytes read per second, e.g. "50MB" (default: unpaced)."""
+        params = {}
+        if namespace:
+            params["namespace"] = namespace
+        if rate:
+            params["rate"] = rate
+        return dict(await self._t.json("POST", "/v1/admin/compact", params=params))
+
     async def tiering(self, dry_run: bool = True) -> dict[str, Any]:
         return dict(
             await self._t.json(

@@ -6,6 +6,7 @@ No HTTP here; api/ wraps `Vault`. Public names are re-exported below.
 from .check import CheckReport
 from .chunking import DEFAULT_PROFILE, PROFILES, ChunkingProfile, StreamChunker
 from .clock import Clock, FakeClock, SystemClock
+from .compact import CompactReport
 from .config import VaultConfig
 from .errors import (
     CheckpointNotFound,
@@ -45,6 +46,7 @@ __all__ = [
     "Conflict",
     "FakeClock",
     "FileEntry",
+    "CompactReport",
     "GcReport",
     "HashMismatch",
     "InvalidName",

@@ -14,12 +14,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
-from vault import InvalidRequest
+from vault import CompactReport, InvalidRequest
 
 from .. import __version__
 from ..auth import principal, require_admin
 from ..errors import Forbidden
-from ..http import json_body, json_response, query_bool, run
+from ..http import json_body, json_response, query_bool, query_size, run
 from ..jobs import run_job
 from ..keys import METRICS, TOKENS, VAULT
 
@@ -99,6 +99,26 @@ async def verify(request: web.Request) -> web.Response:
         lambda r: {"bytes_checked": r.bytes_checked, "corrupt": len(r.corrupt)},
     )
     return json_response({**asdict(report), "mb_per_s": round(report.mb_per_s, 1)})
+
+
+async def compact(request: web.Request) -> web.Response:
+    """Re-encode older checkpoints as deltas against their successors (byte-grouped when a
+    chain is long enough); answers when done, with what it saved."""
+    require_admin(request)
+    vault = request.app[VAULT]
+    namespace = request.query.get("namespace") or None
+    rate = query_size(request, "rate")
+    report = await run_job(
+        request.app,
+        "compact",
+        lambda: vault.compact(namespace, rate),
+        lambda r: {"saved_bytes": r.saved_bytes, "cpu_seconds": r.cpu_seconds},
+    )
+    return json_response(compact_wire(report))
+
+
+def compact_wire(report: CompactReport) -> dict[str, object]:
+    return {**asdict(report), "saved_bytes": report.saved_bytes}
 
 
 async def tiering(request: web.Request) -> web.Response:
@@ -188,6 +208,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/admin/check", check)
     app.router.add_post("/v1/admin/retention", retention)
     app.router.add_post("/v1/admin/verify", verify)
+    app.router.add_post("/v1/admin/compact", compact)
     app.router.add_post("/v1/admin/tiering", tiering)
     app.router.add_post("/v1/admin/catalog/backup", catalog_backup)
     app.router.add_get("/v1/policy/default", get_policy)

@@ -1,4 +1,5 @@
-"""Operator commands: stats, token create|ls|revoke, gc (online, or offline with --data)."""
+"""Operator commands: stats, token create|ls|revoke, gc (online, or offline with --data),
+compact."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=gc)
+
+    p = sub.add_parser("compact", help="re-encode older checkpoints as deltas (returns when done)")
+    p.add_argument("--namespace", default=None, help="only this namespace")
+    p.add_argument("--rate", default=None, help="most bytes read per second, e.g. 50MB")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=compact)
 
 
 def stats(args: argparse.Namespace) -> int:
@@ -104,6 +111,21 @@ def gc(args: argparse.Namespace) -> int:
         print(
             f"{verb} {report['chunks_deleted']} chunks, {human_bytes(report['bytes_freed'])}; "
             f"{report['uploads_expired']} expired uploads removed"
+        )
+    return 0
+
+
+def compact(args: argparse.Namespace) -> int:
+    with connect(args) as vault:
+        report = vault.compact(args.namespace, args.rate)
+    if args.json:
+        emit_json(report)
+    else:
+        print(
+            f"compacted {report['checkpoints']} checkpoints: {report['chunks_recoded']} chunks "
+            f"re-encoded ({report['deltas']} deltas, {report['grouped']} grouped), "
+            f"{human_bytes(report['saved_bytes'])} saved in {report['seconds']:.1f} s "
+            f"({report['cpu_seconds']:.1f} CPU s)"
         )
     return 0
 
