@@ -20,9 +20,9 @@ Per series, in one temp dir (`--tmpdir`, removed unless `--keep`):
    growth of `stored_bytes` from GET /v1/stats (what is at rest, after zstd); ingest MB/s
    and its ratio to the local write + fsync; restores the newest and the oldest checkpoint
    with `VaultClient.load` into empty dirs, timed, compared byte for byte;
-4. the compaction hook (`after_compaction`): `ckpt compact` does not exist yet, so it prints
-   "compaction: not available"; when it does, the hook runs it and repeats the stored ratio
-   and the two restores, filling the "after" column;
+4. compaction (`after_compaction`): runs `ckpt compact --namespace NS --json` and repeats
+   the stored ratio and the two restores, filling the "after" column, with what compaction
+   cost in CPU seconds per GB of logical bytes;
 5. borg: `borg init --encryption=none`, one `borg create --compression zstd,3` archive per
    checkpoint (timed, for its own ingest ratio), stored size = `unique_csize` from
    `borg info --json` (the deduplicated, compressed size), `borg extract` of the newest and
@@ -191,17 +191,15 @@ def after_compaction(
     before: int,
     work: Path,
 ) -> None:
-    """HOOK for the issue's "after" column: run `ckpt compact` on the series' namespace,
-    then repeat the stored ratio and the restores into `res.compacted`. Until the command
-    exists this only records "compaction: not available". When it lands, check its
-    arguments against `ckpt compact --help` and keep the rest as is."""
+    """The issue's "after" column: run `ckpt compact` on the series' namespace, then repeat
+    the stored ratio and the restores into `res.compacted`."""
     if not compaction_available():
         res.compaction = "compaction: not available"
         print(res.compaction, flush=True)
         return
     namespace = f"bench/{res.name}"
     cmd = [sys.executable, "-m", "client.cli", "--url", server.url, "--token", server.token()]
-    cmd += ["compact", namespace]
+    cmd += ["compact", "--namespace", namespace, "--json"]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
     seconds = time.perf_counter() - start
@@ -209,7 +207,13 @@ def after_compaction(
         res.compaction = f"compaction: failed ({done.returncode}): {done.stderr.strip()[-300:]}"
         print(res.compaction, flush=True)
         return
-    res.compaction = f"compaction: {seconds:.1f} s"
+    report = json.loads(done.stdout)
+    cpu_per_gb = report["cpu_seconds"] / (res.logical_bytes / 1e9)
+    res.compaction = (
+        f"compaction: {seconds:.1f} s, {report['chunks_recoded']} chunks "
+        f"({report['deltas']} deltas, {report['grouped']} grouped), "
+        f"{cpu_per_gb:.1f} CPU s per logical GB"
+    )
     res.compacted = Store(note=res.compaction)
     measure_vault_at_rest(res.compacted, res, ckpts, client, namespace, ids, before, work)
 

@@ -60,7 +60,7 @@ class CompactReport:
     bytes_read: int = 0  # plaintext read (chunks and bases)
     skipped: int = 0  # changed or damaged while being encoded; the next run retries
     seconds: float = 0.0
-    cpu_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # of the whole process (the writer's commits included)
     namespaces: list[str] = field(default_factory=list)
 
     @property

@@ -37,7 +37,7 @@ def test_scheduled_gc_repacks_what_it_freed(tmp_path: Path) -> None:
         for rec in recs[:3]:
             vault.delete("ns", rec.id)
         vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
-        result = _jobs(vault, 0.0)["gc"]()
+        result = _jobs(vault, 0.0, 0.0)["gc"]()
         assert result["chunks_deleted"] > 0
         assert result["packs_rewritten"] == 1
         assert result["pack_bytes_freed"] > 300_000
