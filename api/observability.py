@@ -165,6 +165,22 @@ class _EngineCollector(Collector):
             tier_chunks.add_metric([tier], t["chunks"])
         yield tier_bytes
         yield tier_chunks
+        codec_bytes = GaugeMetricFamily(
+            "ckpt_codec_bytes", "Recoded chunks by codec", labels=["codec", "kind"]
+        )
+        for codec, c in o["codecs"].items():
+            codec_bytes.add_metric([codec, "stored"], c["bytes"])
+            codec_bytes.add_metric([codec, "plain"], c["plain"])
+        yield codec_bytes
+        ns_bytes = GaugeMetricFamily(
+            "ckpt_namespace_bytes",
+            "Bytes by namespace, as of the last usage scan (after each compaction)",
+            labels=["namespace", "kind"],
+        )
+        for ns, u in o["namespace_usage"].items():
+            ns_bytes.add_metric([ns, "logical"], u["logical_bytes"])
+            ns_bytes.add_metric([ns, "stored"], u["stored_bytes"])
+        yield ns_bytes
         maps = GaugeMetricFamily("ckpt_lmdb_map_bytes", "LMDB map use", labels=["env", "kind"])
         for env, m in o["maps"].items():
             maps.add_metric([env, "used"], m["used"])

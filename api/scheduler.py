@@ -59,6 +59,8 @@ def _jobs(
 
     def compact() -> dict[str, Any]:
         report = vault.compact(rate=compact_rate or None)
+        if report.chunks_recoded or not vault.last_usage:
+            vault.usage()  # the per-namespace figures /metrics shows
         return {
             "checkpoints": report.checkpoints,
             "chunks_recoded": report.chunks_recoded,

@@ -148,6 +148,14 @@ class VaultClient(BlockingClient):
     def manifest(self, namespace: str, ref: str) -> dict[str, Any]:
         return self._run(self.aio.manifest(namespace, ref))
 
+    def storage(self, namespace: str, ref: str = "latest") -> dict[str, Any]:
+        """How a checkpoint is stored: stored vs logical bytes, by codec and by tier."""
+        return self._run(self.aio.storage(namespace, ref))
+
+    def stats(self, namespaces: bool = False) -> dict[str, Any]:
+        """Storage totals; `namespaces=True` adds each namespace's stored and logical bytes."""
+        return self._run(self.aio.stats(namespaces))
+
     def mark_valid(
         self, namespace: str, checkpoint_id: str, reason: str | None = None
     ) -> Checkpoint:
@@ -176,9 +184,6 @@ class VaultClient(BlockingClient):
         tags: list[str] | None = None,
     ) -> Checkpoint:
         return self._run(self.aio.fork(namespace, ref, target, metadata, tags))
-
-    def stats(self) -> dict[str, Any]:
-        return self._run(self.aio.stats())
 
     def health(self) -> dict[str, Any]:
         return self._run(self.aio.health())

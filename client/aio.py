@@ -352,6 +352,16 @@ class AsyncVaultClient:
         path = f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/manifest"
         return dict(await self._t.json("GET", path))
 
+    async def storage(self, namespace: str, ref: str = "latest") -> dict[str, Any]:
+        """How a checkpoint is stored: stored vs logical bytes, by codec and by tier."""
+        path = f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/storage"
+        return dict(await self._t.json("GET", path))
+
+    async def stats(self, namespaces: bool = False) -> dict[str, Any]:
+        """Storage totals; `namespaces=True` adds each namespace's stored and logical bytes."""
+        params = {"namespaces": "true"} if namespaces else None
+        return dict(await self._t.json("GET", "/v1/stats", params=params))
+
     async def _patch(self, namespace: str, checkpoint_id: str, body: dict[str, Any]) -> Checkpoint:
         rec = await self._t.json(
             "PATCH",
@@ -401,9 +411,6 @@ class AsyncVaultClient:
         return Checkpoint.from_wire(rec)
 
     # -- administration ---------------------------------------------------------------
-    async def stats(self) -> dict[str, Any]:
-        return dict(await self._t.json("GET", "/v1/stats"))
-
     async def health(self) -> dict[str, Any]:
         return dict(await self._t.json("GET", "/v1/health"))
 

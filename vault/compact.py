@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import lmdb
 
 from .content.chunks import ChunkMeta
-from .content.location import HotFrame
+from .content.location import HotFrame, Inline
 from .content.reader import MAX_CHAIN, Reader
 from .frame import Recoder, delta_base
 from .manifest import FileEntry, distinct_chunks
@@ -213,8 +213,8 @@ def _plan(store: Store, older: str, newer: str) -> list[_Job]:
             meta = chunks.meta(txn, cid)
             if meta is None or meta.damaged or meta.size < MIN_CHUNK:
                 continue
-            if not isinstance(meta.where, HotFrame):
-                continue  # inline (tiny) or in another tier: left where it is
+            if not isinstance(meta.where, (HotFrame, Inline)):
+                continue  # in another tier: left where it is
             if meta.delta and not _base_orphaned(store, txn, cid):
                 continue  # already a delta against a chunk some checkpoint still uses
             base = pairs.get(cid)

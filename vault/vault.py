@@ -47,6 +47,7 @@ from .store import Store
 from .tier import Tier
 from .tokens import Tokens
 from .uploads import Uploads
+from .usage import Usage, checkpoint_usage, namespace_usage
 from .writer import WriteTxn
 
 MAX_LIST = 1000
@@ -87,6 +88,9 @@ class Vault:
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
         self._policies = Policies(self.store.catalog_env.db["policies"])
+        # Per-namespace usage as of the last full scan (`usage()`), for /metrics: the scan
+        # reads every manifest, too much for every scrape.
+        self.last_usage: dict[str, Usage] = {}
 
     @property
     def catalog(self) -> Catalog:
@@ -332,6 +336,24 @@ class Vault:
         with self.maintenance.hold("compact"):
             return compaction.compact(self.store, namespace, rate, progress)
 
+    def storage(self, ns: str, ref: str) -> Usage:
+        """How one checkpoint is stored: stored against logical bytes, by codec and tier."""
+        with self.store.catalog_env.read() as txn:
+            rec = self.catalog.resolve(txn, check_namespace(ns), ref)
+            return checkpoint_usage(self.store, txn, rec)
+
+    def usage(self) -> dict[str, Usage]:
+        """Every namespace's stored against logical bytes (a scan of all manifests)."""
+        with self.store.catalog_env.read() as txn:
+            names = [n.name for n in self.catalog.namespaces(txn)]
+        out: dict[str, Usage] = {}
+        for ns in names:  # one short transaction per namespace
+            with self.store.catalog_env.read() as txn:
+                if self.catalog.namespace(txn, ns) is not None:
+                    out[ns] = namespace_usage(self.store, txn, ns)
+        self.last_usage = out
+        return out
+
     def check(self, repair: bool = False) -> CheckReport:
         with self.maintenance.hold("check --repair" if repair else "check"):
             return check(self.store, repair)
@@ -369,6 +391,10 @@ class Vault:
             "writer": asdict(self.store.writer.stats),
             "writer_queue": self.store.writer.queue_depth(),
             "recovery_seconds": recovery,
+            "namespace_usage": {
+                ns: {"logical_bytes": u.logical_bytes, "stored_bytes": u.stored_bytes}
+                for ns, u in self.last_usage.items()
+            },
         }
 
     def backup_catalog(self, dest: Path) -> int:

@@ -39,9 +39,16 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def stats(request: web.Request) -> web.Response:
-    """Logical and stored bytes, chunk and checkpoint counts, dedup ratio, per tier."""
+    """Logical and stored bytes, chunk and checkpoint counts, dedup ratio, per tier and
+    recoded codec; `namespaces=true` adds each namespace's stored and logical bytes (a scan
+    of every manifest)."""
     require_admin(request)
-    return json_response(await run(request, request.app[VAULT].stats))
+    vault = request.app[VAULT]
+    out = await run(request, vault.stats)
+    if query_bool(request, "namespaces", False):
+        usage = await run(request, vault.usage)
+        out["by_namespace"] = {ns: u.to_wire() for ns, u in usage.items()}
+    return json_response(out)
 
 
 async def gc(request: web.Request) -> web.Response:

@@ -85,6 +85,14 @@ async def get_manifest(request: web.Request) -> web.Response:
     return json_response(manifest.to_wire())
 
 
+async def get_storage(request: web.Request) -> web.Response:
+    """How a checkpoint is stored: its chunks' stored bytes against its files' bytes, by
+    codec (raw, zstd, grouped, delta) and tier, and the longest delta chain a read decodes."""
+    ns, ref = request.match_info["ns"], request.match_info["ref"]
+    require(request, "read", ns)
+    return json_response((await run(request, request.app[VAULT].storage, ns, ref)).to_wire())
+
+
 async def get_file(request: web.Request) -> web.StreamResponse:
     """A file's bytes, streamed; supports Range (206) and If-None-Match; ETag = file hash."""
     ns = request.match_info["ns"]
@@ -151,6 +159,7 @@ def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_post(base, save_checkpoint)
     app.router.add_get(base + "/{ref}", get_checkpoint)
     app.router.add_get(base + "/{ref}/manifest", get_manifest)
+    app.router.add_get(base + "/{ref}/storage", get_storage)
     app.router.add_get(base + "/{ref}/files/{name:.+}", get_file)
     app.router.add_get(base + "/{ref}/lineage", get_lineage)
     app.router.add_patch(base + "/{ref}", patch_checkpoint)

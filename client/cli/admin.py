@@ -13,6 +13,9 @@ from .output import emit_json, human_bytes, table
 
 def register(sub: Any) -> None:
     p = sub.add_parser("stats", help="storage totals and dedup ratio")
+    p.add_argument(
+        "--namespaces", action="store_true", help="also stored vs logical bytes per namespace"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=stats)
 
@@ -60,21 +63,36 @@ def register(sub: Any) -> None:
 
 def stats(args: argparse.Namespace) -> int:
     with connect(args) as vault:
-        s = vault.stats()
+        s = vault.stats(namespaces=args.namespaces)
     if args.json:
         emit_json(s)
         return 0
-    table(
-        ["figure", "value"],
-        [
-            ["checkpoints", s["checkpoints"]],
-            ["namespaces", s["namespaces"]],
-            ["chunks", s["chunks"]],
-            ["logical", human_bytes(s["logical_bytes"])],
-            ["stored", human_bytes(s["stored_bytes"])],
-            ["dedup ratio", s["dedup_ratio"]],
-        ],
-    )
+    rows = [
+        ["checkpoints", s["checkpoints"]],
+        ["namespaces", s["namespaces"]],
+        ["chunks", s["chunks"]],
+        ["logical", human_bytes(s["logical_bytes"])],
+        ["stored", human_bytes(s["stored_bytes"])],
+        ["dedup ratio", s["dedup_ratio"]],
+    ]
+    for codec, c in s.get("codecs", {}).items():
+        rows.append([f"{codec} (recoded)", f"{c['chunks']} chunks, {human_bytes(c['bytes'])}"])
+    table(["figure", "value"], rows)
+    if args.namespaces:
+        print()
+        table(
+            ["namespace", "logical", "stored", "ratio", "longest chain"],
+            [
+                [
+                    ns,
+                    human_bytes(u["logical_bytes"]),
+                    human_bytes(u["stored_bytes"]),
+                    u["ratio"],
+                    u["max_chain"],
+                ]
+                for ns, u in sorted(s["by_namespace"].items())
+            ],
+        )
     return 0
 
 

@@ -54,6 +54,10 @@ def register(sub: Any) -> None:
         p = _common(sub.add_parser(name, help=helptext))
         p.add_argument("namespace")
         p.add_argument("ref")
+        if name == "show":
+            p.add_argument(
+                "--storage", action="store_true", help="with --json: add how it is stored"
+            )
         p.set_defaults(func=func)
 
     p = _common(sub.add_parser("mark", help="mark a checkpoint valid or invalid"))
@@ -175,14 +179,24 @@ def ls(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     with connect(args, progress=None if not args.json else False) as vault:
         ckpt = vault.get(args.namespace, args.ref)
+        storage = vault.storage(args.namespace, ckpt.id) if args.storage or not args.json else {}
     if args.json:
-        emit_json(ckpt.to_wire())
+        emit_json({**ckpt.to_wire(), "storage": storage} if args.storage else ckpt.to_wire())
         return 0
     _print_records([ckpt])
     print()
     table(
         ["file", "size", "hash"],
         [[n, human_bytes(f["size"]), f["hash"]] for n, f in sorted(ckpt.files.items())],
+    )
+    codecs = ", ".join(
+        f"{codec} {human_bytes(c['bytes'])} ({c['chunks']} chunks)"
+        for codec, c in sorted(storage["codecs"].items())
+    )
+    print(
+        f"\nstored: {human_bytes(storage['stored_bytes'])} for "
+        f"{human_bytes(storage['logical_bytes'])} ({storage['ratio']}x): {codecs or 'nothing'}; "
+        f"longest delta chain {storage['max_chain']}"
     )
     if ckpt.metadata:
         print("\nmetadata: " + json.dumps(ckpt.metadata, sort_keys=True))
