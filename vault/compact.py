@@ -46,6 +46,11 @@ from .writer import WriteTxn
 
 MIN_CHUNK = 4096  # smaller chunks save too little to be worth a frame of their own
 MIN_SAVING_FRACTION = 16  # keep a new frame only if it saves >= 1/16 of the stored bytes
+# What one more delta to decode on every read of a chunk is worth, as a fraction of its
+# stored size: a delta against a chunk 5 saves older that is within 5% of the size of one
+# against the next is preferred, so dense updates (where distance barely matters) get
+# short chains and sparse ones (where it does) get small deltas.
+DEPTH_COST = 0.05
 BATCH_BYTES = 8 << 20  # plaintext read, encoded and switched per writer transaction
 
 
@@ -72,7 +77,7 @@ class CompactReport:
 class _Job:
     cid: bytes
     meta: ChunkMeta
-    base: bytes | None  # its counterpart in the successor, if it may delta against it
+    bases: tuple[tuple[bytes, int], ...]  # bases it may delta against, each with its depth
 
 
 Progress = Callable[[CompactReport], None]
@@ -90,11 +95,11 @@ def compact(
     started, cpu = time.monotonic(), time.process_time()
     reader = Reader(store)
     recoder = Recoder()
-    for ns, older, newer in _pairs(store, namespace):
+    for ns, older, newer, head in _pairs(store, namespace):
         if ns not in report.namespaces:
             report.namespaces.append(ns)
-        _compact_pair(store, reader, recoder, older, newer, report, rate, started)
-        report.checkpoints += 1
+        _compact_one(store, reader, recoder, older, newer, head, report, rate, started)
+        report.checkpoints += newer is not None
         if progress is not None:
             progress(report)
     _forget_stale_marks(store)
@@ -103,8 +108,9 @@ def compact(
     return report
 
 
-def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str]]:
-    """(namespace, checkpoint, successor) for each checkpoint with work to do."""
+def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str | None, str]]:
+    """(namespace, checkpoint, its successor or None for the newest, the newest) for each
+    checkpoint with work to do."""
     table = store.catalog_env.db["compacted"]
     with store.catalog_env.read() as txn:
         if namespace is not None:
@@ -115,10 +121,11 @@ def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str]
         todo = []
         for ns in names:
             ids = list(store.catalog.ids(txn, ns))  # newest first
-            for newer, older in zip(ids, ids[1:], strict=False):
+            successors: list[str | None] = [None, *ids]
+            for older, newer in zip(ids, successors, strict=False):
                 mark = txn.get(older.encode(), db=table)
-                if mark is None or bytes(mark).decode() != newer:
-                    todo.append((ns, older, newer))
+                if mark is None or bytes(mark).decode() != (newer or ""):
+                    todo.append((ns, older, newer, ids[0]))
     yield from todo
 
 
@@ -169,17 +176,18 @@ def _offsets(entry: FileEntry) -> Iterator[tuple[int, bytes, int]]:
         offset += n
 
 
-def _compact_pair(
+def _compact_one(
     store: Store,
     reader: Reader,
     recoder: Recoder,
     older: str,
-    newer: str,
+    newer: str | None,
+    head: str,
     report: CompactReport,
     rate: float | None,
     started: float,
 ) -> None:
-    jobs = _plan(store, older, newer)
+    jobs = _plan(store, older, newer, head)
     batch: list[_Job] = []
     size = 0
     for job in jobs:
@@ -193,37 +201,59 @@ def _compact_pair(
 
     def mark(w: WriteTxn) -> None:
         if store.catalog.record(w.catalog, older) is not None:
-            w.catalog.put(older.encode(), newer.encode(), db=store.catalog_env.db["compacted"])
+            table = store.catalog_env.db["compacted"]
+            w.catalog.put(older.encode(), (newer or "").encode(), db=table)
 
     store.writer.run(mark)
 
 
-def _plan(store: Store, older: str, newer: str) -> list[_Job]:
-    """The chunks of `older` worth encoding again, each with the base it may use."""
+def _plan(store: Store, older: str, newer: str | None, head: str) -> list[_Job]:
+    """The chunks of `older` worth encoding again, each with the bases it may use: the
+    chunk at its place in the successor, and the whole chunk that one's chain ends at (in
+    the newest checkpoint, usually). The newest checkpoint itself (`newer` None) is only
+    byte-grouped: restoring it never decodes a delta."""
     chunks = store.chunks
     with store.catalog_env.read() as txn:
-        if store.catalog.record(txn, older) is None or store.catalog.record(txn, newer) is None:
-            return []  # deleted since the pairs were listed
+        if store.catalog.record(txn, older) is None:
+            return []  # deleted since the work was listed
+        if newer is not None and store.catalog.record(txn, newer) is None:
+            return []
         old_files = store.catalog.manifest(txn, older)
-        new_files = store.catalog.manifest(txn, newer)
-        shared = distinct_chunks(new_files)
+        new_files = store.catalog.manifest(txn, newer) if newer is not None else {}
+        keep = distinct_chunks(store.catalog.manifest(txn, head))  # the newest stays whole
         pairs = align(old_files, new_files)
         jobs: list[_Job] = []
-        for cid in sorted(distinct_chunks(old_files) - shared):
+        for cid in sorted(distinct_chunks(old_files) - (keep if newer is not None else set())):
             meta = chunks.meta(txn, cid)
             if meta is None or meta.damaged or meta.size < MIN_CHUNK:
                 continue
             if not isinstance(meta.where, (HotFrame, Inline)):
                 continue  # in another tier: left where it is
+            if newer is None:
+                if meta.codec in ("raw", "zstd"):
+                    jobs.append(_Job(cid, meta, ()))
+                continue
             if meta.delta and not _base_orphaned(store, txn, cid):
                 continue  # already a delta against a chunk some checkpoint still uses
-            base = pairs.get(cid)
-            if base is not None and not _may_chain(store, txn, cid, base):
-                base = None
-            if base is None and meta.codec == "grouped":
+            bases = _bases(store, txn, cid, pairs.get(cid))
+            if not bases and meta.codec == "grouped":
                 continue  # a keyframe already
-            jobs.append(_Job(cid, meta, base))
+            jobs.append(_Job(cid, meta, bases))
     return jobs
+
+
+def _bases(
+    store: Store, txn: lmdb.Transaction, cid: bytes, partner: bytes | None
+) -> tuple[tuple[bytes, int], ...]:
+    if partner is None:
+        return ()
+    out = []
+    root = store.chunks.chain(txn, partner, MAX_CHAIN)[-1]
+    for base in dict.fromkeys((partner, root)):
+        depth = _depth_through(store, txn, cid, base)
+        if depth is not None:
+            out.append((base, depth))
+    return tuple(out)
 
 
 def _base_orphaned(store: Store, txn: lmdb.Transaction, cid: bytes) -> bool:
@@ -232,19 +262,21 @@ def _base_orphaned(store: Store, txn: lmdb.Transaction, cid: bytes) -> bool:
     return meta is None or meta.refs == 0
 
 
-def _may_chain(store: Store, txn: lmdb.Transaction, cid: bytes, base: bytes) -> bool:
-    """Whether `cid` may become a delta against `base`: both sound and of one length, the
-    base does not itself need `cid`, and the longest chain through `cid` stays within
-    MAX_CHAIN."""
+def _depth_through(store: Store, txn: lmdb.Transaction, cid: bytes, base: bytes) -> int | None:
+    """How many deltas a read of `cid` would decode as a delta against `base`; None if it
+    may not: the base is unsound or of another length, needs `cid` itself, or the longest
+    chain through `cid` would pass MAX_CHAIN."""
     chunks = store.chunks
     meta, base_meta = chunks.meta(txn, cid), chunks.meta(txn, base)
     if meta is None or base_meta is None or base_meta.damaged or base_meta.size != meta.size:
-        return False
+        return None
     chain = chunks.chain(txn, base, MAX_CHAIN)
     if cid in chain or len(chain) > MAX_CHAIN:
-        return False
+        return None
     height = chunks.dependent_height(txn, cid, MAX_CHAIN)
-    return height is not None and height + len(chain) <= MAX_CHAIN
+    if height is None or height + len(chain) > MAX_CHAIN:
+        return None
+    return len(chain)
 
 
 def _run_batch(
@@ -261,7 +293,7 @@ def _encode(
     """Read the batch and its bases (verified) and encode each chunk's smallest frame."""
     if not batch:
         return []
-    bases = sorted({j.base for j in batch if j.base is not None})
+    bases = sorted({b for j in batch for b, _ in j.bases})
     wanted = [j.cid for j in batch] + bases
     metas, frames = reader.frames(wanted)
     plain, damaged = reader.decoded(wanted, metas, frames)
@@ -293,7 +325,7 @@ def _switch(store: Store, frames_out: list[tuple[_Job, bytes]], report: CompactR
             if meta is None or meta.where != job.meta.where or meta.damaged:
                 continue  # collected, moved or healed since it was read
             base = delta_base(frame)
-            if base is not None and not _may_chain(store, w.catalog, job.cid, base):
+            if base is not None and _depth_through(store, w.catalog, job.cid, base) is None:
                 continue
             chunks.recode(w, job.cid, meta, frame)
             switched.append((meta, len(frame), base is not None))
@@ -315,13 +347,16 @@ def _switch(store: Store, frames_out: list[tuple[_Job, bytes]], report: CompactR
 def _smallest(
     recoder: Recoder, job: _Job, data: bytes | memoryview, text: Mapping[bytes, bytes | memoryview]
 ) -> bytes | None:
-    """The smallest frame for `data`, if it saves enough over what is stored now; a delta
-    whose base is orphaned is always re-encoded (so the base can go)."""
-    options = [recoder.grouped(data)]
-    base = text.get(job.base) if job.base is not None else None
-    if job.base is not None and base is not None:
-        options.append(recoder.delta(data, job.base, base))
-    best = min(options, key=len)
+    """The cheapest frame for `data` (size, plus DEPTH_COST of it per delta a read then
+    decodes), if it saves enough over what is stored now; a delta whose base is orphaned
+    is always re-encoded (so the base can go)."""
+    options = [(float(len(frame := recoder.grouped(data))), frame)]
+    for base_id, depth in job.bases:
+        base = text.get(base_id)
+        if base is not None:
+            frame = recoder.delta(data, base_id, base)
+            options.append((len(frame) * (1 + DEPTH_COST * depth), frame))
+    best = min(options, key=lambda o: o[0])[1]
     if job.meta.delta:
         return best
     if len(best) <= job.meta.stored - job.meta.stored // MIN_SAVING_FRACTION:

