@@ -350,11 +350,12 @@ def _smallest(
     """The cheapest frame for `data` (size, plus DEPTH_COST of it per delta a read then
     decodes), if it saves enough over what is stored now; a delta whose base is orphaned
     is always re-encoded (so the base can go)."""
-    options = [(float(len(frame := recoder.grouped(data))), frame)]
+    width = recoder.best_width(data)  # one width per chunk: its chain decodes in one pass
+    options = [(float(len(frame := recoder.grouped(data, width))), frame)]
     for base_id, depth in job.bases:
         base = text.get(base_id)
         if base is not None:
-            frame = recoder.delta(data, base_id, base)
+            frame = recoder.delta(data, base_id, base, width)
             options.append((len(frame) * (1 + DEPTH_COST * depth), frame))
     best = min(options, key=lambda o: o[0])[1]
     if job.meta.delta:

@@ -32,6 +32,11 @@ from .packs import read_frames
 if TYPE_CHECKING:  # the store holds the chunk table this package defines
     from ..store import Store
 
+
+def _base(frame: bytes | None) -> bytes | None:
+    return delta_base(frame) if frame is not None else None
+
+
 READ_BATCH_BYTES = 4 << 20  # per worker-thread call: amortizes the hop, bounds memory
 MAX_CHAIN = 8  # deltas one read may decode; compaction never builds longer chains
 
@@ -104,52 +109,93 @@ class Reader:
         """The plaintext of each of `frames` (None where it cannot be read), delta bases
         fetched and decoded as needed; and every chunk found damaged on the way (bases
         included). Chunks without metadata (collected since) are None but not damaged."""
-        return self._decode(cids, metas, frames, verify, 0)
-
-    def _decode(
-        self,
-        cids: Sequence[bytes],
-        metas: Sequence[ChunkMeta | None],
-        frames: Sequence[bytes | None],
-        verify: bool,
-        depth: int,
-    ) -> tuple[list[Plain | None], set[bytes]]:
+        known = dict(zip(cids, zip(metas, frames, strict=True), strict=True))
+        self._fetch_bases(known)
         decoder = Decoder()
-        out: list[Plain | None] = [None] * len(cids)
         damaged: set[bytes] = set()
-        wanted: dict[int, bytes] = {}
-        for i, (cid, meta, frame) in enumerate(zip(cids, metas, frames, strict=True)):
+        memo: dict[bytes, Plain | None] = {}
+        out: list[Plain | None] = []
+        for cid in cids:
+            meta, frame = known[cid]
             if meta is None:
-                continue
-            base = delta_base(frame) if frame is not None else None
-            if base is not None:
-                wanted[i] = base
-                continue
-            try:
-                if frame is None:
-                    raise ChunkCorrupt(cid.hex())
-                out[i] = decoder.plaintext(frame, cid, verify)
-            except ChunkCorrupt:
-                damaged.add(cid)
-        if not wanted:
-            return out, damaged
-        bases = sorted(set(wanted.values()))
-        plain: dict[bytes, Plain] = {}
-        if depth < MAX_CHAIN:
-            base_metas, base_frames = self.frames(bases)
-            decoded, bad = self._decode(bases, base_metas, base_frames, True, depth + 1)
-            damaged |= bad
-            plain = {b: p for b, p in zip(bases, decoded, strict=True) if p is not None}
-        for i, base in wanted.items():
-            if base not in plain:
-                if base not in damaged:  # gone, or a chain past MAX_CHAIN: this one is lost
-                    damaged.add(cids[i])
-                continue  # a damaged base is flagged, and flagging it flags this one
-            try:
-                out[i] = decoder.plaintext(frames[i] or b"", cids[i], True, plain[base])
-            except ChunkCorrupt:
-                damaged.add(cids[i])
+                out.append(None)
+            elif frame is not None and delta_base(frame) is not None:
+                chain = self._chain_frames(cid, known)
+                fast = decoder.chain(chain, cid) if chain else None
+                out.append(fast if fast is not None else self._slow(cid, known, damaged, memo))
+            else:
+                try:
+                    if frame is None:
+                        raise ChunkCorrupt(cid.hex())
+                    out.append(decoder.plaintext(frame, cid, verify))
+                except ChunkCorrupt:
+                    damaged.add(cid)
+                    out.append(None)
         return out, damaged
+
+    def _fetch_bases(self, known: dict[bytes, tuple[ChunkMeta | None, bytes | None]]) -> None:
+        """Add the frames every delta in `known` needs, level by level (one batched lookup
+        per level, at most MAX_CHAIN levels)."""
+        level = list(known)
+        for _ in range(MAX_CHAIN):
+            wanted = sorted(
+                {b for c in level if (b := _base(known[c][1])) is not None and b not in known}
+            )
+            if not wanted:
+                return
+            metas, frames = self.frames(wanted)
+            known.update(zip(wanted, zip(metas, frames, strict=True), strict=True))
+            level = wanted
+
+    @staticmethod
+    def _chain_frames(
+        cid: bytes, known: dict[bytes, tuple[ChunkMeta | None, bytes | None]]
+    ) -> list[bytes] | None:
+        """The frames a read of `cid` needs, nearest first; None if one is missing."""
+        out: list[bytes] = []
+        cur: bytes | None = cid
+        while cur is not None and len(out) <= MAX_CHAIN:
+            meta, frame = known.get(cur, (None, None))
+            if meta is None or frame is None:
+                return None
+            out.append(frame)
+            cur = delta_base(frame)
+        return out if cur is None else None
+
+    def _slow(
+        self,
+        cid: bytes,
+        known: dict[bytes, tuple[ChunkMeta | None, bytes | None]],
+        damaged: set[bytes],
+        memo: dict[bytes, Plain | None],
+        depth: int = 0,
+    ) -> Plain | None:
+        """Decode level by level, verifying every base: finds which frame is damaged."""
+        if cid in memo:
+            return memo[cid]
+        meta, frame = known.get(cid, (None, None))
+        plain: Plain | None = None
+        base = _base(frame)
+        try:
+            if meta is None:
+                plain = None  # collected: nothing to flag
+            elif frame is None:
+                raise ChunkCorrupt(cid.hex())
+            elif base is None:
+                plain = Decoder().plaintext(frame, cid)
+            elif depth >= MAX_CHAIN:
+                raise ChunkCorrupt(cid.hex())
+            else:
+                base_plain = self._slow(base, known, damaged, memo, depth + 1)
+                if base_plain is not None:
+                    plain = Decoder().plaintext(frame, cid, True, base_plain)
+                elif base not in damaged:  # gone, or a chain past MAX_CHAIN
+                    raise ChunkCorrupt(cid.hex())
+                # else: a damaged base is flagged, and flagging it flags this one
+        except ChunkCorrupt:
+            damaged.add(cid)
+        memo[cid] = plain
+        return plain
 
     def _plaintexts(self, cids: Sequence[bytes], verify: bool = True) -> Iterator[Plain]:
         """Verified plaintext of each chunk, in order."""
