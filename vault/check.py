@@ -2,8 +2,11 @@
 
 Runs in one read transaction, so it sees a single consistent catalog even while the service
 keeps writing. Reports reference-count drift, chunks a manifest needs but the store lacks
-(or holds damaged), and orphans: stored chunks no manifest references (normal until GC has
-collected them). `repair` rewrites drifted counts in one writer transaction.
+(or holds damaged, or whose delta base is gone), and orphans: stored chunks no manifest
+references and no delta needs as its base (normal until GC has collected them). `repair`
+rewrites drifted counts in one writer transaction, flags deltas whose base is gone as
+damaged (the next save of their bytes heals them), and drops links of chunks no longer
+stored.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class CheckReport:
     damaged: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     orphan_frames: int = 0
+    bases_kept: int = 0  # unreferenced chunks kept because a delta needs them
+    stale_links: int = 0  # delta links of chunks no longer stored
     repaired: int = 0
 
     @property
@@ -47,6 +52,7 @@ def check(store: Store, repair: bool = False) -> CheckReport:
             report.checkpoints += 1
             expected.update(distinct_chunks(files))
         stored = dict(store.chunks.all(txn))
+        links = dict(store.chunks.delta_links(txn))
         # Packed chunks the catalog cannot place (it does not read the tiers: verify does).
         report.missing.extend(c.hex() for c, m in stored.items() if m.where is None)
         report.missing.extend(
@@ -63,9 +69,13 @@ def check(store: Store, repair: bool = False) -> CheckReport:
         if isinstance(m.where, HotFrame) and m.where.seq not in frame_seqs
     ]
     report.missing.extend(c.hex() for c in _still_without_frame(store, unseen))
+    stale = [c for c in links if c not in stored]
+    report.stale_links = len(stale)
+    baseless = {c for c, base in links.items() if c in stored and base not in stored}
+    needed = set(links.values())
     for cid in expected:
         meta = stored.get(cid)
-        if meta is None:
+        if meta is None or cid in baseless:
             report.missing.append(cid.hex())
         elif meta.damaged:
             report.damaged.append(cid.hex())
@@ -73,11 +83,23 @@ def check(store: Store, repair: bool = False) -> CheckReport:
         want = expected.get(cid, 0)
         if meta.refs != want:
             report.drift.append({"chunk": cid.hex(), "refs": meta.refs, "expected": want})
-        if want == 0:
+        if want == 0 and cid in needed:
+            report.bases_kept += 1
+        elif want == 0:
             report.orphans.append(cid.hex())
-    if repair and report.drift:
-        report.repaired = _repair(store, {bytes.fromhex(str(d["chunk"])) for d in report.drift})
-    if repair and report.orphans:
+    if repair:
+        _repair_all(store, report, stale, baseless)
+    return report
+
+
+def _repair_all(
+    store: Store, report: CheckReport, stale: list[bytes], baseless: set[bytes]
+) -> None:
+    if stale or baseless:
+        report.repaired += _repair_links(store, stale, baseless)
+    if report.drift:
+        report.repaired += _repair(store, {bytes.fromhex(str(d["chunk"])) for d in report.drift})
+    if report.orphans:
         # Orphans no live upload reserved go now, without waiting out the GC grace period
         # (the recount above already settled that nothing references them).
         dropped = GcReport()
@@ -85,9 +107,8 @@ def check(store: Store, repair: bool = False) -> CheckReport:
             store, [bytes.fromhex(c) for c in report.orphans], store.now_ms(), 0, dropped
         )
         report.repaired += dropped.chunks_deleted
-    if repair and report.orphan_frames:
+    if report.orphan_frames:
         report.repaired += _drop_orphan_frames(store)
-    return report
 
 
 def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
@@ -125,6 +146,17 @@ def _repair(store: Store, cids: set[bytes]) -> int:
                 )
                 fixed += 1
         return fixed
+
+    return store.writer.run(op)
+
+
+def _repair_links(store: Store, stale: list[bytes], baseless: set[bytes]) -> int:
+    def op(w: WriteTxn) -> int:
+        for cid in stale:
+            store.chunks.drop_stale_link(w.catalog, cid)
+        for cid in baseless:
+            store.chunks.mark_damaged(w.catalog, cid)
+        return len(stale) + len(baseless)
 
     return store.writer.run(op)
 

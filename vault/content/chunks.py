@@ -169,6 +169,16 @@ class Chunks:
         """The chunks encoded as deltas against `base`."""
         return _suffixes(txn, self._bases, base)
 
+    def delta_links(self, txn: lmdb.Transaction) -> Iterator[tuple[bytes, bytes]]:
+        """Every (delta chunk, its base)."""
+        for key, raw in txn.cursor(db=self._deltas):
+            yield bytes(key), bytes(raw)
+
+    def drop_stale_link(self, txn: lmdb.Transaction, cid: bytes) -> None:
+        """Remove the link of a chunk that is no longer stored (check --repair)."""
+        if txn.get(cid, db=self._meta) is None:
+            self._unlink_base(txn, cid)
+
     def has_dependents(self, txn: lmdb.Transaction, base: bytes) -> bool:
         cur = txn.cursor(db=self._bases)
         return bool(cur.set_range(base)) and bytes(cur.key()[:ID_LEN]) == base

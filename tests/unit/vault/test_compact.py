@@ -30,6 +30,20 @@ def fp32_series(count: int, n: int = 1 << 18, seed: int = 0) -> list[bytes]:
     return out
 
 
+def sparse_series(count: int, n: int = 1 << 18, seed: int = 1) -> list[bytes]:
+    """Rows of a table updated here and there, like embeddings: adjacent deltas win."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal(n) * 0.05).astype(np.float32)
+    out = []
+    for _ in range(count):
+        out.append(w.tobytes())
+        w = w.copy()
+        rows = rng.choice(n // 64, n // 64 // 50, replace=False)
+        for r in rows:
+            w[r * 64 : r * 64 + 64] += rng.standard_normal(64).astype(np.float32) * 1e-3
+    return out
+
+
 def save_series(vault: Vault, ns: str, files: list[bytes]) -> list[str]:
     return [client_save(vault, ns, {"w.bin": f}, chunk_size=PIECE).id for f in files]
 
@@ -85,12 +99,14 @@ def test_chains_stay_within_the_bound(vault: Vault) -> None:
 def test_deleting_any_checkpoint_keeps_the_others_readable_through_gc(
     vault: Vault, clock: FakeClock
 ) -> None:
-    files = fp32_series(4)
+    files = sparse_series(4)
     ids = save_series(vault, "ns", files)
     vault.compact()
     vault.delete("ns", ids[2])  # the base of ids[1]'s deltas
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     vault.gc()
+    with vault.store.catalog_env.read() as txn:
+        assert any(m.refs == 0 for _, m in vault.store.chunks.all(txn))  # kept as bases
     for i in (0, 1, 3):
         assert read_file(vault, "ns", ids[i], "w.bin") == files[i]
     # The next run re-encodes what leaned on the deleted checkpoint; its bases then go.
@@ -168,3 +184,35 @@ def test_compaction_is_lossless_for_random_bytes_too(vault: Vault, count: int) -
     for ckpt, data in zip(ids, files, strict=True):
         assert read_file(vault, "ns", ckpt, "w.bin") == data
         assert chunk_id(data) == chunk_id(read_file(vault, "ns", ckpt, "w.bin"))
+
+
+def test_check_knows_bases(vault: Vault, clock: FakeClock) -> None:
+    """Unreferenced bases a delta needs are not orphans; a delta whose base vanished is
+    reported, and repair flags it damaged so the next save of its bytes heals it."""
+    files = sparse_series(4)
+    ids = save_series(vault, "ns", files)
+    vault.compact()
+    vault.delete("ns", ids[2])
+    clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
+    vault.gc()
+    report = vault.check()
+    assert report.ok
+    assert report.bases_kept > 0
+    assert report.orphans == []
+    assert vault.check(repair=True).repaired == 0  # repair keeps the bases too
+    for i in (0, 1, 3):
+        assert read_file(vault, "ns", ids[i], "w.bin") == files[i]
+
+    with vault.store.catalog_env.read() as txn:
+        dependent, base = next(iter(vault.store.chunks.delta_links(txn)))
+    vault.store.writer.run(
+        lambda w: w.catalog.delete(base, db=vault.store.catalog_env.db["chunkmeta"])
+    )
+    broken = vault.check()
+    assert dependent.hex() in broken.missing
+    assert not broken.ok
+    vault.check(repair=True)
+    with vault.store.catalog_env.read() as txn:
+        meta = vault.store.chunks.meta(txn, dependent)
+    assert meta is not None
+    assert meta.damaged
