@@ -112,12 +112,20 @@ class VaultClient(BlockingClient):
         return self._run(self.aio.begin_upload(namespace, **options))
 
     def send_file(
-        self, upload: UploadSession, name: str, file: FileSpec, *, cuts: Sequence[int] = ()
+        self,
+        upload: UploadSession,
+        name: str,
+        file: FileSpec,
+        *,
+        cuts: Sequence[int] = (),
+        regions: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Any]:
         """Chunk one file with the upload's profile and send the chunks the vault lacks;
         answer its commit entry `{"size", "hash", "chunks"}` for `commit`. `cuts`: byte
-        offsets where a chunk must end (each segment between them is cut on its own)."""
-        return self._run(self.aio.send_file(upload, name, file, cuts=cuts))
+        offsets where a chunk must end (each segment between them is cut on its own).
+        `regions`: where the file's tensors lie, when the caller knows (a stream), for
+        the profile's tensor pieces; None reads it from the file when it can."""
+        return self._run(self.aio.send_file(upload, name, file, cuts=cuts, regions=regions))
 
     def commit(self, upload: UploadSession, files: Mapping[str, Mapping[str, Any]]) -> Checkpoint:
         """Make the upload a checkpoint of exactly `files` (name -> `send_file` entry)."""

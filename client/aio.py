@@ -209,14 +209,23 @@ class AsyncVaultClient:
         return await self._open_upload(namespace, SaveOptions.of(options))
 
     async def send_file(
-        self, upload: UploadSession, name: str, file: FileSpec, *, cuts: Sequence[int] = ()
+        self,
+        upload: UploadSession,
+        name: str,
+        file: FileSpec,
+        *,
+        cuts: Sequence[int] = (),
+        regions: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Any]:
         """Chunk one file with the upload's profile and send the chunks the vault lacks;
         answer its commit entry `{"size", "hash", "chunks"}` for `commit`. `cuts`: byte
-        offsets where a chunk must end (each segment between them is cut on its own)."""
+        offsets where a chunk must end (each segment between them is cut on its own).
+        `regions`: where the file's tensors lie, when the caller knows (a stream), for
+        the profile's tensor pieces; None reads it from the file when it can."""
         (source,) = collect_sources({name: file})
         with Progress(self.progress, max(source.size, 0), f"send {name}") as bar:
-            return await _Sender(self._t, upload.id, upload.chunking, bar).send(source, cuts=cuts)
+            sender = _Sender(self._t, upload.id, upload.chunking, bar)
+            return await sender.send(source, cuts=cuts, regions=regions)
 
     async def commit(
         self, upload: UploadSession, files: Mapping[str, Mapping[str, Any]]
@@ -560,12 +569,18 @@ class _Sender:
         self._novel_streak = 0  # consecutive pieces in which every chunk was missing
 
     async def send(
-        self, source: Source, force: set[str] | None = None, cuts: Sequence[int] = ()
+        self,
+        source: Source,
+        force: set[str] | None = None,
+        cuts: Sequence[int] = (),
+        regions: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Any]:
         """Stream one file; return its commit listing. `force`: hex ids to send anyway;
-        `cuts`: offsets where a chunk must end."""
+        `cuts`: offsets where a chunk must end; `regions`: the file's tensors (None: read
+        them from the file if it is one)."""
         profile = ChunkingProfile.from_wire(self._profile)
-        regions = tensor_layout(source, profile.tensor_pieces) if profile.tensor_pieces else []
+        if regions is None:
+            regions = tensor_layout(source, profile.tensor_pieces) if profile.tensor_pieces else []
         chunker = StreamChunker(profile, cuts=cuts, regions=regions)
         whole = blake3.blake3(max_threads=blake3.blake3.AUTO)  # 8 MiB updates: every core
         ids: list[bytes] = []

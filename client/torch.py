@@ -398,7 +398,8 @@ def save_safetensors(
     layout = safetensors_layout(tensors)
     upload = client.begin_upload(namespace, **options)
     cuts = layout.cuts if cut_at_tensors else ()
-    entry = client.send_file(upload, name, _as_file(layout.reader()), cuts=cuts)
+    regions = layout.regions if cut_at_tensors else []
+    entry = client.send_file(upload, name, _as_file(layout.reader()), cuts=cuts, regions=regions)
     return client.commit(upload, {name: entry})
 
 
@@ -441,7 +442,8 @@ async def _upload_file(
     layout = await asyncio.to_thread(safetensors_layout, tensors)
     upload = await aio.begin_upload(namespace, **options)
     cuts = layout.cuts if cut_at_tensors else ()
-    entry = await aio.send_file(upload, name, _as_file(layout.reader()), cuts=cuts)
+    regions = layout.regions if cut_at_tensors else []
+    entry = await aio.send_file(upload, name, _as_file(layout.reader()), cuts=cuts, regions=regions)
     return await aio.commit(upload, {name: entry})
 
 
@@ -459,6 +461,9 @@ class SafetensorsLayout:
             at += t.numel() * t.element_size()
         self.size = at
         self.cuts = sorted({len(header), *(start for start, _ in self.spans.values()), at})
+        # Each tensor, for the profile's fixed tensor pieces (the file is a stream here,
+        # so the client cannot read the layout back from it).
+        self.regions = [(start, start + n) for start, n in self.spans.values() if n]
 
     def reader(self) -> Segments:
         parts = [tensor_bytes(t) for t in self.tensors.values()]
