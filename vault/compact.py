@@ -5,15 +5,17 @@ every float a little shares no chunk with its parent, yet differs from it in few
 Compaction finds those bits later, in the background or under `ckpt compact`:
 
 - **Reverse deltas.** A checkpoint is compacted against its successor, the next newer live
-  checkpoint of its namespace: each of its chunks is re-encoded as a delta (XOR, byte
-  grouping, zstd; vault/frame.py) against the chunk at the same place of the same file in
-  the successor, matched by offset and length, counted from the start of the file and
-  then from its end (so a header that grew does not unmatch every tensor after it). The
-  newest checkpoint is never touched, so restoring it costs what it always did; older
-  ones pay a few decodes.
+  checkpoint of its namespace: each of its chunks is paired with the chunk at the same
+  place of the same file in the successor, matched by offset and length, counted from the
+  start of the file and then from its end (so a header that grew does not unmatch every
+  tensor after it), and re-encoded as the cheapest of: a delta (XOR, byte grouping, zstd;
+  vault/frame.py) against that chunk, a delta against the whole chunk that one's chain
+  ends at (usually the newest checkpoint's), or byte-grouped whole. Cheapest is size plus
+  DEPTH_COST per delta a read then decodes. The newest checkpoint is never touched, so
+  restoring it reads what ingest wrote; older ones pay a few decodes.
 - **Keyframes.** No read decodes more than MAX_CHAIN deltas: a chunk joins a chain only if
-  its deepest dependent then stays within the bound; otherwise it is byte-grouped whole and
-  starts a new chain.
+  its deepest dependent then stays within the bound; otherwise it is a delta against a
+  chain's whole end, or byte-grouped whole, and starts a new chain.
 - **Bases.** A delta keeps its base alive (GC asks the chunk table), whatever happens to the
   checkpoint the base came from. A delta whose base is kept only for it (no checkpoint
   references the base any more, after retention) is encoded again against the current
@@ -99,7 +101,7 @@ def compact(
         if ns not in report.namespaces:
             report.namespaces.append(ns)
         _compact_one(store, reader, recoder, older, newer, head, report, rate, started)
-        report.checkpoints += newer is not None
+        report.checkpoints += 1
         if progress is not None:
             progress(report)
     _forget_stale_marks(store)
@@ -108,9 +110,8 @@ def compact(
     return report
 
 
-def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str | None, str]]:
-    """(namespace, checkpoint, its successor or None for the newest, the newest) for each
-    checkpoint with work to do."""
+def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str, str]]:
+    """(namespace, checkpoint, its successor, the newest) for each checkpoint with work."""
     table = store.catalog_env.db["compacted"]
     with store.catalog_env.read() as txn:
         if namespace is not None:
@@ -121,10 +122,9 @@ def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str 
         todo = []
         for ns in names:
             ids = list(store.catalog.ids(txn, ns))  # newest first
-            successors: list[str | None] = [None, *ids]
-            for older, newer in zip(ids, successors, strict=False):
+            for newer, older in zip(ids, ids[1:], strict=False):
                 mark = txn.get(older.encode(), db=table)
-                if mark is None or bytes(mark).decode() != (newer or ""):
+                if mark is None or bytes(mark).decode() != newer:
                     todo.append((ns, older, newer, ids[0]))
     yield from todo
 
@@ -181,7 +181,7 @@ def _compact_one(
     reader: Reader,
     recoder: Recoder,
     older: str,
-    newer: str | None,
+    newer: str,
     head: str,
     report: CompactReport,
     rate: float | None,
@@ -202,37 +202,31 @@ def _compact_one(
     def mark(w: WriteTxn) -> None:
         if store.catalog.record(w.catalog, older) is not None:
             table = store.catalog_env.db["compacted"]
-            w.catalog.put(older.encode(), (newer or "").encode(), db=table)
+            w.catalog.put(older.encode(), newer.encode(), db=table)
 
     store.writer.run(mark)
 
 
-def _plan(store: Store, older: str, newer: str | None, head: str) -> list[_Job]:
+def _plan(store: Store, older: str, newer: str, head: str) -> list[_Job]:
     """The chunks of `older` worth encoding again, each with the bases it may use: the
     chunk at its place in the successor, and the whole chunk that one's chain ends at (in
-    the newest checkpoint, usually). The newest checkpoint itself (`newer` None) is only
-    byte-grouped: restoring it never decodes a delta."""
+    the newest checkpoint, usually). Chunks the successor or the newest checkpoint share
+    are left as they are: restoring the newest reads exactly what ingest wrote."""
     chunks = store.chunks
     with store.catalog_env.read() as txn:
-        if store.catalog.record(txn, older) is None:
+        if store.catalog.record(txn, older) is None or store.catalog.record(txn, newer) is None:
             return []  # deleted since the work was listed
-        if newer is not None and store.catalog.record(txn, newer) is None:
-            return []
         old_files = store.catalog.manifest(txn, older)
-        new_files = store.catalog.manifest(txn, newer) if newer is not None else {}
-        keep = distinct_chunks(store.catalog.manifest(txn, head))  # the newest stays whole
+        new_files = store.catalog.manifest(txn, newer)
+        keep = distinct_chunks(new_files) | distinct_chunks(store.catalog.manifest(txn, head))
         pairs = align(old_files, new_files)
         jobs: list[_Job] = []
-        for cid in sorted(distinct_chunks(old_files) - (keep if newer is not None else set())):
+        for cid in sorted(distinct_chunks(old_files) - keep):
             meta = chunks.meta(txn, cid)
             if meta is None or meta.damaged or meta.size < MIN_CHUNK:
                 continue
             if not isinstance(meta.where, (HotFrame, Inline)):
                 continue  # in another tier: left where it is
-            if newer is None:
-                if meta.codec in ("raw", "zstd"):
-                    jobs.append(_Job(cid, meta, ()))
-                continue
             if meta.delta and not _base_orphaned(store, txn, cid):
                 continue  # already a delta against a chunk some checkpoint still uses
             bases = _bases(store, txn, cid, pairs.get(cid))
