@@ -134,40 +134,40 @@ class Decoder:
     def chain(self, frames: list[bytes], expected_id: bytes) -> bytes | None:
         """The plaintext of a delta chain read at once: `frames` are the delta, its base,
         that one's base... down to a whole frame. XOR and byte grouping commute, so the
-        grouped diffs are XORed together with the grouped whole chunk and ungrouped once,
-        instead of decoding, ungrouping and hashing every base on the way (a read of the
-        oldest checkpoint decodes up to 8 levels). Only the result is verified: None when
-        it does not match (or the chain mixes element widths), and the caller decodes level
-        by level to find which frame is damaged."""
+        grouped diffs are XORed together (with the whole chunk's grouped form when it is
+        grouped alike), ungrouped once and XORed with the whole chunk's plaintext
+        otherwise, instead of decoding, ungrouping and hashing every base on the way (a
+        read of the oldest checkpoint decodes up to 8 levels). Only the result is
+        verified: None when it does not match (or the chain mixes element widths), and the
+        caller decodes level by level to find which frame is damaged."""
         try:
             n = plaintext_length(frames[0])
             width = frames[0][HEADER.size + ID_BYTES]
             acc: Any = None
+            whole: bytes | memoryview | None = None
             for frame in frames:
                 codec = frame_codec(frame)
                 view = memoryview(frame)[HEADER.size :]
-                if codec == CODEC_DELTA:
-                    if view[ID_BYTES] != width:
-                        return None
-                    part: bytes = self._unzstd(view[ID_BYTES + 1 :], n, expected_id)
-                elif codec == CODEC_GROUPED and view[0] == width:
-                    part = self._unzstd(view[1:], n, expected_id)
+                if codec == CODEC_DELTA and view[ID_BYTES] == width:
+                    acc = _xor_into(acc, self._unzstd(view[ID_BYTES + 1 :], n, expected_id))
+                    continue
+                if codec == CODEC_GROUPED and view[0] == width:
+                    acc = _xor_into(acc, self._unzstd(view[1:], n, expected_id))
                 elif codec in (CODEC_RAW, CODEC_ZSTD):
                     whole = self.plaintext(frame, expected_id, verify=False)
-                    part = _group(whole, width)
                 else:
-                    return None
-                if len(part) != n:
-                    return None
-                acc = _xor_into(acc, part)
-                if codec != CODEC_DELTA:
-                    break
+                    return None  # widths differ along the chain
+                break
             else:
                 return None  # no whole frame at the end
             data = _ungroup(bytes(acc), width)
-        except (ChunkCorrupt, struct.error, IndexError):
+            if whole is not None:
+                data = _xor(data, whole)
+        except (ChunkCorrupt, struct.error, IndexError, ValueError):
+            return None  # ValueError: a part of the wrong length
+        if len(data) != n or blake3.blake3(data).digest() != expected_id:
             return None
-        return data if blake3.blake3(data).digest() == expected_id else None
+        return data
 
     def _unzstd(self, payload: memoryview, n: int, expected_id: bytes) -> bytes:
         try:

@@ -111,6 +111,7 @@ class Reader:
         included). Chunks without metadata (collected since) are None but not damaged."""
         known = dict(zip(cids, zip(metas, frames, strict=True), strict=True))
         self._fetch_bases(known)
+        fast = self._chains(cids, known)
         decoder = Decoder()
         damaged: set[bytes] = set()
         memo: dict[bytes, Plain | None] = {}
@@ -120,9 +121,8 @@ class Reader:
             if meta is None:
                 out.append(None)
             elif frame is not None and delta_base(frame) is not None:
-                chain = self._chain_frames(cid, known)
-                fast = decoder.chain(chain, cid) if chain else None
-                out.append(fast if fast is not None else self._slow(cid, known, damaged, memo))
+                quick = fast.get(cid)
+                out.append(quick if quick is not None else self._slow(cid, known, damaged, memo))
             else:
                 try:
                     if frame is None:
@@ -132,6 +132,24 @@ class Reader:
                     damaged.add(cid)
                     out.append(None)
         return out, damaged
+
+    def _chains(
+        self, cids: Sequence[bytes], known: dict[bytes, tuple[ChunkMeta | None, bytes | None]]
+    ) -> dict[bytes, bytes | None]:
+        """One-pass decodes of the delta chains among `cids`, side by side on the store's
+        decoder threads; None where that fails (the caller then decodes level by level)."""
+        chains = {
+            cid: chain
+            for cid in dict.fromkeys(cids)
+            if _base(known[cid][1]) is not None
+            and (chain := self._chain_frames(cid, known)) is not None
+        }
+        if len(chains) < 2:
+            return {cid: Decoder().chain(chain, cid) for cid, chain in chains.items()}
+        results = self._s.decoders.map(
+            lambda item: Decoder().chain(item[1], item[0]), chains.items()
+        )
+        return dict(zip(chains, results, strict=True))
 
     def _fetch_bases(self, known: dict[bytes, tuple[ChunkMeta | None, bytes | None]]) -> None:
         """Add the frames every delta in `known` needs, level by level (one batched lookup
