@@ -76,7 +76,8 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
     # cut short; later failures can only cut the connection.
     first_batch = await run(request, vault.read_chunks, groups[0])
     await resp.prepare(request)
-    next_batch: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    next_batch: asyncio.Future[list[bytes | memoryview]] = loop.create_future()
     next_batch.set_result(first_batch)
     pos = spans[0][1]
     try:

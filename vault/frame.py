@@ -131,7 +131,7 @@ class Decoder:
             raise ChunkCorrupt(expected_id.hex())
         return data
 
-    def chain(self, frames: list[bytes], expected_id: bytes) -> bytes | None:
+    def chain(self, frames: list[bytes], expected_id: bytes) -> memoryview | None:
         """The plaintext of a delta chain read at once: `frames` are the delta, its base,
         that one's base... down to a whole frame. XOR and byte grouping commute, so the
         grouped diffs are XORed together (with the whole chunk's grouped form when it is
@@ -140,19 +140,21 @@ class Decoder:
         read of the oldest checkpoint decodes up to 8 levels). Only the result is
         verified: None when it does not match (or the chain mixes element widths), and the
         caller decodes level by level to find which frame is damaged."""
+        import numpy as np
+
         try:
             n = plaintext_length(frames[0])
             width = frames[0][HEADER.size + ID_BYTES]
-            acc: Any = None
-            whole: bytes | memoryview | None = None
+            parts: list[bytes] = []  # grouped diffs, and the grouped whole chunk
+            whole: bytes | memoryview | None = None  # or the whole chunk's plaintext
             for frame in frames:
                 codec = frame_codec(frame)
                 view = memoryview(frame)[HEADER.size :]
                 if codec == CODEC_DELTA and view[ID_BYTES] == width:
-                    acc = _xor_into(acc, self._unzstd(view[ID_BYTES + 1 :], n, expected_id))
+                    parts.append(self._unzstd(view[ID_BYTES + 1 :], n, expected_id))
                     continue
                 if codec == CODEC_GROUPED and view[0] == width:
-                    acc = _xor_into(acc, self._unzstd(view[1:], n, expected_id))
+                    parts.append(self._unzstd(view[1:], n, expected_id))
                 elif codec in (CODEC_RAW, CODEC_ZSTD):
                     whole = self.plaintext(frame, expected_id, verify=False)
                 else:
@@ -160,14 +162,21 @@ class Decoder:
                 break
             else:
                 return None  # no whole frame at the end
-            data = _ungroup(bytes(acc), width)
+            if any(len(p) != n for p in parts) or (whole is not None and len(whole) != n):
+                return None
+            acc = np.frombuffer(parts[0], dtype=np.uint8)
+            if len(parts) > 1:
+                acc = acc.copy()
+                for part in parts[1:]:
+                    np.bitwise_xor(acc, np.frombuffer(part, dtype=np.uint8), out=acc)
+            data = _ungroup_array(acc, width)
             if whole is not None:
-                data = _xor(data, whole)
-        except (ChunkCorrupt, struct.error, IndexError, ValueError):
-            return None  # ValueError: a part of the wrong length
-        if len(data) != n or blake3.blake3(data).digest() != expected_id:
+                np.bitwise_xor(data, np.frombuffer(whole, dtype=np.uint8), out=data)
+        except (ChunkCorrupt, struct.error, IndexError):
             return None
-        return data
+        if blake3.blake3(data).digest() != expected_id:
+            return None
+        return memoryview(data)
 
     def _unzstd(self, payload: memoryview, n: int, expected_id: bytes) -> bytes:
         try:
@@ -249,15 +258,17 @@ def _xor(a: bytes | memoryview, b: bytes | memoryview) -> bytes:
     return np.bitwise_xor(x, y).tobytes()
 
 
-def _xor_into(acc: Any, part: bytes) -> Any:
-    """acc ^= part, as a numpy array (allocated from the first part)."""
+def _ungroup_array(grouped: Any, width: int) -> Any:
+    """`_ungroup` from one numpy array into a new one, without intermediate copies."""
     import numpy as np
 
-    arr = np.frombuffer(part, dtype=np.uint8)
-    if acc is None:
-        return arr.copy()
-    np.bitwise_xor(acc, arr, out=acc)
-    return acc
+    if width not in WIDTHS:
+        raise ChunkCorrupt("unknown element width")
+    out = np.empty(len(grouped), dtype=np.uint8)
+    whole = len(grouped) - len(grouped) % width
+    _shuffle(width).decode(grouped[:whole], out=out[:whole])
+    out[whole:] = grouped[whole:]
+    return out
 
 
 def frame_codec(frame: bytes | memoryview) -> int:

@@ -230,7 +230,7 @@ class Vault:
         with self.store.catalog_env.read() as txn:
             return self.catalog.lineage(txn, self.catalog.resolve(txn, ns, ref))
 
-    def read_chunks(self, cids: list[bytes]) -> list[bytes]:
+    def read_chunks(self, cids: list[bytes]) -> list[bytes | memoryview]:
         return self.reader.chunks(cids)
 
     # -- changes to checkpoints -------------------------------------------------------

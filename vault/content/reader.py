@@ -135,7 +135,7 @@ class Reader:
 
     def _chains(
         self, cids: Sequence[bytes], known: dict[bytes, tuple[ChunkMeta | None, bytes | None]]
-    ) -> dict[bytes, bytes | None]:
+    ) -> dict[bytes, memoryview | None]:
         """One-pass decodes of the delta chains among `cids`, side by side on the store's
         decoder threads; None where that fails (the caller then decodes level by level)."""
         chains = {
@@ -226,9 +226,10 @@ class Reader:
                 raise ChunkCorrupt(cid.hex())
             yield data
 
-    def chunks(self, cids: Sequence[bytes]) -> list[bytes]:
-        """Verified plaintext of each chunk, in order."""
-        return [d if isinstance(d, bytes) else bytes(d) for d in self._plaintexts(cids)]
+    def chunks(self, cids: Sequence[bytes]) -> list[Plain]:
+        """Verified plaintext of each chunk, in order (views where decoding made no copy:
+        a download writes them to the socket as they are)."""
+        return list(self._plaintexts(cids))
 
     def flag_damaged(self, cids: set[bytes]) -> None:
         """Flag chunks damaged (and what depends on them) without waiting for the write."""
