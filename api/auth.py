@@ -8,12 +8,14 @@ file contents and never deletes, so a leaked producer token cannot erase history
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from vault import InvalidName, Token
+from vault import CheckpointRecord, InvalidName, Token
 from vault.names import check_namespace
 from vault.tokens import verify
 
@@ -30,6 +32,13 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return "admin" in self.scopes
+
+    def domain(self) -> Callable[[str], bool] | None:
+        """The namespaces whose chunks this caller may dedup against (vault/domains.py):
+        those it may read or write; None (everything) for admin."""
+        if self.is_admin:
+            return None
+        return lambda ns: self.may("read", ns) or self.may("write", ns)
 
     def may(self, action: str, ns: str) -> bool:
         if self.is_admin:
@@ -73,6 +82,15 @@ def require(request: web.Request, action: str, ns: str) -> None:
     p = principal(request)
     if not p.may(action, ns):
         raise Forbidden(f"token {p.name!r} may not {action} namespace {ns!r}")
+
+
+def visible_record(request: web.Request, rec: CheckpointRecord) -> dict[str, Any]:
+    """What a change answers: the whole record to a caller that may read its namespace;
+    to a write-only (append-only) token only the id of what it wrote, since metadata, file
+    names, sizes and hashes (an `inherit` commit lists the parent's) are what GET refuses."""
+    if principal(request).may("read", rec.namespace):
+        return rec.to_wire()
+    return {"id": rec.id, "namespace": rec.namespace}
 
 
 def require_admin(request: web.Request) -> None:

@@ -17,6 +17,7 @@ import blake3
 import lmdb
 
 from .content.chunks import Chunks
+from .domains import NamespaceRefs
 from .env import Env
 from .errors import CheckpointNotFound, InvalidRequest, NamespaceNotFound
 from .manifest import FileEntry, decode_manifest, distinct_chunks, encode_manifest
@@ -62,6 +63,7 @@ class Catalog:
         self._namespaces = env.db["namespaces"]
         self._chunks = chunks
         self._counters = chunks.counters
+        self.nsrefs = NamespaceRefs(env)
 
     # -- namespaces -------------------------------------------------------------------
     def namespace(self, txn: lmdb.Transaction, ns: str) -> NamespaceRecord | None:
@@ -172,6 +174,7 @@ class Catalog:
         tags: list[str],
         files: dict[str, FileEntry],
         now: float,
+        created_by: str | None = None,
     ) -> CheckpointRecord:
         """Build the record of a new checkpoint with these files and make it visible."""
         rec = CheckpointRecord(
@@ -183,6 +186,7 @@ class Catalog:
             tags=tags,
             files={n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())},
             size=sum(e.size for e in files.values()),
+            created_by=created_by,
         )
         self.add(txn, rec, files, int(now * 1000))
         return rec
@@ -204,7 +208,9 @@ class Catalog:
         ns.checkpoints += 1
         ns.logical_bytes += rec.size
         self.put_namespace(txn, ns)
-        self._chunks.add_refs(txn, distinct_chunks(files), +1, now_ms)
+        distinct = distinct_chunks(files)
+        self._chunks.add_refs(txn, distinct, +1, now_ms)
+        self.nsrefs.add(txn, rec.namespace, distinct, +1)
         self._counters.add(txn, "checkpoints", 1)
         self._counters.add(txn, "logical_bytes", rec.size)
 
@@ -223,7 +229,9 @@ class Catalog:
         ns.checkpoints -= 1
         ns.logical_bytes -= rec.size
         self.put_namespace(txn, ns)
-        self._chunks.add_refs(txn, distinct_chunks(files), -1, int(now * 1000))
+        distinct = distinct_chunks(files)
+        self._chunks.add_refs(txn, distinct, -1, int(now * 1000))
+        self.nsrefs.add(txn, rec.namespace, distinct, -1)
         self._counters.add(txn, "checkpoints", -1)
         self._counters.add(txn, "logical_bytes", -rec.size)
 

@@ -20,6 +20,7 @@ from client.protocol import CommitFile
 
 from .content.reader import Reader
 from .create import Draft, create
+from .domains import Domain, cached
 from .errors import Conflict, HashMismatch, InvalidRequest, MissingChunks, UploadExpired
 from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
@@ -49,15 +50,18 @@ class Committer:
         self._reader = reader
 
     def commit(
-        self, upload_id: str, files: Mapping[str, CommitFile] | None
+        self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
     ) -> tuple[CheckpointRecord, bool]:
-        """Commit an upload; returns the record and whether this call created it."""
+        """Commit an upload; returns the record and whether this call created it. Listed
+        chunks count only if stored inside the caller's `domain` or sent by this session
+        (vault/domains.py); others are `missing_chunks`, and no size or hash of them is
+        ever computed into an answer."""
         listed = _parse_listed(files)
         with self._s.catalog_env.read() as txn:
             session = self._uploads.get(txn, upload_id)
             if session.committed:
                 return self._existing(txn, session), False
-            entries = self._entries(txn, listed)
+            entries = self._entries(txn, upload_id, listed, cached(domain))
             proven = set(self._parent_files(txn, session).values())
             latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
             if latest is not None and latest.id != session.parent:
@@ -77,7 +81,11 @@ class Committer:
         return rec
 
     def _entries(
-        self, txn: lmdb.Transaction, listed: dict[str, tuple[int, bytes, list[bytes]]]
+        self,
+        txn: lmdb.Transaction,
+        upload_id: str,
+        listed: dict[str, tuple[int, bytes, list[bytes]]],
+        domain: Domain,
     ) -> dict[str, FileEntry]:
         entries: dict[str, FileEntry] = {}
         missing: list[str] = []
@@ -85,7 +93,7 @@ class Committer:
             chunks = []
             for cid in cids:
                 meta = self._s.chunks.meta(txn, cid)
-                if meta is None or meta.damaged:
+                if meta is None or not self._uploads.present(txn, upload_id, cid, domain):
                     missing.append(cid.hex())
                 else:
                     chunks.append((cid, meta.size))
@@ -123,6 +131,7 @@ class Committer:
             session.metadata,
             session.tags,
             files,
+            session.created_by,
         )
         rec = create(self._s, txn, draft, now)
         session.committed = rec.id

@@ -33,6 +33,7 @@ class Draft:
     metadata: dict[str, Any]
     tags: list[str]
     files: dict[str, FileEntry]
+    created_by: str | None = None  # token name, for append-only rules
 
 
 def ensure_namespace(
@@ -72,4 +73,5 @@ def create(store: Store, txn: lmdb.Transaction, draft: Draft, now: float) -> Che
         draft.tags,
         files,
         now,
+        draft.created_by,
     )

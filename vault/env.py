@@ -44,6 +44,8 @@ CATALOG_DBS = (
     b"tokens",  # key id -> token JSON (hash of the secret, scopes)
     b"policies",  # namespace (or NUL "default") -> policy JSON
     b"counters",  # name -> signed 64-bit total
+    b"nsrefs",  # chunk id + namespace -> u32 live checkpoints of it referencing the chunk
+    b"uploadchunks",  # upload id \0 chunk id -> b"": chunks this session sent (dedup domains)
     b"keys",  # encryption key id (2 bytes, big endian) -> check value of that key
 )
 MIN_MAP_SIZE = 1 << 20

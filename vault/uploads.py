@@ -18,6 +18,7 @@ import lmdb
 
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
 from .create import ensure_namespace
+from .domains import Domain, cached
 from .errors import (
     Conflict,
     HashMismatch,
@@ -87,6 +88,7 @@ class Uploads:
         self._s = store
         self._db = store.catalog_env.db["uploads"]
         self._files = store.catalog_env.db["uploadfiles"]
+        self._sent = store.catalog_env.db["uploadchunks"]
 
     # -- session records --------------------------------------------------------------
     def get(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
@@ -123,9 +125,28 @@ class Uploads:
             ok = cur.next()
         return out
 
+    def sent(self, txn: lmdb.Transaction, upload_id: str, cid: bytes) -> bool:
+        """Did this session send the bytes of `cid` (chunk PUT or batch)?"""
+        return txn.get(_file_key(upload_id) + cid, db=self._sent) is not None
+
+    def present(self, txn: lmdb.Transaction, upload_id: str, cid: bytes, domain: Domain) -> bool:
+        """May this session count `cid` as stored without sending it? Only if it is stored
+        and sound, and either referenced inside the caller's domain or sent by this session
+        (vault/domains.py): elsewhere the vault must not confirm it exists."""
+        meta = self._s.chunks.meta(txn, cid)
+        if meta is None or meta.damaged:
+            return False
+        return self._s.catalog.nsrefs.visible(txn, cid, domain) or self.sent(txn, upload_id, cid)
+
     def drop(self, txn: lmdb.Transaction, upload_id: str, keep_session: bool) -> None:
         for name in self.files(txn, upload_id):
             txn.delete(_file_key(upload_id, name), db=self._files)
+        prefix = _file_key(upload_id)
+        cur = txn.cursor(db=self._sent)
+        if cur.set_range(prefix):
+            while bytes(cur.key()).startswith(prefix):
+                if not cur.delete():
+                    break
         if not keep_session:
             txn.delete(upload_id.encode(), db=self._db)
 
@@ -138,6 +159,7 @@ class Uploads:
         metadata: Any,
         tags: Any,
         chunking: Any = None,
+        by: str | None = None,
     ) -> tuple[UploadSession, ChunkingProfile]:
         wanted = check_new_checkpoint(self._s, ns, parent, inherit, chunking)
         metadata = check_metadata(metadata)
@@ -164,6 +186,7 @@ class Uploads:
                 tags=tags,
                 created_at=now,
                 expires_at=now + self._s.config.upload_ttl,
+                created_by=by,
             )
             self.put(txn, session)
             self._s.counters.add(txn, OPEN_UPLOADS, 1)
@@ -171,20 +194,21 @@ class Uploads:
 
         return self._s.writer.run(op)
 
-    def missing(self, upload_id: str, ids: Any) -> list[str]:
+    def missing(self, upload_id: str, ids: Any, domain: Domain = None) -> list[str]:
+        """Ids this session must send: not stored, damaged, or stored only outside the
+        caller's `domain`. The others are reserved until the session expires; chunks
+        outside the domain never are, so a query cannot keep another tenant's deleted
+        data alive."""
         if not isinstance(ids, list) or len(ids) > MAX_MISSING_QUERY:
             raise InvalidRequest(f"chunks must be a list of at most {MAX_MISSING_QUERY} ids")
         raw_ids = [check_chunk_id(i) for i in ids]
+        domain = cached(domain)
         with self._s.catalog_env.read() as txn:
             session = self.live(txn, upload_id)
-            metas = [self._s.chunks.meta(txn, c) for c in raw_ids]
+            here = [self.present(txn, upload_id, c, domain) for c in raw_ids]
         until_ms = int(session.expires_at * 1000)
-        missing = [i for i, m in zip(ids, metas, strict=True) if m is None or m.damaged]
-        to_reserve = [
-            c
-            for c, m in zip(raw_ids, metas, strict=True)
-            if m is not None and not m.damaged and m.reserved_until_ms < until_ms
-        ]
+        missing = [i for i, ok in zip(ids, here, strict=True) if not ok]
+        to_reserve = [c for c, ok in zip(raw_ids, here, strict=True) if ok]
         if to_reserve:
 
             def op(w: WriteTxn) -> None:
@@ -196,8 +220,12 @@ class Uploads:
             self._s.writer.run(op, size=len(to_reserve) * 64)
         return missing
 
-    def put_chunks(self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]]) -> int:
-        """Store client-chunked chunks (raw id, plaintext); returns how many were new.
+    def put_chunks(
+        self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]], domain: Domain = None
+    ) -> int:
+        """Store client-chunked chunks (raw id, plaintext); returns how many were new *to
+        the caller*: a chunk stored only outside its `domain` counts as created, so the
+        answer confirms nothing about other tenants (bytes are still stored once).
 
         Every chunk is checked before any is stored, so a bad one changes nothing.
         """
@@ -207,18 +235,25 @@ class Uploads:
                 raise TooLarge(f"chunk {cid.hex()} is larger than {limit} bytes")
             if chunk_id(data) != cid:
                 raise HashMismatch(f"BLAKE3 of the data does not match chunk id {cid.hex()}")
+        domain = cached(domain)
         with self._s.catalog_env.read() as txn:
             session = self.live(txn, upload_id)
             known = {cid for cid, _ in chunks if self._s.chunks.usable(txn, cid)}
+            seen = {cid for cid in known if self.present(txn, upload_id, cid, domain)}
         encoder = Encoder()
         items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
             cid: (data, None if cid in known else encoder.encode(data)) for cid, data in chunks
         }
         until_ms = int(session.expires_at * 1000)
-        return self._s.writer.run(
-            lambda w: store_all(self._s, w, items, until_ms),
-            size=sum(len(f) for _, f in items.values() if f is not None),
-        )
+        prefix = _file_key(upload_id)
+
+        def op(w: WriteTxn) -> int:
+            written = store_all(self._s, w, items, until_ms)
+            for cid in items:
+                w.catalog.put(prefix + cid, b"", db=self._sent)
+            return written + len(known - seen)
+
+        return self._s.writer.run(op, size=sum(len(f) for _, f in items.values() if f is not None))
 
     def add_file(self, upload_id: str, name: str, entry: FileEntry) -> None:
         def op(w: WriteTxn) -> None:

@@ -29,6 +29,7 @@ from .config import VaultConfig
 from .content.moves import Mover
 from .content.reader import Reader
 from .direct import DirectSaver
+from .domains import Domain
 from .errors import InvalidRequest
 from .gc import GcReport, collect
 from .ingest import FileIngest
@@ -117,30 +118,40 @@ class Vault:
         metadata: Mapping[str, JSON] | None = None,
         tags: Sequence[str] | None = None,
         chunking: Chunking | None = None,
+        by: str | None = None,
     ) -> tuple[UploadSession, ChunkingProfile]:
         """Open an upload session. `chunking`: a profile name or {min_size, avg_size,
-        max_size}, used only if this upload creates the namespace."""
-        return self.uploads.open(ns, parent, inherit, _obj(metadata), _seq(tags), chunking)
+        max_size}, used only if this upload creates the namespace; `by`: the token name
+        (the checkpoint's creator, and per-token limits)."""
+        return self.uploads.open(ns, parent, inherit, _obj(metadata), _seq(tags), chunking, by)
 
-    def missing(self, upload_id: str, ids: Sequence[str]) -> list[str]:
-        """Which of these hex chunk ids are not stored; the others are reserved."""
-        return self.uploads.missing(upload_id, _seq(ids))
+    def missing(self, upload_id: str, ids: Sequence[str], domain: Domain = None) -> list[str]:
+        """Which of these hex chunk ids the session must send; the others are reserved.
+        `domain`: the namespaces the caller may reference (vault/domains.py); None: all."""
+        return self.uploads.missing(upload_id, _seq(ids), domain)
 
-    def put_chunk(self, upload_id: str, cid: str, data: bytes) -> bool:
-        """Store one chunk named by its hex id; True if it was new (or healed)."""
-        return self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)]) == 1
+    def put_chunk(self, upload_id: str, cid: str, data: bytes, domain: Domain = None) -> bool:
+        """Store one chunk named by its hex id; True if it was new (or healed) to the
+        caller: stored only outside its `domain` also answers True."""
+        return self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain) == 1
 
-    def put_chunks(self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]]) -> int:
-        return self.uploads.put_chunks(upload_id, chunks)
+    def put_chunks(
+        self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]], domain: Domain = None
+    ) -> int:
+        return self.uploads.put_chunks(upload_id, chunks, domain)
 
     def ingest(self, upload_id: str, name: str) -> FileIngest:
         return FileIngest(self.store, self.uploads, upload_id, name)
 
     def commit(
-        self, upload_id: str, files: Mapping[str, CommitFile] | None = None
+        self,
+        upload_id: str,
+        files: Mapping[str, CommitFile] | None = None,
+        domain: Domain = None,
     ) -> tuple[CheckpointRecord, bool]:
-        """Commit an upload: the files streamed through it plus those listed here."""
-        return self._committer.commit(upload_id, files)
+        """Commit an upload: the files streamed through it plus those listed here (their
+        chunks stored inside `domain` or sent by this upload)."""
+        return self._committer.commit(upload_id, files, domain)
 
     def save(
         self,
@@ -153,6 +164,7 @@ class Vault:
         tags: Sequence[str] | None = None,
         chunking: Chunking | None = None,
         key: str | None = None,
+        by: str | None = None,
     ) -> tuple[CheckpointRecord, bool]:
         """One-shot save of small, in-memory files (see vault/direct.py)."""
         return self._direct.save(
@@ -164,6 +176,7 @@ class Vault:
             tags=_seq(tags),
             chunking=chunking,
             key=key,
+            by=by,
         )
 
     def abort(self, upload_id: str) -> None:
@@ -237,10 +250,19 @@ class Vault:
         validity: Mapping[str, JSON] | None = None,
         pinned: bool | None = None,
         tags: Sequence[str] | None = None,
+        by: str | None = None,
+        append_only: bool = False,
     ) -> CheckpointRecord:
-        """Set validity ({"state", "reason"}), pinned or tags; None leaves one unchanged."""
+        """Set validity ({"state", "reason"}), pinned or tags; None leaves one unchanged.
+        `append_only`: the caller (token `by`) may not delete (vault/lifecycle.py)."""
         return self.lifecycle.patch(
-            ns, cid, validity=_obj(validity), pinned=pinned, tags=_seq(tags)
+            ns,
+            cid,
+            validity=_obj(validity),
+            pinned=pinned,
+            tags=_seq(tags),
+            by=by,
+            append_only=append_only,
         )
 
     def delete(self, ns: str, cid: str) -> None:
@@ -263,8 +285,9 @@ class Vault:
         target: str,
         metadata: Mapping[str, JSON] | None = None,
         tags: Sequence[str] | None = None,
+        by: str | None = None,
     ) -> CheckpointRecord:
-        return self.lifecycle.fork(ns, ref, target, _obj(metadata), _seq(tags))
+        return self.lifecycle.fork(ns, ref, target, _obj(metadata), _seq(tags), by)
 
     # -- policies ---------------------------------------------------------------------
     def policy(self, ns: str | None) -> Policy:

@@ -12,7 +12,7 @@ from vault import InvalidRequest, UploadSession
 from vault.clock import rfc3339
 
 from .. import parse
-from ..auth import require
+from ..auth import principal, require, visible_record
 from ..http import json_body, json_response, read_body, reading_body, run
 from ..keys import SETTINGS, VAULT
 
@@ -42,6 +42,7 @@ async def open_upload(request: web.Request) -> web.Response:
         metadata=parse.metadata(body.get("metadata")),
         tags=parse.tags(body.get("tags")),
         chunking=parse.chunking(body.get("chunking")),
+        by=principal(request).name,
     )
     opened = UploadOpened(
         session.id,
@@ -57,9 +58,9 @@ async def missing(request: web.Request) -> web.Response:
     """Which of these chunk ids the vault lacks; the others are reserved for the upload."""
     session = await _session(request)
     body = await json_body(request)
-    result = await run(
-        request, request.app[VAULT].missing, session.id, parse.chunk_ids(body.get("chunks"))
-    )
+    ids = parse.chunk_ids(body.get("chunks"))
+    domain = principal(request).domain()
+    result = await run(request, request.app[VAULT].missing, session.id, ids, domain)
     return json_response({"missing": result})
 
 
@@ -68,7 +69,8 @@ async def put_chunk(request: web.Request) -> web.Response:
     session = await _session(request)
     data = await read_body(request, request.app[VAULT].config.max_chunk_size)
     cid = request.match_info["chunk_id"]
-    created = await run(request, request.app[VAULT].put_chunk, session.id, cid, data)
+    domain = principal(request).domain()
+    created = await run(request, request.app[VAULT].put_chunk, session.id, cid, data, domain)
     return json_response({"id": cid, "created": created}, status=201 if created else 200)
 
 
@@ -80,7 +82,8 @@ async def put_chunks(request: web.Request) -> web.Response:
         chunks = await run(request, decode_chunk_batch, body)
     except ValueError as e:
         raise InvalidRequest(f"malformed chunk batch: {e}") from None
-    created = await run(request, request.app[VAULT].put_chunks, session.id, chunks)
+    domain = principal(request).domain()
+    created = await run(request, request.app[VAULT].put_chunks, session.id, chunks, domain)
     return json_response({"chunks": len(chunks), "created": created})
 
 
@@ -121,8 +124,9 @@ async def commit(request: web.Request) -> web.Response:
     session = await _session(request)
     body = await json_body(request)
     files = parse.commit_files(body.get("files"))
-    record, created = await run(request, request.app[VAULT].commit, session.id, files)
-    return json_response(record.to_wire(), status=201 if created else 200)
+    domain = principal(request).domain()
+    record, created = await run(request, request.app[VAULT].commit, session.id, files, domain)
+    return json_response(visible_record(request, record), status=201 if created else 200)
 
 
 async def abort(request: web.Request) -> web.Response:
