@@ -110,7 +110,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     worker_threads: int = 16  # blocking vault calls in flight; most wait on the writer
-    max_json_body: int = 64 << 20  # a commit listing 160k chunks is ~11 MB of JSON
+    # A commit listing 160k chunks (a 10 GiB file at 64 KiB) is ~11 MB of JSON; anything
+    # bigger streams files or commits in parts. Parsed on the worker pool (api/http.py).
+    max_json_body: int = 16 << 20
     shutdown_timeout: float = 30.0
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     log_format: str = "auto"  # JSON lines unless stderr is a terminal

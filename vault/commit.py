@@ -21,12 +21,26 @@ from client.protocol import CommitFile
 from .content.reader import Reader
 from .create import Draft, create
 from .domains import Domain, cached
-from .errors import Conflict, HashMismatch, InvalidRequest, MissingChunks, UploadExpired
+from .errors import (
+    Conflict,
+    HashMismatch,
+    InvalidRequest,
+    MissingChunks,
+    TooLarge,
+    UploadExpired,
+)
 from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
 from .records import CheckpointRecord, UploadSession
 from .store import Store
 from .uploads import OPEN_UPLOADS, Uploads
+
+# A listed file may have at most MAX_CHUNKS_SLACK + size // MIN_AVERAGE_CHUNK chunks.
+# FastCDC's smallest profile cuts 1 KiB on average and tensor-aware cutting adds one short
+# chunk per small tensor; 400,000 8-byte chunks in one file (a 42 MB manifest and +150 MB
+# of catalog for 4.8 MB of data, slowing everyone's commits) is not a checkpoint.
+MIN_AVERAGE_CHUNK = 256
+MAX_CHUNKS_SLACK = 4096
 
 
 def _parse_listed(
@@ -38,6 +52,11 @@ def _parse_listed(
         check_file_name(name)
         if spec.size < 0:
             raise InvalidRequest(f"file {name!r}: size must be a non-negative integer")
+        if len(spec.chunks) > MAX_CHUNKS_SLACK + spec.size // MIN_AVERAGE_CHUNK:
+            raise TooLarge(
+                f"file {name!r}: {len(spec.chunks)} chunks for {spec.size} bytes; at most "
+                f"{MAX_CHUNKS_SLACK} plus one per {MIN_AVERAGE_CHUNK} bytes"
+            )
         digest = check_chunk_id(spec.hash)  # same 64-hex form as chunk ids
         out[name] = (spec.size, digest, [check_chunk_id(c) for c in spec.chunks])
     return out

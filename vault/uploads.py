@@ -10,6 +10,7 @@ guard.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -40,6 +41,8 @@ MAX_MISSING_QUERY = 100_000
 OPEN_UPLOADS = "open_uploads"  # counter: sessions opened and neither committed nor ended
 MAX_TAGS = 64
 MAX_TAG_LENGTH = 128
+MAX_METADATA_BYTES = 64 << 10  # as compact JSON: 20 MiB per record made listings 63 MB
+MAX_METADATA_DEPTH = 32  # nesting of objects and arrays; deeper cannot be serialised safely
 
 
 def check_tags(tags: Any) -> list[str]:
@@ -61,7 +64,25 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, dict):
         raise InvalidRequest("metadata must be a JSON object")
+    if _depth(metadata, MAX_METADATA_DEPTH + 1) > MAX_METADATA_DEPTH:
+        raise InvalidRequest(f"metadata is nested deeper than {MAX_METADATA_DEPTH} levels")
+    try:
+        size = len(json.dumps(metadata, separators=(",", ":"), allow_nan=False))
+    except ValueError:  # NaN or Infinity: listings would stop being valid JSON
+        raise InvalidRequest("metadata must not contain NaN or Infinity") from None
+    except TypeError:
+        raise InvalidRequest("metadata must hold only JSON values") from None
+    if size > MAX_METADATA_BYTES:
+        raise TooLarge(f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
     return metadata
+
+
+def _depth(value: Any, stop: int) -> int:
+    """Nesting depth of lists and dicts in `value`, counted no further than `stop`."""
+    if stop <= 0 or not isinstance(value, (dict, list)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(v, stop - 1) for v in items), default=0)
 
 
 def check_new_checkpoint(

@@ -1,0 +1,85 @@
+"""Input limits and no 500s from input (issue 16, #5, #8, #10), against the real service."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from ..conftest import Api, hexhash
+
+
+async def test_json_bombs_are_refused_and_health_stays_fast(api: Api) -> None:
+    """A body of `[],` used to cost 860 MB and block the event loop for seconds; deep
+    nesting answered 500 with a traceback per request."""
+    bomb = b'{"metadata": {"x": [' + b"[]," * 300_000 + b"[]]}}"
+    deep = b'{"metadata": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}"
+    worst = 0.0
+
+    async def probe() -> None:
+        nonlocal worst
+        for _ in range(20):
+            start = time.perf_counter()
+            resp = await api.client.get("/v1/health")
+            assert resp.status == 200
+            worst = max(worst, time.perf_counter() - start)
+
+    async def flood() -> list[int]:
+        codes = []
+        for body in (bomb, deep) * 3:
+            resp = await api.call("POST", "/v1/namespaces/n/uploads", data=body)
+            codes.append(resp.status)
+            error = (await resp.json())["error"]
+            assert error["code"] in ("too_large", "invalid_request"), error
+        return codes
+
+    codes, _ = await asyncio.gather(flood(), probe())
+    assert codes == [413, 400] * 3
+    assert worst < 1.0, f"health took {worst:.3f} s during the flood"
+
+
+async def test_nan_infinity_and_deep_metadata_are_400(api: Api) -> None:
+    for text in ('{"metadata": {"loss": NaN}}', '{"metadata": {"x": -Infinity}}'):
+        resp = await api.call("POST", "/v1/namespaces/n/uploads", data=text.encode())
+        assert resp.status == 400
+        assert (await resp.json())["error"]["code"] == "invalid_request"
+    nested: object = 1
+    for _ in range(40):
+        nested = [nested]
+    await api.call("POST", "/v1/namespaces/n/uploads", json={"metadata": {"x": nested}}, expect=400)
+    big = {"blob": "x" * (65 << 10)}
+    resp = await api.call("POST", "/v1/namespaces/n/uploads", json={"metadata": big}, expect=413)
+    assert (await resp.json())["error"]["code"] == "too_large"
+    # the one-request save's header is checked the same way
+    listing = await api.json("GET", "/v1/namespaces")
+    assert listing["namespaces"] == []  # nothing was created by any of it
+
+
+async def test_huge_range_is_416_not_500(api: Api) -> None:
+    await api.save("r", {"f": b"0123456789"})
+    for header in ("bytes=" + "9" * 5000 + "-", "bytes=0-" + "9" * 5000, "bytes=-" + "9" * 5000):
+        resp = await api.call(
+            "GET", "/v1/namespaces/r/checkpoints/latest/files/f", headers={"Range": header}
+        )
+        body = await resp.read()
+        if header.startswith("bytes=0-") or header.startswith("bytes=-"):
+            assert (resp.status, body) == (206, b"0123456789"), header[:20]
+        else:
+            assert resp.status == 416, header[:20]
+
+
+async def test_a_file_of_tiny_chunks_is_refused(api: Api) -> None:
+    """400,000 8-byte chunks made a 42 MB manifest; now a file may list at most 4096 chunks
+    plus one per 256 bytes."""
+    up = await api.open("t")
+    pieces = [i.to_bytes(8, "big") for i in range(5000)]
+    batch = b"".join(bytes.fromhex(hexhash(p)) + len(p).to_bytes(4, "little") + p for p in pieces)
+    await api.call("POST", f"/v1/uploads/{up['upload_id']}/chunks", data=batch, expect=200)
+    data = b"".join(pieces)
+    files = {
+        "f": {"size": len(data), "hash": hexhash(data), "chunks": [hexhash(p) for p in pieces]}
+    }
+    resp = await api.call("POST", f"/v1/uploads/{up['upload_id']}/commit", json={"files": files})
+    assert resp.status == 413
+    assert "chunks for 40000 bytes" in (await resp.json())["error"]["message"]
+    assert json.loads(await (await api.call("GET", "/v1/stats")).read())["checkpoints"] == 0
