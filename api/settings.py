@@ -47,6 +47,16 @@ def _log_format(value: object) -> str:
     return str(value)
 
 
+def _optional_dir(value: object) -> Path | None:
+    """Empty: none. Otherwise an absolute directory (backups land only there)."""
+    if value in ("", None):
+        return None
+    path = Path(str(value))
+    if not path.is_absolute():
+        raise ValueError(f"must be an absolute directory, got {value!r}")
+    return path
+
+
 def _key_file(value: object) -> Path | None:
     """Empty: no encryption. Otherwise the file must load now, not at the first demotion."""
     if value in ("", None):
@@ -87,6 +97,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "max_json_body"): ("max_json_body", parse_size),
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
+    ("server", "backup_dir"): ("backup_dir", _optional_dir),
     ("log", "format"): ("log_format", _log_format),
     ("encryption", "key_file"): ("key_file", _key_file),
     ("storage", "map_size"): ("vault.map_size", parse_size),
@@ -116,6 +127,9 @@ class Settings:
     shutdown_timeout: float = 30.0
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     log_format: str = "auto"  # JSON lines unless stderr is a terminal
+    # The only directory `POST /v1/admin/catalog/backup?to=` may write files into; None:
+    # backups go to tiers only (an admin token must not write arbitrary server paths).
+    backup_dir: Path | None = None
     # Seals everything written to other tiers (AES-256-GCM); None: stored plain.
     key_file: Path | None = None
     vault: VaultConfig = field(default_factory=VaultConfig)

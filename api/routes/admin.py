@@ -7,7 +7,11 @@ lock on a worker thread: a route started while another operation runs waits for 
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Collection
 from dataclasses import asdict
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -21,7 +25,7 @@ from ..auth import principal, require_admin
 from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool, run
 from ..jobs import run_job
-from ..keys import METRICS, TOKENS, VAULT
+from ..keys import METRICS, SETTINGS, TOKENS, VAULT
 
 
 async def health(request: web.Request) -> web.Response:
@@ -115,11 +119,37 @@ async def tiering(request: web.Request) -> web.Response:
     return json_response(result)
 
 
+_BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def backup_target(to: str | None, tiers: Collection[str], backup_dir: Path | None) -> str | None:
+    """Where an online backup may go: a tier, or a file directly in `[server] backup_dir`,
+    named bare (`nightly.mdb`) or by its absolute path there. Any other path is refused:
+    `?to=/home/u/.ssh/authorized_keys` used to overwrite any file the server user could
+    write, with bytes a writer chose (small files are stored raw in the catalog)."""
+    if to is None or to in tiers:
+        return to
+    name = to
+    if os.path.isabs(to):
+        parent, name = os.path.split(os.path.normpath(to))
+        if backup_dir is None or Path(parent) != backup_dir:
+            raise InvalidRequest(
+                "backups go to a tier or into the configured [server] backup_dir only"
+            )
+    if backup_dir is None:
+        raise InvalidRequest(f"{to!r} is not a configured tier, and no [server] backup_dir is set")
+    if not _BACKUP_NAME.fullmatch(name):
+        raise InvalidRequest("a backup file name is [A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+    return str(backup_dir / name)
+
+
 async def catalog_backup(request: web.Request) -> web.Response:
-    """A consistent copy of the catalog, taken while serving, to a tier or a server path."""
+    """A consistent copy of the catalog, taken while serving, to a tier or `backup_dir`."""
     require_admin(request)
     vault = request.app[VAULT]
-    to = request.query.get("to") or None
+    to = backup_target(
+        request.query.get("to") or None, vault.tiers, request.app[SETTINGS].backup_dir
+    )
     result = await run_job(
         request.app,
         "catalog_backup",

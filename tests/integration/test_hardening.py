@@ -1,0 +1,44 @@
+"""Service hardening from issue 16: backups only into a configured directory (#6), private
+files (#11), glob scopes that warn when they cross a segment (#12)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from api import Settings, create_app
+from vault import FakeClock
+
+from ..conftest import Api
+
+
+async def test_backup_goes_only_into_the_configured_directory(
+    api: Api, aiohttp_client: Any, settings: Settings, clock: FakeClock, tmp_path: Path
+) -> None:
+    """#6: `?to=/abs/path` wrote anywhere the server user could (an authorized_keys line)."""
+    victim = tmp_path / "home" / ".ssh"
+    victim.mkdir(parents=True)
+    target = victim / "authorized_keys"
+    resp = await api.call("POST", f"/v1/admin/catalog/backup?to={target}", expect=400)
+    assert "backup_dir" in (await resp.json())["error"]["message"]
+    assert not target.exists()
+    await api.call("POST", "/v1/admin/catalog/backup?to=nightly.mdb", expect=400)
+    await api.client.close()
+
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    client = await aiohttp_client(
+        create_app(dataclasses.replace(settings, backup_dir=backups), clock)
+    )
+    admin = Api(client, api.token, api.data_dir)
+    out = await admin.json("POST", "/v1/admin/catalog/backup?to=nightly.mdb", expect=201)
+    assert out["path"] == str(backups / "nightly.mdb")
+    assert stat.S_IMODE(os.stat(backups / "nightly.mdb").st_mode) == 0o600
+    await admin.json("POST", f"/v1/admin/catalog/backup?to={backups}/b.mdb", expect=201)
+    for bad in (str(target), f"{backups}/../x.mdb", "../x.mdb", "sub/x.mdb", ".hidden"):
+        await admin.call("POST", "/v1/admin/catalog/backup", params={"to": bad}, expect=400)
+    assert sorted(p.name for p in backups.iterdir()) == ["b.mdb", "nightly.mdb"]
+    assert not target.exists()
