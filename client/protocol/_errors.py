@@ -24,7 +24,13 @@ class ErrorSpec:
 
 ERRORS: tuple[ErrorSpec, ...] = (
     ErrorSpec("unauthorized", 401, "Unauthorized", ("Unauthorized",), "missing or unknown token"),
-    ErrorSpec("forbidden", 403, "Forbidden", ("Forbidden",), "token lacks the needed scope"),
+    ErrorSpec(
+        "forbidden",
+        403,
+        "Forbidden",
+        ("Forbidden", "NotPermitted"),
+        "token lacks the needed scope, or is append-only (write without delete)",
+    ),
     ErrorSpec(
         "not_found",
         404,
