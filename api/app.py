@@ -20,6 +20,7 @@ from aiohttp import web
 
 from client.protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault
+from vault.env import make_private
 
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
@@ -56,6 +57,7 @@ def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
 async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    make_private(settings.data_dir)  # 0700 and its files 0600, whatever the umask
     pool = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="vault-io")
     vault = await asyncio.get_running_loop().run_in_executor(
         pool, functools.partial(open_vault, settings, app[CLOCK])

@@ -30,6 +30,7 @@ from .content.moves import Mover
 from .content.reader import Reader
 from .direct import DirectSaver
 from .domains import Domain
+from .env import make_private
 from .errors import InvalidRequest
 from .gc import GcReport, collect
 from .ingest import FileIngest
@@ -79,6 +80,7 @@ class Vault:
         self.path = Path(path)
         self.store = Store.open(self.path, clock or SystemClock(), self.config, tiers, keyring)
         self.maintenance = MaintenanceLock.of(self.path)
+        make_private(self.path)
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
         self.content = Mover(self.store, self.reader)

@@ -42,3 +42,27 @@ async def test_backup_goes_only_into_the_configured_directory(
         await admin.call("POST", "/v1/admin/catalog/backup", params={"to": bad}, expect=400)
     assert sorted(p.name for p in backups.iterdir()) == ["b.mdb", "nightly.mdb"]
     assert not target.exists()
+
+
+async def test_data_dir_is_private_whatever_the_umask(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """#11: under umask 022 the data dir was 0755 and the LMDB files 0644."""
+    old = os.umask(0o022)
+    try:
+        client = await aiohttp_client(create_app(settings, clock))
+        token = (settings.data_dir / "admin.token").read_text().strip()
+        await Api(client, token, settings.data_dir).save("n", {"f": b"secret"})
+    finally:
+        os.umask(old)
+    modes = {
+        str(p.relative_to(settings.data_dir)): stat.S_IMODE(p.stat().st_mode)
+        for p in [settings.data_dir, *settings.data_dir.rglob("*")]
+    }
+    assert any(name.endswith("data.mdb") for name in modes)
+    wrong = {
+        name: oct(mode)
+        for name, mode in modes.items()
+        if mode != (0o700 if (settings.data_dir / name).is_dir() else 0o600)
+    }
+    assert wrong == {}
