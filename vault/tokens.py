@@ -52,6 +52,27 @@ def check_scopes(scopes: object) -> tuple[str, ...]:
     return tuple(scopes)
 
 
+def scope_warnings(scopes: tuple[str, ...]) -> list[str]:
+    """Globs that match more than they seem to. fnmatch's `*` crosses `/` and a wildcard
+    inside a segment matches any name sharing its prefix: `read:ns-a*` also grants
+    `ns-archive/...`. Whole-segment wildcards (`ns-a/*`) say what they mean; the others are
+    accepted (existing tokens keep working) with a warning naming the trap."""
+    out = []
+    for scope in scopes:
+        action, _, glob = scope.partition(":")
+        if not glob:
+            continue
+        for segment in glob.split("/"):
+            if any(c in segment for c in "*?[") and segment != "*":
+                out.append(
+                    f"{scope!r}: the wildcard in {segment!r} matches other names with that "
+                    f"prefix and crosses '/' (e.g. {action}:ns-a* grants ns-archive/x); for "
+                    f"a namespace and its children use '{action}:ns-a' plus '{action}:ns-a/*'"
+                )
+                break
+    return out
+
+
 class Tokens:
     def __init__(self, store: Store) -> None:
         self._s = store

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import InvalidRequest
+from vault.tokens import scope_warnings
 
 from .. import __version__
 from ..auth import principal, require_admin
@@ -182,7 +183,8 @@ async def create_token(request: web.Request) -> web.Response:
         request, request.app[VAULT].tokens.create, body.get("name"), body.get("scopes")
     )
     await run(request, refresh_tokens, request.app)
-    return json_response({**token.to_wire(), "token": secret}, status=201)
+    warnings = scope_warnings(token.scopes)
+    return json_response({**token.to_wire(), "token": secret, "warnings": warnings}, status=201)
 
 
 async def list_tokens(request: web.Request) -> web.Response:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ def tokens(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         if args.action == "create":
             out: Any = vault.create_token(args.name, args.scope)
+            for warning in out.get("warnings", []):
+                print(f"warning: {warning}", file=sys.stderr)
             if not args.json:
                 print(out["token"])
         elif args.action == "ls":

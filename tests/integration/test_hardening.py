@@ -66,3 +66,27 @@ async def test_data_dir_is_private_whatever_the_umask(
         if mode != (0o700 if (settings.data_dir / name).is_dir() else 0o600)
     }
     assert wrong == {}
+
+
+async def test_glob_crossing_a_segment_warns(api: Api) -> None:
+    """#12: `read:ns-a*` also grants `ns-archive/...`; the answer now says so."""
+    await api.save("ns-archive/old", {"f": b"archived"})
+    out = await api.json(
+        "POST", "/v1/admin/tokens", 201, json={"name": "trap", "scopes": ["read:ns-a*"]}
+    )
+    assert len(out["warnings"]) == 1
+    assert "ns-archive" in out["warnings"][0]
+    # what the warning is about: the glob does grant the other namespace
+    await api.call(
+        "GET", "/v1/namespaces/ns-archive/old/checkpoints", token=out["token"], expect=200
+    )
+    good = await api.json(
+        "POST",
+        "/v1/admin/tokens",
+        201,
+        json={"name": "good", "scopes": ["read:ns-a", "read:ns-a/*", "write:*"]},
+    )
+    assert good["warnings"] == []
+    await api.call(
+        "GET", "/v1/namespaces/ns-archive/old/checkpoints", token=good["token"], expect=403
+    )
