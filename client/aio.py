@@ -16,11 +16,12 @@ import asyncio
 import bisect
 import os
 import secrets
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import blake3
 
@@ -35,6 +36,7 @@ from .protocol import (
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
     DEFAULT_DATA_DIR,
+    DEFAULT_PORT,
     DEFAULT_URL,
     StreamChunker,
     encode_bundle,
@@ -57,13 +59,43 @@ PIECES_IN_FLIGHT = 2  # pieces being sent at once: bounds memory at ~2 x 8 MiB
 NOVEL_STREAK = 2
 
 
-def default_token() -> str | None:
-    """CKPT_TOKEN, else the admin token of a local ./ckpt-data, else None."""
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_local_default(url: str) -> bool:
+    """Is `url` the server `ckpt serve` starts by default (loopback, port 8470)?"""
+    parts = urlsplit(url)
+    return (
+        parts.scheme in ("http", "https")
+        and parts.hostname in _LOOPBACK
+        and parts.port == DEFAULT_PORT
+    )
+
+
+def default_token(url: str = DEFAULT_URL) -> str | None:
+    """CKPT_TOKEN, else the admin token of a local ./ckpt-data (only for the local default
+    server: that file is the local server's admin secret, and used to be sent to whatever
+    URL was given, plain HTTP included), else None."""
     token = os.environ.get("CKPT_TOKEN")
     if token:
         return token
     path = Path(DEFAULT_DATA_DIR) / ADMIN_TOKEN_FILE
-    return path.read_text().strip() if path.is_file() else None
+    return path.read_text().strip() if is_local_default(url) and path.is_file() else None
+
+
+def warn_plain_http(url: str, token: str | None) -> None:
+    """A bearer token over plain HTTP beyond loopback can be read off the network."""
+    parts = urlsplit(url)
+    if token and parts.scheme == "http" and parts.hostname not in _LOOPBACK:
+        warnings.warn(
+            f"sending a token over plain HTTP to {parts.hostname}; use https:// (TLS)",
+            PlainHttpWarning,
+            stacklevel=3,
+        )
+
+
+class PlainHttpWarning(UserWarning):
+    """A token is about to travel unencrypted beyond this machine."""
 
 
 def _ns(namespace: str) -> str:
@@ -102,9 +134,11 @@ class AsyncVaultClient:
         max_background_saves: int = 1,
     ) -> None:
         self.url = url or os.environ.get("CKPT_URL") or DEFAULT_URL
+        token = token if token is not None else default_token(self.url)
+        warn_plain_http(self.url, token)
         self._t = Transport(
             self.url,
-            token if token is not None else default_token(),
+            token,
             retry=retry,
             connections=connections,
             timeout=timeout,
