@@ -87,7 +87,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except VaultError as e:
         response = error_response(e.status, e.code, e.message, e.details())
-        if e.status == 503:
+        if e.status in (429, 503):
             response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
     except ApiError as e:

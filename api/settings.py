@@ -105,6 +105,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("storage", "default_profile"): ("vault.default_profile", _profile),
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
     ("uploads", "max_sessions"): ("vault.max_upload_sessions", _positive_int),
+    ("uploads", "max_sessions_per_token"): ("vault.max_upload_sessions_per_token", _positive_int),
     ("gc", "grace"): ("vault.gc_grace", parse_duration),
     ("maintenance", "retention_interval"): ("maintenance.retention_interval", parse_duration),
     ("maintenance", "gc_interval"): ("maintenance.gc_interval", parse_duration),

@@ -33,7 +33,7 @@ from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
 from .records import CheckpointRecord, UploadSession
 from .store import Store
-from .uploads import OPEN_UPLOADS, Uploads
+from .uploads import Uploads
 
 # A listed file may have at most MAX_CHUNKS_SLACK + size // MIN_AVERAGE_CHUNK chunks.
 # FastCDC's smallest profile cuts 1 KiB on average and tensor-aware cutting adds one short
@@ -154,7 +154,7 @@ class Committer:
         )
         rec = create(self._s, txn, draft, now)
         session.committed = rec.id
-        self._s.counters.add(txn, OPEN_UPLOADS, -1)
+        self._uploads.count(txn, session, -1)
         self._uploads.put(txn, session)
         self._uploads.drop(txn, upload_id, keep_session=True)
         return rec, True

@@ -22,5 +22,8 @@ class VaultConfig:
     # Upload sessions open at once (opened, not yet committed, aborted or expired); beyond
     # it opening one answers 429. One-request saves do not count.
     max_upload_sessions: int = 10_000
+    # The same, per token (by name): one token used to open 9,699 sessions in 23 s and lock
+    # every other producer out with 429 for the sessions' 6 h lifetime.
+    max_upload_sessions_per_token: int = 1_000
     # Profile for namespaces whose first upload does not ask for one.
     default_profile: str = "large"

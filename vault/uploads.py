@@ -39,6 +39,7 @@ from .writer import WriteTxn
 
 MAX_MISSING_QUERY = 100_000
 OPEN_UPLOADS = "open_uploads"  # counter: sessions opened and neither committed nor ended
+OPEN_UPLOADS_BY = "open_uploads:"  # + token name: the same counter per token
 MAX_TAGS = 64
 MAX_TAG_LENGTH = 128
 MAX_METADATA_BYTES = 64 << 10  # as compact JSON: 20 MiB per record made listings 63 MB
@@ -171,6 +172,34 @@ class Uploads:
         if not keep_session:
             txn.delete(upload_id.encode(), db=self._db)
 
+    def count(self, txn: lmdb.Transaction, session: UploadSession, delta: int) -> None:
+        """Open-session counters, total and per token: +1 at open, -1 when it ends."""
+        self._s.counters.add(txn, OPEN_UPLOADS, delta)
+        if session.created_by is not None:
+            self._s.counters.add(txn, OPEN_UPLOADS_BY + session.created_by, delta)
+
+    def _check_limits(self, txn: lmdb.Transaction, by: str | None) -> None:
+        limit = self._s.config.max_upload_sessions
+        if self._s.counters.get(txn, OPEN_UPLOADS) >= limit:
+            raise TooManyUploads(
+                f"{limit} upload sessions are open; commit or abort some, or let them expire"
+            )
+        mine = self._s.config.max_upload_sessions_per_token
+        if by is not None and self._s.counters.get(txn, OPEN_UPLOADS_BY + by) >= mine:
+            raise TooManyUploads(
+                f"token {by!r} has {mine} upload sessions open; commit or abort some "
+                "(an admin can list and abort them: GET /v1/admin/uploads)"
+            )
+
+    def open_sessions(self) -> list[UploadSession]:
+        """Sessions neither committed nor expired nor aborted (for admins), oldest first."""
+        now = self._s.clock.now()
+        live = [UploadSession.from_json(v) for _, v in self._s.catalog_env.scan("uploads")]
+        return sorted(
+            (s for s in live if not s.committed and s.expires_at > now),
+            key=lambda s: s.created_at,
+        )
+
     # -- operations -------------------------------------------------------------------
     def open(
         self,
@@ -189,11 +218,7 @@ class Uploads:
         def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
             txn = w.catalog
             now = self._s.clock.now()
-            limit = self._s.config.max_upload_sessions
-            if self._s.counters.get(txn, OPEN_UPLOADS) >= limit:
-                raise TooManyUploads(
-                    f"{limit} upload sessions are open; commit or abort some, or let them expire"
-                )
+            self._check_limits(txn, by)
             ns_rec = ensure_namespace(self._s, txn, ns, asdict(wanted), now)
             parent_id = None
             if parent is not None:
@@ -210,7 +235,7 @@ class Uploads:
                 created_by=by,
             )
             self.put(txn, session)
-            self._s.counters.add(txn, OPEN_UPLOADS, 1)
+            self.count(txn, session, +1)
             return session, ns_rec.chunking()
 
         return self._s.writer.run(op)
@@ -289,7 +314,7 @@ class Uploads:
             if session.committed:
                 raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
             self.drop(w.catalog, upload_id, keep_session=False)
-            self._s.counters.add(w.catalog, OPEN_UPLOADS, -1)
+            self.count(w.catalog, session, -1)
 
         self._s.writer.run(op)
 
@@ -315,7 +340,7 @@ class Uploads:
                 if session.expires_at <= now:
                     self.drop(txn, upload_id, keep_session=False)
                     if not session.committed:
-                        self._s.counters.add(txn, OPEN_UPLOADS, -1)
+                        self.count(txn, session, -1)
                     n += 1
             return n
 

@@ -184,6 +184,10 @@ class Vault:
     def abort(self, upload_id: str) -> None:
         self.uploads.abort(upload_id)
 
+    def open_sessions(self) -> list[UploadSession]:
+        """Upload sessions still open (not committed, aborted or expired), oldest first."""
+        return self.uploads.open_sessions()
+
     # -- read path --------------------------------------------------------------------
     def namespaces(self) -> list[tuple[NamespaceRecord, str | None]]:
         """Every namespace with the id of its newest live checkpoint (or None)."""

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import InvalidRequest
+from vault.clock import rfc3339
 from vault.tokens import scope_warnings
 
 from .. import __version__
@@ -202,6 +203,40 @@ async def revoke_token(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def list_uploads(request: web.Request) -> web.Response:
+    """Open upload sessions (`?token=NAME` for one token's), with counts per token: who
+    is holding the session limit."""
+    require_admin(request)
+    who = request.query.get("token")
+    sessions = await run(request, request.app[VAULT].open_sessions)
+    by_token: dict[str, int] = {}
+    for s in sessions:
+        by_token[s.created_by or ""] = by_token.get(s.created_by or "", 0) + 1
+    shown = [s for s in sessions if who is None or s.created_by == who]
+    return json_response(
+        {
+            "uploads": [
+                {
+                    "upload_id": s.id,
+                    "namespace": s.namespace,
+                    "token": s.created_by,
+                    "created_at": rfc3339(s.created_at),
+                    "expires_at": rfc3339(s.expires_at),
+                }
+                for s in shown
+            ],
+            "by_token": by_token,
+        }
+    )
+
+
+async def abort_upload(request: web.Request) -> web.Response:
+    """Abort any open upload session (what its producer's DELETE does)."""
+    require_admin(request)
+    await run(request, request.app[VAULT].abort, request.match_info["upload_id"])
+    return web.Response(status=204)
+
+
 def refresh_tokens(app: web.Application) -> None:
     """Reload the in-memory token table after a change."""
     app[TOKENS].reload(app[VAULT].tokens.all())
@@ -225,5 +260,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/policy/default", get_policy)
     app.router.add_put("/v1/policy/default", put_policy)
     app.router.add_post("/v1/admin/tokens", create_token)
+    app.router.add_get("/v1/admin/uploads", list_uploads)
+    app.router.add_delete("/v1/admin/uploads/{upload_id}", abort_upload)
     app.router.add_get("/v1/admin/tokens", list_tokens)
     app.router.add_delete("/v1/admin/tokens/{name}", revoke_token)

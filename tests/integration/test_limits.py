@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
+from typing import Any
+
+from api import Settings, create_app
+from vault import FakeClock
 
 from ..conftest import Api, hexhash
 
@@ -83,3 +88,30 @@ async def test_a_file_of_tiny_chunks_is_refused(api: Api) -> None:
     assert resp.status == 413
     assert "chunks for 40000 bytes" in (await resp.json())["error"]["message"]
     assert json.loads(await (await api.call("GET", "/v1/stats")).read())["checkpoints"] == 0
+
+
+async def test_upload_sessions_are_limited_per_token(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """#4: one token opened 9,699 sessions and everyone else got 429 for 6 h."""
+    vault = dataclasses.replace(settings.vault, max_upload_sessions_per_token=3)
+    client = await aiohttp_client(create_app(dataclasses.replace(settings, vault=vault), clock))
+    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    flood = await admin.token_for("write:a/*", name="flood")
+    other = await admin.token_for("write:b/*", name="other")
+    opened = [
+        (await admin.json("POST", "/v1/namespaces/a/x/uploads", 201, token=flood, json={}))[
+            "upload_id"
+        ]
+        for _ in range(3)
+    ]
+    resp = await admin.call("POST", "/v1/namespaces/a/x/uploads", token=flood, json={}, expect=429)
+    assert (await resp.json())["error"]["code"] == "too_many_uploads"
+    assert resp.headers["Retry-After"]
+    await admin.json("POST", "/v1/namespaces/b/x/uploads", 201, token=other, json={})
+    listing = await admin.json("GET", "/v1/admin/uploads?token=flood")
+    assert sorted(u["upload_id"] for u in listing["uploads"]) == sorted(opened)
+    assert listing["by_token"] == {"flood": 3, "other": 1}
+    await admin.call("GET", "/v1/admin/uploads", token=other, expect=403)
+    await admin.call("DELETE", f"/v1/admin/uploads/{opened[0]}", expect=204)
+    await admin.json("POST", "/v1/namespaces/a/x/uploads", 201, token=flood, json={})
