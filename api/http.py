@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -14,7 +15,8 @@ from aiohttp import web
 
 from vault import InvalidRequest, TooLarge
 
-from .keys import BODY_READERS, POOL
+from .errors import BodyTimeout
+from .keys import BODY_READERS, POOL, SETTINGS
 
 T = TypeVar("T")
 
@@ -55,11 +57,44 @@ def decode_json(raw: bytes) -> Any:
         raise InvalidRequest("body is not valid JSON: nested too deeply") from None
 
 
+class TimedBody:
+    """The request body, read so that a client sending nothing for `body_timeout` seconds
+    is answered 408 and dropped. Only time spent waiting on the client counts (not time
+    the handler spends on a piece it read), so a slow engine never times out a fast
+    client; a body at 1 byte per 15 s used to hold a connection open indefinitely."""
+
+    def __init__(self, request: web.Request) -> None:
+        self._content = request.content
+        self._idle = request.app[SETTINGS].body_timeout
+
+    async def read(self, n: int = -1) -> bytes:
+        # A timer that cancels this task (asyncio.timeout needs 3.11; we support 3.10).
+        task = asyncio.current_task()
+        assert task is not None
+        fired = False
+
+        def expire() -> None:
+            nonlocal fired
+            fired = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(self._idle, expire)
+        try:
+            return await self._content.read(n)
+        except asyncio.CancelledError:
+            if not fired:
+                raise
+            if sys.version_info >= (3, 11):
+                task.uncancel()  # the cancellation was ours, and it is handled here
+            raise BodyTimeout(f"no body bytes arrived for {self._idle:g} s") from None
+        finally:
+            timer.cancel()
+
+
 async def json_body(request: web.Request) -> dict[str, Any]:
     """The request's JSON object; an empty body is `{}`. Large bodies are parsed on the
     worker pool, so one big request cannot stall every other (health included)."""
-    with reading_body(request):
-        raw = await request.read()
+    raw = await read_body(request, request.app[SETTINGS].max_json_body)
     if not raw.strip():
         return {}
     body = decode_json(raw) if len(raw) <= INLINE_JSON else await run(request, decode_json, raw)
@@ -72,23 +107,20 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole raw body, refusing more than `limit` bytes with 413 before reading them."""
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"body is larger than the {limit}-byte limit")
-    if request.content_length is not None:  # known and within the limit: one read
-        if request.content_length == 0:
-            return b""
-        with reading_body(request):
-            try:
-                return await request.content.readexactly(request.content_length)
-            except asyncio.IncompleteReadError:
-                raise InvalidRequest("body ended before its Content-Length") from None
+    if request.content_length == 0:
+        return b""
     parts: list[bytes] = []
     size = 0
+    body = TimedBody(request)
     with reading_body(request):
-        while data := await request.content.read(min(1 << 20, limit + 1 - size)):
+        while data := await body.read(min(1 << 20, limit + 1 - size)):
             parts.append(data)
             size += len(data)
             if size > limit:
                 raise TooLarge(f"body is larger than the {limit}-byte limit")
-    return b"".join(parts)
+    if request.content_length is not None and size != request.content_length:
+        raise InvalidRequest("body ended before its Content-Length")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

@@ -96,6 +96,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "worker_threads"): ("worker_threads", _positive_int),
     ("server", "max_json_body"): ("max_json_body", parse_size),
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
+    ("server", "body_timeout"): ("body_timeout", parse_duration),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
     ("server", "backup_dir"): ("backup_dir", _optional_dir),
     ("log", "format"): ("log_format", _log_format),
@@ -126,6 +127,8 @@ class Settings:
     # bigger streams files or commits in parts. Parsed on the worker pool (api/http.py).
     max_json_body: int = 16 << 20
     shutdown_timeout: float = 30.0
+    # Longest wait for the next byte of a request body; then 408 and the connection closes.
+    body_timeout: float = 60.0
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     log_format: str = "auto"  # JSON lines unless stderr is a terminal
     # The only directory `POST /v1/admin/catalog/backup?to=` may write files into; None:

@@ -86,6 +86,12 @@ class UploadExpired(ClientError):
     code = "upload_expired"
 
 
+class BodyTimeout(ClientError):
+    """The server stopped waiting for the rest of a request body (`server.body_timeout`)."""
+
+    code = "body_timeout"
+
+
 class TooManyUploads(ClientError):
     code = "too_many_uploads"
 

@@ -13,7 +13,7 @@ from vault.clock import rfc3339
 
 from .. import parse
 from ..auth import principal, require, visible_record
-from ..http import json_body, json_response, read_body, reading_body, run
+from ..http import TimedBody, json_body, json_response, read_body, reading_body, run
 from ..keys import SETTINGS, VAULT
 
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
@@ -101,10 +101,11 @@ async def put_file(request: web.Request) -> web.Response:
     vault = request.app[VAULT]
     ingest = await run(request, vault.ingest, session.id, _raw_file_name(request, session.id))
     pending: asyncio.Future[None] | None = None
+    body = TimedBody(request)
     try:
         with reading_body(request):
             while True:
-                piece = await read_up_to(request.content, PIECE)
+                piece = await read_up_to(body, PIECE)
                 final = len(piece) < PIECE
                 if pending is not None:
                     await pending

@@ -69,6 +69,9 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "upload_expired", 410, "UploadExpired", ("UploadExpired",), "the upload session expired"
     ),
     ErrorSpec(
+        "body_timeout", 408, "BodyTimeout", ("BodyTimeout",), "the request body stopped arriving"
+    ),
+    ErrorSpec(
         "too_many_uploads",
         429,
         "TooManyUploads",

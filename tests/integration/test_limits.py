@@ -115,3 +115,34 @@ async def test_upload_sessions_are_limited_per_token(
     await admin.call("GET", "/v1/admin/uploads", token=other, expect=403)
     await admin.call("DELETE", f"/v1/admin/uploads/{opened[0]}", expect=204)
     await admin.json("POST", "/v1/namespaces/a/x/uploads", 201, token=flood, json={})
+
+
+async def test_a_stalled_body_times_out(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """#7: a body at 1 byte per 15 s was still open after 182 s. Now the server waits
+    `server.body_timeout` for each next byte, answers 408 and closes the connection."""
+    client = await aiohttp_client(
+        create_app(dataclasses.replace(settings, body_timeout=0.3), clock)
+    )
+    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    up = await admin.open("slow")
+    server = client.server
+    for path in (f"/v1/uploads/{up['upload_id']}/files/f", "/v1/namespaces/slow/uploads"):
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {admin.token}\r\n"
+            "Content-Length: 1000\r\n\r\n{"
+        )
+        if "/files/" in path:
+            head = head.replace("POST", "PUT", 1)
+        writer.write(head.encode())
+        await writer.drain()
+        started = time.perf_counter()
+        answer = await asyncio.wait_for(reader.read(), 30)  # until the server closes
+        waited = time.perf_counter() - started
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b'"body_timeout"' in answer
+        assert waited < 15, waited
+    assert (await client.get("/v1/health")).status == 200
