@@ -57,6 +57,16 @@ def _optional_dir(value: object) -> Path | None:
     return path
 
 
+def _optional_file(value: object) -> Path | None:
+    """Empty: none. Otherwise a file that exists now (not at the first connection)."""
+    if value in ("", None):
+        return None
+    path = Path(str(value))
+    if not path.is_file():
+        raise ValueError(f"no such file: {value}")
+    return path
+
+
 def _key_file(value: object) -> Path | None:
     """Empty: no encryption. Otherwise the file must load now, not at the first demotion."""
     if value in ("", None):
@@ -99,6 +109,9 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "body_timeout"): ("body_timeout", parse_duration),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
     ("server", "backup_dir"): ("backup_dir", _optional_dir),
+    ("server", "tls_cert"): ("tls_cert", _optional_file),
+    ("server", "tls_key"): ("tls_key", _optional_file),
+    ("server", "tls_client_ca"): ("tls_client_ca", _optional_file),
     ("log", "format"): ("log_format", _log_format),
     ("encryption", "key_file"): ("key_file", _key_file),
     ("storage", "map_size"): ("vault.map_size", parse_size),
@@ -134,6 +147,11 @@ class Settings:
     # The only directory `POST /v1/admin/catalog/backup?to=` may write files into; None:
     # backups go to tiers only (an admin token must not write arbitrary server paths).
     backup_dir: Path | None = None
+    # HTTPS: certificate (chain) and key, PEM; with tls_client_ca clients must also present
+    # a certificate that CA signed (mTLS). All None: plain HTTP (keep it on loopback).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
     # Seals everything written to other tiers (AES-256-GCM); None: stored plain.
     key_file: Path | None = None
     vault: VaultConfig = field(default_factory=VaultConfig)
@@ -232,4 +250,9 @@ def load_settings(
             section, _, key = name[5:].lower().partition("_")
             from_env[(section, key)] = value
     settings = settings.with_values(from_env, "environment")
-    return settings.with_values(overrides or {}, "command line")
+    settings = settings.with_values(overrides or {}, "command line")
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise SettingsError("[server] tls_cert and tls_key go together: give both or neither")
+    if settings.tls_client_ca is not None and settings.tls_cert is None:
+        raise SettingsError("[server] tls_client_ca needs tls_cert and tls_key")
+    return settings

@@ -16,6 +16,7 @@ import asyncio
 import bisect
 import os
 import secrets
+import ssl
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,20 @@ def warn_plain_http(url: str, token: str | None) -> None:
         )
 
 
+def tls_from_env() -> ssl.SSLContext | None:
+    """A verifying TLS context when CKPT_CA_FILE (trust this CA too, e.g. a private one)
+    or CKPT_CLIENT_CERT / CKPT_CLIENT_KEY (present a certificate: mTLS) are set; None
+    leaves aiohttp's default (the system's CAs). Verification is never turned off."""
+    ca = os.environ.get("CKPT_CA_FILE")
+    cert = os.environ.get("CKPT_CLIENT_CERT")
+    if not ca and not cert:
+        return None
+    ctx = ssl.create_default_context(cafile=ca or None)
+    if cert:
+        ctx.load_cert_chain(cert, os.environ.get("CKPT_CLIENT_KEY") or None)
+    return ctx
+
+
 class PlainHttpWarning(UserWarning):
     """A token is about to travel unencrypted beyond this machine."""
 
@@ -142,6 +157,7 @@ class AsyncVaultClient:
             retry=retry,
             connections=connections,
             timeout=timeout,
+            tls=tls_from_env(),
         )
         self.small_save_limit = small_save_limit
         self.progress = progress
