@@ -33,7 +33,7 @@ async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: 
     return await loop.run_in_executor(request.app[POOL], call)
 
 
-INLINE_JSON = 64 << 10  # bodies up to this are parsed on the event loop (~0.3 ms at most)
+JSON_ON_LOOP_MAX = 64 << 10  # bodies up to this are parsed on the event loop (~0.3 ms at most)
 MAX_JSON_CONTAINERS = 200_000  # arrays + objects in one body; a commit has ~2 per file
 
 
@@ -97,7 +97,9 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     raw = await read_body(request, request.app[SETTINGS].max_json_body)
     if not raw.strip():
         return {}
-    body = decode_json(raw) if len(raw) <= INLINE_JSON else await run(request, decode_json, raw)
+    body = (
+        decode_json(raw) if len(raw) <= JSON_ON_LOOP_MAX else await run(request, decode_json, raw)
+    )
     if not isinstance(body, dict):
         raise InvalidRequest("body must be a JSON object")
     return body
