@@ -22,6 +22,7 @@ from client.protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault
 from vault.env import make_private
 
+from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
 from .engine import open_vault
@@ -82,6 +83,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
             metrics_middleware(METRICS),
             error_middleware,
             auth_middleware(TOKENS),
+            audit_middleware(),
         ],
     )
     app[SETTINGS] = settings

@@ -33,6 +33,8 @@ async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: 
     return await loop.run_in_executor(request.app[POOL], call)
 
 
+JSON_BODY = web.RequestKey("json_body", dict)
+
 JSON_ON_LOOP_MAX = 64 << 10  # bodies up to this are parsed on the event loop (~0.3 ms at most)
 MAX_JSON_CONTAINERS = 200_000  # arrays + objects in one body; a commit has ~2 per file
 
@@ -102,6 +104,7 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     )
     if not isinstance(body, dict):
         raise InvalidRequest("body must be a JSON object")
+    request[JSON_BODY] = body  # what the audit log records of a change (api/audit.py)
     return body
 
 

@@ -192,6 +192,10 @@ class VaultClient(BlockingClient):
     def revoke_token(self, name: str) -> None:
         self._run(self.aio.revoke_token(name))
 
+    def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest audit log entries (admin): who changed what, when, request id."""
+        return self._run(self.aio.audit(limit))
+
     def gc(self, dry_run: bool = False) -> dict[str, Any]:
         return self._run(self.aio.gc(dry_run))
 

@@ -470,6 +470,11 @@ class AsyncVaultClient:
     async def revoke_token(self, name: str) -> None:
         await self._t.request("DELETE", f"/v1/admin/tokens/{quote(name)}")
 
+    async def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest audit log entries (admin): who changed what, when, request id."""
+        out = await self._t.json("GET", f"/v1/admin/audit?limit={int(limit)}")
+        return list(out["entries"])
+
     async def gc(self, dry_run: bool = False) -> dict[str, Any]:
         return dict(
             await self._t.json("POST", "/v1/admin/gc", params={"dry_run": str(dry_run).lower()})

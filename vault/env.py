@@ -47,6 +47,7 @@ CATALOG_DBS = (
     b"counters",  # name -> signed 64-bit total
     b"nsrefs",  # chunk id + namespace -> u32 live checkpoints of it referencing the chunk
     b"uploadchunks",  # upload id \0 chunk id -> b"": chunks this session sent (dedup domains)
+    b"audit",  # time (ms, u64 BE) + sequence (u32) -> audit entry JSON (vault/audit.py)
     b"keys",  # encryption key id (2 bytes, big endian) -> check value of that key
 )
 MIN_MAP_SIZE = 1 << 20

@@ -20,6 +20,7 @@ from typing import Any
 from client.protocol import JSON, CommitFile
 
 from . import backup, prune, scrub
+from .audit import AuditLog
 from .catalog import Catalog
 from .check import CheckReport, check
 from .chunking import ChunkingProfile
@@ -86,6 +87,7 @@ class Vault:
         self.content = Mover(self.store, self.reader)
         self.lifecycle = Lifecycle(self.store)
         self.tokens = Tokens(self.store)
+        self.audit = AuditLog(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
         self._policies = Policies(self.store.catalog_env.db["policies"])

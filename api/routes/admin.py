@@ -25,7 +25,7 @@ from vault.tokens import scope_warnings
 from .. import __version__
 from ..auth import principal, require_admin
 from ..errors import Forbidden
-from ..http import json_body, json_response, query_bool, run
+from ..http import json_body, json_response, query_bool, query_int, run
 from ..jobs import run_job
 from ..keys import METRICS, SETTINGS, TOKENS, VAULT
 
@@ -203,6 +203,18 @@ async def revoke_token(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def audit_log(request: web.Request) -> web.Response:
+    """The audit log, newest first; `next` is the `before` cursor of the next page."""
+    require_admin(request)
+    entries, cursor = await run(
+        request,
+        request.app[VAULT].audit.entries,
+        query_int(request, "limit", 100),
+        request.query.get("before"),
+    )
+    return json_response({"entries": [e.to_wire() for e in entries], "next": cursor})
+
+
 async def list_uploads(request: web.Request) -> web.Response:
     """Open upload sessions (`?token=NAME` for one token's), with counts per token: who
     is holding the session limit."""
@@ -261,6 +273,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_put("/v1/policy/default", put_policy)
     app.router.add_post("/v1/admin/tokens", create_token)
     app.router.add_get("/v1/admin/uploads", list_uploads)
+    app.router.add_get("/v1/admin/audit", audit_log)
     app.router.add_delete("/v1/admin/uploads/{upload_id}", abort_upload)
     app.router.add_get("/v1/admin/tokens", list_tokens)
     app.router.add_delete("/v1/admin/tokens/{name}", revoke_token)

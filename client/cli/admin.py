@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,11 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     token.set_defaults(func=tokens)
 
+    p = sub.add_parser("audit", help="who deleted, pinned, marked, changed policy (newest first)")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=audit)
+
     p = sub.add_parser("gc", help="collect unreferenced chunks and expired uploads")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument(
@@ -50,6 +56,29 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=gc)
+
+
+def audit(args: argparse.Namespace) -> int:
+    with connect(args) as vault:
+        entries = vault.audit(args.limit)
+    if args.json:
+        emit_json(entries)
+        return 0
+    table(
+        ["at", "token", "action", "target", "status", "request id"],
+        [
+            [
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["at"])),
+                e["token"],
+                e["action"],
+                e["target"],
+                e["status"],
+                e["request_id"],
+            ]
+            for e in entries
+        ],
+    )
+    return 0
 
 
 def stats(args: argparse.Namespace) -> int:
