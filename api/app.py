@@ -66,10 +66,11 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = pool
     app[VAULT] = vault
     _bootstrap_admin(vault, settings.data_dir)
-    app[TOKENS] = TokenCache(vault.tokens.all())
+    app[TOKENS] = TokenCache(vault.tokens.all(), app[CLOCK])
     try:
         yield
     finally:
+        vault.tokens.record_use(app[TOKENS].take_uses())
         pool.shutdown(wait=True)
         vault.close()
 

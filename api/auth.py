@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from vault import CheckpointRecord, InvalidName, Token
+from vault import CheckpointRecord, Clock, InvalidName, Token
 from vault.names import check_namespace
 from vault.tokens import verify
 
@@ -50,10 +50,17 @@ class Principal:
 
 
 class TokenCache:
-    """In-memory copy of the token table (key id -> token), refreshed on every change."""
+    """In-memory copy of the token table (key id -> token), refreshed on every change.
 
-    def __init__(self, tokens: list[Token]) -> None:
+    Last-use times are kept here (a catalog write per request would cost every request a
+    sync) and flushed to the catalog when tokens are listed and at shutdown; a SIGKILL
+    loses those since the last flush.
+    """
+
+    def __init__(self, tokens: list[Token], clock: Clock) -> None:
         self.by_key: dict[str, Token] = {}
+        self.last_used: dict[str, float] = {}  # key id -> time, since the last flush
+        self._clock = clock
         self.reload(tokens)
 
     def reload(self, tokens: list[Token]) -> None:
@@ -65,7 +72,16 @@ class TokenCache:
         token = verify(self.by_key, header[7:].strip())
         if token is None:
             raise Unauthorized("unknown or revoked token")
+        now = self._clock.now()
+        if token.expired(now):
+            raise Unauthorized(f"token {token.name!r} expired; ask an admin for a new one")
+        self.last_used[token.key_id] = now
         return Principal(token.name, token.scopes)
+
+    def take_uses(self) -> dict[str, float]:
+        """Last-use times gathered since the previous call (for `Tokens.record_use`)."""
+        taken, self.last_used = self.last_used, {}
+        return taken
 
 
 PRINCIPAL = web.RequestKey("principal", Principal)

@@ -183,8 +183,15 @@ class VaultClient(BlockingClient):
     def health(self) -> dict[str, Any]:
         return self._run(self.aio.health())
 
-    def create_token(self, name: str, scopes: list[str]) -> dict[str, Any]:
-        return self._run(self.aio.create_token(name, scopes))
+    def create_token(
+        self, name: str, scopes: list[str], expires: str | None = None
+    ) -> dict[str, Any]:
+        """A new token (admin); `expires` a duration like "30d" (None: never)."""
+        return self._run(self.aio.create_token(name, scopes, expires))
+
+    def rotate_token(self, name: str, grace: str = "1h") -> dict[str, Any]:
+        """A new secret for `name` (admin); the old one works for `grace` more."""
+        return self._run(self.aio.rotate_token(name, grace))
 
     def tokens(self) -> list[dict[str, Any]]:
         return self._run(self.aio.tokens())

@@ -457,12 +457,19 @@ class AsyncVaultClient:
     async def health(self) -> dict[str, Any]:
         return dict(await self._t.json("GET", "/v1/health"))
 
-    async def create_token(self, name: str, scopes: list[str]) -> dict[str, Any]:
-        return dict(
-            await self._t.json(
-                "POST", "/v1/admin/tokens", json_body={"name": name, "scopes": scopes}
-            )
-        )
+    async def create_token(
+        self, name: str, scopes: list[str], expires: str | None = None
+    ) -> dict[str, Any]:
+        """A new token (admin); `expires` a duration like "30d" (None: never)."""
+        body: dict[str, Any] = {"name": name, "scopes": scopes}
+        if expires is not None:
+            body["expires"] = expires
+        return dict(await self._t.json("POST", "/v1/admin/tokens", json_body=body))
+
+    async def rotate_token(self, name: str, grace: str = "1h") -> dict[str, Any]:
+        """A new secret for `name` (admin); the old one works for `grace` more."""
+        path = f"/v1/admin/tokens/{quote(name)}/rotate"
+        return dict(await self._t.json("POST", path, json_body={"grace": grace}))
 
     async def tokens(self) -> list[dict[str, Any]]:
         return list((await self._t.json("GET", "/v1/admin/tokens"))["tokens"])

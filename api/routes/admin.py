@@ -20,6 +20,7 @@ from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import InvalidRequest
 from vault.clock import rfc3339
+from vault.policy import parse_duration
 from vault.tokens import scope_warnings
 
 from .. import __version__
@@ -180,19 +181,39 @@ async def create_token(request: web.Request) -> web.Response:
     """Create a token; its secret is in this answer only."""
     require_admin(request)
     body = await json_body(request)
+    expires = body.get("expires")
     token, secret = await run(
-        request, request.app[VAULT].tokens.create, body.get("name"), body.get("scopes")
+        request,
+        request.app[VAULT].tokens.create,
+        body.get("name"),
+        body.get("scopes"),
+        parse_duration(expires, "expires") if expires is not None else None,
     )
     await run(request, refresh_tokens, request.app)
     warnings = scope_warnings(token.scopes)
     return json_response({**token.to_wire(), "token": secret, "warnings": warnings}, status=201)
 
 
-async def list_tokens(request: web.Request) -> web.Response:
-    """Token names and scopes (never secrets)."""
+async def rotate_token(request: web.Request) -> web.Response:
+    """A new secret for a token; the old one keeps working for `grace` (default 1h)."""
     require_admin(request)
-    tokens = await run(request, request.app[VAULT].tokens.all)
-    return json_response({"tokens": [t.to_wire() for t in tokens]})
+    body = await json_body(request)
+    grace = parse_duration(body.get("grace", "1h"), "grace")
+    token, secret = await run(
+        request, request.app[VAULT].tokens.rotate, request.match_info["name"], grace
+    )
+    await run(request, refresh_tokens, request.app)
+    return json_response({**token.to_wire(), "token": secret}, status=201)
+
+
+async def list_tokens(request: web.Request) -> web.Response:
+    """Token names, scopes, expiry and last use (never secrets); a token being rotated
+    is listed once per secret."""
+    require_admin(request)
+    tokens = request.app[VAULT].tokens
+    await run(request, tokens.record_use, request.app[TOKENS].take_uses())
+    listed = await run(request, tokens.all)
+    return json_response({"tokens": [t.to_wire() for t in listed]})
 
 
 async def revoke_token(request: web.Request) -> web.Response:
@@ -272,6 +293,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/policy/default", get_policy)
     app.router.add_put("/v1/policy/default", put_policy)
     app.router.add_post("/v1/admin/tokens", create_token)
+    app.router.add_post("/v1/admin/tokens/{name}/rotate", rotate_token)
     app.router.add_get("/v1/admin/uploads", list_uploads)
     app.router.add_get("/v1/admin/audit", audit_log)
     app.router.add_delete("/v1/admin/uploads/{upload_id}", abort_upload)

@@ -27,6 +27,11 @@ def register(sub: Any) -> None:
         required=True,
         help="admin, read:<glob>, write:<glob> or delete:<glob>; repeatable",
     )
+    p.add_argument("--expires", default=None, help="stop working after this long, e.g. 30d")
+    p.add_argument("--json", action="store_true")
+    p = tsub.add_parser("rotate", help="a new secret; the old one works for --grace more")
+    p.add_argument("name")
+    p.add_argument("--grace", default="1h", help="how long the old secret keeps working")
     p.add_argument("--json", action="store_true")
     p = tsub.add_parser("ls", help="list tokens")
     p.add_argument("--json", action="store_true")
@@ -58,6 +63,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=gc)
 
 
+def _when(at: float | None) -> str:
+    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+
+
 def audit(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         entries = vault.audit(args.limit)
@@ -68,7 +77,7 @@ def audit(args: argparse.Namespace) -> int:
         ["at", "token", "action", "target", "status", "request id"],
         [
             [
-                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["at"])),
+                _when(e["at"]),
                 e["token"],
                 e["action"],
                 e["target"],
@@ -104,15 +113,30 @@ def stats(args: argparse.Namespace) -> int:
 def tokens(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         if args.action == "create":
-            out: Any = vault.create_token(args.name, args.scope)
+            out: Any = vault.create_token(args.name, args.scope, args.expires)
             for warning in out.get("warnings", []):
                 print(f"warning: {warning}", file=sys.stderr)
+            if not args.json:
+                print(out["token"])
+        elif args.action == "rotate":
+            out = vault.rotate_token(args.name, args.grace)
             if not args.json:
                 print(out["token"])
         elif args.action == "ls":
             out = vault.tokens()
             if not args.json:
-                table(["name", "scopes"], [[t["name"], t["scopes"]] for t in out])
+                table(
+                    ["name", "scopes", "expires", "last used"],
+                    [
+                        [
+                            t["name"],
+                            t["scopes"],
+                            _when(t.get("expires_at")),
+                            _when(t.get("last_used")),
+                        ]
+                        for t in out
+                    ],
+                )
         else:
             vault.revoke_token(args.name)
             out = {"name": args.name, "revoked": True}

@@ -90,3 +90,32 @@ async def test_glob_crossing_a_segment_warns(api: Api) -> None:
     await api.call(
         "GET", "/v1/namespaces/ns-archive/old/checkpoints", token=good["token"], expect=403
     )
+
+
+async def test_token_expiry_last_use_and_rotation_without_downtime(
+    api: Api, clock: FakeClock
+) -> None:
+    out = await api.json(
+        "POST",
+        "/v1/admin/tokens",
+        201,
+        json={"name": "short", "scopes": ["read:*"], "expires": "1h"},
+    )
+    short = out["token"]
+    await api.call("GET", "/v1/namespaces", token=short, expect=200)
+    listed = {t["name"]: t for t in (await api.json("GET", "/v1/admin/tokens"))["tokens"]}
+    assert listed["short"]["last_used"] == clock.now()
+    assert listed["short"]["expires_at"] == out["created_at"] + 3600
+
+    producer = await api.token_for("read:*", "write:*", name="producer")
+    rotated = await api.json("POST", "/v1/admin/tokens/producer/rotate", 201, json={"grace": "10m"})
+    assert rotated["scopes"] == ["read:*", "write:*"]
+    for token in (producer, rotated["token"]):  # both work during the grace period
+        await api.call("GET", "/v1/namespaces", token=token, expect=200)
+    clock.advance(3600)
+    resp = await api.call("GET", "/v1/namespaces", token=short, expect=401)
+    assert "expired" in (await resp.json())["error"]["message"]
+    await api.call("GET", "/v1/namespaces", token=producer, expect=401)
+    await api.call("GET", "/v1/namespaces", token=rotated["token"], expect=200)
+    await api.call("DELETE", "/v1/admin/tokens/producer", expect=204)  # every secret of it
+    await api.call("GET", "/v1/namespaces", token=rotated["token"], expect=401)
