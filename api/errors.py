@@ -110,7 +110,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if e.status < 400:
             raise
         code = HTTP_CODES.get(e.status, FALLBACK_CLIENT if e.status < 500 else INTERNAL)
-        return error_response(e.status, code, e.reason)
+        response = error_response(e.status, code, e.reason)
+        if "Allow" in e.headers:  # 405: which methods the resource has (RFC 9110 15.5.6)
+            response.headers["Allow"] = e.headers["Allow"]
+        return response
     except (ConnectionResetError, TimeoutError):
         raise
     except Exception:
