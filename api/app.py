@@ -27,7 +27,7 @@ from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
 from .engine import open_vault
 from .errors import error_middleware
-from .keys import BODY_READERS, CLOCK, JOBS, METRICS, POOL, SETTINGS, TOKENS, VAULT
+from .keys import BODY_READERS, CLOCK, JOBS, LIMITER, METRICS, POOL, SETTINGS, TOKENS, VAULT
 from .observability import (
     JobLog,
     Metrics,
@@ -36,6 +36,7 @@ from .observability import (
     request_id_middleware,
 )
 from .promotion import promotion_context
+from .ratelimit import RateLimiter
 from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
@@ -83,12 +84,13 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
             request_id_middleware,
             metrics_middleware(METRICS),
             error_middleware,
-            auth_middleware(TOKENS),
+            auth_middleware(TOKENS, LIMITER),
             audit_middleware(),
         ],
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
+    app[LIMITER] = RateLimiter(settings.requests_per_second, settings.request_burst, app[CLOCK])
     app[BODY_READERS] = BodyReaders()
     app[JOBS] = JobLog()
     app[METRICS] = Metrics(lambda: app[VAULT], app[JOBS])

@@ -20,6 +20,7 @@ from vault.names import check_namespace
 from vault.tokens import verify
 
 from .errors import Forbidden, Handler, Unauthorized
+from .ratelimit import RateLimiter
 
 PUBLIC_PATHS = frozenset({"/v1/health"})
 
@@ -128,13 +129,16 @@ def _check_path(request: web.Request) -> None:
         check_namespace(ns)
 
 
-def auth_middleware(cache_key: web.AppKey[TokenCache]) -> Middleware:
+def auth_middleware(
+    cache_key: web.AppKey[TokenCache], limiter_key: web.AppKey[RateLimiter]
+) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in PUBLIC_PATHS:
-            request[PRINCIPAL] = request.app[cache_key].authenticate(
-                request.headers.get("Authorization")
-            )
+            who = request.app[cache_key].authenticate(request.headers.get("Authorization"))
+            if not who.is_admin:
+                request.app[limiter_key].take(who.name)
+            request[PRINCIPAL] = who
             _check_path(request)
         return await handler(request)
 

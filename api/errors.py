@@ -100,6 +100,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return response
     except ApiError as e:
         response = error_response(e.status, e.code, e.message)
+        retry_after = getattr(e, "retry_after", None)
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(retry_after)
         if e.close_connection and request.protocol is not None:
             response.force_close()
             await response.prepare(request)  # sent whole, then the connection is dropped

@@ -120,6 +120,8 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
     ("uploads", "max_sessions"): ("vault.max_upload_sessions", _positive_int),
     ("uploads", "max_sessions_per_token"): ("vault.max_upload_sessions_per_token", _positive_int),
+    ("limits", "requests_per_second"): ("requests_per_second", float),
+    ("limits", "burst"): ("request_burst", float),
     ("gc", "grace"): ("vault.gc_grace", parse_duration),
     ("maintenance", "retention_interval"): ("maintenance.retention_interval", parse_duration),
     ("maintenance", "gc_interval"): ("maintenance.gc_interval", parse_duration),
@@ -147,6 +149,11 @@ class Settings:
     # The only directory `POST /v1/admin/catalog/backup?to=` may write files into; None:
     # backups go to tiers only (an admin token must not write arbitrary server paths).
     backup_dir: Path | None = None
+    # Per token (by name; admin exempt): average requests per second and burst; then 429
+    # with Retry-After. 0 turns it off. A 2 MiB chunk batch per request at 300 MB/s is
+    # ~150 requests per second, so the default leaves producers alone.
+    requests_per_second: float = 500.0
+    request_burst: float = 1000.0
     # HTTPS: certificate (chain) and key, PEM; with tls_client_ca clients must also present
     # a certificate that CA signed (mTLS). All None: plain HTTP (keep it on loopback).
     tls_cert: Path | None = None

@@ -92,6 +92,13 @@ class BodyTimeout(ClientError):
     code = "body_timeout"
 
 
+class RateLimited(ClientError):
+    """This token made more requests than its rate allows; `retry_after` says when to
+    try again (the client's retry policy waits it out)."""
+
+    code = "rate_limited"
+
+
 class TooManyUploads(ClientError):
     code = "too_many_uploads"
 

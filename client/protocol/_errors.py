@@ -72,6 +72,9 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "body_timeout", 408, "BodyTimeout", ("BodyTimeout",), "the request body stopped arriving"
     ),
     ErrorSpec(
+        "rate_limited", 429, "RateLimited", ("RateLimited",), "this token is over its request rate"
+    ),
+    ErrorSpec(
         "too_many_uploads",
         429,
         "TooManyUploads",

@@ -146,3 +146,25 @@ async def test_a_stalled_body_times_out(
         assert b'"body_timeout"' in answer
         assert waited < 15, waited
     assert (await client.get("/v1/health")).status == 200
+
+
+async def test_request_rate_is_limited_per_token(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """A flooding token gets 429 + Retry-After; other tokens and admins carry on."""
+    limited = dataclasses.replace(settings, requests_per_second=2.0, request_burst=3.0)
+    client = await aiohttp_client(create_app(limited, clock))
+    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    flood = await admin.token_for("read:*", name="flood")
+    calm = await admin.token_for("read:*", name="calm")
+    for _ in range(3):
+        await admin.call("GET", "/v1/namespaces", token=flood, expect=200)
+    resp = await admin.call("GET", "/v1/namespaces", token=flood, expect=429)
+    assert (await resp.json())["error"]["code"] == "rate_limited"
+    assert resp.headers["Retry-After"] == "1"
+    await admin.call("GET", "/v1/namespaces", token=calm, expect=200)
+    for _ in range(10):
+        await admin.call("GET", "/v1/namespaces", expect=200)  # admin: not limited
+    clock.advance(0.5)
+    await admin.call("GET", "/v1/namespaces", token=flood, expect=200)
+    await admin.call("GET", "/v1/namespaces", token=flood, expect=429)
