@@ -165,6 +165,13 @@ class _EngineCollector(Collector):
             tier_chunks.add_metric([tier], t["chunks"])
         yield tier_bytes
         yield tier_chunks
+        quota = GaugeMetricFamily(
+            "ckpt_quota_bytes", "Logical bytes under a quota", labels=["glob", "kind"]
+        )
+        for q in o["quotas"]:
+            quota.add_metric([q["glob"], "used"], q["used"])
+            quota.add_metric([q["glob"], "limit"], q["limit"])
+        yield quota
         maps = GaugeMetricFamily("ckpt_lmdb_map_bytes", "LMDB map use", labels=["env", "kind"])
         for env, m in o["maps"].items():
             maps.add_metric([env, "used"], m["used"])

@@ -17,6 +17,7 @@ from typing import Any
 
 from client.protocol import DEFAULT_DATA_DIR, DEFAULT_PORT, parse_duration, parse_size
 from vault import PROFILES, Keyring, VaultConfig, VaultError
+from vault.quotas import Quota
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -204,6 +205,8 @@ def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
         out[f"tiers.{name}"] = {
             k: "<redacted>" if any(w in k for w in REDACTED_KEYS) else v for k, v in spec.items()
         }
+    if settings.vault.quotas:
+        out["quotas"] = {q.glob: q.logical_bytes for q in settings.vault.quotas}
     for (section, key), (attr, _) in _KEYS.items():
         holder: Any = settings
         for part in attr.split("."):
@@ -232,6 +235,19 @@ def _tiers(table: object, origin: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _quotas(table: object, origin: str) -> tuple[Quota, ...]:
+    """[quotas]: namespace glob = size (logical bytes of live checkpoints, vault/quotas.py)."""
+    if not isinstance(table, dict):
+        raise SettingsError(f"{origin}: [quotas] must be a table of glob = size")
+    out = []
+    for glob, size in table.items():
+        try:
+            out.append(Quota(str(glob), parse_size(size)))
+        except (TypeError, ValueError) as e:
+            raise SettingsError(f"{origin}: [quotas] {glob!r}: {e}") from None
+    return tuple(out)
+
+
 def load_settings(
     config_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
@@ -245,11 +261,13 @@ def load_settings(
             raise SettingsError(f"{config_file}: {e}") from None
         flat: dict[tuple[str, str], object] = {}
         tiers = _tiers(doc.pop("tiers", {}), str(config_file))
+        quotas = _quotas(doc.pop("quotas", {}), str(config_file))
         for section, table in doc.items():
             if not isinstance(table, dict):
                 raise SettingsError(f"{config_file}: top-level key {section!r} is not a section")
             flat.update({(section, k): v for k, v in table.items()})
         settings = replace(settings.with_values(flat, str(config_file)), tiers=tiers)
+        settings = replace(settings, vault=replace(settings.vault, quotas=quotas))
     env = os.environ if environ is None else environ
     from_env = {}
     for name, value in env.items():

@@ -92,6 +92,12 @@ class BodyTimeout(ClientError):
     code = "body_timeout"
 
 
+class QuotaExceeded(ClientError):
+    """A namespace group's storage quota is used up: delete checkpoints first."""
+
+    code = "quota_exceeded"
+
+
 class RateLimited(ClientError):
     """This token made more requests than its rate allows; `retry_after` says when to
     try again (the client's retry policy waits it out)."""

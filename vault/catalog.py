@@ -10,7 +10,7 @@ saver finds its checkpoints by their own ids) does not read every newer record.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import blake3
@@ -82,6 +82,22 @@ class Catalog:
     def namespaces(self, txn: lmdb.Transaction) -> Iterator[NamespaceRecord]:
         for _, raw in txn.cursor(db=self._namespaces):
             yield NamespaceRecord.from_json(raw)
+
+    def namespaces_under(
+        self, txn: lmdb.Transaction, prefix: str, match: Callable[[str], bool]
+    ) -> Iterator[NamespaceRecord]:
+        """Records of the namespaces whose names start with `prefix` and pass `match`
+        (one cursor range; only matching records are decoded)."""
+        start = prefix.encode()
+        cur = txn.cursor(db=self._namespaces)
+        ok = cur.set_range(start)
+        while ok:
+            key = bytes(cur.key())
+            if not key.startswith(start):
+                return
+            if match(key.decode()):
+                yield NamespaceRecord.from_json(cur.value())
+            ok = cur.next()
 
     # -- checkpoints ------------------------------------------------------------------
     def record(self, txn: lmdb.Transaction, cid: str) -> CheckpointRecord | None:

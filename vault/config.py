@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .quotas import Quota
+
 
 @dataclass(frozen=True)
 class VaultConfig:
@@ -25,5 +27,7 @@ class VaultConfig:
     # The same, per token (by name): one token used to open 9,699 sessions in 23 s and lock
     # every other producer out with 429 for the sessions' 6 h lifetime.
     max_upload_sessions_per_token: int = 1_000
+    # Storage quotas: logical bytes of live checkpoints per namespace glob (vault/quotas.py).
+    quotas: tuple[Quota, ...] = ()
     # Profile for namespaces whose first upload does not ask for one.
     default_profile: str = "large"

@@ -118,6 +118,12 @@ class NotPermitted(VaultError):
     code = "forbidden"
 
 
+class QuotaExceeded(VaultError):
+    """A checkpoint would take a namespace group past its storage quota (vault/quotas.py)."""
+
+    code = "quota_exceeded"
+
+
 class TooManyUploads(VaultError):
     code = "too_many_uploads"
 

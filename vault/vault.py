@@ -41,6 +41,7 @@ from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
 from .policy import Policies, Policy
 from .prune import RetentionResult
+from .quotas import usage
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .scrub import ScrubReport
 from .seal import Keyring
@@ -402,6 +403,10 @@ class Vault:
             namespaces = sum(1 for _ in self.catalog.namespaces(txn))
             checkpoints = c.get(txn, "checkpoints")
             tiers = self.store.chunks.tier_totals(txn, self.store.tiers)
+            quota_use = [
+                {"glob": q.glob, "limit": q.logical_bytes, "used": usage(txn, self.catalog, q)}
+                for q in self.config.quotas
+            ]
         return {
             "logical_bytes": logical,
             "stored_bytes": stored,
@@ -411,4 +416,5 @@ class Vault:
             "dedup_ratio": round(logical / stored, 4) if stored else None,
             "tiers": tiers,
             "map_size": self.store.catalog_env.map_size(),
+            "quotas": quota_use,
         }

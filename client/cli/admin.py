@@ -105,6 +105,10 @@ def stats(args: argparse.Namespace) -> int:
             ["logical", human_bytes(s["logical_bytes"])],
             ["stored", human_bytes(s["stored_bytes"])],
             ["dedup ratio", s["dedup_ratio"]],
+            *[
+                [f"quota {q['glob']}", f"{human_bytes(q['used'])} of {human_bytes(q['limit'])}"]
+                for q in s.get("quotas", [])
+            ],
         ],
     )
     return 0

@@ -72,6 +72,13 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "body_timeout", 408, "BodyTimeout", ("BodyTimeout",), "the request body stopped arriving"
     ),
     ErrorSpec(
+        "quota_exceeded",
+        507,
+        "QuotaExceeded",
+        ("QuotaExceeded",),
+        "the namespaces' storage quota is used up",
+    ),
+    ErrorSpec(
         "rate_limited", 429, "RateLimited", ("RateLimited",), "this token is over its request rate"
     ),
     ErrorSpec(

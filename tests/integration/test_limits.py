@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from api import Settings, create_app
+from api.settings import load_settings
 from vault import FakeClock
 
 from ..conftest import Api, hexhash
@@ -168,3 +171,30 @@ async def test_request_rate_is_limited_per_token(
     clock.advance(0.5)
     await admin.call("GET", "/v1/namespaces", token=flood, expect=200)
     await admin.call("GET", "/v1/namespaces", token=flood, expect=429)
+
+
+async def test_storage_quota_per_namespace_glob(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock, tmp_path: Path
+) -> None:
+    """#5: 120 MiB uploaded by one tenant and nothing bounded it. A [quotas] glob now
+    bounds the logical bytes its namespaces hold: 507 quota_exceeded past it."""
+    config = tmp_path / "ckpt.toml"
+    config.write_text('[quotas]\n"ns-a/*" = 100000\n')
+    quotas = load_settings(config, environ={}).vault.quotas
+    vault = dataclasses.replace(settings.vault, quotas=quotas)
+    client = await aiohttp_client(create_app(dataclasses.replace(settings, vault=vault), clock))
+    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    first = await admin.save("ns-a/one", {"f": os.urandom(60_000)})
+    up = await admin.open("ns-a/two")
+    await admin.call(
+        "PUT", f"/v1/uploads/{up['upload_id']}/files/f", data=os.urandom(60_000), expect=201
+    )
+    resp = await admin.call("POST", f"/v1/uploads/{up['upload_id']}/commit", json={}, expect=507)
+    assert (await resp.json())["error"]["code"] == "quota_exceeded"
+    await admin.save("ns-b/x", {"f": os.urandom(60_000)})  # other tenants unaffected
+    stats = await admin.json("GET", "/v1/stats")
+    assert stats["quotas"] == [{"glob": "ns-a/*", "limit": 100_000, "used": 60_000}]
+    metrics = await (await admin.call("GET", "/metrics", expect=200)).text()
+    assert 'ckpt_quota_bytes{glob="ns-a/*",kind="used"} 60000.0' in metrics
+    await admin.call("DELETE", f"/v1/namespaces/ns-a/one/checkpoints/{first['id']}", expect=204)
+    await admin.call("POST", f"/v1/uploads/{up['upload_id']}/commit", json={}, expect=201)
