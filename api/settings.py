@@ -121,6 +121,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
     ("uploads", "max_sessions"): ("vault.max_upload_sessions", _positive_int),
     ("uploads", "max_sessions_per_token"): ("vault.max_upload_sessions_per_token", _positive_int),
+    ("uploads", "max_pending_bytes_per_token"): ("vault.max_pending_bytes_per_token", parse_size),
     ("limits", "requests_per_second"): ("requests_per_second", float),
     ("limits", "burst"): ("request_burst", float),
     ("gc", "grace"): ("vault.gc_grace", parse_duration),

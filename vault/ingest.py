@@ -17,6 +17,7 @@ from .manifest import FileEntry
 from .names import check_file_name
 from .store import Store, store_all
 from .uploads import Uploads
+from .writer import WriteTxn
 
 
 class FileIngest:
@@ -54,9 +55,14 @@ class FileIngest:
                 items[cid] = (data, None if cid in known else self._encoder.encode(data))
         self._wait()
         if items:
+            fresh = sum(len(d) for d, f in items.values() if f is not None)
+
+            def op(w: WriteTxn) -> int:
+                self._uploads.charge(w.catalog, self._upload_id, fresh)
+                return store_all(self._s, w, items, self._until_ms)
+
             self._pending = self._s.writer.submit(
-                lambda w: store_all(self._s, w, items, self._until_ms),
-                size=sum(len(f) for _, f in items.values() if f is not None),
+                op, size=sum(len(f) for _, f in items.values() if f is not None)
             )
 
     def _wait(self) -> None:

@@ -147,6 +147,7 @@ class UploadSession:
     expires_at: float
     committed: str | None = None  # checkpoint id once committed
     created_by: str | None = None  # token name that opened it (per-token limits, ownership)
+    sent_bytes: int = 0  # bytes of new chunks it stored, pending until it ends
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -24,6 +24,7 @@ from .errors import (
     Conflict,
     HashMismatch,
     InvalidRequest,
+    QuotaExceeded,
     TooLarge,
     TooManyUploads,
     UploadExpired,
@@ -40,6 +41,7 @@ from .writer import WriteTxn
 MAX_MISSING_QUERY = 100_000
 OPEN_UPLOADS = "open_uploads"  # counter: sessions opened and neither committed nor ended
 OPEN_UPLOADS_BY = "open_uploads:"  # + token name: the same counter per token
+PENDING_BYTES_BY = "pending_bytes:"  # + token name: new chunk bytes of its open sessions
 MAX_TAGS = 64
 MAX_TAG_LENGTH = 128
 MAX_METADATA_BYTES = 64 << 10  # as compact JSON: 20 MiB per record made listings 63 MB
@@ -173,10 +175,32 @@ class Uploads:
             txn.delete(upload_id.encode(), db=self._db)
 
     def count(self, txn: lmdb.Transaction, session: UploadSession, delta: int) -> None:
-        """Open-session counters, total and per token: +1 at open, -1 when it ends."""
+        """Open-session counters, total and per token: +1 at open, -1 when it ends (its
+        pending bytes end with it)."""
         self._s.counters.add(txn, OPEN_UPLOADS, delta)
         if session.created_by is not None:
             self._s.counters.add(txn, OPEN_UPLOADS_BY + session.created_by, delta)
+            if delta < 0 and session.sent_bytes:
+                key = PENDING_BYTES_BY + session.created_by
+                self._s.counters.add(txn, key, -session.sent_bytes)
+
+    def charge(self, txn: lmdb.Transaction, upload_id: str, nbytes: int) -> None:
+        """Count `nbytes` of new chunks against the session's token (writer thread, in the
+        transaction storing them, so refusing stores nothing)."""
+        session = self.get(txn, upload_id)
+        if nbytes <= 0 or session.created_by is None:
+            return
+        key = PENDING_BYTES_BY + session.created_by
+        limit = self._s.config.max_pending_bytes_per_token
+        pending = self._s.counters.get(txn, key)
+        if pending + nbytes > limit:
+            raise QuotaExceeded(
+                f"token {session.created_by!r} holds {pending} bytes in uncommitted uploads "
+                f"(limit {limit}); commit or abort them first"
+            )
+        session.sent_bytes += nbytes
+        self.put(txn, session)
+        self._s.counters.add(txn, key, nbytes)
 
     def _check_limits(self, txn: lmdb.Transaction, by: str | None) -> None:
         limit = self._s.config.max_upload_sessions
@@ -293,7 +317,10 @@ class Uploads:
         until_ms = int(session.expires_at * 1000)
         prefix = _file_key(upload_id)
 
+        fresh = sum(len(d) for d, f in items.values() if f is not None)
+
         def op(w: WriteTxn) -> int:
+            self.charge(w.catalog, upload_id, fresh)
             written = store_all(self._s, w, items, until_ms)
             for cid in items:
                 w.catalog.put(prefix + cid, b"", db=self._sent)

@@ -253,6 +253,7 @@ async def list_uploads(request: web.Request) -> web.Response:
                     "upload_id": s.id,
                     "namespace": s.namespace,
                     "token": s.created_by,
+                    "pending_bytes": s.sent_bytes,
                     "created_at": rfc3339(s.created_at),
                     "expires_at": rfc3339(s.expires_at),
                 }

@@ -198,3 +198,45 @@ async def test_storage_quota_per_namespace_glob(
     assert 'ckpt_quota_bytes{glob="ns-a/*",kind="used"} 60000.0' in metrics
     await admin.call("DELETE", f"/v1/namespaces/ns-a/one/checkpoints/{first['id']}", expect=204)
     await admin.call("POST", f"/v1/uploads/{up['upload_id']}/commit", json={}, expect=201)
+
+
+async def test_uncommitted_bytes_are_limited_per_token(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """#5: 120 MiB uploaded and never committed stayed for 6 h, GC freeing nothing."""
+    vault = dataclasses.replace(settings.vault, max_pending_bytes_per_token=100_000)
+    client = await aiohttp_client(create_app(dataclasses.replace(settings, vault=vault), clock))
+    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    w = await admin.token_for("write:t/*", name="w")
+    first = await admin.json("POST", "/v1/namespaces/t/a/uploads", 201, token=w, json={})
+    await admin.call(
+        "PUT",
+        f"/v1/uploads/{first['upload_id']}/files/f",
+        token=w,
+        data=os.urandom(60_000),
+        expect=201,
+    )
+    second = await admin.json("POST", "/v1/namespaces/t/b/uploads", 201, token=w, json={})
+    data = os.urandom(60_000)
+    batch = bytes.fromhex(hexhash(data)) + len(data).to_bytes(4, "little") + data
+    resp = await admin.call(
+        "POST", f"/v1/uploads/{second['upload_id']}/chunks", token=w, data=batch, expect=507
+    )
+    assert (await resp.json())["error"]["code"] == "quota_exceeded"
+    listing = await admin.json("GET", "/v1/admin/uploads?token=w")
+    assert sorted(u["pending_bytes"] for u in listing["uploads"]) == [0, 60_000]
+    await admin.call("DELETE", f"/v1/uploads/{first['upload_id']}", token=w, expect=204)
+    out = await admin.json("POST", f"/v1/uploads/{second['upload_id']}/chunks", token=w, data=batch)
+    assert out["created"] == 1
+    await admin.call(
+        "POST",
+        f"/v1/uploads/{second['upload_id']}/commit",
+        token=w,
+        expect=201,
+        json={"files": {"g": {"size": 60_000, "hash": hexhash(data), "chunks": [hexhash(data)]}}},
+    )
+    big = os.urandom(120_000)  # alone over the limit: refused, nothing stored
+    third = await admin.json("POST", "/v1/namespaces/t/c/uploads", 201, token=w, json={})
+    await admin.call(
+        "PUT", f"/v1/uploads/{third['upload_id']}/files/f", token=w, data=big, expect=507
+    )
