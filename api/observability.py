@@ -165,6 +165,15 @@ class _EngineCollector(Collector):
             tier_chunks.add_metric([tier], t["chunks"])
         yield tier_bytes
         yield tier_chunks
+        per_token = GaugeMetricFamily(
+            "ckpt_token_uploads",
+            "Open upload sessions and their new bytes, per token",
+            labels=["token", "kind"],
+        )
+        for kind, values in o["uploads_by_token"].items():
+            for token, value in values.items():
+                per_token.add_metric([token, kind], value)
+        yield per_token
         quota = GaugeMetricFamily(
             "ckpt_quota_bytes", "Logical bytes under a quota", labels=["glob", "kind"]
         )

@@ -49,7 +49,7 @@ from .snapshot import Snapshot, snapshot
 from .store import Store
 from .tier import Tier
 from .tokens import Tokens
-from .uploads import Uploads
+from .uploads import OPEN_UPLOADS_BY, PENDING_BYTES_BY, Uploads
 from .writer import WriteTxn
 
 MAX_LIST = 1000
@@ -367,6 +367,10 @@ class Vault:
         recovery: dict[str, tuple[float | None, float | None]] = {}
         with self.store.catalog_env.read() as txn:
             sessions = int(txn.stat(self.store.catalog_env.db["uploads"])["entries"])
+            by_token = {
+                "sessions": self.store.counters.with_prefix(txn, OPEN_UPLOADS_BY),
+                "pending_bytes": self.store.counters.with_prefix(txn, PENDING_BYTES_BY),
+            }
             for ns in self.catalog.namespaces(txn):
                 newest = self.catalog.latest(txn, ns.name, valid_only=False)
                 valid = self.catalog.latest(txn, ns.name, valid_only=True)
@@ -377,6 +381,7 @@ class Vault:
         return {
             **self.stats(),
             "upload_sessions": sessions,
+            "uploads_by_token": by_token,
             "maps": {
                 name: {"used": env.used_bytes(), "size": env.map_size()}
                 for name, env in (

@@ -225,6 +225,9 @@ async def test_uncommitted_bytes_are_limited_per_token(
     assert (await resp.json())["error"]["code"] == "quota_exceeded"
     listing = await admin.json("GET", "/v1/admin/uploads?token=w")
     assert sorted(u["pending_bytes"] for u in listing["uploads"]) == [0, 60_000]
+    metrics = await (await admin.call("GET", "/metrics", expect=200)).text()
+    assert 'ckpt_token_uploads{kind="pending_bytes",token="w"} 60000.0' in metrics
+    assert 'ckpt_token_uploads{kind="sessions",token="w"} 2.0' in metrics
     await admin.call("DELETE", f"/v1/uploads/{first['upload_id']}", token=w, expect=204)
     out = await admin.json("POST", f"/v1/uploads/{second['upload_id']}/chunks", token=w, data=batch)
     assert out["created"] == 1
