@@ -132,6 +132,13 @@ def json_response(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status, dumps=lambda o: json.dumps(o))
 
 
+async def large_json_response(request: web.Request, data: Any, status: int = 200) -> web.Response:
+    """`json_response` with the encoding on the worker pool: for answers that can run to
+    megabytes (a 100k-id `missing` answer is 6.7 MB, ~50 ms of encoding)."""
+    text = await run(request, json.dumps, data)
+    return web.Response(text=text, status=status, content_type="application/json")
+
+
 def query_bool(request: web.Request, name: str, default: bool) -> bool:
     raw = request.query.get(name)
     if raw is None:
