@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,24 +48,24 @@ def _log_format(value: object) -> str:
     return str(value)
 
 
-def _optional_dir(value: object) -> Path | None:
-    """Empty: none. Otherwise an absolute directory (backups land only there)."""
+def _optional_path(value: object, ok: Callable[[Path], bool], need: str) -> Path | None:
+    """Empty: none. Otherwise a path that passes `ok` now (not at first use)."""
     if value in ("", None):
         return None
     path = Path(str(value))
-    if not path.is_absolute():
-        raise ValueError(f"must be an absolute directory, got {value!r}")
+    if not ok(path):
+        raise ValueError(f"must be {need}, got {value!r}")
     return path
+
+
+def _optional_dir(value: object) -> Path | None:
+    """An absolute directory (backups land only there)."""
+    return _optional_path(value, Path.is_absolute, "an absolute directory")
 
 
 def _optional_file(value: object) -> Path | None:
-    """Empty: none. Otherwise a file that exists now (not at the first connection)."""
-    if value in ("", None):
-        return None
-    path = Path(str(value))
-    if not path.is_file():
-        raise ValueError(f"no such file: {value}")
-    return path
+    """A file that exists (TLS certificates and keys)."""
+    return _optional_path(value, Path.is_file, "an existing file")
 
 
 def _key_file(value: object) -> Path | None:

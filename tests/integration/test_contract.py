@@ -11,27 +11,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from ..serverproc import ServerProcess, free_port
+from ..fault.conftest import crash_server  # noqa: F401 - the fixture: a fresh `ckpt serve`
+from ..serverproc import ServerProcess
 
 CONFIG = Path(__file__).parent.parent / "schemathesis.toml"
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", free_port(), tmp_path / "server.log")
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
-
-
-def test_schemathesis_finds_nothing(server: ServerProcess, tmp_path: Path) -> None:
+def test_schemathesis_finds_nothing(crash_server: ServerProcess, tmp_path: Path) -> None:  # noqa: F811
+    server = crash_server
     result = subprocess.run(
         [
             sys.executable,

@@ -17,6 +17,17 @@ from vault import FakeClock
 from ..conftest import Api, hexhash
 
 
+async def started(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock, vault: Any = None, **top: Any
+) -> Api:
+    """The service with these settings changed (`vault`: engine settings), as admin."""
+    changed = dataclasses.replace(settings, **top)
+    if vault:
+        changed = dataclasses.replace(changed, vault=dataclasses.replace(settings.vault, **vault))
+    client = await aiohttp_client(create_app(changed, clock))
+    return Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+
+
 async def test_json_bombs_are_refused_and_health_stays_fast(api: Api) -> None:
     """A body of `[],` used to cost 860 MB and block the event loop for seconds; deep
     nesting answered 500 with a traceback per request."""
@@ -97,9 +108,9 @@ async def test_upload_sessions_are_limited_per_token(
     aiohttp_client: Any, settings: Settings, clock: FakeClock
 ) -> None:
     """#4: one token opened 9,699 sessions and everyone else got 429 for 6 h."""
-    vault = dataclasses.replace(settings.vault, max_upload_sessions_per_token=3)
-    client = await aiohttp_client(create_app(dataclasses.replace(settings, vault=vault), clock))
-    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    admin = await started(
+        aiohttp_client, settings, clock, vault={"max_upload_sessions_per_token": 3}
+    )
     flood = await admin.token_for("write:a/*", name="flood")
     other = await admin.token_for("write:b/*", name="other")
     opened = [
@@ -125,12 +136,9 @@ async def test_a_stalled_body_times_out(
 ) -> None:
     """#7: a body at 1 byte per 15 s was still open after 182 s. Now the server waits
     `server.body_timeout` for each next byte, answers 408 and closes the connection."""
-    client = await aiohttp_client(
-        create_app(dataclasses.replace(settings, body_timeout=0.3), clock)
-    )
-    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    admin = await started(aiohttp_client, settings, clock, body_timeout=0.3)
     up = await admin.open("slow")
-    server = client.server
+    server = admin.client.server
     for path in (f"/v1/uploads/{up['upload_id']}/files/f", "/v1/namespaces/slow/uploads"):
         reader, writer = await asyncio.open_connection(server.host, server.port)
         head = (
@@ -141,23 +149,23 @@ async def test_a_stalled_body_times_out(
             head = head.replace("POST", "PUT", 1)
         writer.write(head.encode())
         await writer.drain()
-        started = time.perf_counter()
+        sent = time.perf_counter()
         answer = await asyncio.wait_for(reader.read(), 30)  # until the server closes
-        waited = time.perf_counter() - started
+        waited = time.perf_counter() - sent
         writer.close()
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
         assert b'"body_timeout"' in answer
         assert waited < 15, waited
-    assert (await client.get("/v1/health")).status == 200
+    assert (await admin.client.get("/v1/health")).status == 200
 
 
 async def test_request_rate_is_limited_per_token(
     aiohttp_client: Any, settings: Settings, clock: FakeClock
 ) -> None:
     """A flooding token gets 429 + Retry-After; other tokens and admins carry on."""
-    limited = dataclasses.replace(settings, requests_per_second=2.0, request_burst=3.0)
-    client = await aiohttp_client(create_app(limited, clock))
-    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    admin = await started(
+        aiohttp_client, settings, clock, requests_per_second=2.0, request_burst=3.0
+    )
     flood = await admin.token_for("read:*", name="flood")
     calm = await admin.token_for("read:*", name="calm")
     for _ in range(3):
@@ -181,9 +189,7 @@ async def test_storage_quota_per_namespace_glob(
     config = tmp_path / "ckpt.toml"
     config.write_text('[quotas]\n"ns-a/*" = 100000\n')
     quotas = load_settings(config, environ={}).vault.quotas
-    vault = dataclasses.replace(settings.vault, quotas=quotas)
-    client = await aiohttp_client(create_app(dataclasses.replace(settings, vault=vault), clock))
-    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    admin = await started(aiohttp_client, settings, clock, vault={"quotas": quotas})
     first = await admin.save("ns-a/one", {"f": os.urandom(60_000)})
     up = await admin.open("ns-a/two")
     await admin.call(
@@ -204,9 +210,9 @@ async def test_uncommitted_bytes_are_limited_per_token(
     aiohttp_client: Any, settings: Settings, clock: FakeClock
 ) -> None:
     """#5: 120 MiB uploaded and never committed stayed for 6 h, GC freeing nothing."""
-    vault = dataclasses.replace(settings.vault, max_pending_bytes_per_token=100_000)
-    client = await aiohttp_client(create_app(dataclasses.replace(settings, vault=vault), clock))
-    admin = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    admin = await started(
+        aiohttp_client, settings, clock, vault={"max_pending_bytes_per_token": 100_000}
+    )
     w = await admin.token_for("write:t/*", name="w")
     first = await admin.json("POST", "/v1/namespaces/t/a/uploads", 201, token=w, json={})
     await admin.call(
