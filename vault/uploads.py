@@ -317,7 +317,9 @@ class Uploads:
         until_ms = int(session.expires_at * 1000)
         prefix = _file_key(upload_id)
 
-        fresh = sum(len(d) for d, f in items.values() if f is not None)
+        # Charged: bytes new to the caller (not in its domain, not sent by this session),
+        # whether or not another tenant stored them: else the limit would be an oracle.
+        fresh = sum(len(d) for c, (d, _) in items.items() if c not in seen)
 
         def op(w: WriteTxn) -> int:
             self.charge(w.catalog, upload_id, fresh)

@@ -145,8 +145,10 @@ class Vault:
     ) -> int:
         return self.uploads.put_chunks(upload_id, chunks, domain)
 
-    def ingest(self, upload_id: str, name: str) -> FileIngest:
-        return FileIngest(self.store, self.uploads, upload_id, name)
+    def ingest(self, upload_id: str, name: str, domain: Domain = None) -> FileIngest:
+        """Stream a file into an upload; `domain` as for `missing` (what counts as new
+        bytes against the token's pending-bytes limit)."""
+        return FileIngest(self.store, self.uploads, upload_id, name, domain)
 
     def commit(
         self,

@@ -113,7 +113,8 @@ async def put_file(request: web.Request) -> web.Response:
     """Stream a whole file; the server chunks it. Memory stays at a few 8 MiB pieces."""
     session = await _session(request)
     vault = request.app[VAULT]
-    ingest = await run(request, vault.ingest, session.id, _raw_file_name(request, session.id))
+    name = _raw_file_name(request, session.id)
+    ingest = await run(request, vault.ingest, session.id, name, principal(request).domain())
     pending: asyncio.Future[None] | None = None
     body = TimedBody(request)
     try:

@@ -7,9 +7,12 @@ real service on loopback and checks it now fails.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
+from typing import Any
 
+from api import Settings, create_app
 from vault import FakeClock
 
 from ..conftest import Api, hexhash
@@ -203,3 +206,25 @@ async def test_write_only_tokens_are_append_only(api: Api) -> None:
     # a token with delete may do all of it
     d = await api.token_for("read:ns-a/*", "write:ns-a/*", "delete:ns-a/*", name="a-del")
     await api.json("PATCH", base, token=d, json={"tags": []})
+
+
+async def test_the_pending_bytes_limit_is_no_oracle(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """Bytes are charged against a token's uncommitted-upload limit whether or not another
+    tenant stored them: else filling the limit to just below and sending a guess would
+    tell, by 507 or not, whether the guess is stored elsewhere."""
+    secret = SECRET % PIN
+    vault = dataclasses.replace(settings.vault, max_pending_bytes_per_token=len(secret) + 10)
+    client = await aiohttp_client(create_app(dataclasses.replace(settings, vault=vault), clock))
+    api = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    t = await tenants(api)
+    await b_saves_secret(api, t)
+    for guess in (secret, SECRET % 1234):  # stored elsewhere, or not: the same answers
+        up = await api.json("POST", "/v1/namespaces/ns-a/x/uploads", 201, token=t.a_w, json={})
+        path = f"/v1/uploads/{up['upload_id']}"
+        await api.call(
+            "PUT", f"{path}/chunks/{hexhash(guess)}", token=t.a_w, data=guess, expect=201
+        )
+        await api.call("PUT", f"{path}/files/more", token=t.a_w, data=b"x" * 20, expect=507)
+        await api.call("DELETE", path, token=t.a_w, expect=204)
