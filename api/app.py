@@ -20,12 +20,14 @@ from aiohttp import web
 
 from client.protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault
+from vault.env import make_private
 
+from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
 from .engine import open_vault
 from .errors import error_middleware
-from .keys import BODY_READERS, CLOCK, JOBS, METRICS, POOL, SETTINGS, TOKENS, VAULT
+from .keys import BODY_READERS, CLOCK, JOBS, LIMITER, METRICS, POOL, SETTINGS, TOKENS, VAULT
 from .observability import (
     JobLog,
     Metrics,
@@ -34,6 +36,7 @@ from .observability import (
     request_id_middleware,
 )
 from .promotion import promotion_context
+from .ratelimit import RateLimiter
 from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
@@ -56,6 +59,7 @@ def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
 async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    make_private(settings.data_dir)  # 0700 and its files 0600, whatever the umask
     pool = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="vault-io")
     vault = await asyncio.get_running_loop().run_in_executor(
         pool, functools.partial(open_vault, settings, app[CLOCK])
@@ -63,10 +67,11 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = pool
     app[VAULT] = vault
     _bootstrap_admin(vault, settings.data_dir)
-    app[TOKENS] = TokenCache(vault.tokens.all())
+    app[TOKENS] = TokenCache(vault.tokens.all(), app[CLOCK])
     try:
         yield
     finally:
+        vault.tokens.record_use(app[TOKENS].take_uses())
         pool.shutdown(wait=True)
         vault.close()
 
@@ -79,11 +84,13 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
             request_id_middleware,
             metrics_middleware(METRICS),
             error_middleware,
-            auth_middleware(TOKENS),
+            auth_middleware(TOKENS, LIMITER),
+            audit_middleware(),
         ],
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
+    app[LIMITER] = RateLimiter(settings.requests_per_second, settings.request_burst, app[CLOCK])
     app[BODY_READERS] = BodyReaders()
     app[JOBS] = JobLog()
     app[METRICS] = Metrics(lambda: app[VAULT], app[JOBS])

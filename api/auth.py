@@ -8,16 +8,19 @@ file contents and never deletes, so a leaked producer token cannot erase history
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from vault import InvalidName, Token
+from vault import CheckpointRecord, Clock, InvalidName, Token
 from vault.names import check_namespace
 from vault.tokens import verify
 
 from .errors import Forbidden, Handler, Unauthorized
+from .ratelimit import RateLimiter
 
 PUBLIC_PATHS = frozenset({"/v1/health"})
 
@@ -31,6 +34,13 @@ class Principal:
     def is_admin(self) -> bool:
         return "admin" in self.scopes
 
+    def domain(self) -> Callable[[str], bool] | None:
+        """The namespaces whose chunks this caller may dedup against (vault/domains.py):
+        those it may read or write; None (everything) for admin."""
+        if self.is_admin:
+            return None
+        return lambda ns: self.may("read", ns) or self.may("write", ns)
+
     def may(self, action: str, ns: str) -> bool:
         if self.is_admin:
             return True
@@ -41,10 +51,17 @@ class Principal:
 
 
 class TokenCache:
-    """In-memory copy of the token table (key id -> token), refreshed on every change."""
+    """In-memory copy of the token table (key id -> token), refreshed on every change.
 
-    def __init__(self, tokens: list[Token]) -> None:
+    Last-use times are kept here (a catalog write per request would cost every request a
+    sync) and flushed to the catalog when tokens are listed and at shutdown; a SIGKILL
+    loses those since the last flush.
+    """
+
+    def __init__(self, tokens: list[Token], clock: Clock) -> None:
         self.by_key: dict[str, Token] = {}
+        self.last_used: dict[str, float] = {}  # key id -> time, since the last flush
+        self._clock = clock
         self.reload(tokens)
 
     def reload(self, tokens: list[Token]) -> None:
@@ -56,7 +73,16 @@ class TokenCache:
         token = verify(self.by_key, header[7:].strip())
         if token is None:
             raise Unauthorized("unknown or revoked token")
+        now = self._clock.now()
+        if token.expired(now):
+            raise Unauthorized(f"token {token.name!r} expired; ask an admin for a new one")
+        self.last_used[token.key_id] = now
         return Principal(token.name, token.scopes)
+
+    def take_uses(self) -> dict[str, float]:
+        """Last-use times gathered since the previous call (for `Tokens.record_use`)."""
+        taken, self.last_used = self.last_used, {}
+        return taken
 
 
 PRINCIPAL = web.RequestKey("principal", Principal)
@@ -73,6 +99,15 @@ def require(request: web.Request, action: str, ns: str) -> None:
     p = principal(request)
     if not p.may(action, ns):
         raise Forbidden(f"token {p.name!r} may not {action} namespace {ns!r}")
+
+
+def visible_record(request: web.Request, rec: CheckpointRecord) -> dict[str, Any]:
+    """What a change answers: the whole record to a caller that may read its namespace;
+    to a write-only (append-only) token only the id of what it wrote, since metadata, file
+    names, sizes and hashes (an `inherit` commit lists the parent's) are what GET refuses."""
+    if principal(request).may("read", rec.namespace):
+        return rec.to_wire()
+    return {"id": rec.id, "namespace": rec.namespace}
 
 
 def require_admin(request: web.Request) -> None:
@@ -94,13 +129,16 @@ def _check_path(request: web.Request) -> None:
         check_namespace(ns)
 
 
-def auth_middleware(cache_key: web.AppKey[TokenCache]) -> Middleware:
+def auth_middleware(
+    cache_key: web.AppKey[TokenCache], limiter_key: web.AppKey[RateLimiter]
+) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in PUBLIC_PATHS:
-            request[PRINCIPAL] = request.app[cache_key].authenticate(
-                request.headers.get("Authorization")
-            )
+            who = request.app[cache_key].authenticate(request.headers.get("Authorization"))
+            if not who.is_admin:
+                request.app[limiter_key].take(who.name)
+            request[PRINCIPAL] = who
             _check_path(request)
         return await handler(request)
 

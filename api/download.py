@@ -21,6 +21,13 @@ from .keys import VAULT
 from .promotion import PROMOTIONS
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_BEYOND = 1 << 63  # stands for any position written with more digits than a size can have
+
+
+def _position(digits: str) -> int:
+    """A Range number; past 18 digits it is beyond any file (and int() of 5,000 digits
+    raises: Python caps int parsing at 4,300 digits, which used to answer 500)."""
+    return int(digits) if len(digits) <= 18 else _BEYOND
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -31,12 +38,12 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     if not m or m.group(1) == m.group(2) == "":
         raise InvalidRange(f"unsupported Range {header[:100]!r}: use bytes=a-b, a- or -n")
     if m.group(1) == "":  # suffix: last n bytes
-        n = int(m.group(2))
+        n = _position(m.group(2))
         if n == 0 or size == 0:
             raise InvalidRange(f"range not satisfiable for a {size}-byte file")
         return max(0, size - n), size - 1
-    first = int(m.group(1))
-    last = int(m.group(2)) if m.group(2) else size - 1
+    first = _position(m.group(1))
+    last = _position(m.group(2)) if m.group(2) else size - 1
     if first >= size or last < first:
         raise InvalidRange(f"range {first}-{last} not satisfiable for a {size}-byte file")
     return first, min(last, size - 1)

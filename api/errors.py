@@ -33,6 +33,7 @@ class ApiError(Exception):
 
     code = "invalid_request"
     status = status_of(code)
+    close_connection = False  # drop the connection after answering (unread body)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -53,6 +54,13 @@ class Forbidden(ApiError):
 
 class InvalidRange(ApiError):
     code = "invalid_range"
+
+
+class BodyTimeout(ApiError):
+    """The client stopped sending its body (`server.body_timeout` without a byte)."""
+
+    code = "body_timeout"
+    close_connection = True  # else aiohttp lingers 10 s reading the rest of the body
 
 
 # aiohttp's own HTTP errors (unknown route, wrong method, body too large...) by status.
@@ -87,16 +95,28 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except VaultError as e:
         response = error_response(e.status, e.code, e.message, e.details())
-        if e.status == 503:
+        if e.status in (429, 503):
             response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
     except ApiError as e:
-        return error_response(e.status, e.code, e.message)
+        response = error_response(e.status, e.code, e.message)
+        retry_after = getattr(e, "retry_after", None)
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(retry_after)
+        if e.close_connection and request.protocol is not None:
+            response.force_close()
+            await response.prepare(request)  # sent whole, then the connection is dropped
+            await response.write_eof()
+            request.protocol.force_close()
+        return response
     except web.HTTPException as e:
         if e.status < 400:
             raise
         code = HTTP_CODES.get(e.status, FALLBACK_CLIENT if e.status < 500 else INTERNAL)
-        return error_response(e.status, code, e.reason)
+        response = error_response(e.status, code, e.reason)
+        if "Allow" in e.headers:  # 405: which methods the resource has (RFC 9110 15.5.6)
+            response.headers["Allow"] = e.headers["Allow"]
+        return response
     except (ConnectionResetError, TimeoutError):
         raise
     except Exception:

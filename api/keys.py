@@ -17,6 +17,7 @@ from vault import Clock, Vault
 from .auth import TokenCache
 from .bodies import BodyReaders
 from .observability import JobLog, Metrics
+from .ratelimit import RateLimiter
 from .settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -27,5 +28,16 @@ CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
 JOBS = web.AppKey("jobs", JobLog)
 METRICS = web.AppKey("metrics", Metrics)
+LIMITER = web.AppKey("limiter", RateLimiter)
 
-__all__ = ["BODY_READERS", "CLOCK", "JOBS", "METRICS", "POOL", "SETTINGS", "TOKENS", "VAULT"]
+__all__ = [
+    "BODY_READERS",
+    "CLOCK",
+    "JOBS",
+    "LIMITER",
+    "METRICS",
+    "POOL",
+    "SETTINGS",
+    "TOKENS",
+    "VAULT",
+]

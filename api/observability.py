@@ -181,6 +181,22 @@ class _EngineCollector(Collector):
             ns_bytes.add_metric([ns, "logical"], u["logical_bytes"])
             ns_bytes.add_metric([ns, "stored"], u["stored_bytes"])
         yield ns_bytes
+        per_token = GaugeMetricFamily(
+            "ckpt_token_uploads",
+            "Open upload sessions and their new bytes, per token",
+            labels=["token", "kind"],
+        )
+        for kind, values in o["uploads_by_token"].items():
+            for token, value in values.items():
+                per_token.add_metric([token, kind], value)
+        yield per_token
+        quota = GaugeMetricFamily(
+            "ckpt_quota_bytes", "Logical bytes under a quota", labels=["glob", "kind"]
+        )
+        for q in o["quotas"]:
+            quota.add_metric([q["glob"], "used"], q["used"])
+            quota.add_metric([q["glob"], "limit"], q["limit"])
+        yield quota
         maps = GaugeMetricFamily("ckpt_lmdb_map_bytes", "LMDB map use", labels=["env", "kind"])
         for env, m in o["maps"].items():
             maps.add_metric([env, "used"], m["used"])

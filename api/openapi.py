@@ -96,6 +96,18 @@ def component_schemas() -> dict[str, Any]:
     }
     # The name the document has always used for the live record.
     schemas["Checkpoint"] = schemas["CheckpointRecord"]
+    # What a change answers: the record, or to a write-only token only what it wrote.
+    schemas["Written"] = {
+        "anyOf": [
+            _ref("Checkpoint"),
+            {
+                "type": "object",
+                "required": ["id", "namespace"],
+                "properties": {"id": {"type": "string"}, "namespace": {"type": "string"}},
+            },
+        ]
+    }
+    schemas.update(PATTERNS)
     return schemas
 
 
@@ -123,17 +135,125 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         "200",
         _listing("chain", {"anyOf": [_ref("Checkpoint"), _ref("TombstoneRecord")]}),
     ),
-    "patch_checkpoint": ("200", _ref("Checkpoint")),
+    "patch_checkpoint": ("200", _ref("Written")),
     "fork_checkpoint": ("201", _ref("Checkpoint")),
     "open_upload": ("201", _ref("UploadOpened")),
     "put_file": ("201", _ref("FileStored")),
-    "commit": ("201", _ref("Checkpoint")),
+    "commit": ("2XX", _ref("Written")),
 }
-# JSON request bodies built from protocol records, by handler name.
+# Routes answering 204 and no body, by handler name.
+NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})
+_OBJECT: dict[str, Any] = {"type": "object"}
+# Raw (non-JSON) request bodies, by handler name: what they hold (docs/API.md has the
+# formats). The service reads the bytes whatever the Content-Type says.
+BINARY: dict[str, str] = {
+    "put_chunk": "the chunk's plaintext; BLAKE3 of it must be the chunk id",
+    "put_file": "the file's bytes, any length",
+    "put_chunks": f"{protocol.CHUNK_BATCH_TYPE}: records of raw id, u32 length, bytes",
+    "save_checkpoint": f"{protocol.BUNDLE_TYPE}: header and files",
+}
+# JSON bodies a request must carry (the others may be empty, meaning {}).
+REQUIRED_BODY = frozenset({"missing", "create_token", "fork_checkpoint"})
+# JSON request bodies, by handler name: what the handler reads (fields beyond these are
+# ignored), so a fuzzer's schema-valid bodies are ones the service can accept.
+_COMMIT_FILE = {
+    "type": "object",
+    "required": ["size", "hash", "chunks"],
+    "properties": {
+        "size": {"type": "integer", "minimum": 0},
+        "hash": {"$ref": _REF + "ChunkId"},
+        "chunks": {"type": "array", "maxItems": 16, "items": {"$ref": _REF + "ChunkId"}},
+    },
+}
 REQUESTS: dict[str, dict[str, Any]] = {
     "commit": {
         "type": "object",
-        "properties": {"files": {"type": "object", "additionalProperties": _ref("CommitFile")}},
+        "properties": {
+            "files": {
+                "type": ["object", "null"],
+                "propertyNames": {"$ref": _REF + "FileName"},
+                "additionalProperties": _COMMIT_FILE,
+            }
+        },
+    },
+    "missing": {
+        "type": "object",
+        "required": ["chunks"],
+        "properties": {
+            "chunks": {"type": "array", "maxItems": 100, "items": {"$ref": _REF + "ChunkId"}}
+        },
+    },
+    "open_upload": {
+        "type": "object",
+        "properties": {
+            "metadata": {"type": ["object", "null"]},
+            "tags": {
+                "type": ["array", "null"],
+                "maxItems": 64,
+                "items": {"type": "string", "minLength": 1, "maxLength": 128},
+            },
+        },
+    },
+    "create_token": {
+        "type": "object",
+        "required": ["name", "scopes"],
+        "properties": {
+            "name": {"$ref": _REF + "TokenName"},
+            "scopes": {"type": "array", "minItems": 1, "items": {"enum": ["admin", "read:*"]}},
+        },
+    },
+    "fork_checkpoint": {
+        "type": "object",
+        "required": ["namespace"],
+        "properties": {"namespace": {"$ref": _REF + "Namespace"}},
+    },
+}
+# Path parameters by name (file and token names share `name`: told apart by the path).
+# Narrower than what the service accepts where the full rule is not a regular language
+# (namespaces of up to 8 '/'-separated segments, file paths): one segment here.
+_SEGMENT = "[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+PARAMETERS: dict[str, dict[str, Any]] = {
+    "ns": {"$ref": _REF + "Namespace"},
+    "ref": {"type": "string", "pattern": "^(latest|latest-valid|[0-9A-HJKMNP-TV-Z]{26})$"},
+    "upload_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+    "chunk_id": {"$ref": _REF + "ChunkId"},
+    "name": {"$ref": _REF + "FileName"},
+}
+PATTERNS: dict[str, dict[str, Any]] = {
+    "Namespace": {"type": "string", "pattern": f"^{_SEGMENT}$"},
+    "ChunkId": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+    "TokenName": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+    # Relative, '/'-separated, no empty, '.' or '..' segment, no control characters (the
+    # 1024-byte bound is kept by 255 characters of at most 4 bytes).
+    "FileName": {
+        "type": "string",
+        "pattern": r"^(?!\.{1,2}(/|$))(?!.*/\.{1,2}(/|$))(?!.*//)(?!.*/$)"
+        r"[^/\x00-\x1f\x7f][^\x00-\x1f\x7f]{0,254}$",
+    },
+}
+# Where the id a route answers is used next (OpenAPI links), so a stateful fuzzer gets
+# from opening an upload to its routes, and from a checkpoint to its changes.
+_UPLOAD = {"upload_id": "$response.body#/upload_id"}
+_CKPT = {"ns": "$response.body#/namespace", "ref": "$response.body#/id"}
+LINKS: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
+    "open_upload": {
+        "Missing": ("missing", _UPLOAD),
+        "PutChunk": ("put_chunk", _UPLOAD),
+        "PutChunks": ("put_chunks", _UPLOAD),
+        "PutFile": ("put_file", _UPLOAD),
+        "Commit": ("commit", _UPLOAD),
+        "Abort": ("abort", _UPLOAD),
+    },
+    "commit": {
+        "Get": ("get_checkpoint", _CKPT),
+        "Patch": ("patch_checkpoint", _CKPT),
+        "Delete": ("delete_checkpoint", _CKPT),
+        "Lineage": ("get_lineage", _CKPT),
+        "Fork": ("fork_checkpoint", _CKPT),
+    },
+    "create_token": {
+        "Rotate": ("rotate_token", {"name": "$response.body#/name"}),
+        "Revoke": ("revoke_token", {"name": "$response.body#/name"}),
     },
 }
 
@@ -142,23 +262,59 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
+def _parameter(name: str, raw: str) -> dict[str, Any]:
+    schema = PARAMETERS.get(name, {"type": "string"})
+    if name == "name" and raw.startswith("/v1/admin/tokens/"):
+        schema = _ref("TokenName")
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def _success(name: str) -> dict[str, Any]:
+    """The success answer of a handler: a protocol record, nothing (204), bytes, or (for
+    the routes not yet described field by field) some JSON object."""
+    if name in RESPONSES:
+        status, schema = RESPONSES[name]
+        return {status: {"description": "success", "content": _json(schema)}}
+    if name in NO_CONTENT:
+        return {"204": {"description": "done"}}
+    if name == "metrics":
+        text = {"text/plain": {"schema": {"type": "string"}}}
+        return {"200": {"description": "Prometheus text exposition", "content": text}}
+    if name == "get_file":
+        octets = {"application/octet-stream": {"schema": {"type": "string"}}}
+        return {
+            "200": {"description": "the file", "content": octets},
+            "206": {"description": "a byte range of it", "content": octets},
+            "304": {"description": "not modified (If-None-Match)"},
+        }
+    if name == "openapi_handler":
+        return {"200": {"description": "this document", "content": _json(_OBJECT)}}
+    return {"2XX": {"description": "success", "content": _json(_OBJECT)}}
+
+
 def _operation(route: web.AbstractRoute, raw: str) -> dict[str, Any]:
     doc = (route.handler.__doc__ or "").strip().splitlines()
     name = getattr(route.handler, "__name__", "handler")
     op: dict[str, Any] = {
         "summary": doc[0] if doc else "",
         "operationId": name,
-        "parameters": [
-            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-            for p in _PARAM.findall(raw)
-        ],
-        "responses": {"default": {"description": "error", "content": _json(_ref("Error"))}},
+        "parameters": [_parameter(p, raw) for p in _PARAM.findall(raw)],
+        "responses": {
+            **_success(name),
+            "default": {"description": "error", "content": _json(_ref("Error"))},
+        },
     }
-    if name in RESPONSES:
-        status, schema = RESPONSES[name]
-        op["responses"][status] = {"description": "success", "content": _json(schema)}
     if name in REQUESTS:
-        op["requestBody"] = {"content": _json(REQUESTS[name])}
+        op["requestBody"] = {"required": name in REQUIRED_BODY, "content": _json(REQUESTS[name])}
+    if name in BINARY:
+        raw_body = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+        op["requestBody"] = {"description": BINARY[name], "content": raw_body}
+    for status, answer in op["responses"].items():
+        if name in LINKS and status.startswith("2"):
+            answer["links"] = {
+                link: {"operationId": target, "parameters": params}
+                for link, (target, params) in LINKS[name].items()
+            }
     return op
 
 

@@ -62,6 +62,8 @@ def _commit_file(name: str, spec: Any) -> CommitFile:
     if not isinstance(spec, dict) or not isinstance(spec.get("chunks"), list):
         raise InvalidRequest(f"file {name!r} needs size, hash and a chunks list")
     size = spec.get("size")
+    if isinstance(size, float) and size.is_integer():  # JSON has one number type: 7.0 is 7
+        size = int(size)
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InvalidRequest(f"file {name!r}: size must be a non-negative integer")
     digest = spec.get("hash", "")

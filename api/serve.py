@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import ssl
 
 from aiohttp import web
 
 from .app import create_app
 from .observability import AccessLogger, configure_logging
-from .settings import Settings
+from .settings import Settings, SettingsError
+from .tls import server_context
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -34,8 +36,19 @@ def _tune_malloc() -> None:
 def serve(settings: Settings) -> None:
     _tune_malloc()
     configure_logging(settings.log_format)
+    tls = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        try:
+            tls = server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        except (OSError, ssl.SSLError) as e:
+            raise SettingsError(f"[server] tls_cert / tls_key / tls_client_ca: {e}") from None
     logging.getLogger("ckpt.api").info(
-        "serving %s on http://%s:%d", settings.data_dir, settings.host, settings.port
+        "serving %s on %s://%s:%d%s",
+        settings.data_dir,
+        "https" if tls else "http",
+        settings.host,
+        settings.port,
+        " (client certificates required)" if settings.tls_client_ca else "",
     )
     # run_app turns SIGTERM into a graceful exit: stop accepting, let in-flight requests
     # finish (up to shutdown_timeout), then the cleanup context drains the writer and closes
@@ -45,6 +58,7 @@ def serve(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         shutdown_timeout=settings.shutdown_timeout,
+        ssl_context=tls,
         access_log=logging.getLogger("ckpt.access"),
         access_log_class=AccessLogger,
         print=None,

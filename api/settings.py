@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from client.protocol import DEFAULT_DATA_DIR, DEFAULT_PORT, parse_duration, parse_size
 from vault import PROFILES, Keyring, VaultConfig, VaultError
+from vault.quotas import Quota
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,6 +46,26 @@ def _log_format(value: object) -> str:
     if value not in ("auto", "json", "text"):
         raise ValueError(f"must be auto, json or text, got {value!r}")
     return str(value)
+
+
+def _optional_path(value: object, ok: Callable[[Path], bool], need: str) -> Path | None:
+    """Empty: none. Otherwise a path that passes `ok` now (not at first use)."""
+    if value in ("", None):
+        return None
+    path = Path(str(value))
+    if not ok(path):
+        raise ValueError(f"must be {need}, got {value!r}")
+    return path
+
+
+def _optional_dir(value: object) -> Path | None:
+    """An absolute directory (backups land only there)."""
+    return _optional_path(value, Path.is_absolute, "an absolute directory")
+
+
+def _optional_file(value: object) -> Path | None:
+    """A file that exists (TLS certificates and keys)."""
+    return _optional_path(value, Path.is_file, "an existing file")
 
 
 def _key_file(value: object) -> Path | None:
@@ -88,7 +109,12 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "worker_threads"): ("worker_threads", _positive_int),
     ("server", "max_json_body"): ("max_json_body", parse_size),
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
+    ("server", "body_timeout"): ("body_timeout", parse_duration),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
+    ("server", "backup_dir"): ("backup_dir", _optional_dir),
+    ("server", "tls_cert"): ("tls_cert", _optional_file),
+    ("server", "tls_key"): ("tls_key", _optional_file),
+    ("server", "tls_client_ca"): ("tls_client_ca", _optional_file),
     ("log", "format"): ("log_format", _log_format),
     ("encryption", "key_file"): ("key_file", _key_file),
     ("storage", "map_size"): ("vault.map_size", parse_size),
@@ -96,6 +122,10 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("storage", "default_profile"): ("vault.default_profile", _profile),
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
     ("uploads", "max_sessions"): ("vault.max_upload_sessions", _positive_int),
+    ("uploads", "max_sessions_per_token"): ("vault.max_upload_sessions_per_token", _positive_int),
+    ("uploads", "max_pending_bytes_per_token"): ("vault.max_pending_bytes_per_token", parse_size),
+    ("limits", "requests_per_second"): ("requests_per_second", float),
+    ("limits", "burst"): ("request_burst", float),
     ("gc", "grace"): ("vault.gc_grace", parse_duration),
     ("maintenance", "retention_interval"): ("maintenance.retention_interval", parse_duration),
     ("maintenance", "gc_interval"): ("maintenance.gc_interval", parse_duration),
@@ -114,10 +144,27 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     worker_threads: int = 16  # blocking vault calls in flight; most wait on the writer
-    max_json_body: int = 64 << 20  # a commit listing 160k chunks is ~11 MB of JSON
+    # A commit listing 160k chunks (a 10 GiB file at 64 KiB) is ~11 MB of JSON; anything
+    # bigger streams files or commits in parts. Parsed on the worker pool (api/http.py).
+    max_json_body: int = 16 << 20
     shutdown_timeout: float = 30.0
+    # Longest wait for the next byte of a request body; then 408 and the connection closes.
+    body_timeout: float = 60.0
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     log_format: str = "auto"  # JSON lines unless stderr is a terminal
+    # The only directory `POST /v1/admin/catalog/backup?to=` may write files into; None:
+    # backups go to tiers only (an admin token must not write arbitrary server paths).
+    backup_dir: Path | None = None
+    # Per token (by name; admin exempt): average requests per second and burst; then 429
+    # with Retry-After. 0 turns it off. A 2 MiB chunk batch per request at 300 MB/s is
+    # ~150 requests per second, so the default leaves producers alone.
+    requests_per_second: float = 500.0
+    request_burst: float = 1000.0
+    # HTTPS: certificate (chain) and key, PEM; with tls_client_ca clients must also present
+    # a certificate that CA signed (mTLS). All None: plain HTTP (keep it on loopback).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
     # Seals everything written to other tiers (AES-256-GCM); None: stored plain.
     key_file: Path | None = None
     vault: VaultConfig = field(default_factory=VaultConfig)
@@ -163,6 +210,8 @@ def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
         out[f"tiers.{name}"] = {
             k: "<redacted>" if any(w in k for w in REDACTED_KEYS) else v for k, v in spec.items()
         }
+    if settings.vault.quotas:
+        out["quotas"] = {q.glob: q.logical_bytes for q in settings.vault.quotas}
     for (section, key), (attr, _) in _KEYS.items():
         holder: Any = settings
         for part in attr.split("."):
@@ -191,6 +240,19 @@ def _tiers(table: object, origin: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _quotas(table: object, origin: str) -> tuple[Quota, ...]:
+    """[quotas]: namespace glob = size (logical bytes of live checkpoints, vault/quotas.py)."""
+    if not isinstance(table, dict):
+        raise SettingsError(f"{origin}: [quotas] must be a table of glob = size")
+    out = []
+    for glob, size in table.items():
+        try:
+            out.append(Quota(str(glob), parse_size(size)))
+        except (TypeError, ValueError) as e:
+            raise SettingsError(f"{origin}: [quotas] {glob!r}: {e}") from None
+    return tuple(out)
+
+
 def load_settings(
     config_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
@@ -204,11 +266,13 @@ def load_settings(
             raise SettingsError(f"{config_file}: {e}") from None
         flat: dict[tuple[str, str], object] = {}
         tiers = _tiers(doc.pop("tiers", {}), str(config_file))
+        quotas = _quotas(doc.pop("quotas", {}), str(config_file))
         for section, table in doc.items():
             if not isinstance(table, dict):
                 raise SettingsError(f"{config_file}: top-level key {section!r} is not a section")
             flat.update({(section, k): v for k, v in table.items()})
         settings = replace(settings.with_values(flat, str(config_file)), tiers=tiers)
+        settings = replace(settings, vault=replace(settings.vault, quotas=quotas))
     env = os.environ if environ is None else environ
     from_env = {}
     for name, value in env.items():
@@ -216,4 +280,9 @@ def load_settings(
             section, _, key = name[5:].lower().partition("_")
             from_env[(section, key)] = value
     settings = settings.with_values(from_env, "environment")
-    return settings.with_values(overrides or {}, "command line")
+    settings = settings.with_values(overrides or {}, "command line")
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise SettingsError("[server] tls_cert and tls_key go together: give both or neither")
+    if settings.tls_client_ca is not None and settings.tls_cert is None:
+        raise SettingsError("[server] tls_client_ca needs tls_cert and tls_key")
+    return settings

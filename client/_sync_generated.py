@@ -196,14 +196,25 @@ class VaultClient(BlockingClient):
     def health(self) -> dict[str, Any]:
         return self._run(self.aio.health())
 
-    def create_token(self, name: str, scopes: list[str]) -> dict[str, Any]:
-        return self._run(self.aio.create_token(name, scopes))
+    def create_token(
+        self, name: str, scopes: list[str], expires: str | None = None
+    ) -> dict[str, Any]:
+        """A new token (admin); `expires` a duration like "30d" (None: never)."""
+        return self._run(self.aio.create_token(name, scopes, expires))
+
+    def rotate_token(self, name: str, grace: str = "1h") -> dict[str, Any]:
+        """A new secret for `name` (admin); the old one works for `grace` more."""
+        return self._run(self.aio.rotate_token(name, grace))
 
     def tokens(self) -> list[dict[str, Any]]:
         return self._run(self.aio.tokens())
 
     def revoke_token(self, name: str) -> None:
         self._run(self.aio.revoke_token(name))
+
+    def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest audit log entries (admin): who changed what, when, request id."""
+        return self._run(self.aio.audit(limit))
 
     def gc(self, dry_run: bool = False) -> dict[str, Any]:
         return self._run(self.aio.gc(dry_run))

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import ssl
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import blake3
 
@@ -34,6 +36,7 @@ from .protocol import (
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
     DEFAULT_DATA_DIR,
+    DEFAULT_PORT,
     DEFAULT_URL,
     ChunkingProfile,
     StreamChunker,
@@ -57,13 +60,57 @@ PIECES_IN_FLIGHT = 2  # pieces being sent at once: bounds memory at ~2 x 8 MiB
 NOVEL_STREAK = 2
 
 
-def default_token() -> str | None:
-    """CKPT_TOKEN, else the admin token of a local ./ckpt-data, else None."""
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_local_default(url: str) -> bool:
+    """Is `url` the server `ckpt serve` starts by default (loopback, port 8470)?"""
+    parts = urlsplit(url)
+    return (
+        parts.scheme in ("http", "https")
+        and parts.hostname in _LOOPBACK
+        and parts.port == DEFAULT_PORT
+    )
+
+
+def default_token(url: str = DEFAULT_URL) -> str | None:
+    """CKPT_TOKEN, else the admin token of a local ./ckpt-data (only for the local default
+    server: that file is the local server's admin secret, and used to be sent to whatever
+    URL was given, plain HTTP included), else None."""
     token = os.environ.get("CKPT_TOKEN")
     if token:
         return token
     path = Path(DEFAULT_DATA_DIR) / ADMIN_TOKEN_FILE
-    return path.read_text().strip() if path.is_file() else None
+    return path.read_text().strip() if is_local_default(url) and path.is_file() else None
+
+
+def warn_plain_http(url: str, token: str | None) -> None:
+    """A bearer token over plain HTTP beyond loopback can be read off the network."""
+    parts = urlsplit(url)
+    if token and parts.scheme == "http" and parts.hostname not in _LOOPBACK:
+        warnings.warn(
+            f"sending a token over plain HTTP to {parts.hostname}; use https:// (TLS)",
+            PlainHttpWarning,
+            stacklevel=3,
+        )
+
+
+def tls_from_env() -> ssl.SSLContext | None:
+    """A verifying TLS context when CKPT_CA_FILE (trust this CA too, e.g. a private one)
+    or CKPT_CLIENT_CERT / CKPT_CLIENT_KEY (present a certificate: mTLS) are set; None
+    leaves aiohttp's default (the system's CAs). Verification is never turned off."""
+    ca = os.environ.get("CKPT_CA_FILE")
+    cert = os.environ.get("CKPT_CLIENT_CERT")
+    if not ca and not cert:
+        return None
+    ctx = ssl.create_default_context(cafile=ca or None)
+    if cert:
+        ctx.load_cert_chain(cert, os.environ.get("CKPT_CLIENT_KEY") or None)
+    return ctx
+
+
+class PlainHttpWarning(UserWarning):
+    """A token is about to travel unencrypted beyond this machine."""
 
 
 def _ns(namespace: str) -> str:
@@ -102,12 +149,15 @@ class AsyncVaultClient:
         max_background_saves: int = 1,
     ) -> None:
         self.url = url or os.environ.get("CKPT_URL") or DEFAULT_URL
+        token = token if token is not None else default_token(self.url)
+        warn_plain_http(self.url, token)
         self._t = Transport(
             self.url,
-            token if token is not None else default_token(),
+            token,
             retry=retry,
             connections=connections,
             timeout=timeout,
+            tls=tls_from_env(),
         )
         self.small_save_limit = small_save_limit
         self.progress = progress
@@ -423,18 +473,30 @@ class AsyncVaultClient:
     async def health(self) -> dict[str, Any]:
         return dict(await self._t.json("GET", "/v1/health"))
 
-    async def create_token(self, name: str, scopes: list[str]) -> dict[str, Any]:
-        return dict(
-            await self._t.json(
-                "POST", "/v1/admin/tokens", json_body={"name": name, "scopes": scopes}
-            )
-        )
+    async def create_token(
+        self, name: str, scopes: list[str], expires: str | None = None
+    ) -> dict[str, Any]:
+        """A new token (admin); `expires` a duration like "30d" (None: never)."""
+        body: dict[str, Any] = {"name": name, "scopes": scopes}
+        if expires is not None:
+            body["expires"] = expires
+        return dict(await self._t.json("POST", "/v1/admin/tokens", json_body=body))
+
+    async def rotate_token(self, name: str, grace: str = "1h") -> dict[str, Any]:
+        """A new secret for `name` (admin); the old one works for `grace` more."""
+        path = f"/v1/admin/tokens/{quote(name)}/rotate"
+        return dict(await self._t.json("POST", path, json_body={"grace": grace}))
 
     async def tokens(self) -> list[dict[str, Any]]:
         return list((await self._t.json("GET", "/v1/admin/tokens"))["tokens"])
 
     async def revoke_token(self, name: str) -> None:
         await self._t.request("DELETE", f"/v1/admin/tokens/{quote(name)}")
+
+    async def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest audit log entries (admin): who changed what, when, request id."""
+        out = await self._t.json("GET", f"/v1/admin/audit?limit={int(limit)}")
+        return list(out["entries"])
 
     async def gc(self, dry_run: bool = False) -> dict[str, Any]:
         return dict(

@@ -86,6 +86,25 @@ class UploadExpired(ClientError):
     code = "upload_expired"
 
 
+class BodyTimeout(ClientError):
+    """The server stopped waiting for the rest of a request body (`server.body_timeout`)."""
+
+    code = "body_timeout"
+
+
+class QuotaExceeded(ClientError):
+    """A namespace group's storage quota is used up: delete checkpoints first."""
+
+    code = "quota_exceeded"
+
+
+class RateLimited(ClientError):
+    """This token made more requests than its rate allows; `retry_after` says when to
+    try again (the client's retry policy waits it out)."""
+
+    code = "rate_limited"
+
+
 class TooManyUploads(ClientError):
     code = "too_many_uploads"
 

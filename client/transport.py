@@ -15,6 +15,7 @@ import asyncio
 import email.utils
 import json
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -84,8 +85,10 @@ class Transport:
         retry: RetryPolicy | None = None,
         connections: int = 8,
         timeout: float = 300.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self._tls = tls  # None: aiohttp's default, verifying against the system's CAs
         self.retry = retry or RetryPolicy()
         self.transfer = Transfer()
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -97,7 +100,9 @@ class Transport:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
-                connector=aiohttp.TCPConnector(limit=self._connections),
+                connector=aiohttp.TCPConnector(
+                    limit=self._connections, ssl=self._tls if self._tls is not None else True
+                ),
                 read_bufsize=READ_BUFFER,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self._timeout),
             )

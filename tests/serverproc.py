@@ -12,6 +12,7 @@ import http.client
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -36,13 +37,23 @@ class ServerProcess:
     """One `ckpt serve` child at a time over a fixed data dir and port."""
 
     def __init__(
-        self, data_dir: Path, port: int, log_path: Path, config: Path | None = None
+        self,
+        data_dir: Path,
+        port: int,
+        log_path: Path,
+        config: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`tls`: the server speaks HTTPS (its certificate in `extra_args`); this context
+        is what the readiness probe connects with."""
         self.config = config
         self.data_dir = data_dir
         self.port = port
         self.host = "127.0.0.1"
-        self.url = f"http://{self.host}:{port}"
+        self.url = f"{'https' if tls else 'http'}://{self.host}:{port}"
+        self.extra_args = extra_args
+        self.tls = tls
         self.log_path = log_path
         self.token = ""
         self.starts = 0
@@ -72,6 +83,7 @@ class ServerProcess:
                 "--port",
                 str(self.port),
                 *(["--config", str(self.config)] if self.config else []),
+                *self.extra_args,
             ],
             cwd=self.data_dir.parent,
             stdin=subprocess.DEVNULL,
@@ -85,7 +97,13 @@ class ServerProcess:
         assert self.token, "admin.token is empty"
 
     def _probe(self) -> bool:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=PROBE_TIMEOUT)
+        conn = (
+            http.client.HTTPSConnection(
+                self.host, self.port, timeout=PROBE_TIMEOUT, context=self.tls
+            )
+            if self.tls is not None
+            else http.client.HTTPConnection(self.host, self.port, timeout=PROBE_TIMEOUT)
+        )
         try:
             conn.request("GET", "/v1/health")
             resp = conn.getresponse()

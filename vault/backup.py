@@ -61,8 +61,8 @@ def backup_to(store: Store, scratch: Path, to: str | None) -> dict[str, Any]:
     started = time.monotonic()
     tiers = store.tiers
     target = to if to is not None else (list(tiers)[-1] if tiers else None)
-    if target is None:
-        raise InvalidRequest("no tier is configured: give `to`, a tier name or a server path")
+    if target is None:  # the request is fine; the server's configuration lacks a place
+        raise Conflict("no tier is configured: give `to`, a tier name or a server path")
     if target not in tiers and not os.path.isabs(target):
         raise InvalidRequest(f"{target!r} is neither a configured tier nor an absolute path")
     fd, tmp_name = tempfile.mkstemp(prefix=".catalog-backup-", dir=scratch)

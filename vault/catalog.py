@@ -10,13 +10,14 @@ saver finds its checkpoints by their own ids) does not read every newer record.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import blake3
 import lmdb
 
 from .content.chunks import Chunks
+from .domains import NamespaceRefs
 from .env import Env
 from .errors import CheckpointNotFound, InvalidRequest, NamespaceNotFound
 from .manifest import FileEntry, decode_manifest, distinct_chunks, encode_manifest
@@ -62,6 +63,7 @@ class Catalog:
         self._namespaces = env.db["namespaces"]
         self._chunks = chunks
         self._counters = chunks.counters
+        self.nsrefs = NamespaceRefs(env)
 
     # -- namespaces -------------------------------------------------------------------
     def namespace(self, txn: lmdb.Transaction, ns: str) -> NamespaceRecord | None:
@@ -80,6 +82,22 @@ class Catalog:
     def namespaces(self, txn: lmdb.Transaction) -> Iterator[NamespaceRecord]:
         for _, raw in txn.cursor(db=self._namespaces):
             yield NamespaceRecord.from_json(raw)
+
+    def namespaces_under(
+        self, txn: lmdb.Transaction, prefix: str, match: Callable[[str], bool]
+    ) -> Iterator[NamespaceRecord]:
+        """Records of the namespaces whose names start with `prefix` and pass `match`
+        (one cursor range; only matching records are decoded)."""
+        start = prefix.encode()
+        cur = txn.cursor(db=self._namespaces)
+        ok = cur.set_range(start)
+        while ok:
+            key = bytes(cur.key())
+            if not key.startswith(start):
+                return
+            if match(key.decode()):
+                yield NamespaceRecord.from_json(cur.value())
+            ok = cur.next()
 
     # -- checkpoints ------------------------------------------------------------------
     def record(self, txn: lmdb.Transaction, cid: str) -> CheckpointRecord | None:
@@ -172,6 +190,7 @@ class Catalog:
         tags: list[str],
         files: dict[str, FileEntry],
         now: float,
+        created_by: str | None = None,
     ) -> CheckpointRecord:
         """Build the record of a new checkpoint with these files and make it visible."""
         rec = CheckpointRecord(
@@ -183,6 +202,7 @@ class Catalog:
             tags=tags,
             files={n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())},
             size=sum(e.size for e in files.values()),
+            created_by=created_by,
         )
         self.add(txn, rec, files, int(now * 1000))
         return rec
@@ -204,7 +224,9 @@ class Catalog:
         ns.checkpoints += 1
         ns.logical_bytes += rec.size
         self.put_namespace(txn, ns)
-        self._chunks.add_refs(txn, distinct_chunks(files), +1, now_ms)
+        distinct = distinct_chunks(files)
+        self._chunks.add_refs(txn, distinct, +1, now_ms)
+        self.nsrefs.add(txn, rec.namespace, distinct, +1)
         self._counters.add(txn, "checkpoints", 1)
         self._counters.add(txn, "logical_bytes", rec.size)
 
@@ -223,7 +245,9 @@ class Catalog:
         ns.checkpoints -= 1
         ns.logical_bytes -= rec.size
         self.put_namespace(txn, ns)
-        self._chunks.add_refs(txn, distinct_chunks(files), -1, int(now * 1000))
+        distinct = distinct_chunks(files)
+        self._chunks.add_refs(txn, distinct, -1, int(now * 1000))
+        self.nsrefs.add(txn, rec.namespace, distinct, -1)
         self._counters.add(txn, "checkpoints", -1)
         self._counters.add(txn, "logical_bytes", -rec.size)
 

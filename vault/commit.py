@@ -20,12 +20,27 @@ from client.protocol import CommitFile
 
 from .content.reader import Reader
 from .create import Draft, create
-from .errors import Conflict, HashMismatch, InvalidRequest, MissingChunks, UploadExpired
+from .domains import Domain, cached
+from .errors import (
+    Conflict,
+    HashMismatch,
+    InvalidRequest,
+    MissingChunks,
+    TooLarge,
+    UploadExpired,
+)
 from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
 from .records import CheckpointRecord, UploadSession
 from .store import Store
-from .uploads import OPEN_UPLOADS, Uploads
+from .uploads import Uploads
+
+# A listed file may have at most MAX_CHUNKS_SLACK + size // MIN_AVERAGE_CHUNK chunks.
+# FastCDC's smallest profile cuts 1 KiB on average and tensor-aware cutting adds one short
+# chunk per small tensor; 400,000 8-byte chunks in one file (a 42 MB manifest and +150 MB
+# of catalog for 4.8 MB of data, slowing everyone's commits) is not a checkpoint.
+MIN_AVERAGE_CHUNK = 256
+MAX_CHUNKS_SLACK = 4096
 
 
 def _parse_listed(
@@ -37,6 +52,11 @@ def _parse_listed(
         check_file_name(name)
         if spec.size < 0:
             raise InvalidRequest(f"file {name!r}: size must be a non-negative integer")
+        if len(spec.chunks) > MAX_CHUNKS_SLACK + spec.size // MIN_AVERAGE_CHUNK:
+            raise TooLarge(
+                f"file {name!r}: {len(spec.chunks)} chunks for {spec.size} bytes; at most "
+                f"{MAX_CHUNKS_SLACK} plus one per {MIN_AVERAGE_CHUNK} bytes"
+            )
         digest = check_chunk_id(spec.hash)  # same 64-hex form as chunk ids
         out[name] = (spec.size, digest, [check_chunk_id(c) for c in spec.chunks])
     return out
@@ -49,15 +69,18 @@ class Committer:
         self._reader = reader
 
     def commit(
-        self, upload_id: str, files: Mapping[str, CommitFile] | None
+        self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
     ) -> tuple[CheckpointRecord, bool]:
-        """Commit an upload; returns the record and whether this call created it."""
+        """Commit an upload; returns the record and whether this call created it. Listed
+        chunks count only if stored inside the caller's `domain` or sent by this session
+        (vault/domains.py); others are `missing_chunks`, and no size or hash of them is
+        ever computed into an answer."""
         listed = _parse_listed(files)
         with self._s.catalog_env.read() as txn:
             session = self._uploads.get(txn, upload_id)
             if session.committed:
                 return self._existing(txn, session), False
-            entries = self._entries(txn, listed)
+            entries = self._entries(txn, upload_id, listed, cached(domain))
             proven = set(self._parent_files(txn, session).values())
             latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
             if latest is not None and latest.id != session.parent:
@@ -77,7 +100,11 @@ class Committer:
         return rec
 
     def _entries(
-        self, txn: lmdb.Transaction, listed: dict[str, tuple[int, bytes, list[bytes]]]
+        self,
+        txn: lmdb.Transaction,
+        upload_id: str,
+        listed: dict[str, tuple[int, bytes, list[bytes]]],
+        domain: Domain,
     ) -> dict[str, FileEntry]:
         entries: dict[str, FileEntry] = {}
         missing: list[str] = []
@@ -85,7 +112,7 @@ class Committer:
             chunks = []
             for cid in cids:
                 meta = self._s.chunks.meta(txn, cid)
-                if meta is None or meta.damaged:
+                if meta is None or not self._uploads.present(txn, upload_id, cid, domain):
                     missing.append(cid.hex())
                 else:
                     chunks.append((cid, meta.size))
@@ -123,10 +150,11 @@ class Committer:
             session.metadata,
             session.tags,
             files,
+            session.created_by,
         )
         rec = create(self._s, txn, draft, now)
         session.committed = rec.id
-        self._s.counters.add(txn, OPEN_UPLOADS, -1)
+        self._uploads.count(txn, session, -1)
         self._uploads.put(txn, session)
         self._uploads.drop(txn, upload_id, keep_session=True)
         return rec, True

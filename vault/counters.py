@@ -22,6 +22,17 @@ class Counters:
         value = _VALUE.unpack(raw)[0] if raw is not None else 0
         txn.put(key, _VALUE.pack(value + delta), db=self._db)
 
+    def with_prefix(self, txn: lmdb.Transaction, prefix: str) -> dict[str, int]:
+        """Every counter named `prefix` + something, by that something."""
+        start = prefix.encode()
+        out: dict[str, int] = {}
+        cur = txn.cursor(db=self._db)
+        ok = cur.set_range(start)
+        while ok and bytes(cur.key()).startswith(start):
+            out[bytes(cur.key())[len(start) :].decode()] = int(_VALUE.unpack(cur.value())[0])
+            ok = cur.next()
+        return out
+
     def get(self, txn: lmdb.Transaction, name: str) -> int:
         raw = txn.get(name.encode(), db=self._db)
         return int(_VALUE.unpack(raw)[0]) if raw is not None else 0

@@ -17,6 +17,7 @@ from typing import Any
 
 import lmdb
 
+from . import quotas
 from .errors import Conflict, MissingChunks
 from .manifest import FileEntry, distinct_chunks
 from .records import CheckpointRecord, NamespaceRecord
@@ -33,6 +34,7 @@ class Draft:
     metadata: dict[str, Any]
     tags: list[str]
     files: dict[str, FileEntry]
+    created_by: str | None = None  # token name, for append-only rules
 
 
 def ensure_namespace(
@@ -63,6 +65,9 @@ def create(store: Store, txn: lmdb.Transaction, draft: Draft, now: float) -> Che
     missing = [c.hex() for c in distinct_chunks(files) if not store.chunks.usable(txn, c)]
     if missing:
         raise MissingChunks(missing)
+    if store.config.quotas:
+        size = sum(e.size for e in files.values())
+        quotas.check(txn, store.catalog, store.config.quotas, draft.namespace, size)
     return store.catalog.create(
         txn,
         store.ids.next(int(now * 1000)),
@@ -72,4 +77,5 @@ def create(store: Store, txn: lmdb.Transaction, draft: Draft, now: float) -> Che
         draft.tags,
         files,
         now,
+        draft.created_by,
     )

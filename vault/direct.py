@@ -45,6 +45,7 @@ class DirectSaver:
         tags: Any = None,
         chunking: Any = None,
         key: str | None = None,
+        by: str | None = None,
     ) -> tuple[CheckpointRecord, bool]:
         """Create a checkpoint from in-memory files; returns (record, created)."""
         wanted = self._check(ns, files, parent, inherit, key, chunking)
@@ -66,7 +67,7 @@ class DirectSaver:
             parent_id = self._s.catalog.resolve(txn, ns, parent).id if parent else None
             # Referenced by the checkpoint made in this same transaction: no reservation.
             store_all(self._s, w, items, 0, inline=True)
-            draft = Draft(ns, parent_id, inherit, metadata, tags, entries)
+            draft = Draft(ns, parent_id, inherit, metadata, tags, entries, by)
             rec = create(self._s, txn, draft, now)
             if key is not None:
                 self._keys.remember(txn, key, rec, now)

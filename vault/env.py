@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -47,6 +48,9 @@ CATALOG_DBS = (
     b"tokens",  # key id -> token JSON (hash of the secret, scopes)
     b"policies",  # namespace (or NUL "default") -> policy JSON
     b"counters",  # name -> signed 64-bit total
+    b"nsrefs",  # chunk id + namespace -> u32 live checkpoints of it referencing the chunk
+    b"uploadchunks",  # upload id \0 chunk id -> b"": chunks this session sent (dedup domains)
+    b"audit",  # time (ms, u64 BE) + sequence (u32) -> audit entry JSON (vault/audit.py)
     b"keys",  # encryption key id (2 bytes, big endian) -> check value of that key
 )
 MIN_MAP_SIZE = 1 << 20
@@ -73,6 +77,19 @@ def _madvise_dontneed(path: Path) -> None:
             if len(fields) == 6 and fields[5].strip() == target:
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+
+
+def make_private(path: Path) -> None:
+    """Directory `path` 0700 and the regular files directly in it 0600, whatever the umask.
+
+    LMDB holds plaintext frames and the catalog (file names, metadata, token hashes); under
+    the common umask 022 the data dir was 0755 and its files 0644, so any local user could
+    grep stored content. Applied at every open, so existing data dirs are tightened too.
+    """
+    os.chmod(path, 0o700)
+    for entry in os.scandir(path):
+        if entry.is_file(follow_symlinks=False):
+            os.chmod(entry.path, 0o600)
 
 
 def _lock_dir(path: Path) -> IO[bytes]:
@@ -146,9 +163,11 @@ class Env:
             max_dbs=len(names) + 2,
             max_readers=512,
             readahead=False,  # random chunk reads; readahead only pollutes the page cache
+            mode=0o600,
             sync=True,
             metasync=True,
         )
+        make_private(path)
         self.db = {name.decode(): self.lmdb.open_db(name) for name in names}
         self._lock = _SharedExclusiveLock()
         self._data_file = data_file

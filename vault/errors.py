@@ -111,6 +111,19 @@ class VaultInUse(Conflict):
     engine assumes it is the only one writing, so a second opener is refused at once."""
 
 
+class NotPermitted(VaultError):
+    """The caller's token may act on the namespace, but not this way: a write-only
+    (append-only) token changing a checkpoint it did not create, or removing tags."""
+
+    code = "forbidden"
+
+
+class QuotaExceeded(VaultError):
+    """A checkpoint would take a namespace group past its storage quota (vault/quotas.py)."""
+
+    code = "quota_exceeded"
+
+
 class TooManyUploads(VaultError):
     code = "too_many_uploads"
 

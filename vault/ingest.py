@@ -12,19 +12,24 @@ from concurrent.futures import Future
 import blake3
 
 from .chunking import ChunkingProfile, StreamChunker
+from .domains import Domain, cached
 from .frame import Encoder, chunk_id
 from .manifest import FileEntry
 from .names import check_file_name
 from .store import Store, store_all
 from .uploads import Uploads
+from .writer import WriteTxn
 
 
 class FileIngest:
     """One file being streamed into an upload session. Not thread-safe: feed in order."""
 
-    def __init__(self, store: Store, uploads: Uploads, upload_id: str, name: str) -> None:
+    def __init__(
+        self, store: Store, uploads: Uploads, upload_id: str, name: str, domain: Domain = None
+    ) -> None:
         self._s = store
         self._uploads = uploads
+        self._domain = cached(domain)
         self._upload_id = upload_id
         self.name = check_file_name(name)
         with store.catalog_env.read() as txn:
@@ -48,15 +53,25 @@ class FileIngest:
         self._chunks.extend(zip(ids, (len(c) for c in chunks), strict=True))
         with self._s.catalog_env.read() as txn:
             known = {c for c in set(ids) if self._s.chunks.usable(txn, c)}
+            seen = {
+                c for c in known if self._uploads.present(txn, self._upload_id, c, self._domain)
+            }
         items: dict[bytes, tuple[memoryview, bytes | None]] = {}
         for cid, data in zip(ids, chunks, strict=True):
             if cid not in items:
                 items[cid] = (data, None if cid in known else self._encoder.encode(data))
         self._wait()
         if items:
+            # Charged: bytes new to the caller, stored elsewhere or not, so the limit
+            # answers the same whether another tenant holds them (vault/domains.py).
+            fresh = sum(len(d) for c, (d, _) in items.items() if c not in seen)
+
+            def op(w: WriteTxn) -> int:
+                self._uploads.charge(w.catalog, self._upload_id, fresh)
+                return store_all(self._s, w, items, self._until_ms)
+
             self._pending = self._s.writer.submit(
-                lambda w: store_all(self._s, w, items, self._until_ms),
-                size=sum(len(f) for _, f in items.values() if f is not None),
+                op, size=sum(len(f) for _, f in items.values() if f is not None)
             )
 
     def _wait(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from .catalog import Catalog
 from .create import Draft, create, ensure_namespace
-from .errors import Conflict, InvalidRequest
+from .errors import Conflict, InvalidRequest, NotPermitted
 from .manifest import distinct_chunks
 from .names import check_namespace
 from .records import VALIDITY_STATES, CheckpointRecord, Validity
@@ -31,6 +31,18 @@ def parse_validity(value: Any, source: str, now: float) -> Validity:
     return Validity(value["state"], reason, source, now)
 
 
+def _check_append_only(
+    rec: CheckpointRecord, by: str | None, validity: bool, tags: list[str] | None
+) -> None:
+    if (validity or tags is not None) and (rec.created_by is None or rec.created_by != by):
+        raise NotPermitted(
+            f"checkpoint {rec.id} was not created by token {by!r}: changing its validity or "
+            "tags needs the delete scope"
+        )
+    if tags is not None and not set(rec.tags) <= set(tags):
+        raise NotPermitted("removing tags needs the delete scope (it can make history deletable)")
+
+
 class Lifecycle:
     def __init__(self, store: Store) -> None:
         self._s = store
@@ -40,8 +52,20 @@ class Lifecycle:
         return self._s.catalog
 
     def patch(
-        self, ns: str, cid: str, *, validity: Any = None, pinned: Any = None, tags: Any = None
+        self,
+        ns: str,
+        cid: str,
+        *,
+        validity: Any = None,
+        pinned: Any = None,
+        tags: Any = None,
+        by: str | None = None,
+        append_only: bool = False,
     ) -> CheckpointRecord:
+        """Set validity, pinned or tags. `append_only` (a token without delete): validity
+        and tags only on checkpoints `by` created, and tags only added, never removed;
+        otherwise a write token could strip `release` (retention then deletes it) or mark
+        others' checkpoints invalid (moving `latest-valid` back)."""
         now = self._s.clock.now()
         new_validity = parse_validity(validity, "producer", now) if validity is not None else None
         new_tags = check_tags(tags) if tags is not None else None
@@ -51,6 +75,8 @@ class Lifecycle:
         def op(w: WriteTxn) -> CheckpointRecord:
             txn = w.catalog
             rec = self._catalog.resolve(txn, ns, cid)
+            if append_only:
+                _check_append_only(rec, by, new_validity is not None, new_tags)
             if new_validity is not None:
                 rec.validity = new_validity
             if pinned is not None:
@@ -72,7 +98,9 @@ class Lifecycle:
 
         self._s.writer.run(op)
 
-    def fork(self, ns: str, ref: str, target: Any, metadata: Any, tags: Any) -> CheckpointRecord:
+    def fork(
+        self, ns: str, ref: str, target: Any, metadata: Any, tags: Any, by: str | None = None
+    ) -> CheckpointRecord:
         if not isinstance(target, str):
             raise InvalidRequest("fork needs a target namespace")
         check_namespace(target)
@@ -86,7 +114,8 @@ class Lifecycle:
             profile = self._catalog.require_namespace(txn, ns).profile
             ensure_namespace(self._s, txn, target, profile, now)
             files = self._catalog.manifest(txn, src.id)
-            return create(self._s, txn, Draft(target, src.id, False, metadata, tags, files), now)
+            draft = Draft(target, src.id, False, metadata, tags, files, by)
+            return create(self._s, txn, draft, now)
 
         return self._s.writer.run(op)
 

@@ -52,6 +52,7 @@ class CheckpointRecord:
     tier: str = "hot"
     deleted_at: float | None = None  # set on tombstones
     promoted_at: float | None = None  # last brought back hot by a read; ages from here
+    created_by: str | None = None  # token name that made it (append-only rules; audit)
 
     @property
     def is_tombstone(self) -> bool:
@@ -111,6 +112,7 @@ _RECORD_FIELDS = (
     "tier",
     "deleted_at",
     "promoted_at",
+    "created_by",
 )
 
 
@@ -144,6 +146,8 @@ class UploadSession:
     created_at: float
     expires_at: float
     committed: str | None = None  # checkpoint id once committed
+    created_by: str | None = None  # token name that opened it (per-token limits, ownership)
+    sent_bytes: int = 0  # bytes of new chunks it stored, pending until it ends
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -13,6 +13,7 @@ from .clock import Clock
 from .config import VaultConfig
 from .content.chunks import Chunks
 from .counters import Counters
+from .domains import NSREFS_BUILT
 from .env import CATALOG_DBS, FRAME_DBS, Env
 from .ids import IdGenerator
 from .seal import Keyring
@@ -63,9 +64,14 @@ class Store:
         catalog = Catalog(catalog_env, chunks)
         with catalog_env.read() as txn:
             indexed = counters.get(txn, TAG_INDEX_BUILT)
+            refs_indexed = counters.get(txn, NSREFS_BUILT)
         if not indexed:  # a catalog from before the tag index (or restored from one)
             with catalog_env.lmdb.begin(write=True) as txn:
                 catalog.build_tag_index(txn)
+        if not refs_indexed:  # likewise for the dedup domains' index (vault/domains.py)
+            with catalog_env.lmdb.begin(write=True) as txn:
+                catalog.nsrefs.build(txn)
+                counters.add(txn, NSREFS_BUILT, 1)
         with catalog_env.read() as txn:
             cur = txn.cursor(db=catalog_env.db["checkpoints"])
             newest = bytes(cur.key()).decode() if cur.last() else None

@@ -13,7 +13,7 @@ import hmac
 import json
 import re
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .errors import Conflict, InvalidName, InvalidRequest, NotFound
 from .store import Store
@@ -30,9 +30,20 @@ class Token:
     secret_hash: str
     scopes: tuple[str, ...]
     created_at: float
+    expires_at: float | None = None  # refused from then on (401); None: never
+    last_used: float | None = None  # as last flushed from the server's memory
 
     def to_wire(self) -> dict[str, object]:
-        return {"name": self.name, "scopes": list(self.scopes), "created_at": self.created_at}
+        return {
+            "name": self.name,
+            "scopes": list(self.scopes),
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "last_used": self.last_used,
+        }
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
 
 def _digest(secret: str) -> str:
@@ -52,6 +63,27 @@ def check_scopes(scopes: object) -> tuple[str, ...]:
     return tuple(scopes)
 
 
+def scope_warnings(scopes: tuple[str, ...]) -> list[str]:
+    """Globs that match more than they seem to. fnmatch's `*` crosses `/` and a wildcard
+    inside a segment matches any name sharing its prefix: `read:ns-a*` also grants
+    `ns-archive/...`. Whole-segment wildcards (`ns-a/*`) say what they mean; the others are
+    accepted (existing tokens keep working) with a warning naming the trap."""
+    out = []
+    for scope in scopes:
+        action, _, glob = scope.partition(":")
+        if not glob:
+            continue
+        for segment in glob.split("/"):
+            if any(c in segment for c in "*?[") and segment != "*":
+                out.append(
+                    f"{scope!r}: the wildcard in {segment!r} matches other names with that "
+                    f"prefix and crosses '/' (e.g. {action}:ns-a* grants ns-archive/x); for "
+                    f"a namespace and its children use '{action}:ns-a' plus '{action}:ns-a/*'"
+                )
+                break
+    return out
+
+
 class Tokens:
     def __init__(self, store: Store) -> None:
         self._s = store
@@ -61,39 +93,95 @@ class Tokens:
         with self._s.catalog_env.read() as txn:
             return [self._decode(v) for _, v in txn.cursor(db=self._db)]
 
-    def create(self, name: object, scopes: object) -> tuple[Token, str]:
-        """Store a new token; the secret is returned once and never again."""
+    def create(
+        self, name: object, scopes: object, expires_in: float | None = None
+    ) -> tuple[Token, str]:
+        """Store a new token; the secret is returned once and never again. `expires_in`:
+        seconds until it stops working (None: never)."""
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise InvalidName("token name must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}")
         checked = check_scopes(scopes)
+        if expires_in is not None and expires_in <= 0:
+            raise InvalidRequest("expires must be a positive duration")
         key_id = secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
-        token = Token(name, key_id, _digest(secret), checked, self._s.clock.now())
+        now = self._s.clock.now()
+        expires = now + expires_in if expires_in is not None else None
+        token = Token(name, key_id, _digest(secret), checked, now, expires)
 
         def op(w: WriteTxn) -> None:
             txn = w.catalog
             if any(self._decode(v).name == name for _, v in txn.cursor(db=self._db)):
                 raise Conflict(f"a token named {name!r} exists; revoke it first")
-            txn.put(key_id.encode(), json.dumps(asdict(token)).encode(), db=self._db)
+            txn.put(key_id.encode(), _encode(token), db=self._db)
 
         self._s.writer.run(op)
         return token, f"ckpt_{key_id}_{secret}"
 
     def revoke(self, name: str) -> None:
+        """Delete every secret of the token `name` (a rotated one has two for a while)."""
+
         def op(w: WriteTxn) -> None:
-            for key, v in w.catalog.cursor(db=self._db):
-                if self._decode(v).name == name:
-                    w.catalog.delete(key, db=self._db)
-                    return
-            raise NotFound(f"no token named {name!r}")
+            keys = [
+                bytes(k) for k, v in w.catalog.cursor(db=self._db) if self._decode(v).name == name
+            ]
+            if not keys:
+                raise NotFound(f"no token named {name!r}")
+            for key in keys:
+                w.catalog.delete(key, db=self._db)
 
         self._s.writer.run(op)
+
+    def rotate(self, name: str, grace: float) -> tuple[Token, str]:
+        """A new secret for token `name` (same name, so same scopes and ownership of the
+        checkpoints it made); its current secret keeps working for `grace` seconds, so
+        producers can be switched over without downtime."""
+        if grace < 0:
+            raise InvalidRequest("grace must not be negative")
+        secret = secrets.token_urlsafe(32)
+
+        def op(w: WriteTxn) -> Token:
+            txn = w.catalog
+            now = self._s.clock.now()
+            current = [(bytes(k), self._decode(v)) for k, v in txn.cursor(db=self._db)]
+            mine = [(k, t) for k, t in current if t.name == name and not t.expired(now)]
+            if not mine:
+                raise NotFound(f"no live token named {name!r}")
+            for key, old in mine:
+                ends = now + grace if old.expires_at is None else min(old.expires_at, now + grace)
+                txn.put(key, _encode(replace(old, expires_at=ends)), db=self._db)
+            newest = max((t for _, t in mine), key=lambda t: t.created_at)
+            token = Token(
+                name, secrets.token_hex(8), _digest(secret), newest.scopes, now, newest.expires_at
+            )
+            txn.put(token.key_id.encode(), _encode(token), db=self._db)
+            return token
+
+        token = self._s.writer.run(op)
+        return token, f"ckpt_{token.key_id}_{secret}"
+
+    def record_use(self, last_used: dict[str, float]) -> None:
+        """Store when each token (by key id) was last used, as the server saw it."""
+
+        def op(w: WriteTxn) -> None:
+            for key_id, at in last_used.items():
+                raw = w.catalog.get(key_id.encode(), db=self._db)
+                if raw is not None:
+                    token = replace(self._decode(raw), last_used=at)
+                    w.catalog.put(key_id.encode(), _encode(token), db=self._db)
+
+        if last_used:
+            self._s.writer.run(op)
 
     @staticmethod
     def _decode(raw: bytes | memoryview) -> Token:
         d = json.loads(bytes(raw))
         d["scopes"] = tuple(d["scopes"])
         return Token(**d)
+
+
+def _encode(token: Token) -> bytes:
+    return json.dumps(asdict(token)).encode()
 
 
 def verify(tokens: dict[str, Token], presented: str) -> Token | None:

@@ -10,6 +10,7 @@ guard.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -18,10 +19,12 @@ import lmdb
 
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
 from .create import ensure_namespace
+from .domains import Domain, cached
 from .errors import (
     Conflict,
     HashMismatch,
     InvalidRequest,
+    QuotaExceeded,
     TooLarge,
     TooManyUploads,
     UploadExpired,
@@ -37,8 +40,12 @@ from .writer import WriteTxn
 
 MAX_MISSING_QUERY = 100_000
 OPEN_UPLOADS = "open_uploads"  # counter: sessions opened and neither committed nor ended
+OPEN_UPLOADS_BY = "open_uploads:"  # + token name: the same counter per token
+PENDING_BYTES_BY = "pending_bytes:"  # + token name: new chunk bytes of its open sessions
 MAX_TAGS = 64
 MAX_TAG_LENGTH = 128
+MAX_METADATA_BYTES = 64 << 10  # as compact JSON: 20 MiB per record made listings 63 MB
+MAX_METADATA_DEPTH = 32  # nesting of objects and arrays; deeper cannot be serialised safely
 
 
 def check_tags(tags: Any) -> list[str]:
@@ -60,7 +67,25 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, dict):
         raise InvalidRequest("metadata must be a JSON object")
+    if _depth(metadata, MAX_METADATA_DEPTH + 1) > MAX_METADATA_DEPTH:
+        raise InvalidRequest(f"metadata is nested deeper than {MAX_METADATA_DEPTH} levels")
+    try:
+        size = len(json.dumps(metadata, separators=(",", ":"), allow_nan=False))
+    except ValueError:  # NaN or Infinity: listings would stop being valid JSON
+        raise InvalidRequest("metadata must not contain NaN or Infinity") from None
+    except TypeError:
+        raise InvalidRequest("metadata must hold only JSON values") from None
+    if size > MAX_METADATA_BYTES:
+        raise TooLarge(f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
     return metadata
+
+
+def _depth(value: Any, stop: int) -> int:
+    """Nesting depth of lists and dicts in `value`, counted no further than `stop`."""
+    if stop <= 0 or not isinstance(value, (dict, list)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(v, stop - 1) for v in items), default=0)
 
 
 def check_new_checkpoint(
@@ -87,6 +112,7 @@ class Uploads:
         self._s = store
         self._db = store.catalog_env.db["uploads"]
         self._files = store.catalog_env.db["uploadfiles"]
+        self._sent = store.catalog_env.db["uploadchunks"]
 
     # -- session records --------------------------------------------------------------
     def get(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
@@ -123,11 +149,80 @@ class Uploads:
             ok = cur.next()
         return out
 
+    def sent(self, txn: lmdb.Transaction, upload_id: str, cid: bytes) -> bool:
+        """Did this session send the bytes of `cid` (chunk PUT or batch)?"""
+        return txn.get(_file_key(upload_id) + cid, db=self._sent) is not None
+
+    def present(self, txn: lmdb.Transaction, upload_id: str, cid: bytes, domain: Domain) -> bool:
+        """May this session count `cid` as stored without sending it? Only if it is stored
+        and sound, and either referenced inside the caller's domain or sent by this session
+        (vault/domains.py): elsewhere the vault must not confirm it exists."""
+        meta = self._s.chunks.meta(txn, cid)
+        if meta is None or meta.damaged:
+            return False
+        return self._s.catalog.nsrefs.visible(txn, cid, domain) or self.sent(txn, upload_id, cid)
+
     def drop(self, txn: lmdb.Transaction, upload_id: str, keep_session: bool) -> None:
         for name in self.files(txn, upload_id):
             txn.delete(_file_key(upload_id, name), db=self._files)
+        prefix = _file_key(upload_id)
+        cur = txn.cursor(db=self._sent)
+        if cur.set_range(prefix):
+            while bytes(cur.key()).startswith(prefix):
+                if not cur.delete():
+                    break
         if not keep_session:
             txn.delete(upload_id.encode(), db=self._db)
+
+    def count(self, txn: lmdb.Transaction, session: UploadSession, delta: int) -> None:
+        """Open-session counters, total and per token: +1 at open, -1 when it ends (its
+        pending bytes end with it)."""
+        self._s.counters.add(txn, OPEN_UPLOADS, delta)
+        if session.created_by is not None:
+            self._s.counters.add(txn, OPEN_UPLOADS_BY + session.created_by, delta)
+            if delta < 0 and session.sent_bytes:
+                key = PENDING_BYTES_BY + session.created_by
+                self._s.counters.add(txn, key, -session.sent_bytes)
+
+    def charge(self, txn: lmdb.Transaction, upload_id: str, nbytes: int) -> None:
+        """Count `nbytes` of new chunks against the session's token (writer thread, in the
+        transaction storing them, so refusing stores nothing)."""
+        session = self.get(txn, upload_id)
+        if nbytes <= 0 or session.created_by is None:
+            return
+        key = PENDING_BYTES_BY + session.created_by
+        limit = self._s.config.max_pending_bytes_per_token
+        pending = self._s.counters.get(txn, key)
+        if pending + nbytes > limit:
+            raise QuotaExceeded(
+                f"token {session.created_by!r} holds {pending} bytes in uncommitted uploads "
+                f"(limit {limit}); commit or abort them first"
+            )
+        session.sent_bytes += nbytes
+        self.put(txn, session)
+        self._s.counters.add(txn, key, nbytes)
+
+    def _check_limits(self, txn: lmdb.Transaction, by: str | None) -> None:
+        limit = self._s.config.max_upload_sessions
+        if self._s.counters.get(txn, OPEN_UPLOADS) >= limit:
+            raise TooManyUploads(
+                f"{limit} upload sessions are open; commit or abort some, or let them expire"
+            )
+        mine = self._s.config.max_upload_sessions_per_token
+        if by is not None and self._s.counters.get(txn, OPEN_UPLOADS_BY + by) >= mine:
+            raise TooManyUploads(
+                f"token {by!r} has {mine} upload sessions open; commit or abort some "
+                "(an admin can list and abort them: GET /v1/admin/uploads)"
+            )
+
+    def open_sessions(self) -> list[UploadSession]:
+        """Sessions neither committed nor expired nor aborted (for admins), oldest first."""
+        now = self._s.clock.now()
+        live = [UploadSession.from_json(v) for _, v in self._s.catalog_env.scan("uploads")]
+        return sorted(
+            (s for s in live if not s.committed and s.expires_at > now),
+            key=lambda s: s.created_at,
+        )
 
     # -- operations -------------------------------------------------------------------
     def open(
@@ -138,6 +233,7 @@ class Uploads:
         metadata: Any,
         tags: Any,
         chunking: Any = None,
+        by: str | None = None,
     ) -> tuple[UploadSession, ChunkingProfile]:
         wanted = check_new_checkpoint(self._s, ns, parent, inherit, chunking)
         metadata = check_metadata(metadata)
@@ -146,11 +242,7 @@ class Uploads:
         def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
             txn = w.catalog
             now = self._s.clock.now()
-            limit = self._s.config.max_upload_sessions
-            if self._s.counters.get(txn, OPEN_UPLOADS) >= limit:
-                raise TooManyUploads(
-                    f"{limit} upload sessions are open; commit or abort some, or let them expire"
-                )
+            self._check_limits(txn, by)
             ns_rec = ensure_namespace(self._s, txn, ns, asdict(wanted), now)
             parent_id = None
             if parent is not None:
@@ -164,27 +256,29 @@ class Uploads:
                 tags=tags,
                 created_at=now,
                 expires_at=now + self._s.config.upload_ttl,
+                created_by=by,
             )
             self.put(txn, session)
-            self._s.counters.add(txn, OPEN_UPLOADS, 1)
+            self.count(txn, session, +1)
             return session, ns_rec.chunking()
 
         return self._s.writer.run(op)
 
-    def missing(self, upload_id: str, ids: Any) -> list[str]:
+    def missing(self, upload_id: str, ids: Any, domain: Domain = None) -> list[str]:
+        """Ids this session must send: not stored, damaged, or stored only outside the
+        caller's `domain`. The others are reserved until the session expires; chunks
+        outside the domain never are, so a query cannot keep another tenant's deleted
+        data alive."""
         if not isinstance(ids, list) or len(ids) > MAX_MISSING_QUERY:
             raise InvalidRequest(f"chunks must be a list of at most {MAX_MISSING_QUERY} ids")
         raw_ids = [check_chunk_id(i) for i in ids]
+        domain = cached(domain)
         with self._s.catalog_env.read() as txn:
             session = self.live(txn, upload_id)
-            metas = [self._s.chunks.meta(txn, c) for c in raw_ids]
+            here = [self.present(txn, upload_id, c, domain) for c in raw_ids]
         until_ms = int(session.expires_at * 1000)
-        missing = [i for i, m in zip(ids, metas, strict=True) if m is None or m.damaged]
-        to_reserve = [
-            c
-            for c, m in zip(raw_ids, metas, strict=True)
-            if m is not None and not m.damaged and m.reserved_until_ms < until_ms
-        ]
+        missing = [i for i, ok in zip(ids, here, strict=True) if not ok]
+        to_reserve = [c for c, ok in zip(raw_ids, here, strict=True) if ok]
         if to_reserve:
 
             def op(w: WriteTxn) -> None:
@@ -196,8 +290,12 @@ class Uploads:
             self._s.writer.run(op, size=len(to_reserve) * 64)
         return missing
 
-    def put_chunks(self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]]) -> int:
-        """Store client-chunked chunks (raw id, plaintext); returns how many were new.
+    def put_chunks(
+        self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]], domain: Domain = None
+    ) -> int:
+        """Store client-chunked chunks (raw id, plaintext); returns how many were new *to
+        the caller*: a chunk stored only outside its `domain` counts as created, so the
+        answer confirms nothing about other tenants (bytes are still stored once).
 
         Every chunk is checked before any is stored, so a bad one changes nothing.
         """
@@ -207,18 +305,30 @@ class Uploads:
                 raise TooLarge(f"chunk {cid.hex()} is larger than {limit} bytes")
             if chunk_id(data) != cid:
                 raise HashMismatch(f"BLAKE3 of the data does not match chunk id {cid.hex()}")
+        domain = cached(domain)
         with self._s.catalog_env.read() as txn:
             session = self.live(txn, upload_id)
             known = {cid for cid, _ in chunks if self._s.chunks.usable(txn, cid)}
+            seen = {cid for cid in known if self.present(txn, upload_id, cid, domain)}
         encoder = Encoder()
         items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
             cid: (data, None if cid in known else encoder.encode(data)) for cid, data in chunks
         }
         until_ms = int(session.expires_at * 1000)
-        return self._s.writer.run(
-            lambda w: store_all(self._s, w, items, until_ms),
-            size=sum(len(f) for _, f in items.values() if f is not None),
-        )
+        prefix = _file_key(upload_id)
+
+        # Charged: bytes new to the caller (not in its domain, not sent by this session),
+        # whether or not another tenant stored them: else the limit would be an oracle.
+        fresh = sum(len(d) for c, (d, _) in items.items() if c not in seen)
+
+        def op(w: WriteTxn) -> int:
+            self.charge(w.catalog, upload_id, fresh)
+            written = store_all(self._s, w, items, until_ms)
+            for cid in items:
+                w.catalog.put(prefix + cid, b"", db=self._sent)
+            return written + len(known - seen)
+
+        return self._s.writer.run(op, size=sum(len(f) for _, f in items.values() if f is not None))
 
     def add_file(self, upload_id: str, name: str, entry: FileEntry) -> None:
         def op(w: WriteTxn) -> None:
@@ -233,7 +343,7 @@ class Uploads:
             if session.committed:
                 raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
             self.drop(w.catalog, upload_id, keep_session=False)
-            self._s.counters.add(w.catalog, OPEN_UPLOADS, -1)
+            self.count(w.catalog, session, -1)
 
         self._s.writer.run(op)
 
@@ -259,7 +369,7 @@ class Uploads:
                 if session.expires_at <= now:
                     self.drop(txn, upload_id, keep_session=False)
                     if not session.committed:
-                        self._s.counters.add(txn, OPEN_UPLOADS, -1)
+                        self.count(txn, session, -1)
                     n += 1
             return n
 

@@ -21,6 +21,7 @@ from client.protocol import JSON, CommitFile
 
 from . import backup, prune, scrub
 from . import compact as compaction
+from .audit import AuditLog
 from .catalog import Catalog
 from .check import CheckReport, check
 from .chunking import ChunkingProfile
@@ -30,6 +31,8 @@ from .config import VaultConfig
 from .content.moves import Mover
 from .content.reader import Reader
 from .direct import DirectSaver
+from .domains import Domain
+from .env import make_private
 from .errors import InvalidRequest
 from .gc import GcReport, collect
 from .ingest import FileIngest
@@ -39,6 +42,7 @@ from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
 from .policy import Policies, Policy
 from .prune import RetentionResult
+from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .scrub import ScrubReport
 from .seal import Keyring
@@ -46,7 +50,7 @@ from .snapshot import Snapshot, snapshot
 from .store import Store
 from .tier import Tier
 from .tokens import Tokens
-from .uploads import Uploads
+from .uploads import OPEN_UPLOADS_BY, PENDING_BYTES_BY, Uploads
 from .usage import Usage, checkpoint_usage, namespace_usage
 from .writer import WriteTxn
 
@@ -80,11 +84,13 @@ class Vault:
         self.path = Path(path)
         self.store = Store.open(self.path, clock or SystemClock(), self.config, tiers, keyring)
         self.maintenance = MaintenanceLock.of(self.path)
+        make_private(self.path)
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
         self.content = Mover(self.store, self.reader)
         self.lifecycle = Lifecycle(self.store)
         self.tokens = Tokens(self.store)
+        self.audit = AuditLog(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
         self._policies = Policies(self.store.catalog_env.db["policies"])
@@ -122,30 +128,42 @@ class Vault:
         metadata: Mapping[str, JSON] | None = None,
         tags: Sequence[str] | None = None,
         chunking: Chunking | None = None,
+        by: str | None = None,
     ) -> tuple[UploadSession, ChunkingProfile]:
         """Open an upload session. `chunking`: a profile name or {min_size, avg_size,
-        max_size}, used only if this upload creates the namespace."""
-        return self.uploads.open(ns, parent, inherit, _obj(metadata), _seq(tags), chunking)
+        max_size}, used only if this upload creates the namespace; `by`: the token name
+        (the checkpoint's creator, and per-token limits)."""
+        return self.uploads.open(ns, parent, inherit, _obj(metadata), _seq(tags), chunking, by)
 
-    def missing(self, upload_id: str, ids: Sequence[str]) -> list[str]:
-        """Which of these hex chunk ids are not stored; the others are reserved."""
-        return self.uploads.missing(upload_id, _seq(ids))
+    def missing(self, upload_id: str, ids: Sequence[str], domain: Domain = None) -> list[str]:
+        """Which of these hex chunk ids the session must send; the others are reserved.
+        `domain`: the namespaces the caller may reference (vault/domains.py); None: all."""
+        return self.uploads.missing(upload_id, _seq(ids), domain)
 
-    def put_chunk(self, upload_id: str, cid: str, data: bytes) -> bool:
-        """Store one chunk named by its hex id; True if it was new (or healed)."""
-        return self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)]) == 1
+    def put_chunk(self, upload_id: str, cid: str, data: bytes, domain: Domain = None) -> bool:
+        """Store one chunk named by its hex id; True if it was new (or healed) to the
+        caller: stored only outside its `domain` also answers True."""
+        return self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain) == 1
 
-    def put_chunks(self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]]) -> int:
-        return self.uploads.put_chunks(upload_id, chunks)
+    def put_chunks(
+        self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]], domain: Domain = None
+    ) -> int:
+        return self.uploads.put_chunks(upload_id, chunks, domain)
 
-    def ingest(self, upload_id: str, name: str) -> FileIngest:
-        return FileIngest(self.store, self.uploads, upload_id, name)
+    def ingest(self, upload_id: str, name: str, domain: Domain = None) -> FileIngest:
+        """Stream a file into an upload; `domain` as for `missing` (what counts as new
+        bytes against the token's pending-bytes limit)."""
+        return FileIngest(self.store, self.uploads, upload_id, name, domain)
 
     def commit(
-        self, upload_id: str, files: Mapping[str, CommitFile] | None = None
+        self,
+        upload_id: str,
+        files: Mapping[str, CommitFile] | None = None,
+        domain: Domain = None,
     ) -> tuple[CheckpointRecord, bool]:
-        """Commit an upload: the files streamed through it plus those listed here."""
-        return self._committer.commit(upload_id, files)
+        """Commit an upload: the files streamed through it plus those listed here (their
+        chunks stored inside `domain` or sent by this upload)."""
+        return self._committer.commit(upload_id, files, domain)
 
     def save(
         self,
@@ -158,6 +176,7 @@ class Vault:
         tags: Sequence[str] | None = None,
         chunking: Chunking | None = None,
         key: str | None = None,
+        by: str | None = None,
     ) -> tuple[CheckpointRecord, bool]:
         """One-shot save of small, in-memory files (see vault/direct.py)."""
         return self._direct.save(
@@ -169,10 +188,15 @@ class Vault:
             tags=_seq(tags),
             chunking=chunking,
             key=key,
+            by=by,
         )
 
     def abort(self, upload_id: str) -> None:
         self.uploads.abort(upload_id)
+
+    def open_sessions(self) -> list[UploadSession]:
+        """Upload sessions still open (not committed, aborted or expired), oldest first."""
+        return self.uploads.open_sessions()
 
     # -- read path --------------------------------------------------------------------
     def namespaces(self) -> list[tuple[NamespaceRecord, str | None]]:
@@ -242,10 +266,19 @@ class Vault:
         validity: Mapping[str, JSON] | None = None,
         pinned: bool | None = None,
         tags: Sequence[str] | None = None,
+        by: str | None = None,
+        append_only: bool = False,
     ) -> CheckpointRecord:
-        """Set validity ({"state", "reason"}), pinned or tags; None leaves one unchanged."""
+        """Set validity ({"state", "reason"}), pinned or tags; None leaves one unchanged.
+        `append_only`: the caller (token `by`) may not delete (vault/lifecycle.py)."""
         return self.lifecycle.patch(
-            ns, cid, validity=_obj(validity), pinned=pinned, tags=_seq(tags)
+            ns,
+            cid,
+            validity=_obj(validity),
+            pinned=pinned,
+            tags=_seq(tags),
+            by=by,
+            append_only=append_only,
         )
 
     def delete(self, ns: str, cid: str) -> None:
@@ -268,8 +301,9 @@ class Vault:
         target: str,
         metadata: Mapping[str, JSON] | None = None,
         tags: Sequence[str] | None = None,
+        by: str | None = None,
     ) -> CheckpointRecord:
-        return self.lifecycle.fork(ns, ref, target, _obj(metadata), _seq(tags))
+        return self.lifecycle.fork(ns, ref, target, _obj(metadata), _seq(tags), by)
 
     # -- policies ---------------------------------------------------------------------
     def policy(self, ns: str | None) -> Policy:
@@ -371,6 +405,10 @@ class Vault:
         recovery: dict[str, tuple[float | None, float | None]] = {}
         with self.store.catalog_env.read() as txn:
             sessions = int(txn.stat(self.store.catalog_env.db["uploads"])["entries"])
+            by_token = {
+                "sessions": self.store.counters.with_prefix(txn, OPEN_UPLOADS_BY),
+                "pending_bytes": self.store.counters.with_prefix(txn, PENDING_BYTES_BY),
+            }
             for ns in self.catalog.namespaces(txn):
                 newest = self.catalog.latest(txn, ns.name, valid_only=False)
                 valid = self.catalog.latest(txn, ns.name, valid_only=True)
@@ -381,6 +419,7 @@ class Vault:
         return {
             **self.stats(),
             "upload_sessions": sessions,
+            "uploads_by_token": by_token,
             "maps": {
                 name: {"used": env.used_bytes(), "size": env.map_size()}
                 for name, env in (
@@ -412,6 +451,14 @@ class Vault:
             checkpoints = c.get(txn, "checkpoints")
             tiers = self.store.chunks.tier_totals(txn, self.store.tiers)
             codecs = self.store.chunks.codec_totals(txn)
+            quota_use = [
+                {
+                    "glob": q.glob,
+                    "limit": q.logical_bytes,
+                    "used": quota_usage(txn, self.catalog, q),
+                }
+                for q in self.config.quotas
+            ]
         return {
             "logical_bytes": logical,
             "stored_bytes": stored,
@@ -422,4 +469,5 @@ class Vault:
             "tiers": tiers,
             "codecs": codecs,
             "map_size": self.store.catalog_env.map_size(),
+            "quotas": quota_use,
         }

@@ -7,7 +7,11 @@ lock on a worker thread: a route started while another operation runs waits for 
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Collection
 from dataclasses import asdict
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -15,13 +19,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import CompactReport, InvalidRequest
+from vault.clock import rfc3339
+from vault.policy import parse_duration
+from vault.tokens import scope_warnings
 
 from .. import __version__
 from ..auth import principal, require_admin
 from ..errors import Forbidden
-from ..http import json_body, json_response, query_bool, query_size, run
+from ..http import json_body, json_response, query_bool, query_int, query_size, run
 from ..jobs import run_job
-from ..keys import METRICS, TOKENS, VAULT
+from ..keys import METRICS, SETTINGS, TOKENS, VAULT
 
 
 async def health(request: web.Request) -> web.Response:
@@ -142,11 +149,37 @@ async def tiering(request: web.Request) -> web.Response:
     return json_response(result)
 
 
+_BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def backup_target(to: str | None, tiers: Collection[str], backup_dir: Path | None) -> str | None:
+    """Where an online backup may go: a tier, or a file directly in `[server] backup_dir`,
+    named bare (`nightly.mdb`) or by its absolute path there. Any other path is refused:
+    `?to=/home/u/.ssh/authorized_keys` used to overwrite any file the server user could
+    write, with bytes a writer chose (small files are stored raw in the catalog)."""
+    if to is None or to in tiers:
+        return to
+    name = to
+    if os.path.isabs(to):
+        parent, name = os.path.split(os.path.normpath(to))
+        if backup_dir is None or Path(parent) != backup_dir:
+            raise InvalidRequest(
+                "backups go to a tier or into the configured [server] backup_dir only"
+            )
+    if backup_dir is None:
+        raise InvalidRequest(f"{to!r} is not a configured tier, and no [server] backup_dir is set")
+    if not _BACKUP_NAME.fullmatch(name):
+        raise InvalidRequest("a backup file name is [A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+    return str(backup_dir / name)
+
+
 async def catalog_backup(request: web.Request) -> web.Response:
-    """A consistent copy of the catalog, taken while serving, to a tier or a server path."""
+    """A consistent copy of the catalog, taken while serving, to a tier or `backup_dir`."""
     require_admin(request)
     vault = request.app[VAULT]
-    to = request.query.get("to") or None
+    to = backup_target(
+        request.query.get("to") or None, vault.tiers, request.app[SETTINGS].backup_dir
+    )
     result = await run_job(
         request.app,
         "catalog_backup",
@@ -175,18 +208,39 @@ async def create_token(request: web.Request) -> web.Response:
     """Create a token; its secret is in this answer only."""
     require_admin(request)
     body = await json_body(request)
+    expires = body.get("expires")
     token, secret = await run(
-        request, request.app[VAULT].tokens.create, body.get("name"), body.get("scopes")
+        request,
+        request.app[VAULT].tokens.create,
+        body.get("name"),
+        body.get("scopes"),
+        parse_duration(expires, "expires") if expires is not None else None,
+    )
+    await run(request, refresh_tokens, request.app)
+    warnings = scope_warnings(token.scopes)
+    return json_response({**token.to_wire(), "token": secret, "warnings": warnings}, status=201)
+
+
+async def rotate_token(request: web.Request) -> web.Response:
+    """A new secret for a token; the old one keeps working for `grace` (default 1h)."""
+    require_admin(request)
+    body = await json_body(request)
+    grace = parse_duration(body.get("grace", "1h"), "grace")
+    token, secret = await run(
+        request, request.app[VAULT].tokens.rotate, request.match_info["name"], grace
     )
     await run(request, refresh_tokens, request.app)
     return json_response({**token.to_wire(), "token": secret}, status=201)
 
 
 async def list_tokens(request: web.Request) -> web.Response:
-    """Token names and scopes (never secrets)."""
+    """Token names, scopes, expiry and last use (never secrets); a token being rotated
+    is listed once per secret."""
     require_admin(request)
-    tokens = await run(request, request.app[VAULT].tokens.all)
-    return json_response({"tokens": [t.to_wire() for t in tokens]})
+    tokens = request.app[VAULT].tokens
+    await run(request, tokens.record_use, request.app[TOKENS].take_uses())
+    listed = await run(request, tokens.all)
+    return json_response({"tokens": [t.to_wire() for t in listed]})
 
 
 async def revoke_token(request: web.Request) -> web.Response:
@@ -194,6 +248,53 @@ async def revoke_token(request: web.Request) -> web.Response:
     require_admin(request)
     await run(request, request.app[VAULT].tokens.revoke, request.match_info["name"])
     await run(request, refresh_tokens, request.app)
+    return web.Response(status=204)
+
+
+async def audit_log(request: web.Request) -> web.Response:
+    """The audit log, newest first; `next` is the `before` cursor of the next page."""
+    require_admin(request)
+    entries, cursor = await run(
+        request,
+        request.app[VAULT].audit.entries,
+        query_int(request, "limit", 100),
+        request.query.get("before"),
+    )
+    return json_response({"entries": [e.to_wire() for e in entries], "next": cursor})
+
+
+async def list_uploads(request: web.Request) -> web.Response:
+    """Open upload sessions (`?token=NAME` for one token's), with counts per token: who
+    is holding the session limit."""
+    require_admin(request)
+    who = request.query.get("token")
+    sessions = await run(request, request.app[VAULT].open_sessions)
+    by_token: dict[str, int] = {}
+    for s in sessions:
+        by_token[s.created_by or ""] = by_token.get(s.created_by or "", 0) + 1
+    shown = [s for s in sessions if who is None or s.created_by == who]
+    return json_response(
+        {
+            "uploads": [
+                {
+                    "upload_id": s.id,
+                    "namespace": s.namespace,
+                    "token": s.created_by,
+                    "pending_bytes": s.sent_bytes,
+                    "created_at": rfc3339(s.created_at),
+                    "expires_at": rfc3339(s.expires_at),
+                }
+                for s in shown
+            ],
+            "by_token": by_token,
+        }
+    )
+
+
+async def abort_upload(request: web.Request) -> web.Response:
+    """Abort any open upload session (what its producer's DELETE does)."""
+    require_admin(request)
+    await run(request, request.app[VAULT].abort, request.match_info["upload_id"])
     return web.Response(status=204)
 
 
@@ -221,5 +322,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/policy/default", get_policy)
     app.router.add_put("/v1/policy/default", put_policy)
     app.router.add_post("/v1/admin/tokens", create_token)
+    app.router.add_post("/v1/admin/tokens/{name}/rotate", rotate_token)
+    app.router.add_get("/v1/admin/uploads", list_uploads)
+    app.router.add_get("/v1/admin/audit", audit_log)
+    app.router.add_delete("/v1/admin/uploads/{upload_id}", abort_upload)
     app.router.add_get("/v1/admin/tokens", list_tokens)
     app.router.add_delete("/v1/admin/tokens/{name}", revoke_token)

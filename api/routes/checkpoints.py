@@ -8,7 +8,7 @@ from client.protocol import Manifest, NamespaceEntry, decode_bundle
 from vault import InvalidRequest
 
 from .. import parse
-from ..auth import principal, require
+from ..auth import principal, require, visible_record
 from ..download import stream_file
 from ..http import json_body, json_response, query_int, read_body, run
 from ..keys import SETTINGS, VAULT
@@ -65,8 +65,9 @@ async def save_checkpoint(request: web.Request) -> web.Response:
         tags=parse.tags(header.get("tags")),
         chunking=parse.chunking(header.get("chunking")),
         key=parse.idempotency_key(header.get("key")),
+        by=principal(request).name,
     )
-    return json_response(record.to_wire(), status=201 if created else 200)
+    return json_response(visible_record(request, record), status=201 if created else 200)
 
 
 async def get_checkpoint(request: web.Request) -> web.Response:
@@ -105,14 +106,22 @@ async def get_lineage(request: web.Request) -> web.Response:
     ns, ref = request.match_info["ns"], request.match_info["ref"]
     require(request, "read", ns)
     chain = await run(request, request.app[VAULT].lineage, ns, ref)
-    return json_response({"chain": [r.to_wire() for r in chain]})
+    who = principal(request)
+    shown = []
+    for rec in chain:  # stop at the first namespace the caller may not read: the last
+        if not who.may("read", rec.namespace):  # shown entry's `parent` is then an opaque
+            break  # reference (a fork's source elsewhere); its record stays 403
+        shown.append(rec.to_wire())
+    return json_response({"chain": shown})
 
 
 async def patch_checkpoint(request: web.Request) -> web.Response:
-    """Set validity, pinned or tags. Unpinning needs the delete scope: it enables deletion."""
+    """Set validity, pinned or tags. Unpinning needs the delete scope: it enables deletion;
+    without it the token is append-only (vault/lifecycle.py: own checkpoints, add tags)."""
     ns, cid = request.match_info["ns"], request.match_info["ref"]
     body = await json_body(request)
     require(request, "delete" if body.get("pinned") is False else "write", ns)
+    who = principal(request)
     record = await run(
         request,
         request.app[VAULT].patch,
@@ -121,8 +130,10 @@ async def patch_checkpoint(request: web.Request) -> web.Response:
         validity=parse.validity(body.get("validity")),
         pinned=parse.pinned(body.get("pinned")),
         tags=parse.tags(body.get("tags")),
+        by=who.name,
+        append_only=not who.may("delete", ns),
     )
-    return json_response(record.to_wire())
+    return json_response(visible_record(request, record))
 
 
 async def delete_checkpoint(request: web.Request) -> web.Response:
@@ -148,6 +159,7 @@ async def fork_checkpoint(request: web.Request) -> web.Response:
         parse.namespace(target),
         parse.metadata(body.get("metadata")),
         parse.tags(body.get("tags")),
+        by=principal(request).name,
     )
     return json_response(record.to_wire(), status=201)
 

@@ -4,6 +4,8 @@ compact."""
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,11 @@ def register(sub: Any) -> None:
         required=True,
         help="admin, read:<glob>, write:<glob> or delete:<glob>; repeatable",
     )
+    p.add_argument("--expires", default=None, help="stop working after this long, e.g. 30d")
+    p.add_argument("--json", action="store_true")
+    p = tsub.add_parser("rotate", help="a new secret; the old one works for --grace more")
+    p.add_argument("name")
+    p.add_argument("--grace", default="1h", help="how long the old secret keeps working")
     p.add_argument("--json", action="store_true")
     p = tsub.add_parser("ls", help="list tokens")
     p.add_argument("--json", action="store_true")
@@ -36,6 +43,11 @@ def register(sub: Any) -> None:
     p.add_argument("name")
     p.add_argument("--json", action="store_true")
     token.set_defaults(func=tokens)
+
+    p = sub.add_parser("audit", help="who deleted, pinned, marked, changed policy (newest first)")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=audit)
 
     p = sub.add_parser("gc", help="collect unreferenced chunks and expired uploads")
     p.add_argument("--dry-run", action="store_true")
@@ -61,6 +73,33 @@ def register(sub: Any) -> None:
     p.set_defaults(func=compact)
 
 
+def _when(at: float | None) -> str:
+    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+
+
+def audit(args: argparse.Namespace) -> int:
+    with connect(args) as vault:
+        entries = vault.audit(args.limit)
+    if args.json:
+        emit_json(entries)
+        return 0
+    table(
+        ["at", "token", "action", "target", "status", "request id"],
+        [
+            [
+                _when(e["at"]),
+                e["token"],
+                e["action"],
+                e["target"],
+                e["status"],
+                e["request_id"],
+            ]
+            for e in entries
+        ],
+    )
+    return 0
+
+
 def stats(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         s = vault.stats(namespaces=args.namespaces)
@@ -77,6 +116,10 @@ def stats(args: argparse.Namespace) -> int:
     ]
     for codec, c in s.get("codecs", {}).items():
         rows.append([f"{codec} (recoded)", f"{c['chunks']} chunks, {human_bytes(c['bytes'])}"])
+    for q in s.get("quotas", []):
+        rows.append(
+            [f"quota {q['glob']}", f"{human_bytes(q['used'])} of {human_bytes(q['limit'])}"]
+        )
     table(["figure", "value"], rows)
     if args.namespaces:
         print()
@@ -99,13 +142,30 @@ def stats(args: argparse.Namespace) -> int:
 def tokens(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         if args.action == "create":
-            out: Any = vault.create_token(args.name, args.scope)
+            out: Any = vault.create_token(args.name, args.scope, args.expires)
+            for warning in out.get("warnings", []):
+                print(f"warning: {warning}", file=sys.stderr)
+            if not args.json:
+                print(out["token"])
+        elif args.action == "rotate":
+            out = vault.rotate_token(args.name, args.grace)
             if not args.json:
                 print(out["token"])
         elif args.action == "ls":
             out = vault.tokens()
             if not args.json:
-                table(["name", "scopes"], [[t["name"], t["scopes"]] for t in out])
+                table(
+                    ["name", "scopes", "expires", "last used"],
+                    [
+                        [
+                            t["name"],
+                            t["scopes"],
+                            _when(t.get("expires_at")),
+                            _when(t.get("last_used")),
+                        ]
+                        for t in out
+                    ],
+                )
         else:
             vault.revoke_token(args.name)
             out = {"name": args.name, "revoked": True}

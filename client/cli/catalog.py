@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
         "dest",
         nargs="?",
         default=None,
-        help="a configured tier name or an absolute path on the server "
+        help="a configured tier name, or a file name in the server's [server] backup_dir "
         "(default: the last tier configured, the coldest)",
     )
     p.add_argument("--json", action="store_true")

@@ -18,6 +18,11 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help=f"listen port (default {DEFAULT_PORT})")
     p.add_argument("--config", type=Path, default=None, help="TOML config file")
+    p.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS: certificate (PEM)")
+    p.add_argument("--tls-key", type=Path, default=None, help="serve HTTPS: private key (PEM)")
+    p.add_argument(
+        "--tls-client-ca", type=Path, default=None, help="require client certificates (mTLS)"
+    )
     p.set_defaults(func=run)
 
     config = sub.add_parser("config", help="show the effective server configuration")
@@ -62,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         overrides[("server", "host")] = args.host
     if args.port is not None:
         overrides[("server", "port")] = args.port
+    for key in ("tls_cert", "tls_key", "tls_client_ca"):
+        if getattr(args, key) is not None:
+            overrides[("server", key)] = getattr(args, key)
     try:
         settings = load_settings(args.config, overrides=overrides)
     except SettingsError as e:
@@ -69,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         serve(settings)
+    except SettingsError as e:  # e.g. a TLS key that does not match its certificate
+        print(f"ckpt serve: {e}", file=sys.stderr)
+        return 2
     except VaultError as e:  # e.g. the data dir is already served by another process
         print(f"ckpt serve: {e}", file=sys.stderr)
         return 1

@@ -24,7 +24,13 @@ class ErrorSpec:
 
 ERRORS: tuple[ErrorSpec, ...] = (
     ErrorSpec("unauthorized", 401, "Unauthorized", ("Unauthorized",), "missing or unknown token"),
-    ErrorSpec("forbidden", 403, "Forbidden", ("Forbidden",), "token lacks the needed scope"),
+    ErrorSpec(
+        "forbidden",
+        403,
+        "Forbidden",
+        ("Forbidden", "NotPermitted"),
+        "token lacks the needed scope, or is append-only (write without delete)",
+    ),
     ErrorSpec(
         "not_found",
         404,
@@ -61,6 +67,19 @@ ERRORS: tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         "upload_expired", 410, "UploadExpired", ("UploadExpired",), "the upload session expired"
+    ),
+    ErrorSpec(
+        "body_timeout", 408, "BodyTimeout", ("BodyTimeout",), "the request body stopped arriving"
+    ),
+    ErrorSpec(
+        "quota_exceeded",
+        507,
+        "QuotaExceeded",
+        ("QuotaExceeded",),
+        "the namespaces' storage quota is used up",
+    ),
+    ErrorSpec(
+        "rate_limited", 429, "RateLimited", ("RateLimited",), "this token is over its request rate"
     ),
     ErrorSpec(
         "too_many_uploads",

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from client import VaultClient
 
 from ..serverproc import ServerProcess
@@ -245,3 +247,32 @@ def test_compact_stores_older_tensor_checkpoints_as_deltas(
         js(server, "pull", "cli/compact", ckpt_id, str(dest))
         assert (dest / "model.safetensors").read_bytes() == path.read_bytes()
     assert js(server, "check")["ok"] is True
+
+
+def test_local_admin_token_goes_only_to_the_local_server(
+    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 #13: ./ckpt-data/admin.token was sent to whatever --url was given."""
+    (tmp_path / "ckpt-data").mkdir()
+    (tmp_path / "ckpt-data" / "admin.token").write_text(server.token + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "client.cli", "--url", server.url, "ls", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode != 0  # the server is not the local default: no token sent
+    assert "401" in result.stderr or "token" in result.stderr.lower()
+    from client.aio import PlainHttpWarning, default_token, is_local_default
+
+    assert is_local_default("http://127.0.0.1:8470")
+    assert not is_local_default(server.url.replace("127.0.0.1", "203.0.113.9"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CKPT_TOKEN", raising=False)
+    assert default_token("http://localhost:8470") == server.token
+    assert default_token(server.url) is None
+    with pytest.warns(PlainHttpWarning, match="plain HTTP"):
+        VaultClient("http://203.0.113.9:8470", "ckpt_x_y", progress=False).close()

@@ -1,0 +1,73 @@
+"""HTTPS and client certificates in the service itself (issue 16), with a private CA.
+
+One real `ckpt serve --tls-cert --tls-key --tls-client-ca` process: a client that trusts
+the CA and presents a certificate it signed gets through; one that does not trust the
+server's CA, or presents no certificate, is refused at the handshake, before any token is
+sent. trustme makes the CAs (in memory; the files are written for the server).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from client import VaultClient
+from client.errors import ClientError
+from client.transport import RetryPolicy
+
+from ..serverproc import ServerProcess, free_port
+
+ONCE = RetryPolicy(attempts=1)
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    root = tmp_path_factory.mktemp("tls")
+    ca, client_ca = trustme.CA(), trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(root / "server.pem"))
+    ca.cert_pem.write_to_path(str(root / "ca.pem"))
+    client_ca.cert_pem.write_to_path(str(root / "client-ca.pem"))
+    client_ca.issue_cert("producer@example.com").private_key_and_cert_chain_pem.write_to_path(
+        str(root / "client.pem")
+    )
+    probe = ssl.create_default_context(cafile=str(root / "ca.pem"))
+    probe.load_cert_chain(str(root / "client.pem"))
+    args = ("--tls-cert", str(root / "server.pem"), "--tls-key", str(root / "server.pem"))
+    args += ("--tls-client-ca", str(root / "client-ca.pem"))
+    proc = ServerProcess(root / "data", free_port(), root / "server.log", None, args, probe)
+    try:
+        proc.start()
+        yield proc, root
+    finally:
+        proc.stop()
+
+
+def test_https_with_a_private_ca_and_client_certificates(
+    tls_server: tuple[ServerProcess, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, root = tls_server
+    assert server.url.startswith("https://")
+    monkeypatch.setenv("CKPT_CA_FILE", str(root / "ca.pem"))
+    monkeypatch.setenv("CKPT_CLIENT_CERT", str(root / "client.pem"))
+    with VaultClient(server.url, server.token, progress=False, retry=ONCE) as vault:
+        rec = vault.save("tls/run", {"state.bin": b"over TLS" * 1000})
+        assert vault.read_range("tls/run", rec.id, "state.bin", 0, 8) == b"over TLS"
+
+    monkeypatch.delenv("CKPT_CLIENT_CERT")  # no client certificate: refused at handshake
+    with (
+        VaultClient(server.url, server.token, progress=False, retry=ONCE) as vault,
+        pytest.raises(ClientError),
+    ):
+        vault.health()
+
+    monkeypatch.delenv("CKPT_CA_FILE")  # the server's CA not trusted: certificate refused
+    with (
+        VaultClient(server.url, server.token, progress=False, retry=ONCE) as vault,
+        pytest.raises(ClientError, match="(?i)certificate"),
+    ):
+        vault.health()
