@@ -10,16 +10,24 @@ saver finds its checkpoints by their own ids) does not read every newer record.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import blake3
 import lmdb
 
 from .content.chunks import Chunks
+from .entries import Entries, entry_digest
 from .env import Env
 from .errors import CheckpointNotFound, InvalidRequest, NamespaceNotFound
-from .manifest import FileEntry, decode_manifest, distinct_chunks, encode_manifest
+from .manifest import (
+    FileEntry,
+    decode_entry_refs,
+    decode_manifest,
+    distinct_chunks,
+    encode_entry_refs,
+)
 from .records import CheckpointRecord, NamespaceRecord
 
 LATEST = "latest"
@@ -62,6 +70,7 @@ class Catalog:
         self._namespaces = env.db["namespaces"]
         self._chunks = chunks
         self._counters = chunks.counters
+        self.entries = Entries(env, chunks)
 
     # -- namespaces -------------------------------------------------------------------
     def namespace(self, txn: lmdb.Transaction, ns: str) -> NamespaceRecord | None:
@@ -93,7 +102,26 @@ class Catalog:
         raw = txn.get(cid.encode(), db=self._manifests)
         if raw is None:
             raise CheckpointNotFound(f"checkpoint {cid} has no manifest (deleted?)")
-        return decode_manifest(raw)
+        return self._decode(txn, cid, raw, {})
+
+    def _decode(
+        self,
+        txn: lmdb.Transaction,
+        cid: str,
+        raw: bytes | memoryview,
+        seen: dict[bytes, FileEntry],
+    ) -> dict[str, FileEntry]:
+        """Either stored form as whole entries; `seen` caches entries across calls."""
+        refs = decode_entry_refs(raw)
+        if refs is None:
+            return decode_manifest(raw)
+        files: dict[str, FileEntry] = {}
+        for name, digest in refs.items():
+            entry = seen.get(digest) or self.entries.get(txn, digest)
+            if entry is None:  # only through catalog damage; check() reports it
+                raise CheckpointNotFound(f"checkpoint {cid}: file entry of {name!r} is missing")
+            seen[digest] = files[name] = entry
+        return files
 
     def ids(self, txn: lmdb.Transaction, ns: str, before: str | None = None) -> Iterator[str]:
         """Live checkpoint ids of `ns`, newest first, strictly older than `before`."""
@@ -197,14 +225,17 @@ class Catalog:
         """Make a checkpoint visible: record, manifest, index, counts, references."""
         ns = self.require_namespace(txn, rec.namespace)
         self.put_record(txn, rec)
-        txn.put(rec.id.encode(), encode_manifest(files), db=self._manifests)
+        refs = {name: entry_digest(entry) for name, entry in files.items()}
+        bases = self._delta_bases(txn, rec)
+        txn.put(rec.id.encode(), encode_entry_refs(refs), db=self._manifests)
+        for name, digest in refs.items():
+            self.entries.add(txn, digest, files[name], now_ms, bases.get(name))
         txn.put(_index_key(rec.namespace, rec.id), b"", db=self._index)
         for tag in rec.tags:
             txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
         ns.checkpoints += 1
         ns.logical_bytes += rec.size
         self.put_namespace(txn, ns)
-        self._chunks.add_refs(txn, distinct_chunks(files), +1, now_ms)
         self._counters.add(txn, "checkpoints", 1)
         self._counters.add(txn, "logical_bytes", rec.size)
 
@@ -212,7 +243,10 @@ class Catalog:
         """Replace a checkpoint by its tombstone and drop its references."""
         if rec.is_tombstone:
             raise InvalidRequest(f"checkpoint {rec.id} is already deleted")
-        files = self.manifest(txn, rec.id)
+        raw = txn.get(rec.id.encode(), db=self._manifests)
+        if raw is None:
+            raise CheckpointNotFound(f"checkpoint {rec.id} has no manifest (deleted?)")
+        self._unreference(txn, rec.id, bytes(raw), int(now * 1000))
         txn.delete(rec.id.encode(), db=self._manifests)
         txn.delete(_index_key(rec.namespace, rec.id), db=self._index)
         for tag in rec.tags:
@@ -223,10 +257,61 @@ class Catalog:
         ns.checkpoints -= 1
         ns.logical_bytes -= rec.size
         self.put_namespace(txn, ns)
-        self._chunks.add_refs(txn, distinct_chunks(files), -1, int(now * 1000))
         self._counters.add(txn, "checkpoints", -1)
         self._counters.add(txn, "logical_bytes", -rec.size)
 
+    def _delta_bases(self, txn: lmdb.Transaction, rec: CheckpointRecord) -> dict[str, bytes]:
+        """Entries a new checkpoint's files may be stored as deltas of: the same names in
+        its parent, else in the namespace's latest checkpoint (an agent saving without
+        naming a parent); only manifests of entry references qualify."""
+        base = rec.parent or next(self.ids(txn, rec.namespace), None)
+        raw = txn.get(base.encode(), db=self._manifests) if base else None
+        refs = decode_entry_refs(raw) if raw is not None else None
+        return refs or {}
+
+    def _unreference(self, txn: lmdb.Transaction, cid: str, raw: bytes, now_ms: int) -> None:
+        """Drop what a manifest held: its entries' references (or, for a manifest holding
+        whole entries, one reference per distinct chunk, as it was counted)."""
+        refs = decode_entry_refs(raw)
+        if refs is None:
+            self._chunks.add_refs(txn, distinct_chunks(decode_manifest(raw)), -1, now_ms)
+            return
+        for digest in refs.values():
+            self.entries.drop(txn, digest, now_ms)
+
     def all_manifests(self, txn: lmdb.Transaction) -> Iterator[tuple[str, dict[str, FileEntry]]]:
+        seen: dict[bytes, FileEntry] = {}
         for key, raw in txn.cursor(db=self._manifests):
-            yield bytes(key).decode(), decode_manifest(raw)
+            cid = bytes(key).decode()
+            yield cid, self._decode(txn, cid, raw, seen)
+
+    def expected_refs(self, txn: lmdb.Transaction) -> tuple[int, Counter[bytes], Counter[bytes]]:
+        """Recount from the manifests alone: (live checkpoints, chunk references, entry
+        references), what the stored counts must equal (see vault/entries.py)."""
+        n = 0
+        chunks: Counter[bytes] = Counter()
+        entries: Counter[bytes] = Counter()
+        for _, raw in txn.cursor(db=self._manifests):
+            n += 1
+            refs = decode_entry_refs(raw)
+            if refs is None:
+                chunks.update(distinct_chunks(decode_manifest(raw)))
+            else:
+                entries.update(refs.values())
+        expected, held = self.entries.recount(txn, entries)
+        chunks.update(held)
+        return n, chunks, expected
+
+    def released_refs(self, txn: lmdb.Transaction, cids: Iterable[str]) -> Counter[bytes]:
+        """Chunk references that deleting these live checkpoints together would drop."""
+        released: Counter[bytes] = Counter()
+        entries: Counter[bytes] = Counter()
+        for cid in cids:
+            raw = txn.get(cid.encode(), db=self._manifests)
+            refs = None if raw is None else decode_entry_refs(raw)
+            if raw is not None and refs is None:
+                released.update(distinct_chunks(decode_manifest(raw)))
+            elif refs is not None:
+                entries.update(refs.values())
+        released.update(self.entries.released(txn, entries))
+        return released

@@ -34,7 +34,9 @@ CATALOG_DBS = (
     b"inline",  # chunk id -> frame, for chunks of one-request saves (ChunkMeta.seq == 0)
     b"packed",  # chunk id -> location in a tier's pack (ChunkMeta.seq == PACKED)
     b"checkpoints",  # checkpoint id -> record JSON (or tombstone)
-    b"manifests",  # checkpoint id -> binary manifest
+    b"manifests",  # checkpoint id -> binary manifest (entry digests, or whole entries)
+    b"entries",  # BLAKE3 of a file entry -> the entry (size, hash, chunk list)
+    b"entryrefs",  # BLAKE3 of a file entry -> u32 references (file names of live manifests)
     b"nsindex",  # namespace \0 checkpoint id -> b"" (live checkpoints only)
     b"tagindex",  # namespace \0 BLAKE3-128(tag) checkpoint id -> b"" (live checkpoints only)
     b"namespaces",  # namespace -> namespace JSON

@@ -1,0 +1,231 @@
+"""File entries stored once, by content: what makes many small checkpoints cheap.
+
+An agent saves its state after every step, and most files of a step are the parent's
+files unchanged (inherited). Stored per checkpoint, every manifest repeated every file's
+chunk list (36 bytes per chunk: ~3 KB for a 150 KB message history), and every commit
+incremented the reference count of every chunk of every file: ~90 random keys of
+`chunkmeta`, so ~25 B-tree pages rewritten and synced per save, measured as ~180 KB
+written per 150 KB agent save. Here a file entry (size, hash, chunk list) is stored once
+under the BLAKE3 of its encoding (`entries`), with its own reference count
+(`entryrefs`, apart so a count change rewrites a few bytes, not an overflow page); a
+manifest names its files' entries (`manifest.encode_manifest_refs`).
+
+An entry that shares a prefix of its chunk list with the same file's entry in the parent
+checkpoint (a message history that grew at its end: FastCDC cuts the unchanged prefix
+alike) is stored as a delta: the base entry's digest, how many of its chunks come first,
+and the chunks that follow. Chains are at most `MAX_DEPTH` deltas long (then the entry is
+stored whole), so reading an entry costs at most that many lookups, whatever the history.
+
+Reference counting has three levels. An entry's count is the number of (live checkpoint,
+file name) pairs naming it plus the number of live delta entries based on it; a chunk's
+count is the number of live entries whose stored list (a delta's own chunks, a whole
+entry's all) holds it, each entry counting a chunk once, plus, for checkpoints written
+before entries existed (their manifests still hold whole chunk lists), one per such
+checkpoint listing it. So a commit
+that inherits an unchanged file changes one small count, and a chunk's count still reaches
+zero exactly when nothing live can read it: GC, retention's reclaimable bytes and `check`
+keep their meaning. The price of deltas: a live entry keeps its bases, so the chunks only
+older versions held (a grown file's old last chunk) stay until the whole chain is
+unreferenced; chains end every `MAX_DEPTH` versions.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import blake3
+import lmdb
+
+from .content.chunks import Chunks
+from .env import Env
+from .manifest import FileEntry
+
+MAX_DEPTH = 32  # deltas in a chain; the next one is stored whole
+MIN_SHARED = 0.5  # store a delta only if at least this fraction of chunks is shared
+_REFS = struct.Struct("<I")
+_WHOLE = b"W"
+_DELTA = b"D"
+_DELTA_HEAD = struct.Struct("<32sIH")  # base digest, chunks taken from the base, depth
+
+
+def entry_digest(entry: FileEntry) -> bytes:
+    """The entry's key: BLAKE3-256 of its whole binary form (size, hash, chunk list),
+    whichever way it is stored."""
+    return blake3.blake3(entry.to_bytes()).digest()
+
+
+@dataclass(frozen=True)
+class Body:
+    """An entry as stored: whole (`base` None), or `shared` chunks of `base` then `own`."""
+
+    size: int
+    hash: bytes
+    own: tuple[tuple[bytes, int], ...]
+    base: bytes | None = None
+    shared: int = 0
+    depth: int = 0
+
+    def to_bytes(self) -> bytes:
+        own = FileEntry(self.size, self.hash, self.own).to_bytes()
+        if self.base is None:
+            return _WHOLE + own
+        return _DELTA + _DELTA_HEAD.pack(self.base, self.shared, self.depth) + own
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | memoryview) -> Body:
+        view = memoryview(raw)
+        if bytes(view[:1]) == _WHOLE:
+            e, _ = FileEntry.from_view(view[1:])
+            return cls(e.size, e.hash, e.chunks)
+        base, shared, depth = _DELTA_HEAD.unpack_from(view, 1)
+        e, _ = FileEntry.from_view(view[1 + _DELTA_HEAD.size :])
+        return cls(e.size, e.hash, e.chunks, bytes(base), shared, depth)
+
+    def own_chunks(self) -> set[bytes]:
+        """The chunks this stored entry holds a reference on."""
+        return {cid for cid, _ in self.own}
+
+
+class Entries:
+    """Writer-side changes and reads of stored file entries (inside callers' txns)."""
+
+    def __init__(self, env: Env, chunks: Chunks) -> None:
+        self._bodies = env.db["entries"]
+        self._refs = env.db["entryrefs"]
+        self._chunks = chunks
+
+    def body(self, txn: lmdb.Transaction, digest: bytes) -> Body | None:
+        raw = txn.get(digest, db=self._bodies)
+        return None if raw is None else Body.from_bytes(raw)
+
+    def get(self, txn: lmdb.Transaction, digest: bytes) -> FileEntry | None:
+        """The whole entry, its delta chain resolved; None if it (or a base) is missing."""
+        body = self.body(txn, digest)
+        if body is None:
+            return None
+        if body.base is None:
+            return FileEntry(body.size, body.hash, body.own)
+        base = self.get(txn, body.base)
+        if base is None:
+            return None
+        return FileEntry(body.size, body.hash, base.chunks[: body.shared] + body.own)
+
+    def refs(self, txn: lmdb.Transaction, digest: bytes) -> int:
+        raw = txn.get(digest, db=self._refs)
+        return 0 if raw is None else int(_REFS.unpack(bytes(raw))[0])
+
+    def add(
+        self,
+        txn: lmdb.Transaction,
+        digest: bytes,
+        entry: FileEntry,
+        now_ms: int,
+        base: bytes | None = None,
+    ) -> None:
+        """One more reference; the first stores the entry (as a delta against `base`, the
+        same file's entry in the parent, when worth it) and references its chunks."""
+        n = self.refs(txn, digest)
+        if n == 0:
+            body = self._delta(txn, entry, base) or Body(entry.size, entry.hash, entry.chunks)
+            txn.put(digest, body.to_bytes(), db=self._bodies)
+            if body.base is not None:
+                self._bump(txn, body.base, +1)
+            self._chunks.add_refs(txn, body.own_chunks(), +1, now_ms)
+        txn.put(digest, _REFS.pack(n + 1), db=self._refs)
+
+    def _delta(self, txn: lmdb.Transaction, entry: FileEntry, base: bytes | None) -> Body | None:
+        if base is None or not entry.chunks:
+            return None
+        head = self.body(txn, base)
+        whole = self.get(txn, base)
+        if head is None or whole is None or head.depth + 1 > MAX_DEPTH:
+            return None
+        shared = 0
+        for mine, theirs in zip(entry.chunks, whole.chunks, strict=False):
+            if mine != theirs:
+                break
+            shared += 1
+        if shared < MIN_SHARED * len(entry.chunks):
+            return None
+        return Body(entry.size, entry.hash, entry.chunks[shared:], base, shared, head.depth + 1)
+
+    def _bump(self, txn: lmdb.Transaction, digest: bytes, delta: int) -> None:
+        txn.put(digest, _REFS.pack(self.refs(txn, digest) + delta), db=self._refs)
+
+    def drop(self, txn: lmdb.Transaction, digest: bytes, now_ms: int) -> None:
+        """One reference fewer; the last drops the entry, its chunks' references and its
+        reference on its base (which may go in turn)."""
+        while True:
+            n = self.refs(txn, digest)
+            if n > 1:
+                txn.put(digest, _REFS.pack(n - 1), db=self._refs)
+                return
+            body = self.body(txn, digest)
+            txn.delete(digest, db=self._refs)
+            txn.delete(digest, db=self._bodies)
+            if body is None:
+                return
+            self._chunks.add_refs(txn, body.own_chunks(), -1, now_ms)
+            if body.base is None:
+                return
+            digest = body.base
+
+    def set_refs(self, txn: lmdb.Transaction, digest: bytes, n: int, now_ms: int) -> None:
+        """Repair: make the stored count `n` (dropping the entry, and what it holds, at 0)."""
+        if n <= 0:
+            self.drop(txn, digest, now_ms)
+        else:
+            txn.put(digest, _REFS.pack(n), db=self._refs)
+
+    def all_refs(self, txn: lmdb.Transaction) -> Iterator[tuple[bytes, int]]:
+        for key, raw in txn.cursor(db=self._refs):
+            yield bytes(key), int(_REFS.unpack(bytes(raw))[0])
+
+    def recount(
+        self, txn: lmdb.Transaction, named: Counter[bytes]
+    ) -> tuple[Counter[bytes], Counter[bytes]]:
+        """From the manifests' references (`named`): every live entry's expected count
+        (manifest names plus delta children) and the chunk references they hold."""
+        expected: Counter[bytes] = Counter(named)
+        chunks: Counter[bytes] = Counter()
+        todo = list(named)
+        seen: set[bytes] = set()
+        while todo:
+            digest = todo.pop()
+            if digest in seen:
+                continue
+            seen.add(digest)
+            body = self.body(txn, digest)
+            if body is None:
+                continue
+            chunks.update(body.own_chunks())
+            if body.base is not None:
+                expected[body.base] += 1
+                todo.append(body.base)
+        return expected, chunks
+
+    def released(self, txn: lmdb.Transaction, dropped: Counter[bytes]) -> Counter[bytes]:
+        """Chunk references freed if these entry references (digest -> how many) went
+        together, following entries that would go to their bases."""
+        drops = Counter(dropped)
+        gone: set[bytes] = set()
+        changed = True
+        while changed:
+            changed = False
+            for digest, n in list(drops.items()):
+                if digest in gone or self.refs(txn, digest) > n:
+                    continue
+                gone.add(digest)
+                changed = True
+                body = self.body(txn, digest)
+                if body is not None and body.base is not None:
+                    drops[body.base] += 1
+        freed: Counter[bytes] = Counter()
+        for digest in gone:
+            body = self.body(txn, digest)
+            if body is not None:
+                freed.update(body.own_chunks())
+        return freed
