@@ -17,6 +17,7 @@ from typing import Any
 import blake3
 import lmdb
 
+from . import recordpack
 from .content.chunks import Chunks
 from .entries import Entries, entry_digest
 from .env import Env
@@ -61,6 +62,20 @@ def _newest_first(cur: lmdb.Cursor, prefix: bytes, start: bytes) -> Iterator[str
             return
 
 
+def _put(txn: lmdb.Transaction, key: bytes, value: bytes, db: lmdb._Database) -> None:
+    txn.put(key, value, db=db)
+
+
+def _put_last(txn: lmdb.Transaction, key: bytes, value: bytes, db: lmdb._Database) -> None:
+    """Put, appending when `key` sorts after every key of `db` (new checkpoint ids do).
+    LMDB splits a full page in the middle, so keys inserted in order leave every page half
+    empty; an append starts a fresh page instead and the pages behind stay full (measured:
+    900 records took 450 pages, 55% full)."""
+    cur = txn.cursor(db=db)
+    last = bytes(cur.key()) if cur.last() else None
+    txn.put(key, value, db=db, append=last is not None and key > last)
+
+
 class Catalog:
     def __init__(self, env: Env, chunks: Chunks) -> None:
         self._records = env.db["checkpoints"]
@@ -93,10 +108,12 @@ class Catalog:
     # -- checkpoints ------------------------------------------------------------------
     def record(self, txn: lmdb.Transaction, cid: str) -> CheckpointRecord | None:
         raw = txn.get(cid.encode(), db=self._records)
-        return CheckpointRecord.from_json(raw) if raw is not None else None
+        return CheckpointRecord.from_json(recordpack.unpack(raw)) if raw is not None else None
 
-    def put_record(self, txn: lmdb.Transaction, rec: CheckpointRecord) -> None:
-        txn.put(rec.id.encode(), rec.to_json(), db=self._records)
+    def put_record(self, txn: lmdb.Transaction, rec: CheckpointRecord, new: bool = False) -> None:
+        """Store a record (`new`: a checkpoint id never stored, so possibly an append)."""
+        put = _put_last if new else _put
+        put(txn, rec.id.encode(), recordpack.pack(rec.to_json()), self._records)
 
     def manifest(self, txn: lmdb.Transaction, cid: str) -> dict[str, FileEntry]:
         raw = txn.get(cid.encode(), db=self._manifests)
@@ -224,13 +241,13 @@ class Catalog:
     ) -> None:
         """Make a checkpoint visible: record, manifest, index, counts, references."""
         ns = self.require_namespace(txn, rec.namespace)
-        self.put_record(txn, rec)
+        self.put_record(txn, rec, new=True)
         refs = {name: entry_digest(entry) for name, entry in files.items()}
         bases = self._delta_bases(txn, rec)
-        txn.put(rec.id.encode(), encode_entry_refs(refs), db=self._manifests)
+        _put_last(txn, rec.id.encode(), encode_entry_refs(refs), self._manifests)
         for name, digest in refs.items():
             self.entries.add(txn, digest, files[name], now_ms, bases.get(name))
-        txn.put(_index_key(rec.namespace, rec.id), b"", db=self._index)
+        _put_last(txn, _index_key(rec.namespace, rec.id), b"", self._index)
         for tag in rec.tags:
             txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
         ns.checkpoints += 1

@@ -10,11 +10,12 @@ under the BLAKE3 of its encoding (`entries`), with its own reference count
 (`entryrefs`, apart so a count change rewrites a few bytes, not an overflow page); a
 manifest names its files' entries (`manifest.encode_manifest_refs`).
 
-An entry that shares a prefix of its chunk list with the same file's entry in the parent
-checkpoint (a message history that grew at its end: FastCDC cuts the unchanged prefix
-alike) is stored as a delta: the base entry's digest, how many of its chunks come first,
-and the chunks that follow. Chains are at most `MAX_DEPTH` deltas long (then the entry is
-stored whole), so reading an entry costs at most that many lookups, whatever the history.
+An entry that shares most of its chunk list with the same file's entry in the parent
+checkpoint (a message history that grew: FastCDC cuts the unchanged part alike) is stored
+as a delta: the base entry's digest, runs of the base's chunks to copy, and the chunks of
+its own in between (`diff`). Chains are at most `MAX_DEPTH` deltas long (then the entry
+is stored whole), so reading an entry costs at most that many lookups, whatever the
+history.
 
 Reference counting has three levels. An entry's count is the number of (live checkpoint,
 file name) pairs naming it plus the number of live delta entries based on it; a chunk's
@@ -48,7 +49,12 @@ MIN_SHARED = 0.5  # store a delta only if at least this fraction of chunks is sh
 _REFS = struct.Struct("<I")
 _WHOLE = b"W"
 _DELTA = b"D"
-_DELTA_HEAD = struct.Struct("<32sIH")  # base digest, chunks taken from the base, depth
+_DELTA_HEAD = struct.Struct("<32sHI")  # base digest, depth, number of runs
+_RUN = struct.Struct("<BII")  # kind, start (in the base; unused for own chunks), count
+COPY, OWN = 0, 1
+
+ChunkList = tuple[tuple[bytes, int], ...]
+Run = tuple[int, int, int]  # (COPY, start in base, count) or (OWN, 0, count)
 
 
 def entry_digest(entry: FileEntry) -> bytes:
@@ -57,22 +63,52 @@ def entry_digest(entry: FileEntry) -> bytes:
     return blake3.blake3(entry.to_bytes()).digest()
 
 
+def diff(chunks: ChunkList, base: ChunkList) -> tuple[list[Run], ChunkList]:
+    """`chunks` as runs copied from `base` and runs of its own chunks (returned too).
+    Greedy: at each position, the longest run starting where the chunk first occurs in the
+    base. A re-serialized list typically differs at its head (a count) and its tail."""
+    first: dict[tuple[bytes, int], int] = {}
+    for j, c in enumerate(base):
+        first.setdefault(c, j)
+    runs: list[Run] = []
+    own: list[tuple[bytes, int]] = []
+    i = 0
+    while i < len(chunks):
+        at = first.get(chunks[i])
+        if at is None:
+            own.append(chunks[i])
+            if runs and runs[-1][0] == OWN:
+                runs[-1] = (OWN, 0, runs[-1][2] + 1)
+            else:
+                runs.append((OWN, 0, 1))
+            i += 1
+            continue
+        k = 1
+        while i + k < len(chunks) and at + k < len(base) and chunks[i + k] == base[at + k]:
+            k += 1
+        runs.append((COPY, at, k))
+        i += k
+    return runs, tuple(own)
+
+
 @dataclass(frozen=True)
 class Body:
-    """An entry as stored: whole (`base` None), or `shared` chunks of `base` then `own`."""
+    """An entry as stored: whole (`base` None, `own` is the chunk list), or `runs` copying
+    from the `base` entry's chunks and taking `own` chunks in turn."""
 
     size: int
     hash: bytes
-    own: tuple[tuple[bytes, int], ...]
+    own: ChunkList
     base: bytes | None = None
-    shared: int = 0
+    runs: tuple[Run, ...] = ()
     depth: int = 0
 
     def to_bytes(self) -> bytes:
         own = FileEntry(self.size, self.hash, self.own).to_bytes()
         if self.base is None:
             return _WHOLE + own
-        return _DELTA + _DELTA_HEAD.pack(self.base, self.shared, self.depth) + own
+        head = _DELTA_HEAD.pack(self.base, self.depth, len(self.runs))
+        return b"".join([_DELTA, head, *(_RUN.pack(*r) for r in self.runs), own])
 
     @classmethod
     def from_bytes(cls, raw: bytes | memoryview) -> Body:
@@ -80,9 +116,23 @@ class Body:
         if bytes(view[:1]) == _WHOLE:
             e, _ = FileEntry.from_view(view[1:])
             return cls(e.size, e.hash, e.chunks)
-        base, shared, depth = _DELTA_HEAD.unpack_from(view, 1)
-        e, _ = FileEntry.from_view(view[1 + _DELTA_HEAD.size :])
-        return cls(e.size, e.hash, e.chunks, bytes(base), shared, depth)
+        base, depth, n = _DELTA_HEAD.unpack_from(view, 1)
+        pos = 1 + _DELTA_HEAD.size
+        runs = tuple(_RUN.iter_unpack(view[pos : pos + n * _RUN.size]))
+        e, _ = FileEntry.from_view(view[pos + n * _RUN.size :])
+        return cls(e.size, e.hash, e.chunks, bytes(base), runs, depth)
+
+    def resolve(self, base: ChunkList) -> ChunkList:
+        """The whole chunk list, given the base entry's."""
+        out: list[tuple[bytes, int]] = []
+        taken = 0
+        for kind, start, count in self.runs:
+            if kind == COPY:
+                out.extend(base[start : start + count])
+            else:
+                out.extend(self.own[taken : taken + count])
+                taken += count
+        return tuple(out)
 
     def own_chunks(self) -> set[bytes]:
         """The chunks this stored entry holds a reference on."""
@@ -111,7 +161,7 @@ class Entries:
         base = self.get(txn, body.base)
         if base is None:
             return None
-        return FileEntry(body.size, body.hash, base.chunks[: body.shared] + body.own)
+        return FileEntry(body.size, body.hash, body.resolve(base.chunks))
 
     def refs(self, txn: lmdb.Transaction, digest: bytes) -> int:
         raw = txn.get(digest, db=self._refs)
@@ -143,14 +193,10 @@ class Entries:
         whole = self.get(txn, base)
         if head is None or whole is None or head.depth + 1 > MAX_DEPTH:
             return None
-        shared = 0
-        for mine, theirs in zip(entry.chunks, whole.chunks, strict=False):
-            if mine != theirs:
-                break
-            shared += 1
-        if shared < MIN_SHARED * len(entry.chunks):
+        runs, own = diff(entry.chunks, whole.chunks)
+        if len(entry.chunks) - len(own) < MIN_SHARED * len(entry.chunks):
             return None
-        return Body(entry.size, entry.hash, entry.chunks[shared:], base, shared, head.depth + 1)
+        return Body(entry.size, entry.hash, own, base, tuple(runs), head.depth + 1)
 
     def _bump(self, txn: lmdb.Transaction, digest: bytes, delta: int) -> None:
         txn.put(digest, _REFS.pack(self.refs(txn, digest) + delta), db=self._refs)

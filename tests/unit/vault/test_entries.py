@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from vault import FakeClock, Vault
-from vault.entries import MAX_DEPTH, entry_digest
+from vault.entries import COPY, MAX_DEPTH, OWN, Body, diff, entry_digest
 from vault.manifest import FileEntry, distinct_chunks, encode_manifest
 from vault.writer import WriteTxn
 
@@ -27,7 +27,7 @@ def test_a_growing_file_is_stored_as_deltas_and_every_version_reads_back(vault: 
     parent = None
     saved = []
     for step in range(MAX_DEPTH + 8):  # past one chain: some versions are stored whole
-        data = _history(100 + step)
+        data = _history(300 + step)
         rec, _ = vault.save("a/t", {"h": data, "k": b"same"}, parent=parent, chunking="small")
         saved.append((rec.id, data))
         parent = rec.id
@@ -140,3 +140,36 @@ def test_identical_files_share_one_entry(vault: Vault) -> None:
     assert len(list(vault.store.catalog_env.scan("entries"))) == 1
     vault.delete("a/t", a.id)
     assert vault.check().ok
+
+
+def test_a_list_whose_head_changes_too_is_still_a_delta(vault: Vault) -> None:
+    """msgpack (LangGraph's serializer) writes a list's length first: every version of a
+    grown message list differs in its first chunk as well as its last."""
+    parent = None
+    saved = []
+    for step in range(12):
+        body = _history(100 + step)
+        data = len(body).to_bytes(8, "little") + body
+        rec, _ = vault.save("a/t", {"h": data}, parent=parent, chunking="small")
+        saved.append((rec.id, data))
+        parent = rec.id
+    bodies = [Body.from_bytes(v) for _, v in vault.store.catalog_env.scan("entries")]
+    assert sum(b.base is not None for b in bodies) == len(saved) - 1
+    for cid, data in saved:
+        assert read_file(vault, "a/t", cid, "h") == data
+    assert vault.check().ok
+
+
+def test_diff_copies_runs_and_keeps_its_own_chunks() -> None:
+    c = [(bytes([i]) * 32, 10 + i) for i in range(8)]
+    runs, own = diff((c[7], c[1], c[2], c[3], c[6]), (c[0], c[1], c[2], c[3], c[4]))
+    assert runs == [(OWN, 0, 1), (COPY, 1, 3), (OWN, 0, 1)]
+    assert own == (c[7], c[6])
+    body = Body(0, b"", own, b"b" * 32, tuple(runs), 1)
+    assert Body.from_bytes(body.to_bytes()).resolve((c[0], c[1], c[2], c[3], c[4])) == (
+        c[7],
+        c[1],
+        c[2],
+        c[3],
+        c[6],
+    )
