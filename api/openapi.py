@@ -32,6 +32,7 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.ManifestFile,
     protocol.ChunkSpan,
     protocol.NamespaceEntry,
+    protocol.BulkDeleted,
     protocol.UploadOpened,
     protocol.FileStored,
     protocol.CommitFile,

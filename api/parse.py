@@ -48,6 +48,19 @@ def chunk_ids(value: JSON) -> list[str]:
     return value
 
 
+def checkpoint_ids(value: JSON) -> list[str] | None:
+    """A bulk delete's `ids` (None: every checkpoint of the namespace)."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_MISSING_QUERY
+        or not all(isinstance(v, str) for v in value)
+    ):
+        raise InvalidRequest(f"ids must be a list of at most {MAX_MISSING_QUERY} checkpoint ids")
+    return [str(v) for v in value]
+
+
 def commit_files(value: JSON) -> dict[str, CommitFile] | None:
     """A commit body's `files`: name -> {size, hash, chunks}."""
     if value is None:

@@ -36,6 +36,7 @@ from .protocol import (
     CHUNK_BATCH_TYPE,
     DEFAULT_DATA_DIR,
     DEFAULT_URL,
+    BulkDeleted,
     StreamChunker,
     encode_bundle,
     encode_chunk_batch,
@@ -384,6 +385,17 @@ class AsyncVaultClient:
         await self._t.request(
             "DELETE", f"/v1/namespaces/{_ns(namespace)}/checkpoints/{checkpoint_id}"
         )
+
+    async def delete_many(
+        self, namespace: str, checkpoint_ids: Sequence[str] | None = None
+    ) -> BulkDeleted:
+        """Delete these checkpoints (None: every one of the namespace) in one request;
+        pinned ones stay (listed in `pinned`), ids already gone are in `not_found`."""
+        body = {} if checkpoint_ids is None else {"ids": list(checkpoint_ids)}
+        out = await self._t.json(
+            "DELETE", f"/v1/namespaces/{_ns(namespace)}/checkpoints", json_body=body
+        )
+        return BulkDeleted.from_wire(out)
 
     async def fork(
         self,

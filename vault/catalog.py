@@ -252,6 +252,7 @@ class Catalog:
             txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
         ns.checkpoints += 1
         ns.logical_bytes += rec.size
+        ns.emptied_at = None
         self.put_namespace(txn, ns)
         self._counters.add(txn, "checkpoints", 1)
         self._counters.add(txn, "logical_bytes", rec.size)
@@ -273,6 +274,8 @@ class Catalog:
         ns = self.require_namespace(txn, rec.namespace)
         ns.checkpoints -= 1
         ns.logical_bytes -= rec.size
+        if ns.checkpoints == 0:
+            ns.emptied_at = now
         self.put_namespace(txn, ns)
         self._counters.add(txn, "checkpoints", -1)
         self._counters.add(txn, "logical_bytes", -rec.size)

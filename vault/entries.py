@@ -33,7 +33,8 @@ unreferenced; chains end every `MAX_DEPTH` versions.
 from __future__ import annotations
 
 import struct
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -45,6 +46,7 @@ from .env import Env
 from .manifest import FileEntry
 
 MAX_DEPTH = 32  # deltas in a chain; the next one is stored whole
+CACHE_ENTRIES = 4096  # resolved entries kept in memory (a digest names fixed content)
 MIN_SHARED = 0.5  # store a delta only if at least this fraction of chunks is shared
 _REFS = struct.Struct("<I")
 _WHOLE = b"W"
@@ -146,6 +148,12 @@ class Entries:
         self._bodies = env.db["entries"]
         self._refs = env.db["entryrefs"]
         self._chunks = chunks
+        # Resolving a delta walks its chain; the entries of an agent's latest checkpoints
+        # are read again at every save (inherit, the next delta's base). A digest names its
+        # content, so a cached entry can never be stale, only absent from the catalog,
+        # which callers learn from the manifest or the body first.
+        self._cache: OrderedDict[bytes, FileEntry] = OrderedDict()
+        self._lock = threading.Lock()
 
     def body(self, txn: lmdb.Transaction, digest: bytes) -> Body | None:
         raw = txn.get(digest, db=self._bodies)
@@ -153,15 +161,27 @@ class Entries:
 
     def get(self, txn: lmdb.Transaction, digest: bytes) -> FileEntry | None:
         """The whole entry, its delta chain resolved; None if it (or a base) is missing."""
+        with self._lock:
+            hit = self._cache.get(digest)
+            if hit is not None:
+                self._cache.move_to_end(digest)
+        if hit is not None and txn.get(digest, db=self._refs) is not None:
+            return hit
         body = self.body(txn, digest)
         if body is None:
             return None
         if body.base is None:
-            return FileEntry(body.size, body.hash, body.own)
-        base = self.get(txn, body.base)
-        if base is None:
-            return None
-        return FileEntry(body.size, body.hash, body.resolve(base.chunks))
+            entry = FileEntry(body.size, body.hash, body.own)
+        else:
+            base = self.get(txn, body.base)
+            if base is None:
+                return None
+            entry = FileEntry(body.size, body.hash, body.resolve(base.chunks))
+        with self._lock:
+            self._cache[digest] = entry
+            if len(self._cache) > CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        return entry
 
     def refs(self, txn: lmdb.Transaction, digest: bytes) -> int:
         raw = txn.get(digest, db=self._refs)

@@ -121,12 +121,14 @@ class NamespaceRecord:
     created_at: float
     checkpoints: int = 0
     logical_bytes: int = 0
+    emptied_at: float | None = None  # its last live checkpoint was deleted then: not listed
 
     def chunking(self) -> ChunkingProfile:
         return ChunkingProfile(**self.profile)
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        # By hand: every commit rewrites its namespace's record, asdict deep-copies.
+        return json.dumps(self.__dict__, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | memoryview) -> NamespaceRecord:

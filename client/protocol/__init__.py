@@ -32,6 +32,7 @@ from ._errors import ERROR_CODES, ERROR_SPECS, ERRORS, ErrorSpec, status_of
 from ._records import (
     JSON,
     VALIDITY_STATES,
+    BulkDeleted,
     CheckpointRecord,
     ChunkSpan,
     CommitFile,
@@ -72,6 +73,7 @@ __all__ = [
     "ChunkingProfile",
     "CommitFile",
     "ErrorBody",
+    "BulkDeleted",
     "ErrorSpec",
     "FileInfo",
     "FileStored",
