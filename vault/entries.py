@@ -53,6 +53,7 @@ _WHOLE = b"W"
 _DELTA = b"D"
 _DELTA_HEAD = struct.Struct("<32sHI")  # base digest, depth, number of runs
 _RUN = struct.Struct("<BII")  # kind, start (in the base; unused for own chunks), count
+_ENTRY_HEAD = struct.Struct("<Q32sI")  # manifest.FileEntry's: size, hash, chunk count
 COPY, OWN = 0, 1
 
 ChunkList = tuple[tuple[bytes, int], ...]
@@ -158,6 +159,19 @@ class Entries:
     def body(self, txn: lmdb.Transaction, digest: bytes) -> Body | None:
         raw = txn.get(digest, db=self._bodies)
         return None if raw is None else Body.from_bytes(raw)
+
+    def head(self, txn: lmdb.Transaction, digest: bytes) -> tuple[int, bytes] | None:
+        """(size, whole-file hash) of an entry, without reading its chunk list."""
+        raw = txn.get(digest, db=self._bodies)
+        if raw is None:
+            return None
+        view = memoryview(raw)
+        pos = 1
+        if bytes(view[:1]) == _DELTA:
+            _, _, runs = _DELTA_HEAD.unpack_from(view, 1)
+            pos += _DELTA_HEAD.size + runs * _RUN.size
+        size, digest32, _ = _ENTRY_HEAD.unpack_from(view, pos)
+        return int(size), bytes(digest32)
 
     def get(self, txn: lmdb.Transaction, digest: bytes) -> FileEntry | None:
         """The whole entry, its delta chain resolved; None if it (or a base) is missing."""
