@@ -107,6 +107,8 @@ def store_all(
     now_ms = store.now_ms()
     written = added = grown = 0
     for cid, (data, frame) in items.items():
+        if frame is None and not reserve_until_ms and store.chunks.usable(w.catalog, cid):
+            continue  # known sound and nothing to reserve: what `store` would conclude
         wrote, n, b = store.chunks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
         written += wrote
         added += n
