@@ -75,16 +75,20 @@ def encode_manifest(files: Manifest) -> bytes:
     return b"".join(parts)
 
 
+def _name(view: memoryview, pos: int) -> tuple[str, int]:
+    """The length-prefixed file name at `pos`, and where what follows it starts."""
+    (n,) = _NAME_LEN.unpack_from(view, pos)
+    pos += _NAME_LEN.size
+    return bytes(view[pos : pos + n]).decode(), pos + n
+
+
 def decode_manifest(blob: bytes | memoryview) -> dict[str, FileEntry]:
     view = memoryview(blob)
     (count,) = _COUNT.unpack_from(view)
     pos = _COUNT.size
     files: dict[str, FileEntry] = {}
     for _ in range(count):
-        (n,) = _NAME_LEN.unpack_from(view, pos)
-        pos += _NAME_LEN.size
-        name = bytes(view[pos : pos + n]).decode()
-        pos += n
+        name, pos = _name(view, pos)
         entry, used = FileEntry.from_view(view[pos:])
         files[name] = entry
         pos += used
@@ -111,10 +115,7 @@ def decode_entry_refs(blob: bytes | memoryview) -> dict[str, bytes] | None:
     pos += _COUNT.size
     refs: dict[str, bytes] = {}
     for _ in range(count):
-        (n,) = _NAME_LEN.unpack_from(view, pos)
-        pos += _NAME_LEN.size
-        name = bytes(view[pos : pos + n]).decode()
-        pos += n
+        name, pos = _name(view, pos)
         refs[name] = bytes(view[pos : pos + _DIGEST_LEN])
         pos += _DIGEST_LEN
     return refs
