@@ -6,8 +6,9 @@ Run by hand, never by the test suite:
     python bench/bench_small_save.py --saves 300 --kb 50 --json
 
 What it does: starts `ckpt serve` on loopback; one `VaultClient` saves a JSON message
-history of `--kb` kB (grown by one ~100-byte message per step, so each save shares all but
-its last chunks with the previous one) into one namespace, `chunking="small"`, parent the
+history of ~`--kb` kB (one ~130-byte message more per step, the oldest after the first
+dropped past `--kb` + 5%, so each save shares all but a few chunks with the previous one)
+into one namespace, `chunking="small"`, parent the
 previous checkpoint: the one-request save, one writer transaction, synced before the
 answer. Reports the save's p50 / p99, the floor of one request (`GET /v1/health` p50), and
 where the time goes: CPU per save of the server's event loop, writer thread and worker
@@ -71,6 +72,8 @@ def run(saves: int, kb: int, seed: int) -> dict[str, Any]:
                 states = []
                 for step in range(saves):
                     msgs.append({"role": "assistant", "content": f"step {step}: done " * 8})
+                    if len(json.dumps(msgs)) > kb * 1050:
+                        del msgs[1]  # a window: the agent keeps ~kb of history after msgs[0]
                     states.append(json.dumps(msgs).encode())
                 log(f"{saves} saves of {len(states[0]) // 1000}-{len(states[-1]) // 1000} kB")
                 before, me = thread_cpu(server.pid), resource.getrusage(resource.RUSAGE_SELF)
