@@ -126,12 +126,17 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "patch_checkpoint": ("200", _ref("Checkpoint")),
     "fork_checkpoint": ("201", _ref("Checkpoint")),
+    "delete_checkpoints": ("200", _ref("BulkDeleted")),
     "open_upload": ("201", _ref("UploadOpened")),
     "put_file": ("201", _ref("FileStored")),
     "commit": ("201", _ref("Checkpoint")),
 }
 # JSON request bodies built from protocol records, by handler name.
 REQUESTS: dict[str, dict[str, Any]] = {
+    "delete_checkpoints": {
+        "type": "object",
+        "properties": {"ids": {"type": "array", "items": {"type": "string"}}},
+    },
     "commit": {
         "type": "object",
         "properties": {"files": {"type": "object", "additionalProperties": _ref("CommitFile")}},

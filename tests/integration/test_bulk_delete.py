@@ -62,3 +62,16 @@ async def test_bulk_delete_needs_the_delete_scope_and_sane_input(api: Api) -> No
     await api.call("DELETE", "/v1/namespaces/t/4/checkpoints", json={"ids": [1]}, expect=400)
     await api.call("DELETE", "/v1/namespaces/nope/checkpoints", expect=404)
     assert len(await _live(api, "t/4")) == 1
+
+
+async def test_the_bulk_delete_is_in_the_openapi_document(api: Api) -> None:
+    doc = await api.json("GET", "/v1/openapi.json")
+    op = doc["paths"]["/v1/namespaces/{ns}/checkpoints"]["delete"]
+    assert op["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/BulkDeleted"
+    }
+    assert doc["components"]["schemas"]["BulkDeleted"]["required"] == [
+        "deleted",
+        "pinned",
+        "not_found",
+    ]
