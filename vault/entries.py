@@ -46,7 +46,11 @@ from .env import Env
 from .manifest import FileEntry
 
 MAX_DEPTH = 32  # deltas in a chain; the next one is stored whole
-CACHE_ENTRIES = 4096  # resolved entries kept in memory (a digest names fixed content)
+# Resolved entries kept in memory (a digest names fixed content), bounded by chunks listed
+# (~100 B each in memory: 256 Ki chunks is ~25 MiB); one entry of a 10 GiB tensor file
+# lists ~160 Ki chunks, so larger entries than CACHE_ENTRY_CHUNKS are not kept.
+CACHE_CHUNKS = 1 << 18
+CACHE_ENTRY_CHUNKS = 1 << 14
 MIN_SHARED = 0.5  # store a delta only if at least this fraction of chunks is shared
 _REFS = struct.Struct("<I")
 _WHOLE = b"W"
@@ -154,6 +158,7 @@ class Entries:
         # content, so a cached entry can never be stale, only absent from the catalog,
         # which callers learn from the manifest or the body first.
         self._cache: OrderedDict[bytes, FileEntry] = OrderedDict()
+        self._cached_chunks = 0
         self._lock = threading.Lock()
 
     def body(self, txn: lmdb.Transaction, digest: bytes) -> Body | None:
@@ -191,11 +196,18 @@ class Entries:
             if base is None:
                 return None
             entry = FileEntry(body.size, body.hash, body.resolve(base.chunks))
-        with self._lock:
-            self._cache[digest] = entry
-            if len(self._cache) > CACHE_ENTRIES:
-                self._cache.popitem(last=False)
+        if len(entry.chunks) <= CACHE_ENTRY_CHUNKS:
+            self._remember(digest, entry)
         return entry
+
+    def _remember(self, digest: bytes, entry: FileEntry) -> None:
+        with self._lock:
+            if digest not in self._cache:
+                self._cache[digest] = entry
+                self._cached_chunks += len(entry.chunks)
+            while self._cached_chunks > CACHE_CHUNKS:
+                _, old = self._cache.popitem(last=False)
+                self._cached_chunks -= len(old.chunks)
 
     def refs(self, txn: lmdb.Transaction, digest: bytes) -> int:
         raw = txn.get(digest, db=self._refs)

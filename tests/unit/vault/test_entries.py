@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from vault import FakeClock, Vault
+import pytest
+
+from vault import FakeClock, Vault, entries
 from vault.entries import COPY, MAX_DEPTH, OWN, Body, diff, entry_digest
 from vault.manifest import FileEntry, distinct_chunks, encode_manifest
 from vault.writer import WriteTxn
@@ -173,3 +175,18 @@ def test_diff_copies_runs_and_keeps_its_own_chunks() -> None:
         c[3],
         c[6],
     )
+
+
+def test_the_entry_cache_is_bounded_by_chunks(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(entries, "CACHE_CHUNKS", 20)
+    saved = []
+    for i in range(6):
+        data = bytes([i]) * 5 + _history(8 + i)
+        rec, _ = vault.save("a/c", {"h": data}, chunking="small")
+        saved.append((rec.id, data))
+    for cid, data in saved:
+        assert read_file(vault, "a/c", cid, "h") == data
+    cache = vault.store.catalog.entries._cache
+    assert 0 < sum(len(e.chunks) for e in cache.values()) <= 20
