@@ -22,12 +22,12 @@ file name) pairs naming it plus the number of live delta entries based on it; a 
 count is the number of live entries whose stored list (a delta's own chunks, a whole
 entry's all) holds it, each entry counting a chunk once, plus, for checkpoints written
 before entries existed (their manifests still hold whole chunk lists), one per such
-checkpoint listing it. So a commit
-that inherits an unchanged file changes one small count, and a chunk's count still reaches
-zero exactly when nothing live can read it: GC, retention's reclaimable bytes and `check`
-keep their meaning. The price of deltas: a live entry keeps its bases, so the chunks only
-older versions held (a grown file's old last chunk) stay until the whole chain is
-unreferenced; chains end every `MAX_DEPTH` versions.
+checkpoint listing it. So a commit that inherits an unchanged file changes one small count,
+and a chunk's count still reaches zero exactly when nothing live can read it: GC,
+retention's reclaimable bytes and `check` keep their meaning. The price of deltas: a live
+entry keeps its bases, so the chunks only older versions held (a grown file's old last
+chunk) stay until the whole chain is unreferenced; chains end every `MAX_DEPTH` versions,
+or sooner once their versions' own chunks reach `MAX_CHAIN_BYTES`.
 """
 
 from __future__ import annotations
@@ -46,6 +46,11 @@ from .env import Env
 from .manifest import FileEntry
 
 MAX_DEPTH = 32  # deltas in a chain; the next one is stored whole
+# A live delta keeps its chain alive, and with it chunks only older versions held (their own
+# chunks); a chain ends (the next version is stored whole) before those exceed this, so
+# deleted versions pin at most this much per file: agent state (a few KB of new chunks
+# per version) chains to MAX_DEPTH, a tensor file with 100 MB changed never deltas.
+MAX_CHAIN_BYTES = 4 << 20
 # Resolved entries kept in memory (a digest names fixed content), bounded by chunks listed
 # (~100 B each in memory: 256 Ki chunks is ~25 MiB); one entry of a 10 GiB tensor file
 # lists ~160 Ki chunks, so larger entries than CACHE_ENTRY_CHUNKS are not kept.
@@ -55,7 +60,7 @@ MIN_SHARED = 0.5  # store a delta only if at least this fraction of chunks is sh
 _REFS = struct.Struct("<I")
 _WHOLE = b"W"
 _DELTA = b"D"
-_DELTA_HEAD = struct.Struct("<32sHI")  # base digest, depth, number of runs
+_DELTA_HEAD = struct.Struct("<32sHQI")  # base digest, depth, chain bytes, number of runs
 _RUN = struct.Struct("<BII")  # kind, start (in the base; unused for own chunks), count
 _ENTRY_HEAD = struct.Struct("<Q32sI")  # manifest.FileEntry's: size, hash, chunk count
 COPY, OWN = 0, 1
@@ -109,12 +114,13 @@ class Body:
     base: bytes | None = None
     runs: tuple[Run, ...] = ()
     depth: int = 0
+    chain_bytes: int = 0  # plaintext of the own chunks of this delta and the deltas below it
 
     def to_bytes(self) -> bytes:
         own = FileEntry(self.size, self.hash, self.own).to_bytes()
         if self.base is None:
             return _WHOLE + own
-        head = _DELTA_HEAD.pack(self.base, self.depth, len(self.runs))
+        head = _DELTA_HEAD.pack(self.base, self.depth, self.chain_bytes, len(self.runs))
         return b"".join([_DELTA, head, *(_RUN.pack(*r) for r in self.runs), own])
 
     @classmethod
@@ -123,11 +129,11 @@ class Body:
         if bytes(view[:1]) == _WHOLE:
             e, _ = FileEntry.from_view(view[1:])
             return cls(e.size, e.hash, e.chunks)
-        base, depth, n = _DELTA_HEAD.unpack_from(view, 1)
+        base, depth, chain_bytes, n = _DELTA_HEAD.unpack_from(view, 1)
         pos = 1 + _DELTA_HEAD.size
         runs = tuple(_RUN.iter_unpack(view[pos : pos + n * _RUN.size]))
         e, _ = FileEntry.from_view(view[pos + n * _RUN.size :])
-        return cls(e.size, e.hash, e.chunks, bytes(base), runs, depth)
+        return cls(e.size, e.hash, e.chunks, bytes(base), runs, depth, chain_bytes)
 
     def resolve(self, base: ChunkList) -> ChunkList:
         """The whole chunk list, given the base entry's."""
@@ -173,7 +179,7 @@ class Entries:
         view = memoryview(raw)
         pos = 1
         if bytes(view[:1]) == _DELTA:
-            _, _, runs = _DELTA_HEAD.unpack_from(view, 1)
+            *_, runs = _DELTA_HEAD.unpack_from(view, 1)
             pos += _DELTA_HEAD.size + runs * _RUN.size
         size, digest32, _ = _ENTRY_HEAD.unpack_from(view, pos)
         return int(size), bytes(digest32)
@@ -242,7 +248,10 @@ class Entries:
         runs, own = diff(entry.chunks, whole.chunks)
         if len(entry.chunks) - len(own) < MIN_SHARED * len(entry.chunks):
             return None
-        return Body(entry.size, entry.hash, own, base, tuple(runs), head.depth + 1)
+        chain = head.chain_bytes + sum(n for _, n in own)
+        if chain > MAX_CHAIN_BYTES:
+            return None
+        return Body(entry.size, entry.hash, own, base, tuple(runs), head.depth + 1, chain)
 
     def _bump(self, txn: lmdb.Transaction, digest: bytes, delta: int) -> None:
         txn.put(digest, _REFS.pack(self.refs(txn, digest) + delta), db=self._refs)

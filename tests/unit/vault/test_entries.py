@@ -190,3 +190,23 @@ def test_the_entry_cache_is_bounded_by_chunks(
         assert read_file(vault, "a/c", cid, "h") == data
     cache = vault.store.catalog.entries._cache
     assert 0 < sum(len(e.chunks) for e in cache.values()) <= 20
+
+
+def test_a_chain_ends_before_deleted_versions_pin_much(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each version changes ~6 KB in the middle (~10 KB of new chunks): with a 25 KB cap a
+    chain holds two deltas, then a whole entry starts the next."""
+    monkeypatch.setattr(entries, "MAX_CHAIN_BYTES", 25_000)
+    base = bytearray(_history(60))
+    parent = None
+    for step in range(6):
+        base[20_000:26_000] = bytes([step]) * 6_000
+        rec, _ = vault.save("a/d", {"h": bytes(base)}, parent=parent, chunking="small")
+        parent = rec.id
+        assert read_file(vault, "a/d", rec.id, "h") == bytes(base)
+    bodies = [Body.from_bytes(v) for _, v in vault.store.catalog_env.scan("entries")]
+    assert all(b.chain_bytes <= 25_000 for b in bodies)
+    assert sum(b.base is None for b in bodies) >= 2
+    assert sum(b.base is not None for b in bodies) >= 2
+    assert vault.check().ok
