@@ -32,6 +32,7 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.ManifestFile,
     protocol.ChunkSpan,
     protocol.NamespaceEntry,
+    protocol.BulkDeleted,
     protocol.UploadOpened,
     protocol.FileStored,
     protocol.CommitFile,
@@ -137,6 +138,7 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "patch_checkpoint": ("200", _ref("Written")),
     "fork_checkpoint": ("201", _ref("Checkpoint")),
+    "delete_checkpoints": ("200", _ref("BulkDeleted")),
     "open_upload": ("201", _ref("UploadOpened")),
     "put_file": ("201", _ref("FileStored")),
     "commit": ("2XX", _ref("Written")),
@@ -153,7 +155,7 @@ BINARY: dict[str, str] = {
     "save_checkpoint": f"{protocol.BUNDLE_TYPE}: header and files",
 }
 # JSON bodies a request must carry (the others may be empty, meaning {}).
-REQUIRED_BODY = frozenset({"missing", "create_token", "fork_checkpoint"})
+REQUIRED_BODY = frozenset({"missing", "create_token", "fork_checkpoint", "delete_checkpoints"})
 # JSON request bodies, by handler name: what the handler reads (fields beyond these are
 # ignored), so a fuzzer's schema-valid bodies are ones the service can accept.
 _COMMIT_FILE = {
@@ -166,6 +168,14 @@ _COMMIT_FILE = {
     },
 }
 REQUESTS: dict[str, dict[str, Any]] = {
+    "delete_checkpoints": {
+        "type": "object",
+        "properties": {
+            "ids": {"type": "array", "items": {"type": "string"}},
+            "all": {"type": "boolean", "const": True},
+        },
+        "oneOf": [{"required": ["ids"]}, {"required": ["all"]}],
+    },
     "commit": {
         "type": "object",
         "properties": {

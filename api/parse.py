@@ -48,6 +48,28 @@ def chunk_ids(value: JSON) -> list[str]:
     return value
 
 
+def bulk_delete(body: Mapping[str, JSON]) -> list[str] | None:
+    """A bulk delete's target: `{"ids": [...]}`, or `{"all": true}` for every checkpoint
+    of the namespace (None). Deleting everything is never what an empty or garbled body
+    means."""
+    if body.get("all") is True and "ids" not in body:
+        return None
+    if "ids" not in body or "all" in body:
+        raise InvalidRequest('give either "ids": [checkpoint ids] or "all": true')
+    return checkpoint_ids(body["ids"])
+
+
+def checkpoint_ids(value: JSON) -> list[str]:
+    """A bulk delete's `ids`."""
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_MISSING_QUERY
+        or not all(isinstance(v, str) for v in value)
+    ):
+        raise InvalidRequest(f"ids must be a list of at most {MAX_MISSING_QUERY} checkpoint ids")
+    return [str(v) for v in value]
+
+
 def commit_files(value: JSON) -> dict[str, CommitFile] | None:
     """A commit body's `files`: name -> {size, hash, chunks}."""
     if value is None:

@@ -15,6 +15,7 @@ from .background import Prepare, SaveHandle
 from .chunking import FileSpec
 from .models import Checkpoint
 from .options import SaveFields
+from .protocol import BulkDeleted
 from .transport import RetryPolicy
 
 if TYPE_CHECKING:
@@ -182,6 +183,13 @@ class VaultClient(BlockingClient):
 
     def delete(self, namespace: str, checkpoint_id: str) -> None:
         self._run(self.aio.delete(namespace, checkpoint_id))
+
+    def delete_many(
+        self, namespace: str, checkpoint_ids: Sequence[str] | None = None
+    ) -> BulkDeleted:
+        """Delete these checkpoints (None: every one of the namespace) in one request;
+        pinned ones stay (listed in `pinned`), ids already gone are in `not_found`."""
+        return self._run(self.aio.delete_many(namespace, checkpoint_ids))
 
     def fork(
         self,

@@ -38,6 +38,7 @@ from .protocol import (
     DEFAULT_DATA_DIR,
     DEFAULT_PORT,
     DEFAULT_URL,
+    BulkDeleted,
     ChunkingProfile,
     StreamChunker,
     encode_bundle,
@@ -453,6 +454,19 @@ class AsyncVaultClient:
         await self._t.request(
             "DELETE", f"/v1/namespaces/{_ns(namespace)}/checkpoints/{checkpoint_id}"
         )
+
+    async def delete_many(
+        self, namespace: str, checkpoint_ids: Sequence[str] | None = None
+    ) -> BulkDeleted:
+        """Delete these checkpoints (None: every one of the namespace) in one request;
+        pinned ones stay (listed in `pinned`), ids already gone are in `not_found`."""
+        body: dict[str, Any] = (
+            {"all": True} if checkpoint_ids is None else {"ids": list(checkpoint_ids)}
+        )
+        out = await self._t.json(
+            "DELETE", f"/v1/namespaces/{_ns(namespace)}/checkpoints", json_body=body
+        )
+        return BulkDeleted.from_wire(out)
 
     async def fork(
         self,

@@ -10,17 +10,26 @@ saver finds its checkpoints by their own ids) does not read every newer record.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import blake3
 import lmdb
 
+from . import recordpack
 from .content.chunks import Chunks
 from .domains import NamespaceRefs
+from .entries import Entries, entry_digest
 from .env import Env
 from .errors import CheckpointNotFound, InvalidRequest, NamespaceNotFound
-from .manifest import FileEntry, decode_manifest, distinct_chunks, encode_manifest
+from .manifest import (
+    FileEntry,
+    decode_entry_refs,
+    decode_manifest,
+    distinct_chunks,
+    encode_entry_refs,
+)
 from .records import CheckpointRecord, NamespaceRecord
 
 LATEST = "latest"
@@ -54,6 +63,20 @@ def _newest_first(cur: lmdb.Cursor, prefix: bytes, start: bytes) -> Iterator[str
             return
 
 
+def _put(txn: lmdb.Transaction, key: bytes, value: bytes, db: lmdb._Database) -> None:
+    txn.put(key, value, db=db)
+
+
+def _put_last(txn: lmdb.Transaction, key: bytes, value: bytes, db: lmdb._Database) -> None:
+    """Put, appending when `key` sorts after every key of `db` (new checkpoint ids do).
+    LMDB splits a full page in the middle, so keys inserted in order leave every page half
+    empty; an append starts a fresh page instead and the pages behind stay full (measured:
+    900 records took 450 pages, 55% full)."""
+    cur = txn.cursor(db=db)
+    last = bytes(cur.key()) if cur.last() else None
+    txn.put(key, value, db=db, append=last is not None and key > last)
+
+
 class Catalog:
     def __init__(self, env: Env, chunks: Chunks) -> None:
         self._records = env.db["checkpoints"]
@@ -64,6 +87,7 @@ class Catalog:
         self._chunks = chunks
         self._counters = chunks.counters
         self.nsrefs = NamespaceRefs(env)
+        self.entries = Entries(env, chunks)
 
     # -- namespaces -------------------------------------------------------------------
     def namespace(self, txn: lmdb.Transaction, ns: str) -> NamespaceRecord | None:
@@ -102,16 +126,65 @@ class Catalog:
     # -- checkpoints ------------------------------------------------------------------
     def record(self, txn: lmdb.Transaction, cid: str) -> CheckpointRecord | None:
         raw = txn.get(cid.encode(), db=self._records)
-        return CheckpointRecord.from_json(raw) if raw is not None else None
+        if raw is None:
+            return None
+        rec = CheckpointRecord.from_json(recordpack.unpack(raw))
+        if rec.files_elided and not rec.is_tombstone:
+            rec.files = self._file_infos(txn, cid)
+        return rec
 
-    def put_record(self, txn: lmdb.Transaction, rec: CheckpointRecord) -> None:
-        txn.put(rec.id.encode(), rec.to_json(), db=self._records)
+    def put_record(self, txn: lmdb.Transaction, rec: CheckpointRecord, new: bool = False) -> None:
+        """Store a record (`new`: a checkpoint id never stored, so possibly an append).
+
+        Its `files` (names, sizes, hashes: ~60% of a packed agent record, the hashes being
+        incompressible) are left out when the manifest names stored entries, which hold
+        the same sizes and hashes, and for tombstones, which show no files."""
+        raw = None if new else txn.get(rec.id.encode(), db=self._manifests)
+        with_files = not new and not rec.is_tombstone and decode_entry_refs(raw or b"") is None
+        put = _put_last if new else _put
+        put(txn, rec.id.encode(), recordpack.pack(rec.to_json(with_files)), self._records)
+
+    def _file_infos(self, txn: lmdb.Transaction, cid: str) -> dict[str, dict[str, Any]]:
+        """A live record's `files` from its manifest of entry references."""
+        raw = txn.get(cid.encode(), db=self._manifests)
+        if raw is None:  # only through catalog damage: check() reports it
+            raise CheckpointNotFound(f"checkpoint {cid} has no manifest of its files")
+        refs = decode_entry_refs(raw)
+        if refs is None:
+            whole = decode_manifest(raw)
+            return {n: {"size": e.size, "hash": e.hash.hex()} for n, e in whole.items()}
+        files: dict[str, dict[str, Any]] = {}
+        for name, digest in refs.items():
+            head = self.entries.head(txn, digest)
+            if head is None:
+                raise CheckpointNotFound(f"checkpoint {cid}: file entry of {name!r} is missing")
+            files[name] = {"size": head[0], "hash": head[1].hex()}
+        return files
 
     def manifest(self, txn: lmdb.Transaction, cid: str) -> dict[str, FileEntry]:
         raw = txn.get(cid.encode(), db=self._manifests)
         if raw is None:
             raise CheckpointNotFound(f"checkpoint {cid} has no manifest (deleted?)")
-        return decode_manifest(raw)
+        return self._decode(txn, cid, raw, {})
+
+    def _decode(
+        self,
+        txn: lmdb.Transaction,
+        cid: str,
+        raw: bytes | memoryview,
+        seen: dict[bytes, FileEntry],
+    ) -> dict[str, FileEntry]:
+        """Either stored form as whole entries; `seen` caches entries across calls."""
+        refs = decode_entry_refs(raw)
+        if refs is None:
+            return decode_manifest(raw)
+        files: dict[str, FileEntry] = {}
+        for name, digest in refs.items():
+            entry = seen.get(digest) or self.entries.get(txn, digest)
+            if entry is None:  # only through catalog damage; check() reports it
+                raise CheckpointNotFound(f"checkpoint {cid}: file entry of {name!r} is missing")
+            seen[digest] = files[name] = entry
+        return files
 
     def ids(self, txn: lmdb.Transaction, ns: str, before: str | None = None) -> Iterator[str]:
         """Live checkpoint ids of `ns`, newest first, strictly older than `before`."""
@@ -216,17 +289,21 @@ class Catalog:
     ) -> None:
         """Make a checkpoint visible: record, manifest, index, counts, references."""
         ns = self.require_namespace(txn, rec.namespace)
-        self.put_record(txn, rec)
-        txn.put(rec.id.encode(), encode_manifest(files), db=self._manifests)
-        txn.put(_index_key(rec.namespace, rec.id), b"", db=self._index)
+        self.put_record(txn, rec, new=True)
+        refs = {name: entry_digest(entry) for name, entry in files.items()}
+        bases = self._delta_bases(txn, rec)
+        _put_last(txn, rec.id.encode(), encode_entry_refs(refs), self._manifests)
+        for name, digest in refs.items():
+            self.entries.add(txn, digest, files[name], now_ms, bases.get(name))
+        _put_last(txn, _index_key(rec.namespace, rec.id), b"", self._index)
         for tag in rec.tags:
             txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
         ns.checkpoints += 1
         ns.logical_bytes += rec.size
+        ns.emptied_at = None
         self.put_namespace(txn, ns)
-        distinct = distinct_chunks(files)
-        self._chunks.add_refs(txn, distinct, +1, now_ms)
-        self.nsrefs.add(txn, rec.namespace, distinct, +1)
+        # Chunk counts follow the entries; the dedup-domain index counts per namespace.
+        self.nsrefs.add(txn, rec.namespace, distinct_chunks(files), +1)
         self._counters.add(txn, "checkpoints", 1)
         self._counters.add(txn, "logical_bytes", rec.size)
 
@@ -234,7 +311,11 @@ class Catalog:
         """Replace a checkpoint by its tombstone and drop its references."""
         if rec.is_tombstone:
             raise InvalidRequest(f"checkpoint {rec.id} is already deleted")
+        raw = txn.get(rec.id.encode(), db=self._manifests)
+        if raw is None:
+            raise CheckpointNotFound(f"checkpoint {rec.id} has no manifest (deleted?)")
         files = self.manifest(txn, rec.id)
+        self._unreference(txn, rec.id, bytes(raw), int(now * 1000))
         txn.delete(rec.id.encode(), db=self._manifests)
         txn.delete(_index_key(rec.namespace, rec.id), db=self._index)
         for tag in rec.tags:
@@ -244,13 +325,76 @@ class Catalog:
         ns = self.require_namespace(txn, rec.namespace)
         ns.checkpoints -= 1
         ns.logical_bytes -= rec.size
+        if ns.checkpoints == 0:
+            ns.emptied_at = now
         self.put_namespace(txn, ns)
-        distinct = distinct_chunks(files)
-        self._chunks.add_refs(txn, distinct, -1, int(now * 1000))
-        self.nsrefs.add(txn, rec.namespace, distinct, -1)
+        self.nsrefs.add(txn, rec.namespace, distinct_chunks(files), -1)
         self._counters.add(txn, "checkpoints", -1)
         self._counters.add(txn, "logical_bytes", -rec.size)
 
+    def _delta_bases(self, txn: lmdb.Transaction, rec: CheckpointRecord) -> dict[str, bytes]:
+        """Entries a new checkpoint's files may be stored as deltas of: the same names in
+        its parent, else in the namespace's latest checkpoint (an agent saving without
+        naming a parent); only manifests of entry references qualify."""
+        base = rec.parent or next(self.ids(txn, rec.namespace), None)
+        raw = txn.get(base.encode(), db=self._manifests) if base else None
+        refs = decode_entry_refs(raw) if raw is not None else None
+        return refs or {}
+
+    def _unreference(self, txn: lmdb.Transaction, cid: str, raw: bytes, now_ms: int) -> None:
+        """Drop what a manifest held: its entries' references (or, for a manifest holding
+        whole entries, one reference per distinct chunk, as it was counted)."""
+        refs = decode_entry_refs(raw)
+        if refs is None:
+            self._chunks.add_refs(txn, distinct_chunks(decode_manifest(raw)), -1, now_ms)
+            return
+        for digest in refs.values():
+            self.entries.drop(txn, digest, now_ms)
+
+    def build_nsrefs(self, txn: lmdb.Transaction) -> int:
+        """Rebuild the dedup domains' index from the live manifests."""
+
+        def live() -> Iterator[tuple[str, dict[str, FileEntry]]]:
+            for cid, files in self.all_manifests(txn):
+                rec = self.record(txn, cid)
+                if rec is not None:
+                    yield rec.namespace, files
+
+        return self.nsrefs.build(txn, live())
+
     def all_manifests(self, txn: lmdb.Transaction) -> Iterator[tuple[str, dict[str, FileEntry]]]:
+        seen: dict[bytes, FileEntry] = {}
         for key, raw in txn.cursor(db=self._manifests):
-            yield bytes(key).decode(), decode_manifest(raw)
+            cid = bytes(key).decode()
+            yield cid, self._decode(txn, cid, raw, seen)
+
+    def expected_refs(self, txn: lmdb.Transaction) -> tuple[int, Counter[bytes], Counter[bytes]]:
+        """Recount from the manifests alone: (live checkpoints, chunk references, entry
+        references), what the stored counts must equal (see vault/entries.py)."""
+        n = 0
+        chunks: Counter[bytes] = Counter()
+        entries: Counter[bytes] = Counter()
+        for _, raw in txn.cursor(db=self._manifests):
+            n += 1
+            refs = decode_entry_refs(raw)
+            if refs is None:
+                chunks.update(distinct_chunks(decode_manifest(raw)))
+            else:
+                entries.update(refs.values())
+        expected, held = self.entries.recount(txn, entries)
+        chunks.update(held)
+        return n, chunks, expected
+
+    def released_refs(self, txn: lmdb.Transaction, cids: Iterable[str]) -> Counter[bytes]:
+        """Chunk references that deleting these live checkpoints together would drop."""
+        released: Counter[bytes] = Counter()
+        entries: Counter[bytes] = Counter()
+        for cid in cids:
+            raw = txn.get(cid.encode(), db=self._manifests)
+            refs = None if raw is None else decode_entry_refs(raw)
+            if raw is not None and refs is None:
+                released.update(distinct_chunks(decode_manifest(raw)))
+            elif refs is not None:
+                entries.update(refs.values())
+        released.update(self.entries.released(txn, entries))
+        return released

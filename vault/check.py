@@ -1,23 +1,24 @@
 """Consistency check: recompute every reference count from the manifests.
 
 Runs in one read transaction, so it sees a single consistent catalog even while the service
-keeps writing. Reports reference-count drift, chunks a manifest needs but the store lacks
-(or holds damaged, or whose delta base is gone), and orphans: stored chunks no manifest
-references and no delta needs as its base (normal until GC has collected them). `repair`
-rewrites drifted counts in one writer transaction, flags deltas whose base is gone as
-damaged (the next save of their bytes heals them), and drops links of chunks no longer
-stored.
+keeps writing. Reports reference-count drift (of chunks, and of the stored file entries
+manifests name: vault/entries.py; an entry's drift item has `entry` where a chunk's has
+`chunk`), chunks a manifest needs but the store lacks (or holds damaged, or whose delta base
+is gone), and orphans: stored chunks no manifest references and no delta needs as its base
+(normal until GC has collected them). `repair` rewrites drifted counts in one writer
+transaction, flags deltas whose base is gone as damaged (the next save of their bytes heals
+them), and drops links of chunks no longer stored.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline
 from .gc import GcReport, delete_unreferenced
-from .manifest import distinct_chunks
 from .store import Store
 from .writer import WriteTxn
 
@@ -48,9 +49,8 @@ def check(store: Store, repair: bool = False) -> CheckReport:
     expected: Counter[bytes] = Counter()
     stored: dict[bytes, ChunkMeta] = {}
     with store.catalog_env.read() as txn:
-        for _, files in store.catalog.all_manifests(txn):
-            report.checkpoints += 1
-            expected.update(distinct_chunks(files))
+        report.checkpoints, expected, entries = store.catalog.expected_refs(txn)
+        entry_drift = _entry_drift(store.catalog.entries.all_refs(txn), entries)
         stored = dict(store.chunks.all(txn))
         links = dict(store.chunks.delta_links(txn))
         # Packed chunks the catalog cannot place (it does not read the tiers: verify does).
@@ -79,6 +79,7 @@ def check(store: Store, repair: bool = False) -> CheckReport:
             report.missing.append(cid.hex())
         elif meta.damaged:
             report.damaged.append(cid.hex())
+    report.drift.extend(entry_drift)
     for cid, meta in stored.items():
         want = expected.get(cid, 0)
         if meta.refs != want:
@@ -88,17 +89,20 @@ def check(store: Store, repair: bool = False) -> CheckReport:
         elif want == 0:
             report.orphans.append(cid.hex())
     if repair:
-        _repair_all(store, report, stale, baseless)
+        _repair_all(store, report, stale, baseless, bool(entry_drift))
     return report
 
 
 def _repair_all(
-    store: Store, report: CheckReport, stale: list[bytes], baseless: set[bytes]
+    store: Store, report: CheckReport, stale: list[bytes], baseless: set[bytes], entries: bool
 ) -> None:
+    if entries:
+        report.repaired += _repair_entries(store)
     if stale or baseless:
         report.repaired += _repair_links(store, stale, baseless)
-    if report.drift:
-        report.repaired += _repair(store, {bytes.fromhex(str(d["chunk"])) for d in report.drift})
+    chunk_drift = {bytes.fromhex(str(d["chunk"])) for d in report.drift if "chunk" in d}
+    if chunk_drift:
+        report.repaired += _repair(store, chunk_drift)
     if report.orphans:
         # Orphans no live upload reserved go now, without waiting out the GC grace period
         # (the recount above already settled that nothing references them).
@@ -132,9 +136,7 @@ def _repair(store: Store, cids: set[bytes]) -> int:
     """Recount the drifted chunks inside the writer, against the catalog as it is now."""
 
     def op(w: WriteTxn) -> int:
-        counts: Counter[bytes] = Counter()
-        for _, files in store.catalog.all_manifests(w.catalog):
-            counts.update(c for c in distinct_chunks(files) if c in cids)
+        counts = store.catalog.expected_refs(w.catalog)[1]
         fixed = 0
         now_ms = store.now_ms()
         for cid in cids:
@@ -157,6 +159,36 @@ def _repair_links(store: Store, stale: list[bytes], baseless: set[bytes]) -> int
         for cid in baseless:
             store.chunks.mark_damaged(w.catalog, cid)
         return len(stale) + len(baseless)
+
+    return store.writer.run(op)
+
+
+def _entry_drift(
+    stored: Iterator[tuple[bytes, int]], expected: Counter[bytes]
+) -> list[dict[str, object]]:
+    have = dict(stored)
+    return [
+        {"entry": d.hex(), "refs": have.get(d, 0), "expected": expected.get(d, 0)}
+        for d in sorted(set(have) | set(expected))
+        if have.get(d, 0) != expected.get(d, 0)
+    ]
+
+
+def _repair_entries(store: Store) -> int:
+    """Recount entry references inside the writer (chunk counts are recounted after, from
+    the entries that remain)."""
+
+    def op(w: WriteTxn) -> int:
+        expected = store.catalog.expected_refs(w.catalog)[2]
+        have = dict(store.catalog.entries.all_refs(w.catalog))
+        fixed = 0
+        for digest in set(have) | set(expected):
+            if have.get(digest, 0) != expected.get(digest, 0):
+                store.catalog.entries.set_refs(
+                    w.catalog, digest, expected.get(digest, 0), store.now_ms()
+                )
+                fixed += 1
+        return fixed
 
     return store.writer.run(op)
 

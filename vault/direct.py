@@ -55,6 +55,7 @@ class DirectSaver:
             if key is not None and (done := self._keys.replay(txn, key, ns)) is not None:
                 return done, False
         profile = ns_rec.chunking() if ns_rec is not None else wanted
+        fields = asdict(profile)  # here, not in the writer thread every save waits on
         entries, items = self._cut(files, profile)
 
         def op(w: WriteTxn) -> tuple[CheckpointRecord, bool]:
@@ -62,7 +63,7 @@ class DirectSaver:
             if key is not None and (done := self._keys.replay(txn, key, ns)) is not None:
                 return done, False
             now = self._s.clock.now()
-            if ensure_namespace(self._s, txn, ns, asdict(profile), now).chunking() != profile:
+            if ensure_namespace(self._s, txn, ns, fields, now).chunking() != profile:
                 raise Conflict(f"namespace {ns!r} changed its chunking profile; save again")
             parent_id = self._s.catalog.resolve(txn, ns, parent).id if parent else None
             # Referenced by the checkpoint made in this same transaction: no reservation.

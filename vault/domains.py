@@ -20,14 +20,13 @@ cursor seek, and most chunks have one or two namespaces.
 
 from __future__ import annotations
 
-import json
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import lmdb
 
 from .env import Env
-from .manifest import decode_manifest, distinct_chunks
+from .manifest import FileEntry, distinct_chunks
 
 # May the caller reference chunks of this namespace? None: everything (admin, offline tools).
 Domain = Callable[[str], bool] | None
@@ -70,17 +69,15 @@ class NamespaceRefs:
         """Is `cid` referenced inside `domain`? (Callers check the chunk is stored.)"""
         return domain is None or any(domain(ns) for ns in self.namespaces(txn, cid))
 
-    def build(self, txn: lmdb.Transaction) -> int:
-        """Index every live checkpoint (catalogs written before the index existed, or
-        restored from such a backup); returns how many checkpoints it read."""
+    def build(
+        self, txn: lmdb.Transaction, live: Iterable[tuple[str, Mapping[str, FileEntry]]]
+    ) -> int:
+        """Index every live checkpoint, given as (namespace, files) (catalogs written before
+        the index existed, or restored from such a backup); returns how many it read."""
         txn.drop(self._db, delete=False)
         n = 0
-        for key, raw in txn.cursor(db=self._manifests):
-            rec = txn.get(bytes(key), db=self._records)
-            if rec is None:
-                continue
-            ns = json.loads(bytes(rec))["namespace"]
-            self.add(txn, str(ns), distinct_chunks(decode_manifest(raw)), +1)
+        for ns, files in live:
+            self.add(txn, ns, distinct_chunks(files), +1)
             n += 1
         return n
 

@@ -38,7 +38,9 @@ CATALOG_DBS = (
     b"bases",  # base chunk id + dependent chunk id -> b"" (what keeps a base alive)
     b"compacted",  # checkpoint id -> id of the newer checkpoint it was compacted against
     b"checkpoints",  # checkpoint id -> record JSON (or tombstone)
-    b"manifests",  # checkpoint id -> binary manifest
+    b"manifests",  # checkpoint id -> binary manifest (entry digests, or whole entries)
+    b"entries",  # BLAKE3 of a file entry -> the entry (size, hash, chunk list)
+    b"entryrefs",  # BLAKE3 of a file entry -> u32 references (file names of live manifests)
     b"nsindex",  # namespace \0 checkpoint id -> b"" (live checkpoints only)
     b"tagindex",  # namespace \0 BLAKE3-128(tag) checkpoint id -> b"" (live checkpoints only)
     b"namespaces",  # namespace -> namespace JSON

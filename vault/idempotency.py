@@ -3,13 +3,20 @@
 A key maps to the namespace and checkpoint its first save created, and lives as long as an
 upload session would (`upload_ttl`): long enough for any client's retries, short enough that
 the table stays small. Expired keys are dropped by GC with expired sessions.
+
+An agent saves at every step, so there are as many keys as recent checkpoints: each is
+stored compactly, under the 16-byte BLAKE3 of the key, as its expiry (f64) and checkpoint
+id; the namespace is the checkpoint record's. Keys of older versions (the key itself ->
+JSON) are still found and expired.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import struct
 
+import blake3
 import lmdb
 
 from .errors import Conflict, InvalidRequest
@@ -17,6 +24,17 @@ from .records import CheckpointRecord
 from .store import Store
 
 _KEY = re.compile(r"[A-Za-z0-9_-]{16,64}")
+_EXPIRY = struct.Struct("<d")
+
+
+def _stored_key(key: str) -> bytes:
+    return blake3.blake3(key.encode()).digest()[:16]
+
+
+def _expiry(raw: bytes) -> float:
+    if raw[:1] == b"{":  # an older version's JSON entry
+        return float(json.loads(raw)["expires_at"])
+    return float(_EXPIRY.unpack_from(raw)[0])
 
 
 def check_key(key: str) -> None:
@@ -31,27 +49,26 @@ class IdempotencyKeys:
 
     def replay(self, txn: lmdb.Transaction, key: str, ns: str) -> CheckpointRecord | None:
         """The checkpoint an earlier save with this key made, if any."""
-        raw = txn.get(key.encode(), db=self._db)
-        if raw is None:
+        raw = txn.get(_stored_key(key), db=self._db)
+        if raw is not None:
+            cid = bytes(raw)[_EXPIRY.size :].decode()
+        elif (old := txn.get(key.encode(), db=self._db)) is not None:
+            cid = json.loads(bytes(old))["checkpoint"]
+        else:
             return None
-        entry = json.loads(bytes(raw))
-        rec = self._s.catalog.record(txn, entry["checkpoint"])
-        if rec is None or entry["namespace"] != ns:
+        rec = self._s.catalog.record(txn, cid)
+        if rec is None or rec.namespace != ns:
             raise Conflict(f"idempotency key {key!r} is in use by another request")
         return rec
 
     def remember(self, txn: lmdb.Transaction, key: str, rec: CheckpointRecord, now: float) -> None:
-        entry = {
-            "namespace": rec.namespace,
-            "checkpoint": rec.id,
-            "expires_at": now + self._s.config.upload_ttl,
-        }
-        txn.put(key.encode(), json.dumps(entry, separators=(",", ":")).encode(), db=self._db)
+        entry = _EXPIRY.pack(now + self._s.config.upload_ttl) + rec.id.encode()
+        txn.put(_stored_key(key), entry, db=self._db)
 
     def expire(self, txn: lmdb.Transaction, now: float) -> int:
         """Drop keys past their expiry (writer thread); returns how many went."""
         cur = txn.cursor(db=self._db)
-        gone = [bytes(k) for k, v in cur if json.loads(bytes(v))["expires_at"] <= now]
+        gone = [bytes(k) for k, v in cur if _expiry(bytes(v)) <= now]
         for key in gone:
             txn.delete(key, db=self._db)
         return len(gone)

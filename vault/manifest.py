@@ -2,7 +2,11 @@
 
 Every committed checkpoint has a complete manifest, so restoring any checkpoint reads only
 its own manifest whatever its chain length. The binary form is compact (36 bytes per chunk)
-because a 10 GiB file at 64 KiB chunks lists ~160,000 of them.
+because a 10 GiB file at 64 KiB chunks lists ~160,000 of them. Two stored forms: the
+original one holds every entry whole; the current one names each file's entry, stored once
+by content in `entries` (vault/entries.py), so a file inherited unchanged by a thousand
+checkpoints costs 32 bytes in each, not its chunk list. Both are read; new commits write
+the second.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ _FILE_HEAD = struct.Struct("<Q32sI")
 _CHUNK = struct.Struct("<32sI")
 _NAME_LEN = struct.Struct("<H")
 _COUNT = struct.Struct("<I")
+# A manifest that names stored file entries (vault/entries.py) instead of holding them. A
+# whole-entry manifest starts with its file count (u32); no checkpoint has 2**32 - 1 files.
+_REFS_MAGIC = b"\xff\xff\xff\xff\x02"
+_DIGEST_LEN = 32
 
 
 @dataclass(frozen=True)
@@ -67,20 +75,50 @@ def encode_manifest(files: Manifest) -> bytes:
     return b"".join(parts)
 
 
+def _name(view: memoryview, pos: int) -> tuple[str, int]:
+    """The length-prefixed file name at `pos`, and where what follows it starts."""
+    (n,) = _NAME_LEN.unpack_from(view, pos)
+    pos += _NAME_LEN.size
+    return bytes(view[pos : pos + n]).decode(), pos + n
+
+
 def decode_manifest(blob: bytes | memoryview) -> dict[str, FileEntry]:
     view = memoryview(blob)
     (count,) = _COUNT.unpack_from(view)
     pos = _COUNT.size
     files: dict[str, FileEntry] = {}
     for _ in range(count):
-        (n,) = _NAME_LEN.unpack_from(view, pos)
-        pos += _NAME_LEN.size
-        name = bytes(view[pos : pos + n]).decode()
-        pos += n
+        name, pos = _name(view, pos)
         entry, used = FileEntry.from_view(view[pos:])
         files[name] = entry
         pos += used
     return files
+
+
+def encode_entry_refs(refs: Mapping[str, bytes]) -> bytes:
+    """A manifest naming each file's stored entry by its 32-byte digest, files sorted."""
+    parts = [_REFS_MAGIC, _COUNT.pack(len(refs))]
+    for name in sorted(refs):
+        raw = name.encode()
+        parts.append(_NAME_LEN.pack(len(raw)) + raw + refs[name])
+    return b"".join(parts)
+
+
+def decode_entry_refs(blob: bytes | memoryview) -> dict[str, bytes] | None:
+    """Name -> entry digest for a manifest of entry references; None for a manifest that
+    holds its entries whole (written before entries were stored apart: `decode_manifest`)."""
+    view = memoryview(blob)
+    if bytes(view[: len(_REFS_MAGIC)]) != _REFS_MAGIC:
+        return None
+    pos = len(_REFS_MAGIC)
+    (count,) = _COUNT.unpack_from(view, pos)
+    pos += _COUNT.size
+    refs: dict[str, bytes] = {}
+    for _ in range(count):
+        name, pos = _name(view, pos)
+        refs[name] = bytes(view[pos : pos + _DIGEST_LEN])
+        pos += _DIGEST_LEN
+    return refs
 
 
 def distinct_chunks(files: Manifest) -> set[bytes]:

@@ -9,7 +9,6 @@ or deleted since the plan was made is skipped, never forced.
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from dataclasses import dataclass
 
 import lmdb
@@ -61,10 +60,7 @@ def plan(store: Store, policies: Policies, namespace: str | None = None) -> list
         for ns in names:
             policy = policies.effective(txn, ns).retention
             plans.append(plan_namespace(ns, live_records(store, txn, ns), policy, now))
-        doomed: Counter[bytes] = Counter()
-        for p in plans:
-            for cid in p.delete:
-                doomed.update(distinct_chunks(store.catalog.manifest(txn, cid)))
+        doomed = store.catalog.released_refs(txn, (cid for p in plans for cid in p.delete))
         freed: dict[bytes, int] = {}
         for chunk, n in doomed.items():
             meta = store.chunks.meta(txn, chunk)

@@ -53,14 +53,18 @@ class CheckpointRecord:
     deleted_at: float | None = None  # set on tombstones
     promoted_at: float | None = None  # last brought back hot by a read; ages from here
     created_by: str | None = None  # token name that made it (append-only rules; audit)
+    # Stored without `files` (the catalog fills them from the manifest's entries): not a
+    # stored field itself.
+    files_elided: bool = field(default=False, compare=False, repr=False)
 
     @property
     def is_tombstone(self) -> bool:
         return self.deleted_at is not None
 
-    def to_json(self) -> bytes:
+    def to_json(self, with_files: bool = True) -> bytes:
+        """`with_files=False`: for a catalog that can rebuild `files` from the manifest."""
         # Built by hand: dataclasses.asdict deep-copies metadata and files on every commit.
-        fields = {f: getattr(self, f) for f in _RECORD_FIELDS}
+        fields = {f: getattr(self, f) for f in _RECORD_FIELDS if with_files or f != "files"}
         fields["validity"] = self.validity.__dict__
         return json.dumps(fields, separators=(",", ":")).encode()
 
@@ -68,6 +72,8 @@ class CheckpointRecord:
     def from_json(cls, raw: bytes | memoryview) -> CheckpointRecord:
         d = json.loads(bytes(raw))
         d["validity"] = Validity(**d["validity"])
+        if "files" not in d:
+            d["files"], d["files_elided"] = {}, True
         return cls(**d)
 
     def to_protocol(self) -> protocol.LineageEntry:
@@ -123,12 +129,14 @@ class NamespaceRecord:
     created_at: float
     checkpoints: int = 0
     logical_bytes: int = 0
+    emptied_at: float | None = None  # its last live checkpoint was deleted then: not listed
 
     def chunking(self) -> ChunkingProfile:
         return ChunkingProfile(**self.profile)
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        # By hand: every commit rewrites its namespace's record, asdict deep-copies.
+        return json.dumps(self.__dict__, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | memoryview) -> NamespaceRecord:

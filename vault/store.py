@@ -70,7 +70,7 @@ class Store:
                 catalog.build_tag_index(txn)
         if not refs_indexed:  # likewise for the dedup domains' index (vault/domains.py)
             with catalog_env.lmdb.begin(write=True) as txn:
-                catalog.nsrefs.build(txn)
+                catalog.build_nsrefs(txn)
                 counters.add(txn, NSREFS_BUILT, 1)
         with catalog_env.read() as txn:
             cur = txn.cursor(db=catalog_env.db["checkpoints"])
@@ -123,6 +123,8 @@ def store_all(
     now_ms = store.now_ms()
     written = added = grown = 0
     for cid, (data, frame) in items.items():
+        if frame is None and not reserve_until_ms and store.chunks.usable(w.catalog, cid):
+            continue  # known sound and nothing to reserve: what `store` would conclude
         wrote, n, b = store.chunks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
         written += wrote
         added += n

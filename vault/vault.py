@@ -22,6 +22,7 @@ from client.protocol import JSON, CommitFile
 from . import backup, prune, scrub
 from . import compact as compaction
 from .audit import AuditLog
+from .bulk import BulkDeleted, delete_many
 from .catalog import Catalog
 from .check import CheckReport, check
 from .chunking import ChunkingProfile
@@ -200,11 +201,14 @@ class Vault:
 
     # -- read path --------------------------------------------------------------------
     def namespaces(self) -> list[tuple[NamespaceRecord, str | None]]:
-        """Every namespace with the id of its newest live checkpoint (or None)."""
+        """Every namespace with the id of its newest live checkpoint (or None); not those
+        emptied by deletes (a thread deleted is gone from the list; its record stays, with
+        its chunking profile and the tombstones lineage needs, until a save refills it)."""
         with self.store.catalog_env.read() as txn:
             return [
                 (ns, next(self.catalog.ids(txn, ns.name), None))
                 for ns in self.catalog.namespaces(txn)
+                if ns.emptied_at is None
             ]
 
     def checkpoints(
@@ -283,6 +287,12 @@ class Vault:
 
     def delete(self, ns: str, cid: str) -> None:
         self.lifecycle.delete(ns, cid)
+
+    def delete_many(self, ns: str, ids: Sequence[str] | None = None) -> BulkDeleted:
+        """Delete these checkpoints of `ns` (None: all of them), pinned ones kept; see
+        vault/bulk.py."""
+        check_namespace(ns)
+        return delete_many(self.store, ns, ids)
 
     def note_promoted(self, ns: str, ckpt_id: str) -> set[bytes]:
         """Record that a read brought this checkpoint back (it ages from now for tiering);

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from client.protocol import Manifest, NamespaceEntry, decode_bundle
+from client.protocol import BulkDeleted, Manifest, NamespaceEntry, decode_bundle
 from vault import InvalidRequest
 
 from .. import parse
@@ -144,6 +144,18 @@ async def delete_checkpoint(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def delete_checkpoints(request: web.Request) -> web.Response:
+    """Delete many checkpoints of a namespace in one request: body `{"ids": [...]}`, or
+    `{"all": true}` for all of them. Pinned ones are kept and listed; unknown or deleted ids
+    are listed as not found. Answers `{"deleted", "pinned", "not_found"}`."""
+    ns = request.match_info["ns"]
+    require(request, "delete", ns)
+    body = await json_body(request)
+    ids = parse.bulk_delete(body)
+    done = await run(request, request.app[VAULT].delete_many, ns, ids)
+    return json_response(BulkDeleted(done.deleted, done.pinned, done.not_found).to_wire())
+
+
 async def fork_checkpoint(request: web.Request) -> web.Response:
     """A new checkpoint in the target namespace with the same files; no bytes copied."""
     ns, ref = request.match_info["ns"], request.match_info["ref"]
@@ -169,6 +181,7 @@ def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_get("/v1/namespaces", list_namespaces)
     app.router.add_get(base, list_checkpoints)
     app.router.add_post(base, save_checkpoint)
+    app.router.add_delete(base, delete_checkpoints)
     app.router.add_get(base + "/{ref}", get_checkpoint)
     app.router.add_get(base + "/{ref}/manifest", get_manifest)
     app.router.add_get(base + "/{ref}/storage", get_storage)

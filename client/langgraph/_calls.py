@@ -53,6 +53,10 @@ class Put:
     document: Typed
     metadata: dict[str, Any]
     tags: list[str]
+    # Channels whose version did not change (not in new_versions): their values are the
+    # parent checkpoint's, so they are inherited unserialized when the parent's record
+    # holds them (as PostgresSaver stores blobs only for new versions).
+    unchanged: dict[str, Any]
 
 
 @dataclass(frozen=True)

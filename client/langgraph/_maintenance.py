@@ -1,13 +1,12 @@
 """Whole-thread operations: listing, deleting, copying (by fork), pruning.
 
-Each is a handful of list requests and then one request per record changed: the vault
-has no bulk delete or namespace delete, so a thread of n records costs n DELETEs (eight
-in flight at a time).
+Deleting is one request per thread (`delete_many`, the vault's bulk delete: a thread of
+n records was n DELETEs); pruning and `delete_for_runs` list the records, then delete the
+chosen ones in one request. Pinned records stay (a pin always wins).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 
@@ -24,7 +23,6 @@ from ._retention import plan_prune
 FIRST_PAGE = 4
 BY_ID_PAGE = 2
 PAGE = 200
-DELETES_IN_FLIGHT = 8
 
 
 async def records(
@@ -49,14 +47,14 @@ async def all_records(client: AsyncVaultClient, namespace: str) -> list[Record]:
 
 
 async def delete(client: AsyncVaultClient, doomed: list[Record]) -> None:
-    slots = asyncio.Semaphore(DELETES_IN_FLIGHT)
-
-    async def one(rec: Record) -> None:
-        async with slots:
-            with contextlib.suppress(NotFound):  # deleted meanwhile (a concurrent prune)
-                await client.delete(rec.namespace, rec.id)
-
-    await asyncio.gather(*(one(rec) for rec in doomed))
+    """One request per namespace; records deleted meanwhile (a concurrent prune) are
+    simply reported gone by the vault."""
+    by_ns: dict[str, list[str]] = {}
+    for rec in doomed:
+        by_ns.setdefault(rec.namespace, []).append(rec.id)
+    for namespace, ids in by_ns.items():
+        with contextlib.suppress(NotFound):  # the namespace itself is unknown
+            await client.delete_many(namespace, ids)
 
 
 async def thread_namespaces(client: AsyncVaultClient, layout: Layout) -> list[str]:
@@ -64,7 +62,10 @@ async def thread_namespaces(client: AsyncVaultClient, layout: Layout) -> list[st
 
 
 async def delete_thread(client: AsyncVaultClient, namespace: str) -> None:
-    await delete(client, await all_records(client, namespace))
+    """Every record of the thread, in one request; an emptied namespace is no longer
+    listed, so the thread disappears from `list(None)` too."""
+    with contextlib.suppress(NotFound):  # never saved: nothing to delete
+        await client.delete_many(namespace)
 
 
 async def prune(client: AsyncVaultClient, namespace: str, keep: int) -> None:

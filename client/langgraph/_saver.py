@@ -235,7 +235,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        put = self._encode_put(config, checkpoint, metadata)
+        put = self._encode_put(config, checkpoint, metadata, new_versions)
         self._block(self._store_checkpoint(put))
         return config_of(put.metadata["thread_id"], put.key[1], put.key[2])
 
@@ -246,19 +246,27 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        put = self._encode_put(config, checkpoint, metadata)
+        put = self._encode_put(config, checkpoint, metadata, new_versions)
         await self._here(self._store_checkpoint(put))
         return config_of(put.metadata["thread_id"], put.key[1], put.key[2])
 
     def _encode_put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> Put:
-        """Serialize every value (as SQLite's saver does) and hash it, so the put can tell
-        which ones its parent's record already holds."""
+        """Serialize the values of channels with a new version (all of them without a
+        parent) and hash them, so the put can tell which ones its parent's record already
+        holds; the others are the parent's and are left unserialized (`Put.unchanged`):
+        a step that did not touch a long message history does not encode it."""
         where = self._where(config)
         ns = where.checkpoint_ns or ""
         cid = checkpoint["id"]
-        typed = {k: self.serde.dumps_typed(v) for k, v in checkpoint["channel_values"].items()}
+        values = checkpoint["channel_values"]
+        fresh = values.keys() if where.checkpoint_id is None else values.keys() & new_versions
+        typed = {k: self.serde.dumps_typed(values[k]) for k in values if k in fresh}
         md = record_metadata(KIND_CHECKPOINT, where.thread_id, ns, cid)
         md["parent_checkpoint_id"] = where.checkpoint_id
         md["channels"] = {k: kind for k, (kind, _) in typed.items()}
@@ -277,7 +285,12 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             document=self.serde.dumps_typed(document),
             metadata=md,
             tags=record_tags(KIND_CHECKPOINT, ns, cid),
+            unchanged={k: v for k, v in values.items() if k not in fresh},
         )
+
+    def _values(self, channels: dict[str, Any]) -> builtins.list[tuple[str, str, bytes]]:
+        """(channel, serde type, bytes) of each value (the fallback of `_save_checkpoint`)."""
+        return [(name, *self.serde.dumps_typed(value)) for name, value in channels.items()]
 
     async def _store_checkpoint(self, put: Put) -> None:
         memo = self._memo
@@ -302,7 +315,11 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         """With the parent's record known: inherit its files, send what differs. Else, or
         if that record was pruned meanwhile, send every value (the vault dedups chunks)."""
         files = {CHECKPOINT_FILE: own}
-        if parent is not None:
+        kinds = (parent.metadata.get("channels") or {}) if parent is not None else {}
+        if parent is not None and all(
+            channel_file(k) in parent.files and k in kinds for k in put.unchanged
+        ):
+            put.metadata["channels"].update({k: kinds[k] for k in put.unchanged})
             held = {name: info.get("hash") for name, info in parent.files.items()}
             files.update({v.file: v.data for v in put.values if held.get(v.file) != v.digest})
             try:
@@ -317,6 +334,9 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                 )
             except (NotFound, Conflict):
                 pass  # the parent's record is gone: fall through and send everything
+        for name, kind, data in await asyncio.to_thread(self._values, put.unchanged):
+            files[channel_file(name)] = data
+            put.metadata["channels"][name] = kind
         files.update({v.file: v.data for v in put.values})
         return await self.client.save(
             put.key[0], files, metadata=put.metadata, tags=put.tags, chunking=CHUNKING

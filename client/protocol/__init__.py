@@ -34,6 +34,7 @@ from ._layout import tensor_regions
 from ._records import (
     JSON,
     VALIDITY_STATES,
+    BulkDeleted,
     CheckpointRecord,
     ChunkSpan,
     CommitFile,
@@ -75,6 +76,7 @@ __all__ = [
     "ChunkingProfile",
     "CommitFile",
     "ErrorBody",
+    "BulkDeleted",
     "ErrorSpec",
     "FileInfo",
     "FileStored",

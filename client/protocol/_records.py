@@ -280,6 +280,35 @@ class NamespaceEntry:
         )  # fmt: skip
 
 
+def _str_list(d: Mapping[str, Any], key: str, what: str) -> list[str]:
+    v = d.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ValueError(f"{what}.{key} must be a list of strings")
+    return list(v)
+
+
+@dataclass(frozen=True)
+class BulkDeleted:
+    """The answer to DELETE /v1/namespaces/{ns}/checkpoints: what went, what a pin kept,
+    and requested ids that were unknown or already deleted."""
+
+    deleted: list[str]
+    pinned: list[str]
+    not_found: list[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"deleted": self.deleted, "pinned": self.pinned, "not_found": self.not_found}
+
+    @classmethod
+    def from_wire(cls, d: object) -> BulkDeleted:
+        m = _obj(d, "bulk delete")
+        return cls(
+            _str_list(m, "deleted", "bulk delete"),
+            _str_list(m, "pinned", "bulk delete"),
+            _str_list(m, "not_found", "bulk delete"),
+        )
+
+
 @dataclass(frozen=True)
 class UploadOpened:
     """The answer to POST .../uploads: the session and the chunking every writer must use."""

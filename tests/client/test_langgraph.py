@@ -444,10 +444,14 @@ def test_copy_prune_and_delete_threads(saver: VaultSaver, vault: VaultClient) ->
     assert graph.get_state(a).values["turns"] == 4
 
     saver.prune([b["configurable"]["thread_id"]], strategy="delete")
+    requests = saver.client.transfer.requests
     saver.delete_thread(a["configurable"]["thread_id"])
+    assert saver.client.transfer.requests - requests == 1  # one bulk delete
     assert saver.get_tuple(a) is None
     assert saver.get_tuple(b) is None
     assert vault.list(Layout().namespace(a["configurable"]["thread_id"])) == []
+    emptied = {Layout().namespace(t["configurable"]["thread_id"]) for t in (a, b)}
+    assert not emptied & {n["name"] for n in vault.namespaces()}  # nor listed as threads
 
 
 def test_keep_last_bounds_a_thread_and_it_still_resumes(

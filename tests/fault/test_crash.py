@@ -483,10 +483,13 @@ async def retry_commits(run: Run, shown: dict[str, tuple[Attempt, dict[str, Any]
 
 async def gc_and_check(run: Run, expected_checkpoints: int) -> dict[str, Any]:
     """GC, then the consistency check; the counters must agree with what is listed."""
-    async with run.http.post(run.url("/v1/admin/gc"), headers=run.auth) as resp:
-        await answer(resp, 200)
-    async with run.http.post(run.url("/v1/admin/check"), headers=run.auth) as resp:
-        report = await answer(resp, 200)
+    try:
+        async with run.http.post(run.url("/v1/admin/gc"), headers=run.auth) as resp:
+            await answer(resp, 200)
+        async with run.http.post(run.url("/v1/admin/check"), headers=run.auth) as resp:
+            report = await answer(resp, 200)
+    except ServerFault as e:  # the traceback is in the server's log
+        raise ServerFault(f"{e}\nserver log:\n{run.server.log_tail()}") from None
     assert report["drift"] == [], f"reference-count drift: {report['drift'][:20]}"
     assert report["missing"] == [], f"missing chunks: {report['missing'][:20]}"
     assert report["damaged"] == [], f"damaged chunks: {report['damaged'][:20]}"

@@ -1,8 +1,9 @@
 """Chunk metadata and where each chunk's frame lives, and every change of place.
 
-A chunk's metadata carries its reference count (number of live checkpoints whose manifest
-lists it), when that count last reached zero (the GC grace period runs from there), until
-when a live upload has reserved it, whether it was found damaged, and its `Location`
+A chunk's metadata carries its reference count (live file entries listing it, and live
+checkpoints of older catalogs whose manifests list it whole: vault/entries.py), when that
+count last reached zero (the GC grace period runs from there), until when a live upload
+has reserved it, whether it was found damaged, and its `Location`
 (vault/content/location.py). Hot frames are keyed by an increasing sequence number (big
 endian, so appends go to the end of the B-tree); a frame is never rewritten in place:
 healing a damaged chunk writes a new frame under a new number and points the metadata at it.

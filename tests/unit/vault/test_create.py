@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from client.protocol import CommitFile
@@ -70,3 +72,22 @@ def test_idempotency_keys_replay_then_expire_with_gc(vault: Vault, clock: FakeCl
     third, created_third = vault.save("ns", {"s": b"state"}, key=key)
     assert created_third
     assert third.id != first.id
+
+
+def test_idempotency_keys_stored_by_older_versions_replay_and_expire(
+    vault: Vault, clock: FakeClock
+) -> None:
+    """Older versions kept the key itself -> JSON {namespace, checkpoint, expires_at}."""
+    first, _ = vault.save("ns", {"s": b"state"})
+    key = "o" * 20
+    old = json.dumps(
+        {"namespace": "ns", "checkpoint": first.id, "expires_at": clock.now() + 10}
+    ).encode()
+    s = vault.store
+    s.writer.run(lambda w: w.catalog.put(key.encode(), old, db=s.catalog_env.db["idempotency"]))
+    again, created = vault.save("ns", {"s": b"other"}, key=key)
+    assert (again.id, created) == (first.id, False)
+    with pytest.raises(Conflict):
+        vault.save("elsewhere", {"s": b"state"}, key=key)
+    clock.advance(11)
+    assert vault.gc().keys_expired == 1

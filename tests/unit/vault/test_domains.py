@@ -18,7 +18,7 @@ def _index(vault: Vault) -> dict[bytes, int]:
 def _rebuilt(vault: Vault) -> dict[bytes, int]:
     env = vault.store.catalog_env
     with env.lmdb.begin(write=True) as txn:  # rebuilt in a transaction thrown away
-        vault.catalog.nsrefs.build(txn)
+        vault.catalog.build_nsrefs(txn)
         out = {bytes(k): int.from_bytes(v, "little") for k, v in txn.cursor(db=env.db["nsrefs"])}
         txn.abort()
     return out
