@@ -353,14 +353,17 @@ class Catalog:
 
     def build_nsrefs(self, txn: lmdb.Transaction) -> int:
         """Rebuild the dedup domains' index from the live manifests."""
+        return self.nsrefs.build(txn, self._live_files(txn))
 
-        def live() -> Iterator[tuple[str, dict[str, FileEntry]]]:
-            for cid, files in self.all_manifests(txn):
-                rec = self.record(txn, cid)
-                if rec is not None:
-                    yield rec.namespace, files
+    def nsrefs_drift(self, txn: lmdb.Transaction) -> int:
+        """Entries of the dedup domains' index that a recount would change (check)."""
+        return self.nsrefs.drift(txn, self._live_files(txn))
 
-        return self.nsrefs.build(txn, live())
+    def _live_files(self, txn: lmdb.Transaction) -> Iterator[tuple[str, dict[str, FileEntry]]]:
+        for cid, files in self.all_manifests(txn):
+            rec = self.record(txn, cid)
+            if rec is not None:
+                yield rec.namespace, files
 
     def all_manifests(self, txn: lmdb.Transaction) -> Iterator[tuple[str, dict[str, FileEntry]]]:
         seen: dict[bytes, FileEntry] = {}

@@ -32,13 +32,14 @@ class CheckReport:
     damaged: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     orphan_frames: int = 0
+    domain_drift: int = 0  # dedup-domain index entries a recount changes (vault/domains.py)
     bases_kept: int = 0  # unreferenced chunks kept because a delta needs them
     stale_links: int = 0  # delta links of chunks no longer stored
     repaired: int = 0
 
     @property
     def ok(self) -> bool:
-        return not (self.drift or self.missing or self.damaged)
+        return not (self.drift or self.missing or self.damaged or self.domain_drift)
 
 
 def check(store: Store, repair: bool = False) -> CheckReport:
@@ -53,6 +54,7 @@ def check(store: Store, repair: bool = False) -> CheckReport:
         entry_drift = _entry_drift(store.catalog.entries.all_refs(txn), entries)
         stored = dict(store.chunks.all(txn))
         links = dict(store.chunks.delta_links(txn))
+        report.domain_drift = store.catalog.nsrefs_drift(txn)
         # Packed chunks the catalog cannot place (it does not read the tiers: verify does).
         report.missing.extend(c.hex() for c, m in stored.items() if m.where is None)
         report.missing.extend(
@@ -98,6 +100,8 @@ def _repair_all(
 ) -> None:
     if entries:
         report.repaired += _repair_entries(store)
+    if report.domain_drift:
+        report.repaired += store.writer.run(lambda w: store.catalog.build_nsrefs(w.catalog))
     if stale or baseless:
         report.repaired += _repair_links(store, stale, baseless)
     chunk_drift = {bytes.fromhex(str(d["chunk"])) for d in report.drift if "chunk" in d}

@@ -69,6 +69,18 @@ class NamespaceRefs:
         """Is `cid` referenced inside `domain`? (Callers check the chunk is stored.)"""
         return domain is None or any(domain(ns) for ns in self.namespaces(txn, cid))
 
+    def drift(
+        self, txn: lmdb.Transaction, live: Iterable[tuple[str, Mapping[str, FileEntry]]]
+    ) -> int:
+        """How many index entries differ from a recount of `live` (namespace, files)."""
+        expected: dict[bytes, int] = {}
+        for ns, files in live:
+            suffix = ns.encode()
+            for cid in distinct_chunks(files):
+                expected[cid + suffix] = expected.get(cid + suffix, 0) + 1
+        stored = {bytes(k): _COUNT.unpack(v)[0] for k, v in txn.cursor(db=self._db)}
+        return sum(stored.get(k) != expected.get(k) for k in stored.keys() | expected.keys())
+
     def build(
         self, txn: lmdb.Transaction, live: Iterable[tuple[str, Mapping[str, FileEntry]]]
     ) -> int:

@@ -46,3 +46,16 @@ def test_presence_depends_on_the_callers_namespaces(vault: Vault) -> None:
     assert vault.missing(up.id, [cid], domain=lambda ns: ns == "b") == [cid]
     assert vault.missing(up.id, [cid], domain=lambda ns: ns in ("a", "b")) == []
     assert vault.missing(up.id, [cid]) == []  # no domain: admin and offline callers
+
+
+def test_check_finds_and_repairs_a_drifted_domain_index(vault: Vault) -> None:
+    client_save(vault, "a", {"f": b"x" * 5000})
+    client_save(vault, "b", {"f": b"y" * 5000})
+    assert vault.check().domain_drift == 0
+    db = vault.store.catalog_env.db["nsrefs"]
+    vault.store.writer.run(lambda w: w.catalog.drop(db, delete=False))
+    broken = vault.check()
+    assert broken.domain_drift > 0
+    assert not broken.ok
+    vault.check(repair=True)
+    assert vault.check().ok
