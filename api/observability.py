@@ -15,7 +15,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,22 +165,20 @@ class _EngineCollector(Collector):
             tier_chunks.add_metric([tier], t["chunks"])
         yield tier_bytes
         yield tier_chunks
-        codec_bytes = GaugeMetricFamily(
-            "ckpt_codec_bytes", "Recoded chunks by codec", labels=["codec", "kind"]
+        yield _by_kind(
+            "ckpt_codec_bytes",
+            "Recoded chunks by codec",
+            "codec",
+            o["codecs"].items(),
+            {"stored": "bytes", "plain": "plain"},
         )
-        for codec, c in o["codecs"].items():
-            codec_bytes.add_metric([codec, "stored"], c["bytes"])
-            codec_bytes.add_metric([codec, "plain"], c["plain"])
-        yield codec_bytes
-        ns_bytes = GaugeMetricFamily(
+        yield _by_kind(
             "ckpt_namespace_bytes",
             "Bytes by namespace, as of the last usage scan (after each compaction)",
-            labels=["namespace", "kind"],
+            "namespace",
+            o["namespace_usage"].items(),
+            {"logical": "logical_bytes", "stored": "stored_bytes"},
         )
-        for ns, u in o["namespace_usage"].items():
-            ns_bytes.add_metric([ns, "logical"], u["logical_bytes"])
-            ns_bytes.add_metric([ns, "stored"], u["stored_bytes"])
-        yield ns_bytes
         per_token = GaugeMetricFamily(
             "ckpt_token_uploads",
             "Open upload sessions and their new bytes, per token",
@@ -190,18 +188,20 @@ class _EngineCollector(Collector):
             for token, value in values.items():
                 per_token.add_metric([token, kind], value)
         yield per_token
-        quota = GaugeMetricFamily(
-            "ckpt_quota_bytes", "Logical bytes under a quota", labels=["glob", "kind"]
+        yield _by_kind(
+            "ckpt_quota_bytes",
+            "Logical bytes under a quota",
+            "glob",
+            ((q["glob"], q) for q in o["quotas"]),
+            {"used": "used", "limit": "limit"},
         )
-        for q in o["quotas"]:
-            quota.add_metric([q["glob"], "used"], q["used"])
-            quota.add_metric([q["glob"], "limit"], q["limit"])
-        yield quota
-        maps = GaugeMetricFamily("ckpt_lmdb_map_bytes", "LMDB map use", labels=["env", "kind"])
-        for env, m in o["maps"].items():
-            maps.add_metric([env, "used"], m["used"])
-            maps.add_metric([env, "size"], m["size"])
-        yield maps
+        yield _by_kind(
+            "ckpt_lmdb_map_bytes",
+            "LMDB map use",
+            "env",
+            o["maps"].items(),
+            {"used": "used", "size": "size"},
+        )
         w = o["writer"]
         for name in (
             "batches",
@@ -246,6 +246,21 @@ class _EngineCollector(Collector):
         for what, v in self._jobs.totals.items():
             totals.add_metric([what], v)
         yield totals
+
+
+def _by_kind(
+    name: str,
+    doc: str,
+    label: str,
+    items: Iterable[tuple[str, Mapping[str, Any]]],
+    kinds: Mapping[str, str],
+) -> GaugeMetricFamily:
+    """A gauge labelled (`label`, kind): per item, one sample per kind (kind -> field)."""
+    gauge = GaugeMetricFamily(name, doc, labels=[label, "kind"])
+    for key, values in items:
+        for kind, key_of in kinds.items():
+            gauge.add_metric([key, kind], values[key_of])
+    return gauge
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
