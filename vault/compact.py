@@ -14,8 +14,10 @@ Compaction finds those bits later, in the background or under `ckpt compact`:
   DEPTH_COST per delta a read then decodes. The newest checkpoint is never touched, so
   restoring it reads what ingest wrote; older ones pay a few decodes.
 - **Keyframes.** No read decodes more than MAX_CHAIN deltas: a chunk joins a chain only if
-  its deepest dependent then stays within the bound; otherwise it is a delta against a
-  chain's whole end, or byte-grouped whole, and starts a new chain.
+  its deepest dependent then stays within the bound. When its own dependents are in the
+  way (compacting after every save deepens every older chain by one), they are re-rooted
+  onto the chain's whole end first; otherwise it is a delta against that end, or
+  byte-grouped whole, and starts a new chain.
 - **Bases.** A delta keeps its base alive (GC asks the chunk table), whatever happens to the
   checkpoint the base came from. A delta whose base is kept only for it (no checkpoint
   references the base any more, after retention) is encoded again against the current
@@ -187,17 +189,18 @@ def _compact_one(
     rate: float | None,
     started: float,
 ) -> None:
-    jobs = _plan(store, older, newer, head)
-    batch: list[_Job] = []
-    size = 0
-    for job in jobs:
-        batch.append(job)
-        size += job.meta.size
-        if size >= BATCH_BYTES:
-            _run_batch(store, reader, recoder, batch, report)
-            _pace(report, started, rate)
-            batch, size = [], 0
-    _run_batch(store, reader, recoder, batch, report)
+    reroots, jobs = _plan(store, older, newer, head)
+    for group in (reroots, jobs):  # dependents move off a chunk before it joins a chain
+        batch: list[_Job] = []
+        size = 0
+        for job in group:
+            batch.append(job)
+            size += job.meta.size
+            if size >= BATCH_BYTES:
+                _run_batch(store, reader, recoder, batch, report)
+                _pace(report, started, rate)
+                batch, size = [], 0
+        _run_batch(store, reader, recoder, batch, report)
 
     def mark(w: WriteTxn) -> None:
         if store.catalog.record(w.catalog, older) is not None:
@@ -207,19 +210,26 @@ def _compact_one(
     store.writer.run(mark)
 
 
-def _plan(store: Store, older: str, newer: str, head: str) -> list[_Job]:
+def _plan(store: Store, older: str, newer: str, head: str) -> tuple[list[_Job], list[_Job]]:
     """The chunks of `older` worth encoding again, each with the bases it may use: the
     chunk at its place in the successor, and the whole chunk that one's chain ends at (in
     the newest checkpoint, usually). Chunks the successor or the newest checkpoint share
-    are left as they are: restoring the newest reads exactly what ingest wrote."""
+    are left as they are: restoring the newest reads exactly what ingest wrote.
+
+    Also the re-roots that go first: when a chunk's own dependents are what keeps it out of
+    its successor's chain (compacting after every save deepens every older chain by one),
+    those dependents are encoded again against the chain's whole end, so the chunk can
+    join instead of becoming a keyframe (a delta from further away is still a small
+    fraction of a whole frame)."""
     chunks = store.chunks
     with store.catalog_env.read() as txn:
         if store.catalog.record(txn, older) is None or store.catalog.record(txn, newer) is None:
-            return []  # deleted since the work was listed
+            return [], []  # deleted since the work was listed
         old_files = store.catalog.manifest(txn, older)
         new_files = store.catalog.manifest(txn, newer)
         keep = distinct_chunks(new_files) | distinct_chunks(store.catalog.manifest(txn, head))
         pairs = align(old_files, new_files)
+        reroots: dict[bytes, _Job] = {}
         jobs: list[_Job] = []
         for cid in sorted(distinct_chunks(old_files) - keep):
             meta = chunks.meta(txn, cid)
@@ -229,22 +239,53 @@ def _plan(store: Store, older: str, newer: str, head: str) -> list[_Job]:
                 continue  # in another tier: left where it is
             if meta.delta and not _base_orphaned(store, txn, cid):
                 continue  # already a delta against a chunk some checkpoint still uses
-            bases = _bases(store, txn, cid, pairs.get(cid))
+            partner = pairs.get(cid)
+            bases = _bases(store, txn, cid, partner)
+            if partner is not None and partner not in dict(bases):
+                moved = _reroots(store, txn, cid, partner)
+                if moved is not None:
+                    reroots.update(moved)
+                    bases = _bases(store, txn, cid, partner, height=0)
             if not bases and meta.codec == "grouped":
                 continue  # a keyframe already
             jobs.append(_Job(cid, meta, bases))
-    return jobs
+    return list(reroots.values()), jobs
+
+
+def _reroots(
+    store: Store, txn: lmdb.Transaction, cid: bytes, partner: bytes
+) -> dict[bytes, _Job] | None:
+    """Jobs moving `cid`'s dependents onto the whole end of `partner`'s chain, if that is
+    what would let `cid` chain onto `partner`; else None."""
+    chunks = store.chunks
+    root = chunks.chain(txn, partner, MAX_CHAIN)[-1]
+    if _depth_through(store, txn, cid, partner, height=0) is None:
+        return None  # not the dependents' fault (size, damage, cycle, a long chain)
+    out: dict[bytes, _Job] = {}
+    for dep in chunks.dependents(txn, cid):
+        meta = chunks.meta(txn, dep)
+        depth = _depth_through(store, txn, dep, root)
+        if meta is None or meta.damaged or depth is None:
+            return None
+        if not isinstance(meta.where, (HotFrame, Inline)):
+            return None  # packed: not ours to re-encode
+        out[dep] = _Job(dep, meta, ((root, depth),))
+    return out
 
 
 def _bases(
-    store: Store, txn: lmdb.Transaction, cid: bytes, partner: bytes | None
+    store: Store,
+    txn: lmdb.Transaction,
+    cid: bytes,
+    partner: bytes | None,
+    height: int | None = None,
 ) -> tuple[tuple[bytes, int], ...]:
     if partner is None:
         return ()
     out = []
     root = store.chunks.chain(txn, partner, MAX_CHAIN)[-1]
     for base in dict.fromkeys((partner, root)):
-        depth = _depth_through(store, txn, cid, base)
+        depth = _depth_through(store, txn, cid, base, height)
         if depth is not None:
             out.append((base, depth))
     return tuple(out)
@@ -256,10 +297,13 @@ def _base_orphaned(store: Store, txn: lmdb.Transaction, cid: bytes) -> bool:
     return meta is None or meta.refs == 0
 
 
-def _depth_through(store: Store, txn: lmdb.Transaction, cid: bytes, base: bytes) -> int | None:
+def _depth_through(
+    store: Store, txn: lmdb.Transaction, cid: bytes, base: bytes, height: int | None = None
+) -> int | None:
     """How many deltas a read of `cid` would decode as a delta against `base`; None if it
     may not: the base is unsound or of another length, needs `cid` itself, or the longest
-    chain through `cid` would pass MAX_CHAIN."""
+    chain through `cid` would pass MAX_CHAIN. `height`: the longest chain of dependents
+    ending at `cid` (None: as stored now)."""
     chunks = store.chunks
     meta, base_meta = chunks.meta(txn, cid), chunks.meta(txn, base)
     if meta is None or base_meta is None or base_meta.damaged or base_meta.size != meta.size:
@@ -267,7 +311,8 @@ def _depth_through(store: Store, txn: lmdb.Transaction, cid: bytes, base: bytes)
     chain = chunks.chain(txn, base, MAX_CHAIN)
     if cid in chain or len(chain) > MAX_CHAIN:
         return None
-    height = chunks.dependent_height(txn, cid, MAX_CHAIN)
+    if height is None:
+        height = chunks.dependent_height(txn, cid, MAX_CHAIN)
     if height is None or height + len(chain) > MAX_CHAIN:
         return None
     return len(chain)

@@ -81,10 +81,14 @@ def test_compaction_shrinks_older_checkpoints_and_every_one_reads_back(vault: Va
     assert vault.check().ok
 
 
-def test_chains_stay_within_the_bound(vault: Vault) -> None:
-    files = fp32_series(MAX_CHAIN + 4, n=1 << 15)
+@pytest.mark.parametrize("series", ["dense", "sparse"])
+def test_chains_stay_within_the_bound(vault: Vault, series: str) -> None:
+    """Compacting after every save (the schedule) deepens every older chain by one; the
+    chunks that would pass the bound are re-rooted onto the newest, never kept whole."""
+    count = MAX_CHAIN + 4
+    files = fp32_series(count, n=1 << 15) if series == "dense" else sparse_series(count)
     ids = []
-    for f in files:  # compacting after every save: the way the schedule does it
+    for f in files:
         ids.append(save_series(vault, "ns", [f])[0])
         vault.compact()
     for ckpt, data in zip(ids, files, strict=True):
@@ -93,7 +97,8 @@ def test_chains_stay_within_the_bound(vault: Vault) -> None:
         assert read_file(vault, "ns", ckpt, "w.bin") == data
     codecs = vault.stats()["codecs"]
     assert codecs["delta"]["chunks"] > 0
-    assert codecs["grouped"]["chunks"] > 0
+    assert codecs["grouped"]["chunks"] == 0  # no keyframe was needed
+    assert vault.check().ok
 
 
 def test_deleting_any_checkpoint_keeps_the_others_readable_through_gc(
