@@ -1,0 +1,116 @@
+"""Rebuild a data dir from the replica: the current generation's base, then its log.
+
+The data dir is built in a scratch directory inside the target and moved into place only
+once every segment is applied, so an interrupted restore leaves no half-made vault that a
+server could open. Each segment is applied as the writer committed it: its frame records in
+one transaction, then its catalog records in another. Replay stops at the first missing
+segment number (segments are uploaded strictly in order, so there is none unless the log was
+tampered with) or, with `until`, before the first batch committed after that time
+(point-in-time restore).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import zstandard
+
+from ..env import CATALOG_DBS, FRAME_DBS, Env
+from ..errors import Conflict
+from ..maintenance import MaintenanceLock
+from ..seal import Keyring, open_blob
+from ..tier import Tier
+from .changes import CATALOG, DELETE, DROP, ENV_DBS, FRAMES, PUT, BatchLog, decode_batches
+from .shipper import BASE_CONTEXT, CURRENT, SEGMENT_CONTEXT, generation_key, segment_key
+
+
+def _open(raw: bytes, keyring: Keyring | None, context: bytes) -> bytes:
+    return zstandard.ZstdDecompressor().decompressobj().decompress(open_blob(keyring, raw, context))
+
+
+def restore_replica(
+    tier: Tier, vault_dir: Path, keyring: Keyring | None = None, until: float | None = None
+) -> dict[str, Any]:
+    """Make the empty `vault_dir` the replica in `tier` (offline, like a catalog restore)."""
+    started = time.monotonic()
+    current = json.loads(tier.get(CURRENT))
+    gen = str(current["generation"])
+    vault_dir.mkdir(parents=True, exist_ok=True)
+    if (vault_dir / "catalog" / "data.mdb").exists():
+        raise Conflict(f"{vault_dir} already holds a catalog; restore into an empty data dir")
+    with (
+        MaintenanceLock.of(vault_dir).hold("replica restore", timeout=0),
+        tempfile.TemporaryDirectory(dir=vault_dir, prefix=".restore-") as tmp,
+    ):
+        work = Path(tmp)
+        for name, sub in (("base-catalog", "catalog"), ("base-frames", "frames")):
+            (work / sub).mkdir()
+            raw = tier.get(generation_key(gen, name))
+            (work / sub / "data.mdb").write_bytes(_open(raw, keyring, BASE_CONTEXT))
+        catalog = Env(work / "catalog", names=CATALOG_DBS)
+        frames = Env(work / "frames", names=FRAME_DBS)
+        try:
+            seq, batches, last = _replay(tier, gen, keyring, until, catalog, frames)
+        finally:
+            catalog.close()
+            frames.close()
+        for sub in ("catalog", "frames"):
+            (work / sub / "vault.lock").unlink(missing_ok=True)
+            shutil.move(str(work / sub), str(vault_dir / sub))
+    return {
+        "generation": gen,
+        "segments": seq,
+        "batches": batches,
+        "through": last,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _replay(
+    tier: Tier, gen: str, keyring: Keyring | None, until: float | None, catalog: Env, frames: Env
+) -> tuple[int, int, float | None]:
+    """Apply segments 0, 1, ... while they exist; returns (segments, batches, last time)."""
+    listed = set(tier.list(generation_key(gen, "log/")))
+    envs = {CATALOG: catalog, FRAMES: frames}
+    seq = batches = 0
+    last: float | None = None
+    while segment_key(gen, seq) in listed:
+        body = _open(tier.get(segment_key(gen, seq)), keyring, SEGMENT_CONTEXT)
+        todo = list(decode_batches(body))
+        cut = [b for b in todo if until is None or b.committed_at <= until]
+        for env_id in (FRAMES, CATALOG):  # as the writer commits: frames first
+            _apply(envs[env_id], env_id, cut)
+        batches += len(cut)
+        last = cut[-1].committed_at if cut else last
+        if len(cut) < len(todo):
+            return seq, batches, last
+        seq += 1
+    return seq, batches, last
+
+
+def _apply(env: Env, env_id: int, batches: list[BatchLog]) -> None:
+    """One segment's records of one environment, in one transaction (the map grows)."""
+    names = [n.decode() for n in ENV_DBS[env_id]]
+    while True:
+        try:
+            with env.lmdb.begin(write=True) as txn:
+                for batch in batches:
+                    for rec_env, kind, db_index, key, value in batch.records:
+                        if rec_env != env_id:
+                            continue
+                        db = env.db[names[db_index]]
+                        if kind == PUT:
+                            txn.put(key, value, db=db)
+                        elif kind == DELETE:
+                            txn.delete(key, db=db)
+                        elif kind == DROP:
+                            txn.drop(db, delete=False)
+            return
+        except lmdb.MapFullError:
+            env.grow()

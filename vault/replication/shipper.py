@@ -1,0 +1,344 @@
+"""Continuous replication of the vault to an object-store tier (issue 15).
+
+The writer thread hands every committed batch's changes (vault/replication/changes.py) to
+the `Replicator`, which queues them in memory and ships them from its own thread, in commit
+order, as segments: one object per upload holding every batch queued since the previous
+one, so uploads group the way the writer's commits do. A generation is a base copy (the
+catalog and the frame environment, each a compacted LMDB copy) plus the log of segments
+after it; the replica is the generation `replica/current` names.
+
+Layout in the tier (every object sealed with the keyring when one is configured):
+
+    replica/current                        {"generation": G, "base_batch": N}
+    replica/<G>/base-catalog, base-frames  zstd of compacted LMDB copies
+    replica/<G>/log/<segment:012d>.seg     zstd of the batches, in order
+
+Invariant: what a restore replays is always a prefix of the primary's committed history
+ending on a batch boundary, so the replica never names a chunk it does not have.
+- Segments are uploaded one at a time in order; segment k+1 is put only after segment k's
+  put returned, and restore stops at the first missing number.
+- A batch is in one segment whole (its frame records before its catalog records), and a
+  restore applies a segment's frames before its catalog, as the writer commits them.
+- A base is a fuzzy copy taken after its generation began: it holds every batch before the
+  generation and some after. Log records are blind writes (final values, deletes, drops),
+  so replaying the generation's whole log over it ends exactly where the primary's log
+  ends. `replica/current` moves to a generation only after its base is complete; until
+  then the previous generation (a complete prefix) is the replica.
+- Packs leave the tier only after the replica has passed the commit that stopped naming
+  them (`wait_restorable`, used by pack deletion), so no replica names a deleted pack.
+
+Every start begins a new generation: the local queue is memory, so what a SIGKILL lost of
+it is covered by the new base. So is an overflow: past `max_backlog` bytes queued (the store
+down for long), the queue is dropped and a new generation begins; producers never wait for
+the store in async mode. In sync mode a commit is acknowledged when the segment (or base)
+holding it is in the replica, so producers do wait for the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import tempfile
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from ..env import CATALOG_DBS, FRAME_DBS, Env
+from ..store import Store
+from ..tier import Tier
+from ..writer import WriteTxn
+from .changes import CATALOG, FRAMES, BatchLog, Recording, RecordingTxn
+
+log = logging.getLogger(__name__)
+
+CURRENT = "replica/current"
+PREFIX = "replica/"
+FENCE = "replica/fence"  # reserved for the standby's promotion (not built yet)
+KEEP = (CURRENT, FENCE)
+SEGMENT_CONTEXT = b"ckpt replica segment"
+BASE_CONTEXT = b"ckpt replica base"
+MODES = ("async", "sync")
+RETRY_MIN, RETRY_MAX = 0.05, 1.0  # seconds between attempts while the store fails
+LAG_SAMPLES = 10_000  # recent per-batch lags kept for the percentiles
+
+
+@dataclass(frozen=True)
+class ReplicationConfig:
+    tier: str  # a configured tier name: where the replica lives
+    mode: str = "async"  # "async": ack when durable locally; "sync": when in the replica
+    lag_budget: float = 2.0  # seconds; what async promises (reported, not enforced)
+    max_backlog: int = 1 << 30  # bytes queued before the queue is dropped for a new base
+    base_interval: float = 3600.0  # seconds between base copies (bounds restore's replay)
+    base_after_bytes: int = 4 << 30  # or this much log since the last base, whichever first
+
+
+def generation_key(gen: str, name: str) -> str:
+    return f"{PREFIX}{gen}/{name}"
+
+
+def segment_key(gen: str, seq: int) -> str:
+    return generation_key(gen, f"log/{seq:012d}.seg")
+
+
+def _new_generation() -> str:
+    return time.strftime("g%Y%m%dt%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+@dataclass
+class _Queued:
+    batch: int
+    committed_at: float
+    body: bytes
+    ack: Future[None] | None
+
+
+class Replicator:
+    """Records the writer's changes and ships them (see the module docstring)."""
+
+    def __init__(self, store: Store, tier: Tier, config: ReplicationConfig, scratch: Path) -> None:
+        """`scratch`: a directory on the vault's file system for base copies."""
+        if config.mode not in MODES:
+            raise ValueError(f"replication mode must be one of {MODES}")
+        self._s = store
+        self._tier = tier
+        self._scratch = scratch
+        self.config = config
+        self._dbs = {
+            CATALOG: {id(store.catalog_env.db[n.decode()]): i for i, n in enumerate(CATALOG_DBS)},
+            FRAMES: {id(store.frames_env.db[n.decode()]): i for i, n in enumerate(FRAME_DBS)},
+        }
+        self._cond = threading.Condition()
+        self._queue: deque[_Queued] = deque()
+        self._queued_bytes = 0
+        self._for_base: list[_Queued] = []  # dropped from the queue: the next base has them
+        self._batch = 0  # batches recorded so far (numbers start at 1)
+        self._restorable = 0  # every batch up to this number is in the replica
+        self._gen = _new_generation()
+        self._gen_started = time.time()
+        self._seq = 0
+        self._needs_base = True
+        self._base_done = time.monotonic()
+        self._log_bytes = 0  # shipped since the generation's base
+        self._closing = False
+        self._lags: deque[float] = deque(maxlen=LAG_SAMPLES)
+        self.segments = self.bases = self.failures = self.overflows = 0
+        self.shipped_bytes = 0
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="vault-replica", daemon=True)
+        self._thread.start()
+
+    # -- writer side (the writer thread) -----------------------------------------------
+    def record(self, w: WriteTxn) -> tuple[WriteTxn, Recording]:
+        rec = Recording()
+        # Stand-ins for lmdb.Transaction: they forward everything and record the writes.
+        catalog: Any = RecordingTxn(w.catalog, CATALOG, self._dbs[CATALOG], rec)
+        frames: Any = RecordingTxn(w.frames, FRAMES, self._dbs[FRAMES], rec)
+        return WriteTxn(catalog, frames), rec
+
+    def committed(self, records: list[Any]) -> Future[None] | None:
+        changes = [r for rec in records for r in rec.by_env[FRAMES]]
+        changes += [r for rec in records for r in rec.by_env[CATALOG]]
+        if not changes:
+            return None
+        ack: Future[None] | None = Future() if self.config.mode == "sync" else None
+        now = time.time()
+        with self._cond:
+            self._batch += 1
+            body = BatchLog(self._batch, now, changes).encode()
+            self._queue.append(_Queued(self._batch, now, body, ack))
+            self._queued_bytes += len(body)
+            if self._queued_bytes > self.config.max_backlog:
+                self._overflow()
+            self._cond.notify_all()
+        return ack
+
+    def _overflow(self) -> None:
+        """Too much queued: keep only the acknowledgements; a new base will cover them."""
+        self.overflows += 1
+        log.warning("replication backlog over %d bytes: starting a new base", self._queued_bytes)
+        self._for_base.extend(_Queued(q.batch, q.committed_at, b"", q.ack) for q in self._queue)
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._start_generation()
+
+    def _start_generation(self) -> None:
+        self._gen = _new_generation()
+        self._gen_started = time.time()
+        self._seq = 0
+        self._needs_base = True
+        self._log_bytes = 0
+
+    # -- observers -----------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Lag and counters for /metrics and `ckpt stats`."""
+        now = time.time()
+        with self._cond:
+            oldest = [q.committed_at for q in (*self._for_base, *self._queue)]
+            if self._needs_base:
+                oldest.append(self._gen_started)
+            lag = max(0.0, now - min(oldest)) if oldest else 0.0
+            lags = sorted(self._lags)
+            return {
+                "tier": self.config.tier,
+                "mode": self.config.mode,
+                "generation": self._gen,
+                "lag_seconds": round(lag, 3),
+                "lag_bytes": self._queued_bytes,
+                "lag_budget": self.config.lag_budget,
+                "queued_batches": len(self._queue) + len(self._for_base),
+                "base_pending": self._needs_base,
+                "lag_p50": _quantile(lags, 0.5),
+                "lag_p99": _quantile(lags, 0.99),
+                "batches": self._batch,
+                "restorable_batch": self._restorable,
+                "segments": self.segments,
+                "bases": self.bases,
+                "shipped_bytes": self.shipped_bytes,
+                "failures": self.failures,
+                "overflows": self.overflows,
+                "last_error": self.last_error,
+            }
+
+    def wait_restorable(self, timeout: float) -> bool:
+        """Wait until every batch committed so far is in the replica; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            target = self._batch
+            while self._restorable < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ship what is queued (for up to `timeout` seconds), then stop."""
+        self.wait_restorable(timeout)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout)  # an upload may hang on a dead store; the thread is a daemon
+
+    # -- the shipping thread -----------------------------------------------------------
+    def _run(self) -> None:
+        retry = RETRY_MIN
+        while True:
+            with self._cond:
+                while not (self._closing or self._needs_base or self._queue):
+                    if not self._cond.wait(timeout=1.0):
+                        self._maybe_rebase()
+                if self._closing:
+                    return
+                gen, seq, base = self._gen, self._seq, self._needs_base
+                items = [] if base else list(self._queue)
+                through = self._batch
+            try:
+                if base:
+                    self._ship_base(gen, through)
+                else:
+                    self._ship_segment(gen, seq, items)
+                retry = RETRY_MIN
+            except Exception as e:  # noqa: BLE001 - the store is down or failing: retry
+                self.failures += 1
+                self.last_error = f"{type(e).__name__}: {e}"[:300]
+                log.warning("replication to %s failed: %s", self.config.tier, self.last_error)
+                with self._cond:
+                    if not self._closing:
+                        self._cond.wait(timeout=retry)  # paces retries; woken by close()
+                retry = min(RETRY_MAX, retry * 2)
+
+    def _maybe_rebase(self) -> None:
+        """Called idle, holding the lock: a new generation when the log has grown long."""
+        due = time.monotonic() - self._base_done > self.config.base_interval
+        if (
+            not self._needs_base
+            and not self._queue
+            and (due or self._log_bytes > self.config.base_after_bytes)
+        ):
+            self._start_generation()
+
+    def _seal(self, raw: bytes, context: bytes) -> bytes:
+        packed = zstandard.ZstdCompressor(level=1).compress(raw)
+        return self._s.keyring.seal_blob(packed, context) if self._s.keyring else packed
+
+    def _ship_segment(self, gen: str, seq: int, items: list[_Queued]) -> None:
+        blob = self._seal(b"".join(q.body for q in items), SEGMENT_CONTEXT)
+        self._tier.put(segment_key(gen, seq), blob)
+        shipped = time.time()
+        with self._cond:
+            if self._gen != gen:  # dropped by an overflow meanwhile: the base covers them
+                return
+            for _ in items:
+                done = self._queue.popleft()
+                self._queued_bytes -= len(done.body)
+                self._lags.append(shipped - done.committed_at)
+                if done.ack is not None:
+                    done.ack.set_result(None)
+            self._seq = seq + 1
+            self._restorable = items[-1].batch
+            self._log_bytes += len(blob)
+            self.segments += 1
+            self.shipped_bytes += len(blob)
+            self._cond.notify_all()
+
+    def _ship_base(self, gen: str, through: int) -> None:
+        """Copy both environments (after `gen` began: the copies hold every batch up to
+        `through`), upload them, then point `replica/current` at `gen`."""
+        size = 0
+        envs = (("base-frames", self._s.frames_env), ("base-catalog", self._s.catalog_env))
+        for name, env in envs:
+            blob = self._seal(_copy(env, self._scratch), BASE_CONTEXT)
+            self._tier.put(generation_key(gen, name), blob)
+            size += len(blob)
+        current = {"generation": gen, "base_batch": through, "created_at": time.time()}
+        self._tier.put(CURRENT, json.dumps(current).encode())
+        shipped = time.time()
+        with self._cond:
+            self.bases += 1
+            self.shipped_bytes += size
+            if self._gen == gen:
+                self._needs_base = False
+                self._base_done = time.monotonic()
+                self._restorable = max(self._restorable, through)
+            for q in [q for q in self._for_base if q.batch <= through]:
+                self._for_base.remove(q)
+                self._lags.append(shipped - q.committed_at)
+                if q.ack is not None:
+                    q.ack.set_result(None)
+            self._cond.notify_all()
+        try:
+            self._forget_other_generations(gen)
+        except Exception as e:  # noqa: BLE001 - leftovers go with the next base
+            log.warning("could not delete old replica generations: %s", e)
+
+    def _forget_other_generations(self, gen: str) -> None:
+        """Delete older generations once `gen` is current (leftovers go with the next)."""
+        keep = generation_key(gen, "")
+        for key in list(self._tier.list(PREFIX)):
+            if key not in KEEP and not key.startswith(keep):
+                self._tier.delete(key)
+
+
+def _copy(env: Env, scratch: Path) -> bytes:
+    fd, name = tempfile.mkstemp(prefix=".replica-base-", dir=scratch)
+    try:
+        env.copy_to(fd)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return Path(name).read_bytes()
+    finally:
+        os.close(fd)
+        os.unlink(name)
+
+
+def _quantile(ordered: list[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
