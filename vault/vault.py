@@ -130,6 +130,7 @@ class Vault:
 
     def close(self) -> None:
         if self.replication is not None:
+            self.store.writer.close()  # every commit recorded before the replica's last ship
             self.replication.close()
         self.store.close()
 

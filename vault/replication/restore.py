@@ -22,12 +22,19 @@ import lmdb
 import zstandard
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
-from ..errors import Conflict
+from ..errors import Conflict, ObjectNotFound
 from ..maintenance import MaintenanceLock
 from ..seal import Keyring, open_blob
 from ..tier import Tier
 from .changes import CATALOG, DELETE, DROP, ENV_DBS, FRAMES, PUT, BatchLog, decode_batches
-from .shipper import BASE_CONTEXT, CURRENT, SEGMENT_CONTEXT, generation_key, segment_key
+from .shipper import (
+    BASE_CONTEXT,
+    CURRENT,
+    SEGMENT_CONTEXT,
+    generation_key,
+    segment_key,
+    write_resume,
+)
 
 
 def _open(raw: bytes, keyring: Keyring | None, context: bytes) -> bytes:
@@ -56,13 +63,23 @@ def restore_replica(
         catalog = Env(work / "catalog", names=CATALOG_DBS)
         frames = Env(work / "frames", names=FRAME_DBS)
         try:
-            seq, batches, last = _replay(tier, gen, keyring, until, catalog, frames)
+            seq, batches, last, cut = _replay(tier, gen, keyring, until, catalog, frames)
         finally:
             catalog.close()
             frames.close()
         for sub in ("catalog", "frames"):
             (work / sub / "vault.lock").unlink(missing_ok=True)
             shutil.move(str(work / sub), str(vault_dir / sub))
+        if not cut:  # the whole log: a server started here may continue the generation
+            catalog, frames = (
+                Env(vault_dir / "catalog", names=CATALOG_DBS),
+                Env(vault_dir / "frames", names=FRAME_DBS),
+            )
+            try:
+                write_resume(vault_dir, catalog, frames, tier.name, gen, seq)
+            finally:
+                catalog.close()
+                frames.close()
     return {
         "generation": gen,
         "segments": seq,
@@ -74,14 +91,19 @@ def restore_replica(
 
 def _replay(
     tier: Tier, gen: str, keyring: Keyring | None, until: float | None, catalog: Env, frames: Env
-) -> tuple[int, int, float | None]:
-    """Apply segments 0, 1, ... while they exist; returns (segments, batches, last time)."""
-    listed = set(tier.list(generation_key(gen, "log/")))
+) -> tuple[int, int, float | None, bool]:
+    """Apply segments 0, 1, ... while they exist; returns (segments, batches, last time,
+    whether `until` cut the log short). Segments are fetched by number, not listed: a
+    listing is no snapshot (and may be paged), a missing number is the end."""
     envs = {CATALOG: catalog, FRAMES: frames}
     seq = batches = 0
     last: float | None = None
-    while segment_key(gen, seq) in listed:
-        body = _open(tier.get(segment_key(gen, seq)), keyring, SEGMENT_CONTEXT)
+    while True:
+        try:
+            raw = tier.get(segment_key(gen, seq))
+        except ObjectNotFound:
+            return seq, batches, last, False
+        body = _open(raw, keyring, SEGMENT_CONTEXT)
         todo = list(decode_batches(body))
         cut = [b for b in todo if until is None or b.committed_at <= until]
         for env_id in (FRAMES, CATALOG):  # as the writer commits: frames first
@@ -89,9 +111,8 @@ def _replay(
         batches += len(cut)
         last = cut[-1].committed_at if cut else last
         if len(cut) < len(todo):
-            return seq, batches, last
+            return seq, batches, last, True
         seq += 1
-    return seq, batches, last
 
 
 def _apply(env: Env, env_id: int, batches: list[BatchLog]) -> None:

@@ -27,11 +27,18 @@ ending on a batch boundary, so the replica never names a chunk it does not have.
 - Packs leave the tier only after the replica has passed the commit that stopped naming
   them (`wait_restorable`, used by pack deletion), so no replica names a deleted pack.
 
-Every start begins a new generation: the local queue is memory, so what a SIGKILL lost of
-it is covered by the new base. So is an overflow: past `max_backlog` bytes queued (the store
-down for long), the queue is dropped and a new generation begins; producers never wait for
-the store in async mode. In sync mode a commit is acknowledged when the segment (or base)
-holding it is in the replica, so producers do wait for the store.
+A start continues the current generation only when the data dir says it may: a clean close
+(everything shipped) and a restore from the replica leave `replica.resume` naming the
+generation, the next segment number and both environments' LMDB transaction ids; the start
+takes the file away, and continues only if the ids still match (nothing wrote in between)
+and the tier's `replica/current` still names that generation. Any other start (after a
+SIGKILL the local queue, kept in memory, is gone) begins a new generation with a new base.
+Segments are created with `if_absent`: if one exists already, another writer has the
+generation, and this one leaves it for a new generation of its own. An overflow too: past
+`max_backlog` bytes queued (the store down for long), the queue is dropped and a new
+generation begins; producers never wait for the store in async mode. In sync mode a commit
+is acknowledged when the segment (or base) holding it is in the replica, so producers do
+wait for the store.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from typing import Any
 import zstandard
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
+from ..errors import ObjectExists
 from ..store import Store
 from ..tier import Tier
 from ..writer import WriteTxn
@@ -63,6 +71,8 @@ CURRENT = "replica/current"
 PREFIX = "replica/"
 FENCE = "replica/fence"  # reserved for the standby's promotion (not built yet)
 KEEP = (CURRENT, FENCE)
+RESUME = "replica.resume"  # in the vault dir: where a start may continue (see above)
+FORGET_STEP = 20  # old generations' objects deleted per idle turn of the shipping thread
 SEGMENT_CONTEXT = b"ckpt replica segment"
 BASE_CONTEXT = b"ckpt replica base"
 MODES = ("async", "sync")
@@ -125,6 +135,11 @@ class Replicator:
         self._gen_started = time.time()
         self._seq = 0
         self._needs_base = True
+        self._garbage: deque[str] = deque()  # objects of older generations, to delete
+        resumed = _take_resume(scratch, store, tier)
+        if resumed is not None:
+            self._gen, self._seq = resumed
+            self._needs_base = False
         self._base_done = time.monotonic()
         self._log_bytes = 0  # shipped since the generation's base
         self._closing = False
@@ -220,19 +235,30 @@ class Replicator:
         return True
 
     def close(self, timeout: float = 10.0) -> None:
-        """Ship what is queued (for up to `timeout` seconds), then stop."""
-        self.wait_restorable(timeout)
+        """Ship what is queued (for up to `timeout` seconds), then stop; the writer must be
+        closed already. Caught up, leave `replica.resume` so the next start continues."""
+        caught_up = self.wait_restorable(timeout)
         with self._cond:
             self._closing = True
+            caught_up = caught_up and not self._needs_base and not self._queue
             self._cond.notify_all()
         self._thread.join(timeout)  # an upload may hang on a dead store; the thread is a daemon
+        if caught_up and not self._thread.is_alive():
+            write_resume(
+                self._scratch,
+                self._s.catalog_env,
+                self._s.frames_env,
+                self._tier.name,
+                self._gen,
+                self._seq,
+            )
 
     # -- the shipping thread -----------------------------------------------------------
     def _run(self) -> None:
         retry = RETRY_MIN
         while True:
             with self._cond:
-                while not (self._closing or self._needs_base or self._queue):
+                while not (self._closing or self._needs_base or self._queue or self._garbage):
                     if not self._cond.wait(timeout=1.0):
                         self._maybe_rebase()
                 if self._closing:
@@ -241,7 +267,11 @@ class Replicator:
                 items = [] if base else list(self._queue)
                 through = self._batch
             try:
-                if base:
+                if not base and not items:  # idle: clear old generations a little at a time
+                    for _ in range(min(FORGET_STEP, len(self._garbage))):
+                        self._tier.delete(self._garbage[0])
+                        self._garbage.popleft()
+                elif base:
                     self._ship_base(gen, through)
                 else:
                     self._ship_segment(gen, seq, items)
@@ -271,7 +301,14 @@ class Replicator:
 
     def _ship_segment(self, gen: str, seq: int, items: list[_Queued]) -> None:
         blob = self._seal(b"".join(q.body for q in items), SEGMENT_CONTEXT)
-        self._tier.put(segment_key(gen, seq), blob)
+        try:
+            self._tier.put(segment_key(gen, seq), blob, if_absent=True)
+        except ObjectExists:
+            log.error("replica segment %s/%d exists: another writer; starting anew", gen, seq)
+            with self._cond:
+                if self._gen == gen:
+                    self._start_generation()
+            return
         shipped = time.time()
         with self._cond:
             if self._gen != gen:  # dropped by an overflow meanwhile: the base covers them
@@ -314,17 +351,54 @@ class Replicator:
                 if q.ack is not None:
                     q.ack.set_result(None)
             self._cond.notify_all()
-        try:
-            self._forget_other_generations(gen)
-        except Exception as e:  # noqa: BLE001 - leftovers go with the next base
-            log.warning("could not delete old replica generations: %s", e)
-
-    def _forget_other_generations(self, gen: str) -> None:
-        """Delete older generations once `gen` is current (leftovers go with the next)."""
         keep = generation_key(gen, "")
-        for key in list(self._tier.list(PREFIX)):
-            if key not in KEEP and not key.startswith(keep):
-                self._tier.delete(key)
+        try:  # older generations go when idle, never in the way of the log
+            old = [k for k in self._tier.list(PREFIX) if k not in KEEP and not k.startswith(keep)]
+        except Exception as e:  # noqa: BLE001 - leftovers go with the next base
+            log.warning("could not list old replica generations: %s", e)
+            return
+        with self._cond:
+            self._garbage = deque(old)
+
+
+def write_resume(vault_dir: Path, catalog: Env, frames: Env, tier: str, gen: str, seq: int) -> None:
+    """Record that the data dir is exactly generation `gen` up to segment `seq` (excluded)."""
+    state = {
+        "tier": tier,
+        "generation": gen,
+        "next_segment": seq,
+        "catalog_txn": catalog.lmdb.info()["last_txnid"],
+        "frames_txn": frames.lmdb.info()["last_txnid"],
+    }
+    tmp = vault_dir / (RESUME + ".partial")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, vault_dir / RESUME)
+
+
+def _take_resume(vault_dir: Path, store: Store, tier: Tier) -> tuple[str, int] | None:
+    """Where to continue, if `replica.resume` allows it (removed either way: once used, a
+    later crash must not find it)."""
+    path = vault_dir / RESUME
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    path.unlink()
+    same = (
+        state.get("tier") == tier.name
+        and state.get("catalog_txn") == store.catalog_env.lmdb.info()["last_txnid"]
+        and state.get("frames_txn") == store.frames_env.lmdb.info()["last_txnid"]
+    )
+    if not same:
+        return None
+    try:
+        current = json.loads(tier.get(CURRENT))
+    except Exception as e:  # noqa: BLE001 - cannot tell: a new generation is always safe
+        log.warning("replica: cannot read %s (%s); starting a new generation", CURRENT, e)
+        return None
+    if current.get("generation") != state["generation"]:
+        return None
+    return str(state["generation"]), int(state["next_segment"])
 
 
 def _copy(env: Env, scratch: Path) -> bytes:

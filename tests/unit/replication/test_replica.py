@@ -164,3 +164,39 @@ def test_restore_refuses_a_used_dir(tmp_path: Path) -> None:
     vault.close()
     with pytest.raises(Conflict):
         restore_replica(tier, tmp_path / "primary")
+
+
+def test_clean_restart_and_restore_continue_the_generation(tmp_path: Path) -> None:
+    tier = LocalTier(str(tmp_path / "tier"), "cold")
+    vault = _open(tmp_path / "primary", tier)
+    a = client_save(vault, "ns", {"a": b"one"}).id
+    _wait_caught_up(vault)
+    assert vault.replication is not None
+    gen = vault.replication.status()["generation"]
+    vault.close()
+    vault = _open(tmp_path / "primary", tier)  # clean restart: same generation, no base
+    b = client_save(vault, "ns", {"a": b"two"}).id
+    _wait_caught_up(vault)
+    assert vault.replication is not None
+    status = vault.replication.status()
+    assert (status["generation"], status["bases"]) == (gen, 0)
+    # the old primary is not closed: a restored copy that writes too must not share the log
+    restore_replica(tier, tmp_path / "restored")
+    restored = _open(tmp_path / "restored", tier)
+    try:
+        assert restored.replication is not None
+        assert restored.replication.status()["generation"] == gen  # continued after restore
+        client_save(vault, "ns", {"a": b"three"})  # the old primary takes the next segment
+        _wait_caught_up(vault)
+        c = client_save(restored, "ns", {"a": b"four"}).id  # finds it taken: a new generation
+        _wait_caught_up(restored)
+        assert restored.replication.status()["generation"] != gen
+    finally:
+        restored.close()
+        vault.close()
+    restore_replica(tier, tmp_path / "again")
+    again = Vault(tmp_path / "again")
+    try:
+        assert {r.id for r in again.checkpoints("ns", limit=10)[0]} == {a, b, c}
+    finally:
+        again.close()
