@@ -37,6 +37,7 @@ import pytest
 from client.protocol import BUNDLE_TYPE, encode_bundle
 from tiering import open_tier
 from vault import CheckpointRecord, Vault
+from vault.errors import ReplicaNotFound
 from vault.replication import restore_replica
 from vault.tokens import verify
 
@@ -58,6 +59,7 @@ class Attempt:
     files: dict[str, bytes]
     acked_at: float | None = None  # client clock, when the 201 arrived
     checkpoint: str | None = None
+    status: int | None = None  # the answer's HTTP status (None: no answer)
 
 
 def _config(path: Path, seaweed: SeaweedFS, prefix: str, mode: str) -> Path:
@@ -70,6 +72,7 @@ def _config(path: Path, seaweed: SeaweedFS, prefix: str, mode: str) -> Path:
         'tier = "cold"',
         f'mode = "{mode}"',
         f"lag_budget = {LAG_BUDGET}",
+        'base_after = "1MiB"',  # a base every few rounds: restore replays a bounded log
         "[maintenance]",
         *(
             f"{job}_interval = 0"
@@ -95,13 +98,16 @@ async def _produce(
         n = acks = 0
         while not stop.is_set() and (limit is None or acks < limit):
             n += 1
-            key = f"p{who}-{len(log)}-{n}-{rng.getrandbits(32):08x}"
+            key = f"p{who}-{len(log):06d}-{n:06d}-{rng.getrandbits(32):08x}"
             files = {"w.bin": rng.randbytes(rng.randrange(1000, 30_000)), "step": key.encode()}
             a = Attempt(key, f"fault-{who % 2}", files)
             log.append(a)
             body = encode_bundle({"metadata": {"attempt": key}, "key": key}, list(files.items()))
             try:
                 async with http.post(f"{url}/v1/namespaces/{a.ns}/checkpoints", data=body) as r:
+                    a.status = r.status
+                    if 400 <= r.status < 500:  # the test's own mistake
+                        raise AssertionError(await r.text())
                     if r.status in (200, 201):
                         a.checkpoint = (await r.json())["id"]
                         a.acked_at = time.time()
@@ -121,13 +127,6 @@ async def _round(server: ServerProcess, rng: random.Random, log: list[Attempt]) 
     ]
     await asyncio.sleep(rng.uniform(*ROUND_SECONDS))  # the fault's timing, not a sync point
     killed_at = time.time()
-    if os.environ.get("REPLICA_DEBUG"):
-        import urllib.request
-
-        req = urllib.request.Request(
-            f"{server.url}/v1/stats", headers={"Authorization": f"Bearer {server.token}"}
-        )
-        print("DEBUG", killed_at, json.loads(urllib.request.urlopen(req).read())["replication"])
     server.kill()
     stop.set()
     await asyncio.gather(*tasks)
@@ -201,48 +200,31 @@ def test_primary_lost_at_random_moments(
     token = ""
     try:
         for round_no in range(ROUNDS):
-            t0 = time.monotonic()
             server.start()
-            t1 = time.monotonic()
             token = token or server.token
             first = len(log)
             killed_at = asyncio.run(_round(server, rng, log))
-            t2 = time.monotonic()
             shutil.rmtree(server.data_dir)  # the disk is gone
-            if round_no == ROUNDS - 1:  # the last through the CLI, as an operator would
-                _cli_restore(server.data_dir, config)
-            else:
-                restore_replica(tier, server.data_dir / "vault")
             # this server's acknowledgements (earlier ones lost within the budget stay lost)
-            acked = [a for a in log[first:] if a.checkpoint is not None and a.acked_at]
-            must = {
-                a.checkpoint
-                for a in acked
-                if mode == "sync" or a.acked_at < killed_at - LAG_BUDGET  # type: ignore[operator]
-            }
-            if os.environ.get("REPLICA_DEBUG"):
-                print(
-                    "DEBUG round",
-                    round_no,
-                    "must",
-                    len(must),
-                    "kept",
-                    len(kept),
-                    "acked",
-                    len(acked),
-                    [round(killed_at - a.acked_at, 2) for a in acked][-3:],
-                )
+            acked = [
+                (a.checkpoint, a.acked_at)
+                for a in log[first:]
+                if a.checkpoint is not None and a.acked_at is not None
+            ]
+            must = {c for c, at in acked if mode == "sync" or at < killed_at - LAG_BUDGET}
+            try:
+                if round_no == ROUNDS - 1:  # the last through the CLI, as an operator would
+                    _cli_restore(server.data_dir, config)
+                else:
+                    restore_replica(tier, server.data_dir / "vault")
+            except ReplicaNotFound:  # killed before the first base: nothing may be owed
+                assert not kept
+                assert not must
+                token = ""  # the next start is a fresh vault with a new admin token
+                continue
             last = round_no == ROUNDS - 1  # the last round reads everything back again
-            t3 = time.monotonic()
-            kept = _verify(server.data_dir, log, kept | must, token, set() if last else kept)  # type: ignore[arg-type]
-            if os.environ.get("REPLICA_DEBUG"):
-                print(
-                    "DEBUG times",
-                    round(t1 - t0, 2),
-                    round(t2 - t1, 2),
-                    round(t3 - t2, 2),
-                    round(time.monotonic() - t3, 2),
-                )
+            seen: set[str] = set() if last else kept
+            kept = _verify(server.data_dir, log, kept | must, token, seen)
             (server.data_dir / "admin.token").write_text(token + "\n")  # the operator's copy
     except AssertionError:
         print(f"REPLICA_SEED={SEED} mode={mode}\n{server.log_tail()}")
@@ -293,10 +275,9 @@ def test_object_store_down_async_keeps_saving_and_catches_up(
         assert _wait_metric(server, "ckpt_replication_lag_bytes", lambda v: v == 0)
         weed.stop()
         asyncio.run(_saves(server, rng, log, 10))  # acknowledged with the store down
-        assert all(a.checkpoint for a in log)
+        assert all(a.checkpoint for a in log), [(a.status, a.key) for a in log]
         assert _metric(server.url, server.token, "ckpt_replication_lag_bytes") > 0
         assert _wait_metric(server, "ckpt_replication_lag_seconds", lambda v: v > LAG_BUDGET)
-        assert _metric(server.url, server.token, "ckpt_replication_failures_total") > 0
         weed.start()
         assert _wait_metric(server, "ckpt_replication_lag_bytes", lambda v: v == 0)
         assert _metric(server.url, server.token, "ckpt_replication_lag_seconds") == 0
@@ -305,8 +286,8 @@ def test_object_store_down_async_keeps_saving_and_catches_up(
         shutil.rmtree(server.data_dir)
         tier = open_tier("cold", "s3://vault/outage", weed.options())
         restore_replica(tier, server.data_dir / "vault")
-        acked = {a.checkpoint for a in log if a.checkpoint}
-        assert _verify(server.data_dir, log, acked, token) == acked  # type: ignore[arg-type]
+        acked = {a.checkpoint for a in log if a.checkpoint is not None}
+        assert _verify(server.data_dir, log, acked, token, set()) == acked
     finally:
         server.stop()
         weed.stop()

@@ -15,6 +15,8 @@ import json
 import shutil
 import tempfile
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import lmdb
 import zstandard
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
-from ..errors import Conflict, ObjectNotFound
+from ..errors import Conflict, ObjectNotFound, ReplicaNotFound
 from ..maintenance import MaintenanceLock
 from ..seal import Keyring, open_blob
 from ..tier import Tier
@@ -31,10 +33,12 @@ from .shipper import (
     BASE_CONTEXT,
     CURRENT,
     SEGMENT_CONTEXT,
-    generation_key,
+    base_key,
     segment_key,
     write_resume,
 )
+
+PREFETCH = 16  # segment GETs in flight during a restore
 
 
 def _open(raw: bytes, keyring: Keyring | None, context: bytes) -> bytes:
@@ -46,8 +50,11 @@ def restore_replica(
 ) -> dict[str, Any]:
     """Make the empty `vault_dir` the replica in `tier` (offline, like a catalog restore)."""
     started = time.monotonic()
-    current = json.loads(tier.get(CURRENT))
-    gen = str(current["generation"])
+    try:
+        current = json.loads(tier.get(CURRENT))
+    except ObjectNotFound:
+        raise ReplicaNotFound(f"tier {tier.name} holds no replica (no base finished)") from None
+    gen, first = str(current["generation"]), int(current["base_segment"])
     vault_dir.mkdir(parents=True, exist_ok=True)
     if (vault_dir / "catalog" / "data.mdb").exists():
         raise Conflict(f"{vault_dir} already holds a catalog; restore into an empty data dir")
@@ -56,14 +63,14 @@ def restore_replica(
         tempfile.TemporaryDirectory(dir=vault_dir, prefix=".restore-") as tmp,
     ):
         work = Path(tmp)
-        for name, sub in (("base-catalog", "catalog"), ("base-frames", "frames")):
+        for sub in ("catalog", "frames"):
             (work / sub).mkdir()
-            raw = tier.get(generation_key(gen, name))
+            raw = tier.get(base_key(gen, first, sub))
             (work / sub / "data.mdb").write_bytes(_open(raw, keyring, BASE_CONTEXT))
         catalog = Env(work / "catalog", names=CATALOG_DBS)
         frames = Env(work / "frames", names=FRAME_DBS)
         try:
-            seq, batches, last, cut = _replay(tier, gen, keyring, until, catalog, frames)
+            seq, batches, last, cut = _replay(tier, gen, first, keyring, until, catalog, frames)
         finally:
             catalog.close()
             frames.close()
@@ -82,7 +89,8 @@ def restore_replica(
                 frames.close()
     return {
         "generation": gen,
-        "segments": seq,
+        "base_segment": first,
+        "segments": seq - first,
         "batches": batches,
         "through": last,
         "seconds": round(time.monotonic() - started, 3),
@@ -90,29 +98,49 @@ def restore_replica(
 
 
 def _replay(
-    tier: Tier, gen: str, keyring: Keyring | None, until: float | None, catalog: Env, frames: Env
+    tier: Tier,
+    gen: str,
+    first: int,
+    keyring: Keyring | None,
+    until: float | None,
+    catalog: Env,
+    frames: Env,
 ) -> tuple[int, int, float | None, bool]:
-    """Apply segments 0, 1, ... while they exist; returns (segments, batches, last time,
-    whether `until` cut the log short). Segments are fetched by number, not listed: a
-    listing is no snapshot (and may be paged), a missing number is the end."""
+    """Apply segments `first`, `first`+1, ... while they exist; returns (next segment,
+    batches, last commit time, whether `until` cut the log short). Segments are fetched by
+    number, PREFETCH at a time (each GET is a round trip), and applied in order; they are
+    not listed: a listing is no snapshot (and may be paged), a missing number is the end."""
     envs = {CATALOG: catalog, FRAMES: frames}
-    seq = batches = 0
+    seq, batches = first, 0
     last: float | None = None
-    while True:
-        try:
-            raw = tier.get(segment_key(gen, seq))
-        except ObjectNotFound:
-            return seq, batches, last, False
-        body = _open(raw, keyring, SEGMENT_CONTEXT)
-        todo = list(decode_batches(body))
-        cut = [b for b in todo if until is None or b.committed_at <= until]
-        for env_id in (FRAMES, CATALOG):  # as the writer commits: frames first
-            _apply(envs[env_id], env_id, cut)
-        batches += len(cut)
-        last = cut[-1].committed_at if cut else last
-        if len(cut) < len(todo):
-            return seq, batches, last, True
-        seq += 1
+    with ThreadPoolExecutor(PREFETCH, thread_name_prefix="replica-restore") as pool:
+        ahead: deque[Future[bytes | None]] = deque()
+        fetched = first
+        while True:
+            while len(ahead) < PREFETCH:
+                ahead.append(pool.submit(_fetch, tier, segment_key(gen, fetched)))
+                fetched += 1
+            raw = ahead.popleft().result()
+            if raw is None:
+                for f in ahead:
+                    f.cancel()
+                return seq, batches, last, False
+            todo = list(decode_batches(_open(raw, keyring, SEGMENT_CONTEXT)))
+            cut = [b for b in todo if until is None or b.committed_at <= until]
+            for env_id in (FRAMES, CATALOG):  # as the writer commits: frames first
+                _apply(envs[env_id], env_id, cut)
+            batches += len(cut)
+            last = cut[-1].committed_at if cut else last
+            if len(cut) < len(todo):
+                return seq, batches, last, True
+            seq += 1
+
+
+def _fetch(tier: Tier, key: str) -> bytes | None:
+    try:
+        return tier.get(key)
+    except ObjectNotFound:
+        return None
 
 
 def _apply(env: Env, env_id: int, batches: list[BatchLog]) -> None:

@@ -94,6 +94,10 @@ def generation_key(gen: str, name: str) -> str:
     return f"{PREFIX}{gen}/{name}"
 
 
+def base_key(gen: str, seq: int, env: str) -> str:
+    return generation_key(gen, f"base-{seq:012d}-{env}")
+
+
 def segment_key(gen: str, seq: int) -> str:
     return generation_key(gen, f"log/{seq:012d}.seg")
 
@@ -107,7 +111,6 @@ class _Queued:
     batch: int
     committed_at: float
     body: bytes
-    ack: Future[None] | None
 
 
 class Replicator:
@@ -126,29 +129,37 @@ class Replicator:
             FRAMES: {id(store.frames_env.db[n.decode()]): i for i, n in enumerate(FRAME_DBS)},
         }
         self._cond = threading.Condition()
-        self._queue: deque[_Queued] = deque()
+        self._queue: deque[_Queued] = deque()  # recorded, not yet in a segment
         self._queued_bytes = 0
-        self._for_base: list[_Queued] = []  # dropped from the queue: the next base has them
         self._batch = 0  # batches recorded so far (numbers start at 1)
+        # Recorded, not yet restorable: (batch, commit time, sync ack or None), in order.
+        self._pending: deque[tuple[int, float, Future[None] | None]] = deque()
         self._restorable = 0  # every batch up to this number is in the replica
+        self._shipped = 0  # highest batch in a segment of the current generation
         self._gen = _new_generation()
         self._gen_started = time.time()
-        self._seq = 0
-        self._needs_base = True
-        self._garbage: deque[str] = deque()  # objects of older generations, to delete
+        self._seq = 0  # next segment number of the generation
+        self._base_ready = False  # `replica/current` names this generation
+        self._base_through = 0  # its newest base holds every batch up to this one
+        self._base_due = False
+        self._garbage: deque[str] = deque()  # objects no restore reads any more
         resumed = _take_resume(scratch, store, tier)
         if resumed is not None:
             self._gen, self._seq = resumed
-            self._needs_base = False
+            self._base_ready = True
         self._base_done = time.monotonic()
-        self._log_bytes = 0  # shipped since the generation's base
+        self._log_bytes = 0  # shipped since the generation's newest base
         self._closing = False
         self._lags: deque[float] = deque(maxlen=LAG_SAMPLES)
         self.segments = self.bases = self.failures = self.overflows = 0
         self.shipped_bytes = 0
         self.last_error: str | None = None
-        self._thread = threading.Thread(target=self._run, name="vault-replica", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._ship_loop, name="vault-replica-log", daemon=True),
+            threading.Thread(target=self._base_loop, name="vault-replica-base", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
     # -- writer side (the writer thread) -----------------------------------------------
     def record(self, w: WriteTxn) -> tuple[WriteTxn, Recording]:
@@ -168,38 +179,53 @@ class Replicator:
         with self._cond:
             self._batch += 1
             body = BatchLog(self._batch, now, changes).encode()
-            self._queue.append(_Queued(self._batch, now, body, ack))
+            self._queue.append(_Queued(self._batch, now, body))
+            self._pending.append((self._batch, now, ack))
             self._queued_bytes += len(body)
             if self._queued_bytes > self.config.max_backlog:
                 self._overflow()
             self._cond.notify_all()
         return ack
 
+    # -- state changes (holding the lock) ------------------------------------------------
     def _overflow(self) -> None:
-        """Too much queued: keep only the acknowledgements; a new base will cover them."""
+        """Too much queued: drop it; a new generation's base will hold those batches."""
         self.overflows += 1
         log.warning("replication backlog over %d bytes: starting a new base", self._queued_bytes)
-        self._for_base.extend(_Queued(q.batch, q.committed_at, b"", q.ack) for q in self._queue)
         self._queue.clear()
         self._queued_bytes = 0
         self._start_generation()
 
     def _start_generation(self) -> None:
+        """From the next batch on, log into a new generation; the old one stays the replica
+        (a consistent prefix) until the new one's base is complete."""
         self._gen = _new_generation()
         self._gen_started = time.time()
         self._seq = 0
-        self._needs_base = True
+        self._shipped = 0
+        self._base_ready = False
         self._log_bytes = 0
+
+    def _advance(self, through: int) -> None:
+        """Every batch up to `through` is restorable: acknowledge and time them."""
+        if through <= self._restorable:
+            return
+        self._restorable = through
+        now = time.time()
+        while self._pending and self._pending[0][0] <= through:
+            _, committed_at, ack = self._pending.popleft()
+            self._lags.append(now - committed_at)
+            if ack is not None:
+                ack.set_result(None)
+        self._cond.notify_all()
 
     # -- observers -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """Lag and counters for /metrics and `ckpt stats`."""
         now = time.time()
         with self._cond:
-            oldest = [q.committed_at for q in (*self._for_base, *self._queue)]
-            if self._needs_base:
-                oldest.append(self._gen_started)
-            lag = max(0.0, now - min(oldest)) if oldest else 0.0
+            oldest = self._pending[0][1] if self._pending else None
+            lag = max(0.0, now - oldest) if oldest is not None else 0.0
             lags = sorted(self._lags)
             return {
                 "tier": self.config.tier,
@@ -208,8 +234,8 @@ class Replicator:
                 "lag_seconds": round(lag, 3),
                 "lag_bytes": self._queued_bytes,
                 "lag_budget": self.config.lag_budget,
-                "queued_batches": len(self._queue) + len(self._for_base),
-                "base_pending": self._needs_base,
+                "queued_batches": len(self._pending),
+                "base_pending": not self._base_ready,
                 "lag_p50": _quantile(lags, 0.5),
                 "lag_p99": _quantile(lags, 0.99),
                 "batches": self._batch,
@@ -240,125 +266,150 @@ class Replicator:
         caught_up = self.wait_restorable(timeout)
         with self._cond:
             self._closing = True
-            caught_up = caught_up and not self._needs_base and not self._queue
+            caught_up = caught_up and self._base_ready and not self._queue
+            gen, seq = self._gen, self._seq
             self._cond.notify_all()
-        self._thread.join(timeout)  # an upload may hang on a dead store; the thread is a daemon
-        if caught_up and not self._thread.is_alive():
-            write_resume(
-                self._scratch,
-                self._s.catalog_env,
-                self._s.frames_env,
-                self._tier.name,
-                self._gen,
-                self._seq,
-            )
+        for t in self._threads:
+            t.join(timeout)  # an upload may hang on a dead store; the threads are daemons
+        if caught_up:
+            s = self._s
+            write_resume(self._scratch, s.catalog_env, s.frames_env, self._tier.name, gen, seq)
 
-    # -- the shipping thread -----------------------------------------------------------
-    def _run(self) -> None:
+    # -- the log thread ------------------------------------------------------------------
+    def _ship_loop(self) -> None:
         retry = RETRY_MIN
         while True:
             with self._cond:
-                while not (self._closing or self._needs_base or self._queue or self._garbage):
-                    if not self._cond.wait(timeout=1.0):
-                        self._maybe_rebase()
+                while not (self._closing or self._queue):
+                    self._cond.wait()
                 if self._closing:
                     return
-                gen, seq, base = self._gen, self._seq, self._needs_base
-                items = [] if base else list(self._queue)
-                through = self._batch
+                gen, seq, items = self._gen, self._seq, list(self._queue)
             try:
-                if not base and not items:  # idle: clear old generations a little at a time
-                    for _ in range(min(FORGET_STEP, len(self._garbage))):
-                        self._tier.delete(self._garbage[0])
-                        self._garbage.popleft()
-                elif base:
-                    self._ship_base(gen, through)
-                else:
-                    self._ship_segment(gen, seq, items)
+                self._ship_segment(gen, seq, items)
                 retry = RETRY_MIN
             except Exception as e:  # noqa: BLE001 - the store is down or failing: retry
-                self.failures += 1
-                self.last_error = f"{type(e).__name__}: {e}"[:300]
-                log.warning("replication to %s failed: %s", self.config.tier, self.last_error)
-                with self._cond:
-                    if not self._closing:
-                        self._cond.wait(timeout=retry)  # paces retries; woken by close()
-                retry = min(RETRY_MAX, retry * 2)
+                retry = self._failed(e, retry)
 
-    def _maybe_rebase(self) -> None:
-        """Called idle, holding the lock: a new generation when the log has grown long."""
-        due = time.monotonic() - self._base_done > self.config.base_interval
-        if (
-            not self._needs_base
-            and not self._queue
-            and (due or self._log_bytes > self.config.base_after_bytes)
-        ):
-            self._start_generation()
-
-    def _seal(self, raw: bytes, context: bytes) -> bytes:
-        packed = zstandard.ZstdCompressor(level=1).compress(raw)
-        return self._s.keyring.seal_blob(packed, context) if self._s.keyring else packed
+    def _failed(self, e: Exception, retry: float) -> float:
+        self.failures += 1
+        self.last_error = f"{type(e).__name__}: {e}"[:300]
+        log.warning("replication to %s failed: %s", self.config.tier, self.last_error)
+        with self._cond:
+            if not self._closing:
+                self._cond.wait(timeout=retry)  # paces retries; woken by close()
+        return min(RETRY_MAX, retry * 2)
 
     def _ship_segment(self, gen: str, seq: int, items: list[_Queued]) -> None:
         blob = self._seal(b"".join(q.body for q in items), SEGMENT_CONTEXT)
         try:
             self._tier.put(segment_key(gen, seq), blob, if_absent=True)
         except ObjectExists:
-            log.error("replica segment %s/%d exists: another writer; starting anew", gen, seq)
-            with self._cond:
-                if self._gen == gen:
-                    self._start_generation()
-            return
-        shipped = time.time()
+            if self._tier.get(segment_key(gen, seq)) == blob:
+                pass  # our own put, retried after its answer was lost (sealing: unique)
+            else:
+                self._foreign(gen, seq)
+                return
         with self._cond:
-            if self._gen != gen:  # dropped by an overflow meanwhile: the base covers them
+            self.segments += 1
+            self.shipped_bytes += len(blob)
+            if self._gen != gen:  # dropped by an overflow meanwhile: a base covers them
                 return
             for _ in items:
                 done = self._queue.popleft()
                 self._queued_bytes -= len(done.body)
-                self._lags.append(shipped - done.committed_at)
-                if done.ack is not None:
-                    done.ack.set_result(None)
             self._seq = seq + 1
-            self._restorable = items[-1].batch
+            self._shipped = items[-1].batch
             self._log_bytes += len(blob)
-            self.segments += 1
-            self.shipped_bytes += len(blob)
+            if self._base_ready:
+                self._advance(self._shipped)
             self._cond.notify_all()
 
-    def _ship_base(self, gen: str, through: int) -> None:
-        """Copy both environments (after `gen` began: the copies hold every batch up to
-        `through`), upload them, then point `replica/current` at `gen`."""
+    def _foreign(self, gen: str, seq: int) -> None:
+        """Segment `seq` of `gen` was written by someone else: leave them the generation."""
+        log.error("replica segment %s/%d exists: another writer; starting anew", gen, seq)
+        with self._cond:
+            if self._gen == gen:
+                self._start_generation()
+                self._cond.notify_all()
+
+    # -- the base thread -----------------------------------------------------------------
+    def _base_loop(self) -> None:
+        retry = RETRY_MIN
+        while True:
+            with self._cond:
+                while not (self._closing or not self._base_ready or self._due() or self._garbage):
+                    self._cond.wait(timeout=1.0)
+                if self._closing:
+                    return
+                base = not self._base_ready or self._due()
+                gen, seq, through = self._gen, self._seq, self._batch
+            try:
+                if base:
+                    self._ship_base(gen, seq, through)
+                else:
+                    for _ in range(min(FORGET_STEP, len(self._garbage))):
+                        self._tier.delete(self._garbage[0])
+                        self._garbage.popleft()
+                retry = RETRY_MIN
+            except Exception as e:  # noqa: BLE001 - the store is down or failing: retry
+                retry = self._failed(e, retry)
+
+    def _due(self) -> bool:
+        """A new base of the current generation, so restore replays a bounded log."""
+        return self._base_ready and (
+            time.monotonic() - self._base_done > self.config.base_interval
+            or self._log_bytes > self.config.base_after_bytes
+        )
+
+    def _seal(self, raw: bytes, context: bytes) -> bytes:
+        packed = zstandard.ZstdCompressor(level=1).compress(raw)
+        return self._s.keyring.seal_blob(packed, context) if self._s.keyring else packed
+
+    def _ship_base(self, gen: str, seq: int, through: int) -> None:
+        """Copy both environments and upload them as generation `gen`'s base at segment
+        `seq`, then point `replica/current` at it. Segments below `seq` were uploaded
+        before the copies began, so the copies hold all they hold (and batch `through`)."""
         size = 0
-        envs = (("base-frames", self._s.frames_env), ("base-catalog", self._s.catalog_env))
+        envs = (("frames", self._s.frames_env), ("catalog", self._s.catalog_env))
         for name, env in envs:
             blob = self._seal(_copy(env, self._scratch), BASE_CONTEXT)
-            self._tier.put(generation_key(gen, name), blob)
+            self._tier.put(base_key(gen, seq, name), blob)
             size += len(blob)
-        current = {"generation": gen, "base_batch": through, "created_at": time.time()}
-        self._tier.put(CURRENT, json.dumps(current).encode())
-        shipped = time.time()
+        current = {"generation": gen, "base_segment": seq, "base_batch": through}
+        self._tier.put(CURRENT, json.dumps({**current, "created_at": time.time()}).encode())
         with self._cond:
             self.bases += 1
             self.shipped_bytes += size
             if self._gen == gen:
-                self._needs_base = False
+                self._base_ready = True
                 self._base_done = time.monotonic()
-                self._restorable = max(self._restorable, through)
-            for q in [q for q in self._for_base if q.batch <= through]:
-                self._for_base.remove(q)
-                self._lags.append(shipped - q.committed_at)
-                if q.ack is not None:
-                    q.ack.set_result(None)
-            self._cond.notify_all()
-        keep = generation_key(gen, "")
-        try:  # older generations go when idle, never in the way of the log
-            old = [k for k in self._tier.list(PREFIX) if k not in KEEP and not k.startswith(keep)]
+                self._log_bytes = 0
+                self._advance(max(through, self._shipped))
+            else:  # a newer generation began meanwhile; this one is still a valid replica
+                self._advance(through)
+        self._forget(gen, seq)
+
+    def _forget(self, gen: str, seq: int) -> None:
+        """Queue for deletion what no restore reads now that `gen`@`seq` is current."""
+        keep = {base_key(gen, seq, n) for n in ("frames", "catalog")} | set(KEEP)
+        floor = segment_key(gen, seq)
+        mine = generation_key(gen, "")
+        try:
+            old = [
+                k
+                for k in self._tier.list(PREFIX)
+                if k not in keep
+                and (not k.startswith(mine) or k.startswith(mine + "base-") or k < floor)
+            ]
         except Exception as e:  # noqa: BLE001 - leftovers go with the next base
-            log.warning("could not list old replica generations: %s", e)
+            log.warning("could not list old replica objects: %s", e)
             return
         with self._cond:
+            if self._gen != gen:  # a newer generation's objects may be in the listing
+                return
             self._garbage = deque(old)
+            self._cond.notify_all()
 
 
 def write_resume(vault_dir: Path, catalog: Env, frames: Env, tier: str, gen: str, seq: int) -> None:
