@@ -102,6 +102,10 @@ class SeaweedFS:
                 "-s3",
                 f"-s3.port={p['s3']}",
                 f"-s3.port.grpc={g['s3']}",
+                # Iceberg and Lance listeners have fixed ports (8181, 9101): two servers on
+                # one machine (parallel runs, CI neighbours) would collide, and we use neither.
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
                 "-master.volumeSizeLimitMB=64",
                 "-volume.max=50",
             ],
