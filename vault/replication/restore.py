@@ -4,10 +4,10 @@ The data dir is built in a scratch directory inside the target and moved into pl
 once every segment is applied, so an interrupted restore leaves no half-made vault that a
 server could open. Segments are applied in order as the writer committed them: frame
 records, then catalog records, up to 64 MiB of log per pair of transactions (the scratch
-dir needs no sync per segment; nothing can read it before the move). Replay stops at the first missing
-segment number (segments are uploaded strictly in order, so there is none unless the log was
-tampered with) or, with `until`, before the first batch committed after that time
-(point-in-time restore).
+dir needs no sync per segment; nothing reads it before the move). Replay stops at the
+first missing segment number (segments are uploaded strictly in order, so there is none
+unless the log was tampered with) or, with `until`, before the first batch committed after
+that time (point-in-time restore).
 """
 
 from __future__ import annotations
