@@ -27,4 +27,6 @@ def open_vault(settings: Settings, clock: Clock | None = None) -> Vault:
         for name, spec in settings.tiers.items()
     }
     keyring = Keyring.load(settings.key_file) if settings.key_file is not None else None
-    return Vault(settings.data_dir / "vault", settings.vault, clock, tiers, keyring)
+    return Vault(
+        settings.data_dir / "vault", settings.vault, clock, tiers, keyring, settings.replication
+    )

@@ -225,6 +225,7 @@ class _EngineCollector(Collector):
             if valid is not None:
                 rpo.add_metric([ns, "valid"], valid)
         yield rpo
+        yield from _replication_metrics(o["replication"])
         yield from self._job_metrics()
 
     def _job_metrics(self) -> Iterator[Any]:
@@ -261,6 +262,33 @@ def _by_kind(
         for kind, key_of in kinds.items():
             gauge.add_metric([key, kind], values[key_of])
     return gauge
+
+
+def _replication_metrics(r: dict[str, Any] | None) -> Iterator[Any]:
+    """Lag of the continuous replica (vault/replication/), if on: alert on lag_seconds above
+    the budget; failures counts uploads that failed (the store down), each retried."""
+    if r is None:
+        return
+    yield _gauge(
+        "ckpt_replication_lag_seconds",
+        "Age of the oldest commit the replica lacks (0: caught up)",
+        r["lag_seconds"],
+    )
+    yield _gauge(
+        "ckpt_replication_lag_bytes", "Bytes of log queued for the replica", r["lag_bytes"]
+    )
+    yield _gauge("ckpt_replication_lag_budget_seconds", "Configured lag budget", r["lag_budget"])
+    for q in ("p50", "p99"):
+        if r[f"lag_{q}"] is not None:
+            yield _gauge(
+                f"ckpt_replication_lag_{q}_seconds",
+                f"{q} of commit-to-replica time over recent batches",
+                r[f"lag_{q}"],
+            )
+    for name in ("segments", "bases", "shipped_bytes", "failures", "overflows"):
+        yield CounterMetricFamily(
+            f"ckpt_replication_{name}", f"Replication {name} since start", value=r[name]
+        )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -18,6 +18,8 @@ from typing import Any
 from client.protocol import DEFAULT_DATA_DIR, DEFAULT_PORT, parse_duration, parse_size
 from vault import PROFILES, Keyring, VaultConfig, VaultError
 from vault.quotas import Quota
+from vault.replication import ReplicationConfig
+from vault.replication.shipper import MODES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -80,6 +82,12 @@ def _key_file(value: object) -> Path | None:
     return path
 
 
+def _replication_mode(value: object) -> str:
+    if value not in MODES:
+        raise ValueError(f"must be one of {', '.join(MODES)}")
+    return str(value)
+
+
 def _positive_int(value: object) -> int:
     n = int(str(value))
     if n < 1:
@@ -135,6 +143,12 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("maintenance", "backup_interval"): ("maintenance.backup_interval", parse_duration),
     ("maintenance", "compact_interval"): ("maintenance.compact_interval", parse_duration),
     ("maintenance", "compact_rate"): ("maintenance.compact_rate", parse_size),
+    ("replication", "tier"): ("replication.tier", str),
+    ("replication", "mode"): ("replication.mode", _replication_mode),
+    ("replication", "lag_budget"): ("replication.lag_budget", parse_duration),
+    ("replication", "max_backlog"): ("replication.max_backlog", parse_size),
+    ("replication", "base_interval"): ("replication.base_interval", parse_duration),
+    ("replication", "base_after"): ("replication.base_after_bytes", parse_size),
 }
 
 
@@ -172,11 +186,14 @@ class Settings:
     # [tiers.<name>]: url plus backend options (endpoint, region, access_key_id, ...).
     # Credentials may instead come from each provider's usual environment variables.
     tiers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # [replication]: continuous copy to one of the tiers (vault/replication/); None: off.
+    replication: ReplicationConfig | None = None
 
     def with_values(self, values: Mapping[tuple[str, str], object], origin: str) -> Settings:
         top: dict[str, Any] = {}
         inner: dict[str, Any] = {}
         jobs: dict[str, Any] = {}
+        repl: dict[str, Any] = {}
         for (section, key), raw in values.items():
             if (section, key) not in _KEYS:
                 raise SettingsError(f"{origin}: unknown setting [{section}] {key}")
@@ -189,12 +206,18 @@ class Settings:
                 inner[attr[6:]] = value
             elif attr.startswith("maintenance."):
                 jobs[attr[12:]] = value
+            elif attr.startswith("replication."):
+                repl[attr[12:]] = value
             else:
                 top[attr] = value
+        replication = self.replication
+        if repl:
+            replication = replace(replication or ReplicationConfig(tier=""), **repl)
         return replace(
             self,
             vault=replace(self.vault, **inner),
             maintenance=replace(self.maintenance, **jobs),
+            replication=replication,
             **top,
         )
 
@@ -213,6 +236,8 @@ def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
     if settings.vault.quotas:
         out["quotas"] = {q.glob: q.logical_bytes for q in settings.vault.quotas}
     for (section, key), (attr, _) in _KEYS.items():
+        if section == "replication" and settings.replication is None:
+            continue
         holder: Any = settings
         for part in attr.split("."):
             holder = getattr(holder, part)
@@ -285,4 +310,7 @@ def load_settings(
         raise SettingsError("[server] tls_cert and tls_key go together: give both or neither")
     if settings.tls_client_ca is not None and settings.tls_cert is None:
         raise SettingsError("[server] tls_client_ca needs tls_cert and tls_key")
+    repl = settings.replication
+    if repl is not None and repl.tier not in settings.tiers:
+        raise SettingsError(f"[replication] tier {repl.tier!r}: no such [tiers.<name>]")
     return settings

@@ -81,6 +81,10 @@ class BlockNotFound(NotFound):
     pass
 
 
+class ReplicaNotFound(NotFound):
+    """The tier holds no replica yet: no base copy ever completed there."""
+
+
 class Conflict(VaultError):
     """The request is well formed but contradicts current state (pinned, committed, ...)."""
 

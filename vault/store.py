@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,10 @@ class Store:
     ids: IdGenerator
     tiers: Mapping[str, Tier]  # by name; hot (LMDB) is not among them
     keyring: Keyring | None  # seals what goes to other tiers; None: stored plain
+    # With replication on: waits (up to the seconds given) until the replica holds every
+    # change committed so far; False on timeout. Pack deletion waits on it (no replica may
+    # name a deleted pack). None: no replica to wait for.
+    replica_barrier: Callable[[float], bool] | None = None
     # Decodes delta chains of one read batch side by side (zstd and numpy release the GIL):
     # one core decodes a chain 8 deep at ~150 MB/s.
     decoders: ThreadPoolExecutor = field(

@@ -45,6 +45,7 @@ from .policy import Policies, Policy
 from .prune import RetentionResult
 from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
+from .replication import ReplicationConfig, Replicator
 from .scrub import ScrubReport
 from .seal import Keyring
 from .snapshot import Snapshot, snapshot
@@ -80,12 +81,23 @@ class Vault:
         clock: Clock | None = None,
         tiers: Mapping[str, Tier] | None = None,
         keyring: Keyring | None = None,
+        replication: ReplicationConfig | None = None,
     ) -> None:
         self.config = config or VaultConfig()
         self.path = Path(path)
         self.store = Store.open(self.path, clock or SystemClock(), self.config, tiers, keyring)
         self.maintenance = MaintenanceLock.of(self.path)
         make_private(self.path)
+        self.replication: Replicator | None = None
+        if replication is not None:
+            if replication.tier not in self.store.tiers:
+                self.store.close()
+                raise InvalidRequest(f"[replication] tier {replication.tier!r} is not configured")
+            self.replication = Replicator(
+                self.store, self.store.tiers[replication.tier], replication, self.path
+            )
+            self.store.writer.observe(self.replication)
+            self.store.replica_barrier = self.replication.wait_restorable
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
         self.content = Mover(self.store, self.reader)
@@ -117,6 +129,9 @@ class Vault:
         return snapshot(self.store, self._policies)
 
     def close(self) -> None:
+        if self.replication is not None:
+            self.store.writer.close()  # every commit recorded before the replica's last ship
+            self.replication.close()
         self.store.close()
 
     # -- write path -------------------------------------------------------------------
@@ -439,6 +454,7 @@ class Vault:
             },
             "writer": asdict(self.store.writer.stats),
             "writer_queue": self.store.writer.queue_depth(),
+            "replication": self.replication.status() if self.replication else None,
             "recovery_seconds": recovery,
             "namespace_usage": {
                 ns: {"logical_bytes": u.logical_bytes, "stored_bytes": u.stored_bytes}
@@ -480,4 +496,5 @@ class Vault:
             "codecs": codecs,
             "map_size": self.store.catalog_env.map_size(),
             "quotas": quota_use,
+            "replication": self.replication.status() if self.replication else None,
         }

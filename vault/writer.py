@@ -9,6 +9,11 @@ two fsyncs, and the event loop never touches the disk.
 Order is the crash-safety argument: frames are durable before any catalog record that
 points at them. A crash between the two commits leaves frames nothing points to, which
 `check` finds and GC-by-repair removes; never a record pointing at nothing.
+
+A `CommitObserver` (replication, vault/replication/) sees every committed change: operations
+run on its recording views of their transactions, and after both commits it receives the
+records of the operations that committed. If it answers with a Future, the callers' futures
+resolve only when that one does (synchronous replication); the writer moves on meanwhile.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import lmdb
 
@@ -41,6 +46,17 @@ class WriteTxn:
 
 
 Op = Callable[[WriteTxn], Any]
+
+
+class CommitObserver(Protocol):
+    def record(self, w: WriteTxn) -> tuple[WriteTxn, Any]:
+        """A view of `w` that records its changes, and the handle they collect in."""
+        ...
+
+    def committed(self, records: list[Any]) -> Future[None] | None:
+        """After both commits (writer thread): the handles of the operations that committed,
+        in order. A Future returned holds back the callers' acknowledgements until done."""
+        ...
 
 
 @dataclass
@@ -68,6 +84,7 @@ class Writer:
         self._frames = frames
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._closed = False
+        self._observer: CommitObserver | None = None
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="vault-writer", daemon=True)
         self._thread.start()
@@ -79,6 +96,10 @@ class Writer:
         item = _Item(op, size)
         self._queue.put(item)
         return item.future
+
+    def observe(self, observer: CommitObserver) -> None:
+        """Hand every committed change to `observer` from now on (set before any submit)."""
+        self._observer = observer
 
     def run(self, op: Callable[[WriteTxn], T], size: int = 0) -> T:
         return self.submit(op, size).result()
@@ -118,7 +139,7 @@ class Writer:
     def _commit_batch(self, batch: list[_Item], size: int) -> None:
         while True:
             try:
-                outcomes = self._apply(batch)
+                outcomes, records = self._apply(batch)
                 break
             except lmdb.MapFullError:
                 self._catalog.grow()
@@ -134,15 +155,21 @@ class Writer:
         self.stats.bytes += size
         self._frames.note_io(size)
         self._catalog.note_io(size)
-        for item, (ok, value) in zip(batch, outcomes, strict=True):
-            if ok:
-                item.future.set_result(value)
-            else:
-                item.future.set_exception(value)
+        ack = None
+        if self._observer is not None:
+            try:
+                ack = self._observer.committed(records)
+            except Exception:  # noqa: BLE001 - replication trouble never fails a local commit
+                log.exception("commit observer failed")
+        if ack is None:
+            _resolve(batch, outcomes)
+        else:
+            ack.add_done_callback(lambda _: _resolve(batch, outcomes))
 
-    def _apply(self, batch: list[_Item]) -> list[tuple[bool, Any]]:
+    def _apply(self, batch: list[_Item]) -> tuple[list[tuple[bool, Any]], list[Any]]:
         catalog_env, frames_env = self._catalog.lmdb, self._frames.lmdb
         outcomes: list[tuple[bool, Any]] = []
+        records: list[Any] = []
         frames = frames_env.begin(write=True)
         try:
             with catalog_env.begin(write=True) as catalog:
@@ -151,8 +178,11 @@ class Writer:
                         catalog_env.begin(write=True, parent=catalog),
                         frames_env.begin(write=True, parent=frames),
                     )
+                    view, rec = (child, None)
+                    if self._observer is not None:
+                        view, rec = self._observer.record(child)
                     try:
-                        value = item.op(child)
+                        value = item.op(view)
                     except lmdb.MapFullError:
                         child.frames.abort()
                         child.catalog.abort()
@@ -165,8 +195,18 @@ class Writer:
                         child.frames.commit()
                         child.catalog.commit()
                         outcomes.append((True, value))
+                        if rec is not None:
+                            records.append(rec)
                 frames.commit()  # frames durable first; the catalog commits on leaving `with`
         except BaseException:
             frames.abort()  # no-op if it already committed
             raise
-        return outcomes
+        return outcomes, records
+
+
+def _resolve(batch: list[_Item], outcomes: list[tuple[bool, Any]]) -> None:
+    for item, (ok, value) in zip(batch, outcomes, strict=True):
+        if ok:
+            item.future.set_result(value)
+        else:
+            item.future.set_exception(value)

@@ -120,6 +120,17 @@ def stats(args: argparse.Namespace) -> int:
         rows.append(
             [f"quota {q['glob']}", f"{human_bytes(q['used'])} of {human_bytes(q['limit'])}"]
         )
+    r = s.get("replication")
+    if r:
+        rows.append(
+            [
+                f"replica ({r['mode']} to {r['tier']})",
+                f"lag {r['lag_seconds']} s, {human_bytes(r['lag_bytes'])} queued "
+                f"(budget {r['lag_budget']} s)" + (", base pending" if r["base_pending"] else ""),
+            ]
+        )
+        if r["last_error"] and r["lag_seconds"] > r["lag_budget"]:
+            rows.append(["replica error", r["last_error"]])
     table(["figure", "value"], rows)
     if args.namespaces:
         print()

@@ -24,7 +24,17 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true")
     p = csub.add_parser("restore", help="rebuild a data dir from a backup (server stopped)")
-    p.add_argument("src", help="a backup file, or tier:NAME for the newest in that tier")
+    p.add_argument(
+        "src",
+        help="a backup file, tier:NAME for the newest backup in that tier, or replica:NAME "
+        "for the continuous replica there ([replication]: base copy plus log, frames too)",
+    )
+    p.add_argument(
+        "--until",
+        type=float,
+        default=None,
+        help="replica:NAME only: stop before the first commit after this Unix time",
+    )
     p.add_argument("--data", type=Path, required=True, help="an empty data dir to fill")
     p.add_argument(
         "--config",
@@ -44,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         from vault import VaultError
 
         try:
-            out = _restore(args.src, args.data, args.config)
+            out = _restore(args.src, args.data, args.config, args.until)
         except VaultError as e:  # offline: engine errors are the message to show
             raise ValueError(str(e)) from None
     if args.json:
@@ -54,24 +64,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _restore(src: str, data: Path, config: Path | None) -> dict[str, Any]:
-    """From a file or a tier's `latest`; a sealed backup is opened with the config's key
-    file (the same one the service ran with). The engine's `restore` does the work, holding
-    the new data dir's maintenance lock."""
+def _restore(
+    src: str, data: Path, config: Path | None, until: float | None = None
+) -> dict[str, Any]:
+    """From a file, a tier's `latest` backup or a tier's replica; sealed objects are opened
+    with the config's key file (the same one the service ran with). The engine's `restore`
+    (or `restore_replica`) does the work, holding the new data dir's maintenance lock."""
     from api.settings import load_settings
     from tiering import open_tier
     from vault.backup import latest_backup, restore
+    from vault.replication import restore_replica
     from vault.seal import Keyring
 
     settings = load_settings(config)
     keyring = Keyring.load(settings.key_file) if settings.key_file is not None else None
-    if src.startswith("tier:"):
-        name = src[len("tier:") :]
+    if src.startswith(("tier:", "replica:")):
+        name = src.partition(":")[2]
         spec = settings.tiers.get(name)
         if spec is None:
             print(f"ckpt catalog: no [tiers.{name}] in the config", file=sys.stderr)
             raise SystemExit(1)
         tier = open_tier(name, spec["url"], {k: v for k, v in spec.items() if k != "url"})
+        if src.startswith("replica:"):
+            return {"from": src, **restore_replica(tier, data / "vault", keyring, until)}
         key, raw = latest_backup(tier)
         origin = f"{name}:{key}"
     else:

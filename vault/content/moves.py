@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the store holds the chunk table this package defines
     from ..store import Store
 
 READ_BATCH = 256
+REPLICA_WAIT = 30.0  # seconds a pack deletion waits for the replica to pass its switch
 
 
 @dataclass
@@ -229,5 +230,8 @@ class Mover:
                     usage.key,
                 ):
                     return False
+        barrier = self._s.replica_barrier
+        if barrier is not None and not barrier(REPLICA_WAIT):
+            return False  # the replica may still name it: next round
         delete_pack(self._s.tiers[usage.tier], usage.pack_id)
         return True

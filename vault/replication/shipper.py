@@ -1,0 +1,469 @@
+"""Continuous replication of the vault to an object-store tier (issue 15).
+
+The writer thread hands every committed batch's changes (vault/replication/changes.py) to
+the `Replicator`, which queues them in memory and ships them from its own thread, in commit
+order, as segments: one object per upload holding every batch queued since the previous
+one, so uploads group the way the writer's commits do. A generation is a base copy (the
+catalog and the frame environment, each a compacted LMDB copy) plus the log of segments
+after it; the replica is the generation `replica/current` names.
+
+Layout in the tier (every object sealed with the keyring when one is configured):
+
+    replica/current                        {"generation": G, "base_batch": N}
+    replica/<G>/base-catalog, base-frames  zstd of compacted LMDB copies
+    replica/<G>/log/<segment:012d>.seg     zstd of the batches, in order
+
+Invariant: what a restore replays is always a prefix of the primary's committed history
+ending on a batch boundary, so the replica never names a chunk it does not have.
+- Segments are uploaded one at a time in order; segment k+1 is put only after segment k's
+  put returned, and restore stops at the first missing number.
+- A batch is in one segment whole (its frame records before its catalog records), and a
+  restore applies a segment's frames before its catalog, as the writer commits them.
+- A base is a fuzzy copy taken after its generation began: it holds every batch before the
+  generation and some after. Log records are blind writes (final values, deletes, drops),
+  so replaying the generation's whole log over it ends exactly where the primary's log
+  ends. `replica/current` moves to a generation only after its base is complete; until
+  then the previous generation (a complete prefix) is the replica.
+- Packs leave the tier only after the replica has passed the commit that stopped naming
+  them (`wait_restorable`, used by pack deletion), so no replica names a deleted pack.
+
+A start continues the current generation only when the data dir says it may: a clean close
+(everything shipped) and a restore from the replica leave `replica.resume` naming the
+generation, the next segment number and both environments' LMDB transaction ids; the start
+takes the file away, and continues only if the ids still match (nothing wrote in between)
+and the tier's `replica/current` still names that generation. Any other start (after a
+SIGKILL the local queue, kept in memory, is gone) begins a new generation with a new base.
+Segments are created with `if_absent`: if one exists already, another writer has the
+generation, and this one leaves it for a new generation of its own. An overflow too: past
+`max_backlog` bytes queued (the store down for long), the queue is dropped and a new
+generation begins; producers never wait for the store in async mode. In sync mode a commit
+is acknowledged when the segment (or base) holding it is in the replica, so producers do
+wait for the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import tempfile
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from ..env import CATALOG_DBS, FRAME_DBS, Env
+from ..errors import ObjectExists
+from ..store import Store
+from ..tier import Tier
+from ..writer import WriteTxn
+from .changes import CATALOG, FRAMES, BatchLog, Recording, RecordingTxn
+
+log = logging.getLogger(__name__)
+
+CURRENT = "replica/current"
+PREFIX = "replica/"
+FENCE = "replica/fence"  # reserved for the standby's promotion (not built yet)
+KEEP = (CURRENT, FENCE)
+RESUME = "replica.resume"  # in the vault dir: where a start may continue (see above)
+FORGET_STEP = 20  # old generations' objects deleted per idle turn of the shipping thread
+SEGMENT_CONTEXT = b"ckpt replica segment"
+BASE_CONTEXT = b"ckpt replica base"
+MODES = ("async", "sync")
+RETRY_MIN, RETRY_MAX = 0.05, 1.0  # seconds between attempts while the store fails
+LAG_SAMPLES = 10_000  # recent per-batch lags kept for the percentiles
+
+
+@dataclass(frozen=True)
+class ReplicationConfig:
+    tier: str  # a configured tier name: where the replica lives
+    mode: str = "async"  # "async": ack when durable locally; "sync": when in the replica
+    lag_budget: float = 2.0  # seconds; what async promises (reported, not enforced)
+    max_backlog: int = 1 << 30  # bytes queued before the queue is dropped for a new base
+    base_interval: float = 3600.0  # seconds between base copies (bounds restore's replay)
+    base_after_bytes: int = 4 << 30  # or this much log since the last base, whichever first
+
+
+def generation_key(gen: str, name: str) -> str:
+    return f"{PREFIX}{gen}/{name}"
+
+
+def base_key(gen: str, seq: int, env: str) -> str:
+    return generation_key(gen, f"base-{seq:012d}-{env}")
+
+
+def segment_key(gen: str, seq: int) -> str:
+    return generation_key(gen, f"log/{seq:012d}.seg")
+
+
+def _new_generation() -> str:
+    return time.strftime("g%Y%m%dt%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+@dataclass
+class _Queued:
+    batch: int
+    committed_at: float
+    body: bytes
+
+
+class Replicator:
+    """Records the writer's changes and ships them (see the module docstring)."""
+
+    def __init__(self, store: Store, tier: Tier, config: ReplicationConfig, scratch: Path) -> None:
+        """`scratch`: a directory on the vault's file system for base copies."""
+        if config.mode not in MODES:
+            raise ValueError(f"replication mode must be one of {MODES}")
+        self._s = store
+        self._tier = tier
+        self._scratch = scratch
+        self.config = config
+        self._dbs = {
+            CATALOG: {id(store.catalog_env.db[n.decode()]): i for i, n in enumerate(CATALOG_DBS)},
+            FRAMES: {id(store.frames_env.db[n.decode()]): i for i, n in enumerate(FRAME_DBS)},
+        }
+        self._cond = threading.Condition()
+        self._queue: deque[_Queued] = deque()  # recorded, not yet in a segment
+        self._queued_bytes = 0
+        self._batch = 0  # batches recorded so far (numbers start at 1)
+        # Recorded, not yet restorable: (batch, commit time, sync ack or None), in order.
+        self._pending: deque[tuple[int, float, Future[None] | None]] = deque()
+        self._restorable = 0  # every batch up to this number is in the replica
+        self._shipped = 0  # highest batch in a segment of the current generation
+        self._gen = _new_generation()
+        self._gen_started = time.time()
+        self._seq = 0  # next segment number of the generation
+        self._base_ready = False  # `replica/current` names this generation
+        self._base_through = 0  # its newest base holds every batch up to this one
+        self._base_due = False
+        self._garbage: deque[str] = deque()  # objects no restore reads any more
+        resumed = _take_resume(scratch, store, tier)
+        if resumed is not None:
+            self._gen, self._seq = resumed
+            self._base_ready = True
+        self._base_done = time.monotonic()
+        self._log_bytes = 0  # shipped since the generation's newest base
+        self._closing = False
+        self._lags: deque[float] = deque(maxlen=LAG_SAMPLES)
+        self.segments = self.bases = self.failures = self.overflows = 0
+        self.shipped_bytes = 0
+        self.last_error: str | None = None
+        self._threads = [
+            threading.Thread(target=self._ship_loop, name="vault-replica-log", daemon=True),
+            threading.Thread(target=self._base_loop, name="vault-replica-base", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # -- writer side (the writer thread) -----------------------------------------------
+    def record(self, w: WriteTxn) -> tuple[WriteTxn, Recording]:
+        rec = Recording()
+        # Stand-ins for lmdb.Transaction: they forward everything and record the writes.
+        catalog: Any = RecordingTxn(w.catalog, CATALOG, self._dbs[CATALOG], rec)
+        frames: Any = RecordingTxn(w.frames, FRAMES, self._dbs[FRAMES], rec)
+        return WriteTxn(catalog, frames), rec
+
+    def committed(self, records: list[Any]) -> Future[None] | None:
+        changes = [r for rec in records for r in rec.by_env[FRAMES]]
+        changes += [r for rec in records for r in rec.by_env[CATALOG]]
+        if not changes:
+            return None
+        ack: Future[None] | None = Future() if self.config.mode == "sync" else None
+        now = time.time()
+        with self._cond:
+            self._batch += 1
+            body = BatchLog(self._batch, now, changes).encode()
+            self._queue.append(_Queued(self._batch, now, body))
+            self._pending.append((self._batch, now, ack))
+            self._queued_bytes += len(body)
+            if self._queued_bytes > self.config.max_backlog:
+                self._overflow()
+            self._cond.notify_all()
+        return ack
+
+    # -- state changes (holding the lock) ------------------------------------------------
+    def _overflow(self) -> None:
+        """Too much queued: drop it; a new generation's base will hold those batches."""
+        self.overflows += 1
+        log.warning("replication backlog over %d bytes: starting a new base", self._queued_bytes)
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._start_generation()
+
+    def _start_generation(self) -> None:
+        """From the next batch on, log into a new generation; the old one stays the replica
+        (a consistent prefix) until the new one's base is complete."""
+        self._gen = _new_generation()
+        self._gen_started = time.time()
+        self._seq = 0
+        self._shipped = 0
+        self._base_ready = False
+        self._log_bytes = 0
+
+    def _advance(self, through: int) -> None:
+        """Every batch up to `through` is restorable: acknowledge and time them."""
+        if through <= self._restorable:
+            return
+        self._restorable = through
+        now = time.time()
+        while self._pending and self._pending[0][0] <= through:
+            _, committed_at, ack = self._pending.popleft()
+            self._lags.append(now - committed_at)
+            if ack is not None:
+                ack.set_result(None)
+        self._cond.notify_all()
+
+    # -- observers -----------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Lag and counters for /metrics and `ckpt stats`."""
+        now = time.time()
+        with self._cond:
+            oldest = self._pending[0][1] if self._pending else None
+            lag = max(0.0, now - oldest) if oldest is not None else 0.0
+            lags = sorted(self._lags)
+            return {
+                "tier": self.config.tier,
+                "mode": self.config.mode,
+                "generation": self._gen,
+                "lag_seconds": round(lag, 3),
+                "lag_bytes": self._queued_bytes,
+                "lag_budget": self.config.lag_budget,
+                "queued_batches": len(self._pending),
+                "base_pending": not self._base_ready,
+                "lag_p50": _quantile(lags, 0.5),
+                "lag_p99": _quantile(lags, 0.99),
+                "batches": self._batch,
+                "restorable_batch": self._restorable,
+                "segments": self.segments,
+                "bases": self.bases,
+                "shipped_bytes": self.shipped_bytes,
+                "failures": self.failures,
+                "overflows": self.overflows,
+                "last_error": self.last_error,
+            }
+
+    def wait_restorable(self, timeout: float) -> bool:
+        """Wait until every batch committed so far is in the replica; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            target = self._batch
+            while self._restorable < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ship what is queued (for up to `timeout` seconds), then stop; the writer must be
+        closed already. Caught up, leave `replica.resume` so the next start continues."""
+        caught_up = self.wait_restorable(timeout)
+        with self._cond:
+            self._closing = True
+            caught_up = caught_up and self._base_ready and not self._queue
+            gen, seq = self._gen, self._seq
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout)  # an upload may hang on a dead store; the threads are daemons
+        if caught_up:
+            s = self._s
+            write_resume(self._scratch, s.catalog_env, s.frames_env, self._tier.name, gen, seq)
+
+    # -- the log thread ------------------------------------------------------------------
+    def _ship_loop(self) -> None:
+        retry = RETRY_MIN
+        while True:
+            with self._cond:
+                while not (self._closing or self._queue):
+                    self._cond.wait()
+                if self._closing:
+                    return
+                gen, seq, items = self._gen, self._seq, list(self._queue)
+            try:
+                self._ship_segment(gen, seq, items)
+                retry = RETRY_MIN
+            except Exception as e:  # noqa: BLE001 - the store is down or failing: retry
+                retry = self._failed(e, retry)
+
+    def _failed(self, e: Exception, retry: float) -> float:
+        self.failures += 1
+        self.last_error = f"{type(e).__name__}: {e}"[:300]
+        log.warning("replication to %s failed: %s", self.config.tier, self.last_error)
+        with self._cond:
+            if not self._closing:
+                self._cond.wait(timeout=retry)  # paces retries; woken by close()
+        return min(RETRY_MAX, retry * 2)
+
+    def _ship_segment(self, gen: str, seq: int, items: list[_Queued]) -> None:
+        blob = self._seal(b"".join(q.body for q in items), SEGMENT_CONTEXT)
+        try:
+            self._tier.put(segment_key(gen, seq), blob, if_absent=True)
+        except ObjectExists:
+            if self._tier.get(segment_key(gen, seq)) == blob:
+                pass  # our own put, retried after its answer was lost (sealing: unique)
+            else:
+                self._foreign(gen, seq)
+                return
+        with self._cond:
+            self.segments += 1
+            self.shipped_bytes += len(blob)
+            if self._gen != gen:  # dropped by an overflow meanwhile: a base covers them
+                return
+            for _ in items:
+                done = self._queue.popleft()
+                self._queued_bytes -= len(done.body)
+            self._seq = seq + 1
+            self._shipped = items[-1].batch
+            self._log_bytes += len(blob)
+            if self._base_ready:
+                self._advance(self._shipped)
+            self._cond.notify_all()
+
+    def _foreign(self, gen: str, seq: int) -> None:
+        """Segment `seq` of `gen` was written by someone else: leave them the generation."""
+        log.error("replica segment %s/%d exists: another writer; starting anew", gen, seq)
+        with self._cond:
+            if self._gen == gen:
+                self._start_generation()
+                self._cond.notify_all()
+
+    # -- the base thread -----------------------------------------------------------------
+    def _base_loop(self) -> None:
+        retry = RETRY_MIN
+        while True:
+            with self._cond:
+                while not (self._closing or not self._base_ready or self._due() or self._garbage):
+                    self._cond.wait(timeout=1.0)
+                if self._closing:
+                    return
+                base = not self._base_ready or self._due()
+                gen, seq, through = self._gen, self._seq, self._batch
+            try:
+                if base:
+                    self._ship_base(gen, seq, through)
+                else:
+                    for _ in range(min(FORGET_STEP, len(self._garbage))):
+                        self._tier.delete(self._garbage[0])
+                        self._garbage.popleft()
+                retry = RETRY_MIN
+            except Exception as e:  # noqa: BLE001 - the store is down or failing: retry
+                retry = self._failed(e, retry)
+
+    def _due(self) -> bool:
+        """A new base of the current generation, so restore replays a bounded log."""
+        return self._base_ready and (
+            time.monotonic() - self._base_done > self.config.base_interval
+            or self._log_bytes > self.config.base_after_bytes
+        )
+
+    def _seal(self, raw: bytes, context: bytes) -> bytes:
+        packed = zstandard.ZstdCompressor(level=1).compress(raw)
+        return self._s.keyring.seal_blob(packed, context) if self._s.keyring else packed
+
+    def _ship_base(self, gen: str, seq: int, through: int) -> None:
+        """Copy both environments and upload them as generation `gen`'s base at segment
+        `seq`, then point `replica/current` at it. Segments below `seq` were uploaded
+        before the copies began, so the copies hold all they hold (and batch `through`)."""
+        size = 0
+        envs = (("frames", self._s.frames_env), ("catalog", self._s.catalog_env))
+        for name, env in envs:
+            blob = self._seal(_copy(env, self._scratch), BASE_CONTEXT)
+            self._tier.put(base_key(gen, seq, name), blob)
+            size += len(blob)
+        current = {"generation": gen, "base_segment": seq, "base_batch": through}
+        self._tier.put(CURRENT, json.dumps({**current, "created_at": time.time()}).encode())
+        with self._cond:
+            self.bases += 1
+            self.shipped_bytes += size
+            if self._gen == gen:
+                self._base_ready = True
+                self._base_done = time.monotonic()
+                self._log_bytes = 0
+                self._advance(max(through, self._shipped))
+            else:  # a newer generation began meanwhile; this one is still a valid replica
+                self._advance(through)
+        self._forget(gen, seq)
+
+    def _forget(self, gen: str, seq: int) -> None:
+        """Queue for deletion what no restore reads now that `gen`@`seq` is current."""
+        keep = {base_key(gen, seq, n) for n in ("frames", "catalog")} | set(KEEP)
+        floor = segment_key(gen, seq)
+        mine = generation_key(gen, "")
+        try:
+            old = [
+                k
+                for k in self._tier.list(PREFIX)
+                if k not in keep
+                and (not k.startswith(mine) or k.startswith(mine + "base-") or k < floor)
+            ]
+        except Exception as e:  # noqa: BLE001 - leftovers go with the next base
+            log.warning("could not list old replica objects: %s", e)
+            return
+        with self._cond:
+            if self._gen != gen:  # a newer generation's objects may be in the listing
+                return
+            self._garbage = deque(old)
+            self._cond.notify_all()
+
+
+def write_resume(vault_dir: Path, catalog: Env, frames: Env, tier: str, gen: str, seq: int) -> None:
+    """Record that the data dir is exactly generation `gen` up to segment `seq` (excluded)."""
+    state = {
+        "tier": tier,
+        "generation": gen,
+        "next_segment": seq,
+        "catalog_txn": catalog.lmdb.info()["last_txnid"],
+        "frames_txn": frames.lmdb.info()["last_txnid"],
+    }
+    tmp = vault_dir / (RESUME + ".partial")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, vault_dir / RESUME)
+
+
+def _take_resume(vault_dir: Path, store: Store, tier: Tier) -> tuple[str, int] | None:
+    """Where to continue, if `replica.resume` allows it (removed either way: once used, a
+    later crash must not find it)."""
+    path = vault_dir / RESUME
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    path.unlink()
+    same = (
+        state.get("tier") == tier.name
+        and state.get("catalog_txn") == store.catalog_env.lmdb.info()["last_txnid"]
+        and state.get("frames_txn") == store.frames_env.lmdb.info()["last_txnid"]
+    )
+    if not same:
+        return None
+    try:
+        current = json.loads(tier.get(CURRENT))
+    except Exception as e:  # noqa: BLE001 - cannot tell: a new generation is always safe
+        log.warning("replica: cannot read %s (%s); starting a new generation", CURRENT, e)
+        return None
+    if current.get("generation") != state["generation"]:
+        return None
+    return str(state["generation"]), int(state["next_segment"])
+
+
+def _copy(env: Env, scratch: Path) -> bytes:
+    fd, name = tempfile.mkstemp(prefix=".replica-base-", dir=scratch)
+    try:
+        env.copy_to(fd)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return Path(name).read_bytes()
+    finally:
+        os.close(fd)
+        os.unlink(name)
+
+
+def _quantile(ordered: list[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
