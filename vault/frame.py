@@ -243,11 +243,9 @@ def _group(data: bytes | memoryview, width: int) -> bytes:
 
 
 def _ungroup(data: bytes, width: int) -> bytes:
-    if width not in WIDTHS:
-        raise ChunkCorrupt("unknown element width")
-    whole = len(data) - len(data) % width
-    view = memoryview(data)
-    return bytes(_shuffle(width).decode(view[:whole])) + bytes(view[whole:])
+    import numpy as np
+
+    return bytes(_ungroup_array(np.frombuffer(data, dtype=np.uint8), width).data)
 
 
 def _xor(a: bytes | memoryview, b: bytes | memoryview) -> bytes:

@@ -184,17 +184,6 @@ class Chunks:
         cur = txn.cursor(db=self._bases)
         return bool(cur.set_range(base)) and bytes(cur.key()[:ID_LEN]) == base
 
-    def chain_depth(self, txn: lmdb.Transaction, cid: bytes, limit: int) -> int | None:
-        """How many deltas a read of `cid` decodes (0: stored whole); None past `limit`."""
-        depth = 0
-        base = self.base_of(txn, cid)
-        while base is not None:
-            depth += 1
-            if depth > limit:
-                return None
-            base = self.base_of(txn, base)
-        return depth
-
     def chain(self, txn: lmdb.Transaction, cid: bytes, limit: int) -> list[bytes]:
         """`cid` and the bases its read needs, nearest first (at most `limit` + 1 ids)."""
         out = [cid]
