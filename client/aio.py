@@ -28,6 +28,7 @@ import blake3
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources, tensor_layout
 from .errors import IntegrityError, InvalidName, MissingChunks, NotFound
+from .filesink import FileSink
 from .models import Checkpoint, Transfer
 from .options import SaveFields, SaveOptions
 from .progress import Progress
@@ -355,20 +356,24 @@ class AsyncVaultClient:
     ) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".ckpt-part")
-        size, h = int(info["size"]), blake3.blake3()
+        size = int(info["size"])
         out = await asyncio.to_thread(open, partial, "wb")
 
-        async def write(piece: bytes) -> None:
-            await asyncio.to_thread(out.write, piece)
-            h.update(piece)
-            bar.update(len(piece))
-
         with out:
-            received = await self._t.download(
-                _file_path(ckpt.namespace, ckpt.id, name), size, write
-            )
-            await asyncio.to_thread(_sync, out)
-        if received != size or h.hexdigest() != info["hash"]:
+            sink = FileSink(out)
+
+            async def write(piece: bytes) -> None:
+                await sink.write(piece)
+                bar.update(len(piece))
+
+            try:
+                received = await self._t.download(
+                    _file_path(ckpt.namespace, ckpt.id, name), size, write
+                )
+                await sink.close()
+            finally:
+                await sink.abandon()
+        if received != size or sink.hash.hexdigest() != info["hash"]:
             partial.unlink(missing_ok=True)
             raise IntegrityError(f"{name!r}: received bytes do not match the recorded hash")
         os.replace(partial, target)
@@ -590,11 +595,6 @@ class AsyncVaultClient:
 
 def _file_path(namespace: str, ref: str, name: str) -> str:
     return f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/files/{quote(name)}"
-
-
-def _sync(f: Any) -> None:
-    f.flush()
-    os.fsync(f.fileno())
 
 
 def _cut(

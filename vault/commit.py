@@ -76,6 +76,7 @@ class Committer:
         (vault/domains.py); others are `missing_chunks`, and no size or hash of them is
         ever computed into an answer."""
         listed = _parse_listed(files)
+        self._uploads.settle(upload_id)
         with self._s.catalog_env.read() as txn:
             session = self._uploads.get(txn, upload_id)
             if session.committed:

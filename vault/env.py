@@ -61,24 +61,31 @@ TRIM_EVERY_BYTES = 8 << 20
 _MADV_DONTNEED = 4
 
 
-def _madvise_dontneed(path: Path) -> None:
-    """Unmap this process's resident pages of the file at `path` (Linux; else a no-op).
+def _mapped_range(path: Path) -> tuple[int, int] | None:
+    """Where this process maps the file at `path` (Linux; else None)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    target = str(path.resolve())
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].strip() == target:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                return start, end
+    return None
+
+
+def _madvise_dontneed(span: tuple[int, int]) -> None:
+    """Unmap this process's resident pages in `span` (a range `_mapped_range` found).
 
     Reads go through LMDB's shared, read-only memory map, so every byte streamed out stays
     counted in the server's RSS until the kernel reclaims it. Dropping the mapping (not the
     page cache: the data stays cached) keeps RSS proportional to work in flight, not to
     bytes served; a later access just refaults the page from the cache.
     """
-    if not sys.platform.startswith("linux"):
-        return
-    target = str(path.resolve())
     libc = ctypes.CDLL(None, use_errno=True)
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].strip() == target:
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+    start, end = span
+    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
 def make_private(path: Path) -> None:
@@ -174,6 +181,7 @@ class Env:
         self._lock = _SharedExclusiveLock()
         self._data_file = data_file
         self._read_since_trim = 0
+        self._span: tuple[int, int] | None = None  # the map's address range, once looked up
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
@@ -192,7 +200,10 @@ class Env:
         if self._read_since_trim >= TRIM_EVERY_BYTES:
             self._read_since_trim = 0
             with self._lock.shared():  # the map cannot move while we advise on it
-                _madvise_dontneed(self._data_file)
+                if self._span is None:
+                    self._span = _mapped_range(self._data_file)
+                if self._span is not None:
+                    _madvise_dontneed(self._span)
 
     def grow(self) -> int:
         """Enlarge the map (called by the writer thread with no write txn open)."""
@@ -200,6 +211,7 @@ class Env:
             current = int(self.lmdb.info()["map_size"])
             new = current + min(current, MAX_GROWTH_STEP)
             self.lmdb.set_mapsize(new)
+            self._span = None  # remapped: look it up again
             return new
 
     def map_size(self) -> int:

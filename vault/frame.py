@@ -273,6 +273,19 @@ def frame_codec(frame: bytes | memoryview) -> int:
     return int(HEADER.unpack_from(frame)[2])
 
 
+def raw_payload(frame: bytes | memoryview) -> memoryview | None:
+    """The plaintext of a whole, unsealed raw frame as a view into it (no copy, nothing
+    verified); None for any other frame. For readers that hash or send the bytes anyway."""
+    view = memoryview(frame)
+    if len(view) < HEADER.size:
+        return None
+    magic, version, codec, flags, n = HEADER.unpack_from(view)
+    if magic != MAGIC or version != VERSION or codec != CODEC_RAW or flags & FLAG_SEALED:
+        return None
+    payload = view[HEADER.size :]
+    return payload if len(payload) == n else None
+
+
 def delta_base(frame: bytes | memoryview) -> bytes | None:
     """The id of the chunk a plain delta frame is encoded against; None for other frames."""
     if len(frame) < HEADER.size + ID_BYTES or frame_codec(frame) != CODEC_DELTA:

@@ -11,7 +11,9 @@ guard.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from dataclasses import asdict
 from typing import Any
 
@@ -113,6 +115,10 @@ class Uploads:
         self._db = store.catalog_env.db["uploads"]
         self._files = store.catalog_env.db["uploadfiles"]
         self._sent = store.catalog_env.db["uploadchunks"]
+        # Chunk batches acknowledged before they synced (Writer.stage), per upload: a
+        # commit naming them waits for these first (`settle`).
+        self._unsynced: dict[str, list[Future[Any]]] = {}
+        self._unsynced_lock = threading.Lock()
 
     # -- session records --------------------------------------------------------------
     def get(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
@@ -272,6 +278,7 @@ class Uploads:
         if not isinstance(ids, list) or len(ids) > MAX_MISSING_QUERY:
             raise InvalidRequest(f"chunks must be a list of at most {MAX_MISSING_QUERY} ids")
         raw_ids = [check_chunk_id(i) for i in ids]
+        self.settle(upload_id)  # chunks this session sent count as sent
         domain = cached(domain)
         with self._s.catalog_env.read() as txn:
             session = self.live(txn, upload_id)
@@ -291,7 +298,10 @@ class Uploads:
         return missing
 
     def put_chunks(
-        self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]], domain: Domain = None
+        self,
+        upload_id: str,
+        chunks: Sequence[tuple[bytes, bytes | memoryview]],
+        domain: Domain = None,
     ) -> int:
         """Store client-chunked chunks (raw id, plaintext); returns how many were new *to
         the caller*: a chunk stored only outside its `domain` counts as created, so the
@@ -328,7 +338,20 @@ class Uploads:
                 w.catalog.put(prefix + cid, b"", db=self._sent)
             return written + len(known - seen)
 
-        return self._s.writer.run(op, size=sum(len(f) for _, f in items.values() if f is not None))
+        created, durable = self._s.writer.stage(
+            op, size=sum(len(f) for _, f in items.values() if f is not None)
+        )
+        with self._unsynced_lock:
+            pending = [f for f in self._unsynced.get(upload_id, ()) if not f.done()]
+            self._unsynced[upload_id] = [*pending, durable]
+        return created
+
+    def settle(self, upload_id: str) -> None:
+        """Wait until every chunk batch this upload was answered for is durable (or failed:
+        its chunks are then simply missing, which the commit reports)."""
+        with self._unsynced_lock:
+            pending = self._unsynced.pop(upload_id, [])
+        wait(pending)
 
     def add_file(self, upload_id: str, name: str, entry: FileEntry) -> None:
         def op(w: WriteTxn) -> None:
@@ -345,6 +368,7 @@ class Uploads:
             self.drop(w.catalog, upload_id, keep_session=False)
             self.count(w.catalog, session, -1)
 
+        self.settle(upload_id)
         self._s.writer.run(op)
 
     def expire(self) -> int:
@@ -357,6 +381,9 @@ class Uploads:
         ]
         if not expired:
             return 0
+        with self._unsynced_lock:
+            for upload_id in expired:
+                self._unsynced.pop(upload_id, None)
 
         def op(w: WriteTxn) -> int:
             txn = w.catalog

@@ -159,10 +159,15 @@ class Vault:
     def put_chunk(self, upload_id: str, cid: str, data: bytes, domain: Domain = None) -> bool:
         """Store one chunk named by its hex id; True if it was new (or healed) to the
         caller: stored only outside its `domain` also answers True."""
-        return self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain) == 1
+        created = self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain)
+        self.uploads.settle(upload_id)  # one chunk: answered "stored" once it is durable
+        return created == 1
 
     def put_chunks(
-        self, upload_id: str, chunks: Sequence[tuple[bytes, bytes]], domain: Domain = None
+        self,
+        upload_id: str,
+        chunks: Sequence[tuple[bytes, bytes | memoryview]],
+        domain: Domain = None,
     ) -> int:
         return self.uploads.put_chunks(upload_id, chunks, domain)
 

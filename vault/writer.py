@@ -14,6 +14,13 @@ A `CommitObserver` (replication, vault/replication/) sees every committed change
 run on its recording views of their transactions, and after both commits it receives the
 records of the operations that committed. If it answers with a Future, the callers' futures
 resolve only when that one does (synchronous replication); the writer moves on meanwhile.
+
+`stage` is for writes whose durability is only needed later, at a commit that names them
+(the chunk batches of an open upload): its caller gets the operation's value as soon as the
+batch has run, while the batch syncs, so a client's next batch travels during the fsync.
+The Future it hands back resolves at durability; whoever acknowledges a checkpoint built on
+those writes waits for it first (vault/uploads.py `settle`). A crash in between loses
+only writes nothing durable names yet: a commit then finds the chunks missing.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ class _Item:
     op: Op
     size: int
     future: Future[Any] = field(default_factory=Future)
+    applied: Future[Any] | None = None  # staged operations: resolved before the syncs
 
 
 @dataclass
@@ -103,6 +111,16 @@ class Writer:
 
     def run(self, op: Callable[[WriteTxn], T], size: int = 0) -> T:
         return self.submit(op, size).result()
+
+    def stage(self, op: Callable[[WriteTxn], T], size: int = 0) -> tuple[T, Future[Any]]:
+        """Run `op` and return its value once its batch has run (not yet synced), with the
+        Future of its durability. An error of `op` itself is raised here, as `run` would."""
+        if self._closed:
+            raise RuntimeError("writer is closed")
+        item = _Item(op, size, applied=Future())
+        self._queue.put(item)
+        assert item.applied is not None
+        return item.applied.result(), item.future
 
     def queue_depth(self) -> int:
         return self._queue.qsize()
@@ -148,7 +166,9 @@ class Writer:
             except BaseException as e:  # noqa: BLE001 - a failed commit fails every op in it
                 log.exception("write batch failed")
                 for item in batch:
-                    item.future.set_exception(e)
+                    _settle(item.future, False, e)
+                    if item.applied is not None:
+                        _settle(item.applied, False, e)
                 return
         self.stats.batches += 1
         self.stats.ops += len(batch)
@@ -197,6 +217,7 @@ class Writer:
                         outcomes.append((True, value))
                         if rec is not None:
                             records.append(rec)
+                _applied(batch, outcomes)
                 frames.commit()  # frames durable first; the catalog commits on leaving `with`
         except BaseException:
             frames.abort()  # no-op if it already committed
@@ -206,7 +227,20 @@ class Writer:
 
 def _resolve(batch: list[_Item], outcomes: list[tuple[bool, Any]]) -> None:
     for item, (ok, value) in zip(batch, outcomes, strict=True):
-        if ok:
-            item.future.set_result(value)
-        else:
-            item.future.set_exception(value)
+        _settle(item.future, ok, value)
+
+
+def _applied(batch: list[_Item], outcomes: list[tuple[bool, Any]]) -> None:
+    """Tell staged callers their operation's outcome before the batch syncs."""
+    for item, (ok, value) in zip(batch, outcomes, strict=True):
+        if item.applied is not None:
+            _settle(item.applied, ok, value)
+
+
+def _settle(future: Future[Any], ok: bool, value: Any) -> None:
+    if future.done():  # a batch re-run after map growth, or staged and told already
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
