@@ -3,17 +3,24 @@
 Chunks are read in ~4 MiB batches on the worker pool, one batch ahead of the socket, so a
 4 GiB download holds two batches in memory. If a chunk fails verification mid-stream the
 connection is cut: the client sees a short body, never wrong bytes.
+
+A batch of raw frames in the frame environment (most hot data) is not copied at all: it is
+verified in LMDB's map and sent from the data file with sendfile, its read transaction held
+until sent so no page it names can be reused in between. A client that stalls longer than
+PIN_SECONDS on one chunk is cut off (it resumes with a Range request) rather than holding
+those pages, and map growth, for as long as it likes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 from aiohttp import web
 
 from vault import FileEntry, NotFound
-from vault.content.reader import batches
+from vault.content.reader import Pinned, batches
 
 from .errors import InvalidRange
 from .http import run
@@ -21,6 +28,7 @@ from .keys import VAULT
 from .promotion import PROMOTIONS
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+PIN_SECONDS = 10.0  # longest one chunk may take to reach a client while its pages are held
 _BEYOND = 1 << 63  # stands for any position written with more digits than a size can have
 
 
@@ -81,23 +89,85 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
     # The first batch is read before the status goes out, so a tier that is down or a
     # corrupt first chunk still gets its proper JSON error (503, 500) instead of a 200
     # cut short; later failures can only cut the connection.
-    first_batch = await run(request, vault.read_chunks, groups[0])
-    await resp.prepare(request)
     loop = asyncio.get_running_loop()
-    next_batch: asyncio.Future[list[bytes | memoryview]] = loop.create_future()
-    next_batch.set_result(first_batch)
+    pending: asyncio.Future[Batch] = loop.create_future()
+    pending.set_result(await _read(request, groups[0]))
+    await resp.prepare(request)
     pos = spans[0][1]
     try:
         for i in range(len(groups)):
-            datas = await next_batch
+            batch = await pending
             if i + 1 < len(groups):
-                next_batch = asyncio.ensure_future(run(request, vault.read_chunks, groups[i + 1]))
-            for data in datas:
-                lo = max(first - pos, 0)
-                hi = min(last + 1 - pos, len(data))
-                await resp.write(memoryview(data)[lo:hi])
-                pos += len(data)
+                pending = asyncio.ensure_future(_read(request, groups[i + 1]))
+            pos = await _send(request, resp, batch, pos, first, last)
+    except BaseException:
+        # The status is out: a cut connection is the only honest signal left (the client
+        # sees a short body and resumes, or reports it).
+        if request.transport is not None:
+            request.transport.abort()
+        raise
     finally:
-        next_batch.cancel()
+        _drop(pending)
     await resp.write_eof()
     return resp
+
+
+Batch = Pinned | list[bytes | memoryview]
+
+
+async def _read(request: web.Request, cids: list[bytes]) -> Batch:
+    """A batch as pinned stretches of the data file (raw hot frames), else as plaintexts."""
+    vault = request.app[VAULT]
+    pinning = asyncio.ensure_future(run(request, vault.pinned_chunks, cids))
+    try:
+        pinned = await asyncio.shield(pinning)
+    except asyncio.CancelledError:
+        pinning.add_done_callback(_release_result)  # the worker still finishes its pin
+        raise
+    if pinned is not None:
+        return pinned
+    return await run(request, vault.read_chunks, cids)
+
+
+async def _send(
+    request: web.Request, resp: web.StreamResponse, batch: Batch, pos: int, first: int, last: int
+) -> int:
+    """Write the part of `batch` inside [first, last]; `pos` is the batch's file offset.
+    Returns the offset after it."""
+    if not isinstance(batch, Pinned):
+        for data in batch:
+            lo, hi = max(first - pos, 0), min(last + 1 - pos, len(data))
+            await resp.write(memoryview(data)[lo:hi])
+            pos += len(data)
+        return pos
+    loop = asyncio.get_running_loop()
+    transport = request.transport
+    try:
+        if transport is None:
+            raise ConnectionResetError("connection lost")
+        for offset, n in batch.spans:
+            lo, hi = max(first - pos, 0), min(last + 1 - pos, n)
+            if hi > lo:
+                # Bounded: a client that stops reading must not hold the pages for long.
+                await asyncio.wait_for(
+                    loop.sendfile(transport, batch.file, offset + lo, hi - lo), PIN_SECONDS
+                )
+            pos += n
+    finally:
+        batch.release()
+    return pos
+
+
+def _drop(pending: asyncio.Future[Batch]) -> None:
+    """Let go of a batch read ahead and never sent."""
+    if pending.done():
+        _release_result(pending)
+    else:
+        pending.cancel()
+
+
+def _release_result(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        result = future.result()
+        if isinstance(result, Pinned):
+            result.release()

@@ -18,17 +18,22 @@ _M_MMAP_THRESHOLD = -3
 
 
 def _tune_malloc() -> None:
-    """Keep glibc from hoarding the multi-MiB buffers that streaming allocates and frees.
+    """Keep glibc from hoarding the multi-MiB buffers that streaming allocates and frees,
+    without paying page faults for every chunk.
 
     glibc raises its mmap threshold each time a large block is freed, after which 8 MiB
     pieces come from per-thread arenas that fragment and are never returned; pinning the
-    threshold at 256 KiB sends them back to the kernel on free (measured: server heap during
-    a 1 GiB upload ~135 MiB -> ~95 MiB). A no-op where there is no glibc.
+    threshold sends them back to the kernel on free (measured: server heap during a 1 GiB
+    upload ~135 MiB -> ~95 MiB). Pinned at 256 KiB, though, every 256 KiB chunk and frame
+    was a fresh mmap: faulted in page by page and unmapped again, which made each copy of
+    a chunk run at ~1 GB/s. At 4 MiB, chunks, frames and 2 MiB batch bodies reuse arena
+    memory kept by a 32 MiB trim threshold (a 1 GB save: ~55 -> ~70 MB/s on a loaded
+    machine, peak RSS ~120 -> ~158 MiB). A no-op where there is no glibc.
     """
     try:
         libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_THRESHOLD, 256 << 10)
-        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 20)
+        libc.mallopt(_M_MMAP_THRESHOLD, 4 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 32 << 20)
     except (OSError, AttributeError):
         pass
 

@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -126,6 +126,10 @@ class _SharedExclusiveLock:
         self._exclusive_waiting = 0
         self._exclusive = False
 
+    @property
+    def readers(self) -> int:
+        return self._readers
+
     @contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
@@ -193,6 +197,17 @@ class Env:
             finally:
                 txn.abort()
 
+    @property
+    def readers(self) -> int:
+        """Read transactions open now (pinned downloads among them)."""
+        return self._lock.readers
+
+    def pin(self) -> Pin:
+        """A read transaction the caller ends with `Pin.release()`, for bytes that leave
+        through the data file (sendfile) after being read in the map: while it lives, no
+        page it can see is reused. It blocks map growth like any reader: release it soon."""
+        return Pin(self)
+
     def note_io(self, nbytes: int) -> None:
         """Count bytes moved through the environment (read or written; LMDB leaves pages it
         touched mapped in either case); past TRIM_EVERY_BYTES, drop the mapping."""
@@ -255,3 +270,33 @@ class Env:
             if len(items) < batch:
                 return
             last = items[-1][0]
+
+
+class Pin:
+    """An open read transaction plus what sending from the file needs: the data file, open
+    for reading, and where the map lies (a value's file offset is its address in the map
+    minus the map's start)."""
+
+    def __init__(self, env: Env) -> None:
+        self._stack = ExitStack()
+        self.txn = self._stack.enter_context(env.read())
+        try:
+            span = env._span or _mapped_range(env._data_file)
+            env._span = span
+            if span is None:
+                raise OSError("the map of the data file is not in /proc/self/maps")
+            self._map_start = span[0]
+            self.file = self._stack.enter_context(open(env._data_file, "rb"))  # noqa: SIM115
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def offset(self, value: memoryview) -> int:
+        """Where in the data file `value` (read through `txn`) starts."""
+        import numpy as np  # the server's own dependency; only pinned readers need it
+
+        address = int(np.frombuffer(value, dtype=np.uint8).ctypes.data)
+        return address - self._map_start
+
+    def release(self) -> None:
+        self._stack.close()

@@ -30,7 +30,7 @@ from .clock import Clock, SystemClock
 from .commit import Committer
 from .config import VaultConfig
 from .content.moves import Mover
-from .content.reader import Reader
+from .content.reader import Pinned, Reader
 from .direct import DirectSaver
 from .domains import Domain
 from .env import make_private
@@ -280,6 +280,10 @@ class Vault:
 
     def read_chunks(self, cids: list[bytes]) -> list[bytes | memoryview]:
         return self.reader.chunks(cids)
+
+    def pinned_chunks(self, cids: list[bytes]) -> Pinned | None:
+        """The chunks verified and held in place for sendfile, or None (see Reader.pinned)."""
+        return self.reader.pinned(cids)
 
     # -- changes to checkpoints -------------------------------------------------------
     def patch(

@@ -17,10 +17,11 @@ as damaged.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import blake3
 
+from ..env import Pin
 from ..errors import ChunkCorrupt, SealBroken, TierError
 from ..frame import Decoder, delta_base, open_frame, raw_payload
 from ..manifest import FileEntry
@@ -237,6 +238,34 @@ class Reader:
         a download writes them to the socket as they are)."""
         return list(self._plaintexts(cids))
 
+    def pinned(self, cids: Sequence[bytes]) -> Pinned | None:
+        """The chunks as verified stretches of the frame environment's data file, held in
+        place until `Pinned.release()`: a download sends them with sendfile, with no copy
+        in this process. None (nothing held) unless every chunk is a sound raw hot frame;
+        the caller then reads them the usual way, which also flags what is damaged."""
+        chunks = self._s.chunks
+        with self._s.catalog_env.read() as txn:
+            metas = [chunks.meta(txn, cid) for cid in cids]
+        wheres = [m.where if m is not None and not m.damaged else None for m in metas]
+        if not all(isinstance(w, HotFrame) for w in wheres):
+            return None
+        pin = self._s.frames_env.pin()
+        try:
+            spans = []
+            for cid, where in zip(cids, wheres, strict=True):
+                assert isinstance(where, HotFrame)
+                frame = chunks.hot_frame(pin.txn, where)
+                view = raw_payload(frame) if frame is not None else None
+                if view is None or blake3.blake3(view).digest() != cid:
+                    pin.release()
+                    return None
+                spans.append((pin.offset(view), len(view)))
+        except BaseException:
+            pin.release()
+            raise
+        self._s.frames_env.note_io(sum(n for _, n in spans))
+        return Pinned(pin, spans)
+
     def flag_damaged(self, cids: set[bytes]) -> None:
         """Flag chunks damaged (and what depends on them) without waiting for the write."""
 
@@ -285,6 +314,18 @@ class Reader:
             del views, view
         self._s.frames_env.note_io(sum(m.stored for m in metas if m is not None))
         return True
+
+
+class Pinned:
+    """Verified chunks as (offset, length) stretches of `file`, valid until `release()`."""
+
+    def __init__(self, pin: Pin, spans: list[tuple[int, int]]) -> None:
+        self._pin = pin
+        self.file: BinaryIO = pin.file
+        self.spans = spans
+
+    def release(self) -> None:
+        self._pin.release()
 
 
 def batches(

@@ -1,0 +1,94 @@
+"""Downloads of raw hot frames leave with sendfile, their pages held until sent: the bytes
+must still be exactly the file's, ranges included, and nothing may stay held after a client
+goes away or a frame turns out damaged."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import aiohttp
+import pytest
+
+from api.keys import VAULT
+from vault import Vault
+from vault.content.chunks import seq_key
+from vault.content.location import HotFrame
+from vault.writer import WriteTxn
+
+from ..conftest import Api
+
+MiB = 1 << 20
+
+
+def _vault(api: Api) -> Vault:
+    server = api.client.server
+    assert server is not None and server.app is not None
+    return server.app[VAULT]
+
+
+async def _readers_gone(vault: Vault) -> None:
+    """Bounded: the server notices a dropped connection within a few loop turns."""
+    for _ in range(400):
+        if vault.store.frames_env.readers == 0:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"{vault.store.frames_env.readers} read transactions still open")
+
+
+async def test_raw_hot_files_leave_pinned_and_read_back_exactly(api: Api) -> None:
+    data = os.urandom(9 * MiB)  # three read batches
+    rec = await api.save("sf", {"w": data})
+    vault = _vault(api)
+    _, files = vault.manifest("sf", rec["id"])
+    pinned = vault.pinned_chunks([c for c, _ in files["w"].chunks])
+    assert pinned is not None, "the chunks of a streamed random file are raw hot frames"
+    pinned.release()
+    assert await api.read("sf", rec["id"], "w") == data
+    for first, last in [(0, 0), (4 * MiB - 3, 4 * MiB + 5), (5 * MiB, 9 * MiB - 1)]:
+        got = await api.read("sf", rec["id"], "w", headers={"Range": f"bytes={first}-{last}"})
+        assert got == data[first : last + 1]
+    await _readers_gone(vault)
+
+
+async def test_a_client_gone_mid_download_lets_go_of_the_pages(api: Api) -> None:
+    data = os.urandom(16 * MiB)
+    rec = await api.save("gone", {"w": data})
+    resp = await api.call("GET", f"/v1/namespaces/gone/checkpoints/{rec['id']}/files/w")
+    assert resp.status == 200
+    assert await resp.content.readexactly(MiB) == data[:MiB]
+    resp.close()  # drops the connection with most of the file unsent
+    vault = _vault(api)
+    await _readers_gone(vault)
+    await asyncio.wait_for(asyncio.to_thread(vault.store.frames_env.grow), 30)
+    assert await api.read("gone", rec["id"], "w") == data  # and the grown map still serves
+
+
+async def test_a_frame_damaged_in_place_is_never_sent(api: Api) -> None:
+    data = os.urandom(9 * MiB)
+    rec = await api.save("bad", {"w": data})
+    vault = _vault(api)
+    _, files = vault.manifest("bad", rec["id"])
+    chunks = files["w"].chunks
+    victim, offset = chunks[-1][0], sum(n for _, n in chunks[:-1])  # in the last batch
+
+    def damage(w: WriteTxn) -> None:
+        meta = vault.store.chunks.meta(w.catalog, victim)
+        assert meta is not None and isinstance(meta.where, HotFrame)
+        frame = bytearray(vault.store.chunks.hot_frame(w.frames, meta.where) or b"")
+        frame[-1] ^= 1
+        w.frames.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames_env.db["frames"])
+
+    vault.store.writer.run(damage)
+    resp = await api.call("GET", f"/v1/namespaces/bad/checkpoints/{rec['id']}/files/w")
+    assert resp.status == 200  # the first batch was sound: the status went out
+    with pytest.raises(aiohttp.ClientError):
+        await resp.read()  # cut short before the damaged chunk, never its bytes
+    resp.close()
+    await _readers_gone(vault)
+    up = await api.open("bad")
+    missing = await api.json(
+        "POST", f"/v1/uploads/{up['upload_id']}/missing", json={"chunks": [victim.hex()]}
+    )
+    assert missing["missing"] == [victim.hex()]
+    assert offset > 4 * MiB
