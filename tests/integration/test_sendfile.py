@@ -23,7 +23,8 @@ MiB = 1 << 20
 
 def _vault(api: Api) -> Vault:
     server = api.client.server
-    assert server is not None and server.app is not None
+    assert server is not None
+    assert server.app is not None
     return server.app[VAULT]
 
 
@@ -74,7 +75,8 @@ async def test_a_frame_damaged_in_place_is_never_sent(api: Api) -> None:
 
     def damage(w: WriteTxn) -> None:
         meta = vault.store.chunks.meta(w.catalog, victim)
-        assert meta is not None and isinstance(meta.where, HotFrame)
+        assert meta is not None
+        assert isinstance(meta.where, HotFrame)
         frame = bytearray(vault.store.chunks.hot_frame(w.frames, meta.where) or b"")
         frame[-1] ^= 1
         w.frames.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames_env.db["frames"])
