@@ -157,9 +157,20 @@ def best_of(cmd: list[str], runs: int = 5) -> float:
 def curl_get(url: str, token: str) -> float:
     """MB/s of one `curl` GET to /dev/null."""
     out = subprocess.run(
-        ["curl", "-sf", "-o", "/dev/null", "-H", f"Authorization: Bearer {token}",
-         "-w", "%{size_download} %{time_total}", url],
-        check=True, capture_output=True, text=True,
+        [
+            "curl",
+            "-sf",
+            "-o",
+            "/dev/null",
+            "-H",
+            f"Authorization: Bearer {token}",
+            "-w",
+            "%{size_download} %{time_total}",
+            url,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     size, seconds = out.stdout.split()
     return int(size) / float(seconds) / MB
@@ -173,9 +184,12 @@ def prepare(tmp: Path, args: argparse.Namespace) -> list[tuple[str, list[dict[st
         novel.parent.mkdir()
         log(f"writing a novel checkpoint of ~{args.size / MB:.0f} MB")
         subprocess.run(
-            [sys.executable, "-c",
-             f"import sys; sys.path.insert(0, {str(BENCH)!r}); import bench_disk_speed as b; "
-             f"b.make_novel(__import__('pathlib').Path({str(novel)!r}), {args.size}, 7)"],
+            [
+                sys.executable,
+                "-c",
+                f"import sys; sys.path.insert(0, {str(BENCH)!r}); import bench_disk_speed as b; "
+                f"b.make_novel(__import__('pathlib').Path({str(novel)!r}), {args.size}, 7)",
+            ],
             check=True,
         )
         sets.append(("novel", [{"model.pt": str(novel)}]))
@@ -183,14 +197,20 @@ def prepare(tmp: Path, args: argparse.Namespace) -> list[tuple[str, list[dict[st
         out = tmp / "finetune"
         log(f"writing the finetune series ({args.count} checkpoints)")
         subprocess.run(
-            [sys.executable, str(BENCH / "series.py"), "finetune", "--out", str(out),
-             "--count", str(args.count)],
-            check=True, stdout=subprocess.DEVNULL,
+            [
+                sys.executable,
+                str(BENCH / "series.py"),
+                "finetune",
+                "--out",
+                str(out),
+                "--count",
+                str(args.count),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         ckpts = sorted(p for p in out.iterdir() if p.is_dir())
-        sets.append(
-            ("finetune", [{f.name: str(f) for f in sorted(d.iterdir())} for d in ckpts])
-        )
+        sets.append(("finetune", [{f.name: str(f) for f in sorted(d.iterdir())} for d in ckpts]))
     return sets
 
 
@@ -222,7 +242,8 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
         start = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "client.cli", "--url", server.url, "pull", name, ck, str(d)],
-            check=True, stdout=subprocess.DEVNULL,
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         fig.pull_s += time.perf_counter() - start
     fig.identical = fig.identical and all(
@@ -299,8 +320,15 @@ def report(fig: Figures) -> str:
     out = [
         table(
             f"vs copy + fsync (target >= {TARGET_RATIO}x)",
-            ("set", "copy+fsync", "save", "load", "ckpt pull", "client RSS MiB save/load",
-             "identical"),
+            (
+                "set",
+                "copy+fsync",
+                "save",
+                "load",
+                "ckpt pull",
+                "client RSS MiB save/load",
+                "identical",
+            ),
             rows,
         ),
         f"curl GET, hot: {fig.curl_get_mbs:.0f} MB/s (target {GET_TARGET_MBS:.0f})",
@@ -314,8 +342,12 @@ def report(fig: Figures) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=parse_size, default=parse_size("1GiB"),
-                   help="novel checkpoint size (0: none)")
+    p.add_argument(
+        "--size",
+        type=parse_size,
+        default=parse_size("1GiB"),
+        help="novel checkpoint size (0: none)",
+    )
     p.add_argument("--count", type=int, default=4, help="finetune checkpoints (0: none)")
     p.add_argument("--tmp", default=None, help="where the temp dir goes (default: system)")
     p.add_argument("--json", action="store_true")

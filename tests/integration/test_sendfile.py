@@ -22,10 +22,8 @@ MiB = 1 << 20
 
 
 def _vault(api: Api) -> Vault:
-    server = api.client.server
-    assert server is not None
-    assert server.app is not None
-    return server.app[VAULT]
+    vault: Vault = api.client.app[VAULT]
+    return vault
 
 
 async def _readers_gone(vault: Vault) -> None:
