@@ -116,10 +116,15 @@ class Recorder(InMemorySaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        # The reference stores the very copy that is recorded: LangGraph's loop goes on
+        # while a background thread runs this put, and its add_messages reducer gives the
+        # input's messages their ids in place, so the checkpoint object may change between
+        # a copy and a later serialization (the flaky first tuple, under load). Recorded
+        # and applied under one lock, so the replayed order is the order applied.
         with self._lock:
             args = (plain(config), *copy.deepcopy((checkpoint, metadata, new_versions)))
             self.calls.append(("put", args))
-        return super().put(config, checkpoint, metadata, new_versions)
+            return super().put(config, *args[1:])
 
     def put_writes(
         self,
@@ -131,7 +136,7 @@ class Recorder(InMemorySaver):
         with self._lock:
             args = (plain(config), copy.deepcopy(writes), task_id, task_path)
             self.calls.append(("put_writes", args))
-        super().put_writes(config, writes, task_id, task_path)
+            super().put_writes(config, args[1], task_id, task_path)
 
 
 def plain(config: RunnableConfig) -> RunnableConfig:
