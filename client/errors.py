@@ -82,6 +82,13 @@ class MissingChunks(Conflict):
         return list(err.get("missing", []))
 
 
+class Fenced(Conflict):
+    """The server was a primary whose standby has since been promoted: it refuses writes
+    for good. Write to the new primary."""
+
+    code = "fenced"
+
+
 class UploadExpired(ClientError):
     code = "upload_expired"
 
@@ -117,6 +124,13 @@ class KeyUnavailable(Unavailable):
     """The server lacks the key the data was encrypted with: an operator must fix it."""
 
     code = "key_unavailable"
+
+
+class ReadOnlyStandby(Unavailable):
+    """The server is a read-only standby; writes go to the primary (or wait for a
+    promotion: the same server then takes them)."""
+
+    code = "read_only"
 
 
 class ServerError(ClientError):

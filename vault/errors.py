@@ -115,6 +115,19 @@ class VaultInUse(Conflict):
     engine assumes it is the only one writing, so a second opener is refused at once."""
 
 
+class PromotionConflict(Conflict):
+    """A promotion cannot go ahead: this vault is not a standby, or another node claimed
+    the next epoch first (vault/replication/layout.py, "Fencing")."""
+
+
+class Fenced(Conflict):
+    """This vault was the primary of a replica prefix, and a standby has been promoted to a
+    newer epoch there: it must not write any more, or two writers would diverge (split
+    brain). Permanent for this process; the new primary takes the writes."""
+
+    code = "fenced"
+
+
 class NotPermitted(VaultError):
     """The caller's token may act on the namespace, but not this way: a write-only
     (append-only) token changing a checkpoint it did not create, or removing tags."""
@@ -138,6 +151,14 @@ class UploadExpired(VaultError):
 
 class Unavailable(VaultError):
     code = "unavailable"
+
+
+class ReadOnlyStandby(Unavailable):
+    """This vault is a standby following a replica (`ckpt serve --follow`): it serves reads
+    and changes only by applying the replica's log. Unavailable rather than a conflict,
+    since a promotion makes the same server writable."""
+
+    code = "read_only"
 
 
 class ChunkCorrupt(VaultError):
