@@ -226,6 +226,13 @@ class _EngineCollector(Collector):
                 rpo.add_metric([ns, "valid"], valid)
         yield rpo
         yield from _replication_metrics(o["replication"])
+        yield from _standby_metrics(o["standby"])
+        role = GaugeMetricFamily(
+            "ckpt_role", "This server's role (1 for the current one)", labels=["role"]
+        )
+        for name in ("primary", "standby", "fenced"):
+            role.add_metric([name], 1.0 if o["role"] == name else 0.0)
+        yield role
         yield from self._job_metrics()
 
     def _job_metrics(self) -> Iterator[Any]:
@@ -288,6 +295,35 @@ def _replication_metrics(r: dict[str, Any] | None) -> Iterator[Any]:
     for name in ("segments", "bases", "shipped_bytes", "failures", "overflows"):
         yield CounterMetricFamily(
             f"ckpt_replication_{name}", f"Replication {name} since start", value=r[name]
+        )
+    yield _gauge("ckpt_replication_epoch", "Epoch this primary replicates under", r["epoch"])
+    yield _gauge(
+        "ckpt_replication_fenced",
+        "1 once a promotion past this primary's epoch was found: it refuses writes",
+        1.0 if r["fenced_by"] is not None else 0.0,
+    )
+
+
+def _standby_metrics(s: dict[str, Any] | None) -> Iterator[Any]:
+    """A standby's distance from its replica (vault/replication/follow.py), if one."""
+    if s is None:
+        return
+    if s["lag_seconds"] is not None:
+        yield _gauge(
+            "ckpt_standby_lag_seconds",
+            "Seconds since the standby last held everything its replica held",
+            s["lag_seconds"],
+        )
+    for q in ("p50", "p99"):
+        if s[f"apply_lag_{q}"] is not None:
+            yield _gauge(
+                f"ckpt_standby_apply_lag_{q}_seconds",
+                f"{q} of commit on the primary to applied here, over recent batches",
+                s[f"apply_lag_{q}"],
+            )
+    for name in ("segments", "batches", "rebases", "failures"):
+        yield CounterMetricFamily(
+            f"ckpt_standby_{name}", f"Standby {name} applied since start", value=s[name]
         )
 
 

@@ -89,6 +89,12 @@ class Fenced(Conflict):
     code = "fenced"
 
 
+class ReadOnlyStandby(Conflict):
+    """The server is a read-only standby: write to the primary (or promote this one)."""
+
+    code = "read_only"
+
+
 class UploadExpired(ClientError):
     code = "upload_expired"
 
@@ -124,13 +130,6 @@ class KeyUnavailable(Unavailable):
     """The server lacks the key the data was encrypted with: an operator must fix it."""
 
     code = "key_unavailable"
-
-
-class ReadOnlyStandby(Unavailable):
-    """The server is a read-only standby; writes go to the primary (or wait for a
-    promotion: the same server then takes them)."""
-
-    code = "read_only"
 
 
 class ServerError(ClientError):

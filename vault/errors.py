@@ -128,6 +128,14 @@ class Fenced(Conflict):
     code = "fenced"
 
 
+class ReadOnlyStandby(Conflict):
+    """This vault is a standby following a replica (`ckpt serve --follow`): it serves reads
+    and changes only by applying the replica's log. A conflict with the server's state, not
+    a 503: retrying here does not help until an operator promotes it."""
+
+    code = "read_only"
+
+
 class NotPermitted(VaultError):
     """The caller's token may act on the namespace, but not this way: a write-only
     (append-only) token changing a checkpoint it did not create, or removing tags."""
@@ -151,14 +159,6 @@ class UploadExpired(VaultError):
 
 class Unavailable(VaultError):
     code = "unavailable"
-
-
-class ReadOnlyStandby(Unavailable):
-    """This vault is a standby following a replica (`ckpt serve --follow`): it serves reads
-    and changes only by applying the replica's log. Unavailable rather than a conflict,
-    since a promotion makes the same server writable."""
-
-    code = "read_only"
 
 
 class ChunkCorrupt(VaultError):

@@ -73,6 +73,13 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "contradicts current state (pinned, committed, maintenance busy, ...)",
     ),
     ErrorSpec(
+        "read_only",
+        409,
+        "ReadOnlyStandby",
+        ("ReadOnlyStandby",),
+        "this server is a read-only standby: write to the primary, or promote this one",
+    ),
+    ErrorSpec(
         "fenced",
         409,
         "Fenced",
@@ -109,13 +116,6 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "Unavailable",
         ("Unavailable", "TierUnavailable"),
         "a tier or the store is down: retry later (Retry-After)",
-    ),
-    ErrorSpec(
-        "read_only",
-        503,
-        "ReadOnlyStandby",
-        ("ReadOnlyStandby",),
-        "this server is a read-only standby: write to the primary, or promote this one",
     ),
     ErrorSpec(
         "key_unavailable",
