@@ -34,5 +34,5 @@ def open_vault(settings: Settings, clock: Clock | None = None) -> Vault:
         tiers,
         keyring,
         settings.replication,
-        settings.follow,
+        settings.following,
     )

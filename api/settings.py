@@ -209,8 +209,14 @@ class Settings:
     # [replication]: continuous copy to one of the tiers (vault/replication/); None: off.
     replication: ReplicationConfig | None = None
     # [standby] follow (`ckpt serve --follow replica:NAME`): serve read-only, following the
-    # replica in that tier, until promoted; None: not a standby.
+    # replica in that tier, until promoted. A tier of "" (only poll_interval set, say in a
+    # file the primary shares): not a standby; see `following`.
     follow: FollowConfig | None = None
+
+    @property
+    def following(self) -> FollowConfig | None:
+        """The replica this server follows as a standby, or None."""
+        return self.follow if self.follow is not None and self.follow.tier else None
 
     def with_values(self, values: Mapping[tuple[str, str], object], origin: str) -> Settings:
         top: dict[str, Any] = {}
@@ -342,7 +348,7 @@ def load_settings(
         raise SettingsError("[server] tls_cert and tls_key go together: give both or neither")
     if settings.tls_client_ca is not None and settings.tls_cert is None:
         raise SettingsError("[server] tls_client_ca needs tls_cert and tls_key")
-    repl, follow = settings.replication, settings.follow
+    repl, follow = settings.replication, settings.following
     if repl is not None and repl.tier not in settings.tiers:
         raise SettingsError(f"[replication] tier {repl.tier!r}: no such [tiers.<name>]")
     if follow is not None and follow.tier not in settings.tiers:
