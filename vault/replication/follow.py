@@ -254,14 +254,14 @@ class Follower:
             finally:
                 catalog.close()
                 frames.close()
-        self._set_position(
-            Position(self._tier.name, target.epoch, target.generation, built.next_segment)
-        )
         self._current = target
         self.rebases += 1
         self.applied_through = built.last or self.applied_through
         self.caught_up_at = time.time()
         self.state = "following"
+        self._set_position(
+            Position(self._tier.name, target.epoch, target.generation, built.next_segment)
+        )
         log.info(
             "standby: rebuilt from %s@%d (epoch %d): %d keys changed, %.2f s",
             target.generation,

@@ -192,9 +192,11 @@ def test_segments_past_the_fence_point_are_never_read(tmp_path: Path, tier: Loca
                 restored.close()
             new = client_save(s, "ns", {"a": b"new primary"}).id
             caught_up(s)
-            wait_for(lambda: new in ids(other), "the second standby to follow epoch 1")
+            wait_for(
+                lambda: other.stats()["standby"]["epoch"] == 1 and new in ids(other),
+                "the second standby to follow epoch 1",
+            )
             assert not stale & ids(other)
-            assert other.stats()["standby"]["epoch"] == 1
         finally:
             other.close()
             s.close()
@@ -246,9 +248,12 @@ def test_new_generation_rebuilds_the_standby(tmp_path: Path, tier: LocalTier) ->
     try:
         rec = client_save(p2, "ns", {"a": b"new generation"})
         caught_up(p2)
-        wait_for(lambda: rec.id in ids(s), "the standby to rebuild on the new generation")
+        gen = p2.stats()["replication"]["generation"]
+        wait_for(
+            lambda: s.stats()["standby"]["generation"] == gen and rec.id in ids(s),
+            "the standby to rebuild on the new generation",
+        )
         assert s.stats()["standby"]["rebases"] >= 2  # the first sync, then this one
-        assert s.stats()["standby"]["generation"] == p2.stats()["replication"]["generation"]
         assert read_file(s, "ns", rec.id, "a") == b"new generation"
         assert s.check().ok
     finally:
