@@ -285,13 +285,7 @@ def _replication_metrics(r: dict[str, Any] | None) -> Iterator[Any]:
         "ckpt_replication_lag_bytes", "Bytes of log queued for the replica", r["lag_bytes"]
     )
     yield _gauge("ckpt_replication_lag_budget_seconds", "Configured lag budget", r["lag_budget"])
-    for q in ("p50", "p99"):
-        if r[f"lag_{q}"] is not None:
-            yield _gauge(
-                f"ckpt_replication_lag_{q}_seconds",
-                f"{q} of commit-to-replica time over recent batches",
-                r[f"lag_{q}"],
-            )
+    yield from _quantiles(r, "lag", "ckpt_replication_lag", "commit-to-replica time")
     for name in ("segments", "bases", "shipped_bytes", "failures", "overflows"):
         yield CounterMetricFamily(
             f"ckpt_replication_{name}", f"Replication {name} since start", value=r[name]
@@ -314,17 +308,22 @@ def _standby_metrics(s: dict[str, Any] | None) -> Iterator[Any]:
             "Seconds since the standby last held everything its replica held",
             s["lag_seconds"],
         )
-    for q in ("p50", "p99"):
-        if s[f"apply_lag_{q}"] is not None:
-            yield _gauge(
-                f"ckpt_standby_apply_lag_{q}_seconds",
-                f"{q} of commit on the primary to applied here, over recent batches",
-                s[f"apply_lag_{q}"],
-            )
+    yield from _quantiles(
+        s, "apply_lag", "ckpt_standby_apply_lag", "time from commit on the primary to applied"
+    )
     for name in ("segments", "batches", "rebases", "failures"):
         yield CounterMetricFamily(
-            f"ckpt_standby_{name}", f"Standby {name} applied since start", value=s[name]
+            f"ckpt_standby_{name}", f"Standby {name} since start", value=s[name]
         )
+
+
+def _quantiles(status: dict[str, Any], key: str, name: str, what: str) -> Iterator[Any]:
+    """p50 and p99 gauges of `status[key_p50]`, `status[key_p99]` (absent before samples)."""
+    for q in ("p50", "p99"):
+        if status[f"{key}_{q}"] is not None:
+            yield _gauge(
+                f"{name}_{q}_seconds", f"{q} of {what} over recent batches", status[f"{key}_{q}"]
+            )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

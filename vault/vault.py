@@ -100,6 +100,7 @@ class Vault:
         self.replication: Replicator | None = None
         self.standby: Follower | None = None
         self._promotion = threading.Lock()
+        self._closed = False
         self._replicate_as = replication
         try:
             for name in (r.tier for r in (replication, follow) if r is not None):
@@ -198,6 +199,10 @@ class Vault:
         return {**out, "role": self.role}
 
     def close(self) -> None:
+        """Idempotent: a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         if self.standby is not None:
             self.standby.close()
         if self.replication is not None:

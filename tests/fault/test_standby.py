@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from vault.replication import restore_replica
 
 from ..seaweed import SeaweedFS
 from ..serverproc import ServerProcess, free_port
-from .test_replication import Attempt, _produce
+from .test_replication import Attempt, _round
 
 SEED = int(os.environ.get("STANDBY_SEED", "1615"))
 LAG_BUDGET = 1.0  # seconds: [replication] lag_budget
@@ -64,8 +65,11 @@ def _config(path: Path, seaweed: SeaweedFS, prefix: str, mode: str) -> Path:
     return path
 
 
-def _call(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    """One request with the admin token: (status, JSON body or raw bytes)."""
+def _call(
+    server: ServerProcess, method: str, path: str, body: Any = None, kind: str = "application/json"
+) -> tuple[int, Any]:
+    """One request with the admin token: (status, JSON body or raw bytes); a dict body is
+    sent as JSON, bytes as they are."""
     import urllib.error
     import urllib.request
 
@@ -74,7 +78,7 @@ def _call(server: ServerProcess, method: str, path: str, body: Any = None) -> tu
         server.url + path,
         data=data,
         method=method,
-        headers={"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"},
+        headers={"Authorization": f"Bearer {server.token}", "Content-Type": kind},
     )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback
@@ -102,21 +106,9 @@ def _caught_up(server: ServerProcess) -> bool:
 
 
 def _save(server: ServerProcess, ns: str, files: dict[str, bytes], key: str) -> tuple[int, Any]:
+    """A one-request save with idempotency key `key` (also the metadata's `attempt`)."""
     body = encode_bundle({"metadata": {"attempt": key}, "key": key}, list(files.items()))
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(
-        f"{server.url}/v1/namespaces/{ns}/checkpoints",
-        data=body,
-        method="POST",
-        headers={"Authorization": f"Bearer {server.token}", "Content-Type": BUNDLE_TYPE},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return _call(server, "POST", f"/v1/namespaces/{ns}/checkpoints", body, BUNDLE_TYPE)
 
 
 def _ids(server: ServerProcess, ns: str) -> set[str]:
@@ -124,11 +116,16 @@ def _ids(server: ServerProcess, ns: str) -> set[str]:
     return {c["id"] for c in body["checkpoints"]} if status == 200 else set()
 
 
+@dataclass
+class Pair:
+    primary: ServerProcess
+    standby: ServerProcess
+    mode: str  # replication mode of both ("async" or "sync")
+
+
 @pytest.fixture
-def pair(
-    tmp_path: Path, seaweed: SeaweedFS, request: pytest.FixtureRequest
-) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    """(primary, standby) processes on one prefix, in `request.param` replication mode."""
+def pair(tmp_path: Path, seaweed: SeaweedFS, request: pytest.FixtureRequest) -> Iterator[Pair]:
+    """A primary and a standby of its replica, in `request.param` replication mode."""
     mode = request.param
     prefix = f"standby-{mode}-{SEED}"
     config = _config(tmp_path / "vault.toml", seaweed, prefix, mode)
@@ -146,7 +143,7 @@ def pair(
         standby.data_dir.mkdir()
         (standby.data_dir / "admin.token").write_text(primary.token)  # the operator's copy
         standby.start()
-        yield primary, standby
+        yield Pair(primary, standby, mode)
     except AssertionError:
         print(f"STANDBY_SEED={SEED}\n{primary.log_tail()}\n{standby.log_tail()}")
         raise
@@ -157,18 +154,17 @@ def pair(
 
 @pytest.mark.parametrize("pair", ["async", "sync"], indirect=True)
 def test_standby_follows_takes_over_and_fences_the_old_primary(
-    pair: tuple[ServerProcess, ServerProcess], seaweed: SeaweedFS, request: pytest.FixtureRequest
+    pair: Pair, seaweed: SeaweedFS, tmp_path: Path
 ) -> None:
-    primary, standby = pair
-    mode = request.node.callspec.params["pair"]
-    rng = random.Random(f"{SEED}-{mode}")
+    primary, standby, mode = pair.primary, pair.standby, pair.mode
+    rng = random.Random(f"standby-{SEED}-{mode}")
     assert _call(standby, "GET", "/v1/health")[1]["role"] == "standby"
     steady = _reads_follow(primary, standby, rng)
     _langgraph_reads_follow(primary, standby)
     _writes_refused(standby)
 
     log: list[Attempt] = []
-    killed_at = asyncio.run(_load_then_kill(primary, rng, log))
+    killed_at = asyncio.run(_round(primary, rng, log, KILL_AFTER))
     status, out = _promote(standby)
     assert status == 0, out
     assert out["epoch"] == 1
@@ -201,7 +197,7 @@ def test_standby_follows_takes_over_and_fences_the_old_primary(
     status, body = _call(primary, "PUT", "/v1/policy/default", {"retention": {"keep_last": 1}})
     assert (status, body["error"]["code"]) == (409, "fenced")
     _wait(lambda: _caught_up(new_primary), "the new primary's replica")
-    _replica_is_the_new_primary(seaweed, new_primary, primary, mode, request)
+    _replica_is_the_new_primary(seaweed, new_primary, primary, mode, tmp_path / "restored")
 
 
 def _reads_follow(primary: ServerProcess, standby: ServerProcess, rng: random.Random) -> set[str]:
@@ -276,22 +272,6 @@ def _writes_refused(standby: ServerProcess) -> None:
         assert after[key] == before[key], key
 
 
-async def _load_then_kill(primary: ServerProcess, rng: random.Random, log: list[Attempt]) -> float:
-    stop = asyncio.Event()
-    tasks = [
-        asyncio.create_task(
-            _produce(primary.url, primary.token, random.Random(rng.random()), who, log, stop)
-        )
-        for who in range(2)
-    ]
-    await asyncio.sleep(rng.uniform(*KILL_AFTER))  # the fault's timing, not a sync point
-    killed_at = time.time()
-    primary.kill()
-    stop.set()
-    await asyncio.gather(*tasks)
-    return killed_at
-
-
 def _promote(standby: ServerProcess) -> tuple[int, Any]:
     """`ckpt promote --json`, as an operator runs it."""
     out = subprocess.run(
@@ -327,12 +307,11 @@ def _replica_is_the_new_primary(
     new_primary: ServerProcess,
     old_primary: ServerProcess,
     mode: str,
-    request: pytest.FixtureRequest,
+    target: Path,
 ) -> None:
     """A restore of the replica holds the new primary's checkpoints and none the old primary
     holds alone (acknowledged from its disk after the promotion, or never replicated)."""
     tier = open_tier("cold", f"s3://vault/standby-{mode}-{SEED}", seaweed.options())
-    target = Path(str(request.getfixturevalue("tmp_path"))) / "restored"
     out = restore_replica(tier, target / "vault")
     assert out["epoch"] == 1
     restored = Vault(target / "vault")

@@ -67,7 +67,8 @@ def tier(tmp_path: Path) -> LocalTier:
 
 @pytest.fixture
 def pair(tmp_path: Path, tier: LocalTier) -> Iterator[tuple[Vault, Vault]]:
-    """A primary with one checkpoint in the replica, and a standby of it."""
+    """A primary with one checkpoint in the replica, and a standby of it (tests may close
+    either first: closing is idempotent)."""
     p = primary(tmp_path / "primary", tier)
     s: Vault | None = None
     try:
@@ -204,48 +205,33 @@ def test_segments_past_the_fence_point_are_never_read(tmp_path: Path, tier: Loca
         p.close()
 
 
-def test_old_primary_coming_back_is_fenced(tmp_path: Path, tier: LocalTier) -> None:
-    p = primary(tmp_path / "primary", tier)
-    client_save(p, "ns", {"a": b"one"})
-    caught_up(p)
-    s = standby(tmp_path / "standby", tier)
-    try:
-        s.promote()
-        p.close()  # stopped cleanly before it shipped again: it never saw the fence
-        again = primary(tmp_path / "primary", tier)
-        try:
-            assert again.role == "fenced"
-            with pytest.raises(Fenced):
-                client_save(again, "ns", {"a": b"x"})
-        finally:
-            again.close()
-    finally:
-        s.close()
+def test_old_primary_coming_back_is_fenced(pair: tuple[Vault, Vault], tier: LocalTier) -> None:
+    p, s = pair
+    s.promote()
+    p.close()  # stopped cleanly before it shipped again: it never saw the fence
+    with contextlib.closing(primary(p.path, tier)) as again:
+        assert again.role == "fenced"
+        with pytest.raises(Fenced):
+            client_save(again, "ns", {"a": b"x"})
 
 
 def test_second_promotion_of_the_same_epoch_conflicts(
-    pair: tuple[Vault, Vault], tmp_path: Path, tier: LocalTier
+    pair: tuple[Vault, Vault], tier: LocalTier
 ) -> None:
     _, s = pair
-    rival = standby(tmp_path / "rival", tier)
-    try:
-        tier.put(fence_key(1), b"{}", if_absent=True)  # the rival's claim landed first
-        with pytest.raises(PromotionConflict):
-            s.promote()
-        assert s.role == "standby"
-    finally:
-        rival.close()
+    tier.put(fence_key(1), b"{}", if_absent=True)  # a rival standby's claim landed first
+    with pytest.raises(PromotionConflict):
+        s.promote()
+    assert s.role == "standby"
+    with pytest.raises(ReadOnlyStandby):
+        client_save(s, "ns", {"a": b"still a standby"})
 
 
-def test_new_generation_rebuilds_the_standby(tmp_path: Path, tier: LocalTier) -> None:
-    p = primary(tmp_path / "primary", tier)
-    client_save(p, "ns", {"a": b"one"})
-    caught_up(p)
+def test_new_generation_rebuilds_the_standby(pair: tuple[Vault, Vault], tier: LocalTier) -> None:
+    p, s = pair
     p.close()
     (p.path / "replica.resume").unlink()  # as after a SIGKILL: the next start begins anew
-    s = standby(tmp_path / "standby", tier)
-    p2 = primary(p.path, tier)
-    try:
+    with contextlib.closing(primary(p.path, tier)) as p2:
         rec = client_save(p2, "ns", {"a": b"new generation"})
         caught_up(p2)
         gen = p2.stats()["replication"]["generation"]
@@ -256,9 +242,6 @@ def test_new_generation_rebuilds_the_standby(tmp_path: Path, tier: LocalTier) ->
         assert s.stats()["standby"]["rebases"] >= 2  # the first sync, then this one
         assert read_file(s, "ns", rec.id, "a") == b"new generation"
         assert s.check().ok
-    finally:
-        p2.close()
-        s.close()
 
 
 def test_crash_mid_apply_rebuilds_at_start(
