@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tiering.backends.local import LocalTier
+from tiering.wrappers import FaultyTier
 from vault import Conflict, Vault
 from vault.errors import Fenced, PromotionConflict, ReadOnlyStandby
 from vault.replication import FollowConfig, ReplicationConfig, restore_replica
@@ -242,6 +243,23 @@ def test_new_generation_rebuilds_the_standby(pair: tuple[Vault, Vault], tier: Lo
         assert s.stats()["standby"]["rebases"] >= 2  # the first sync, then this one
         assert read_file(s, "ns", rec.id, "a") == b"new generation"
         assert s.check().ok
+
+
+def test_overflow_on_the_primary_rebuilds_the_standby(tmp_path: Path, tier: LocalTier) -> None:
+    faulty = FaultyTier(tier)
+    config = ReplicationConfig("cold", max_backlog=20_000)
+    with contextlib.closing(Vault(tmp_path / "p", tiers={"cold": faulty}, replication=config)) as p:
+        client_save(p, "ns", {"a": b"one"})
+        caught_up(p)
+        with contextlib.closing(standby(tmp_path / "s", tier)) as s:
+            faulty.fail_next = 10**9  # the store is down for the primary only
+            dropped = {client_save(p, "ns", {"a": os.urandom(9000)}).id for _ in range(4)}
+            assert p.stats()["replication"]["overflows"] >= 1
+            faulty.fail_next = 0
+            caught_up(p)  # a new generation's base holds what the queue dropped
+            wait_for(lambda: dropped <= ids(s), "the standby to rebuild from the new base")
+            assert s.stats()["standby"]["rebases"] >= 2
+            assert ids(s) == ids(p)
 
 
 def test_crash_mid_apply_rebuilds_at_start(
