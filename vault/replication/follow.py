@@ -136,6 +136,8 @@ class Follower:
             if self._pos is None or self._pos.applying:
                 raise
             self._failed(e)  # serve what is here (consistent); the thread keeps trying
+        if self._pos is None or self._pos.applying:  # a promotion has not named its replica
+            raise ReplicaNotFound(f"the replica in tier {tier.name} is being promoted; retry")
         self._thread = threading.Thread(target=self._loop, name="vault-standby", daemon=True)
         self._thread.start()
 
