@@ -165,7 +165,9 @@ def test_standby_follows_takes_over_and_fences_the_old_primary(
 
     log: list[Attempt] = []
     killed_at = asyncio.run(_round(primary, rng, log, KILL_AFTER))
-    status, out = _promote(standby)
+    status, out = _ckpt(standby, "status")
+    assert (status, out["role"]) == (0, "standby"), out
+    status, out = _ckpt(standby, "promote")
     assert status == 0, out
     assert out["epoch"] == 1
     assert out["role"] == "primary"
@@ -272,11 +274,12 @@ def _writes_refused(standby: ServerProcess) -> None:
         assert after[key] == before[key], key
 
 
-def _promote(standby: ServerProcess) -> tuple[int, Any]:
-    """`ckpt promote --json`, as an operator runs it."""
+def _ckpt(server: ServerProcess, *args: str) -> tuple[int, Any]:
+    """`ckpt ... --json` against `server`, as an operator runs it: (exit code, the JSON
+    printed, or stderr)."""
     out = subprocess.run(
-        [sys.executable, "-m", "client.cli", "--url", standby.url, "--token", standby.token]
-        + ["promote", "--json"],
+        [sys.executable, "-m", "client.cli", "--url", server.url, "--token", server.token]
+        + [*args, "--json"],
         capture_output=True,
         text=True,
         timeout=120,
