@@ -5,7 +5,7 @@ standby (`--follow replica:cold`). In order, with bounded polling of observable 
 no sleeps as synchronisation:
 
 1. each of a few commits on the primary reads back on the standby within the lag budget
-   (plus one poll interval), bytes and the LangGraph `get_tuple` path included;
+   (plus a poll interval and the poll itself), bytes and LangGraph's `get_tuple` included;
 2. every write route of the service (taken from the route table) answers 409 `read_only`
    on the standby and changes nothing;
 3. producers save to the primary until a seeded random moment, when it is SIGKILLed;
@@ -49,7 +49,9 @@ from .test_replication import Attempt, _round
 SEED = int(os.environ.get("STANDBY_SEED", "1615"))
 LAG_BUDGET = 1.0  # seconds: [replication] lag_budget
 POLL = 0.2  # seconds: the standby's [standby] poll_interval
-VISIBLE = LAG_BUDGET + POLL  # commit on the primary -> readable on the standby
+# Commit on the primary -> readable on the standby: the replica's lag budget, then up to one
+# poll interval before the standby asks, and its fetch and apply (bounded here by another).
+VISIBLE = LAG_BUDGET + 2 * POLL
 DEADLINE = 60.0  # seconds any bounded wait below may take before it fails
 KILL_AFTER = (1.3, 2.0)  # seconds of load before the SIGKILL (past the budget: async owes some)
 
