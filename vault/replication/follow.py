@@ -119,7 +119,8 @@ class Follower:
         if self._pos is not None and self._pos.tier != tier.name:
             self._pos = None
         self._current: Current | None = None  # the pointer followed (read at each start)
-        self._claimed: int | None = None  # an epoch this process claimed (promote retries)
+        # (epoch followed, epoch claimed) by this process's promotion, for a retry
+        self._claimed: tuple[int, int] | None = None
         self.state = "starting"
         self.caught_up_at: float | None = None
         self.applied_through: float | None = None  # commit time of the last batch applied
@@ -305,19 +306,19 @@ class Follower:
 
     def _promote(self) -> dict[str, Any]:
         known = self._pos.epoch if self._pos is not None else 0
-        newest = newest_epoch(self._tier, known)
-        if newest != self._claimed:  # not a retry of this process's own promotion
-            while self._poll():
+        if self._claimed is None or newest_epoch(self._tier, known) != self._claimed[1]:
+            while self._poll():  # not a retry of this process's own claim: catch up first
                 pass
             target = self._current
-            if target is None or newest_epoch(self._tier, target.epoch) != target.epoch:
-                raise PromotionConflict(
-                    f"the replica in tier {self._tier.name} is being promoted elsewhere "
-                    f"(epoch {newest} claimed); this server stays a standby"
-                )
-            claim_epoch(self._tier, target.epoch + 1, target)
-            self._claimed = target.epoch + 1
-        old = self._claimed - 1
+            if target is None:
+                raise PromotionConflict("this standby holds no replica yet")
+            # Past any epoch claimed by a promotion that never named its replica (its
+            # server died mid-way): the last promotion wins, and the epoch before it fences
+            # every older primary, this one's old primary included (layout.py, rule 2).
+            epoch = newest_epoch(self._tier, target.epoch) + 1
+            claim_epoch(self._tier, epoch, target)
+            self._claimed = (target.epoch, epoch)
+        old, epoch = self._claimed
         # Rule 1: whatever was acknowledged under the old epoch is in its replica now.
         fresh = read_current(self._tier, old)
         if fresh is None:
@@ -327,20 +328,14 @@ class Follower:
             pass
         pos = self._pos
         assert pos is not None
+        end = pos.next_segment
         write_current(
-            self._tier,
-            Current(
-                self._claimed,
-                pos.generation,
-                fresh.base_segment,
-                fresh.base_batch,
-                pos.next_segment,
-            ),
+            self._tier, Current(epoch, pos.generation, fresh.base_segment, fresh.base_batch, end)
         )
-        write_local_epoch(self._dir, self._claimed)
+        write_local_epoch(self._dir, epoch)
         (self._dir / POSITION).unlink()
         self.state = "promoted"
-        return {"epoch": self._claimed, "generation": pos.generation, "fence": pos.next_segment}
+        return {"epoch": epoch, "generation": pos.generation, "fence": end}
 
     def close(self) -> None:
         self._stop.set()

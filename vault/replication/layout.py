@@ -36,8 +36,10 @@ generation replaces it once its base is complete. The rules that make this safe:
    at or past the end and never read; anything else it writes is under an older epoch's
    `current` or generation, which nothing follows any more.
 4. Epochs are claimed one after another (a promotion claims the newest existing + 1, by
-   conditional put), so "a newer epoch exists" is one HEAD of the next fence. Fences are
-   never deleted; the rest of older epochs goes once the newest epoch's base is current.
+   conditional put: of two racing for one, one wins), so "a newer epoch exists" is one HEAD
+   of the next fence. A promotion goes past an epoch whose claimant never named its
+   replica (it died): rule 2 already fenced the primaries before it. Fences are never
+   deleted; the rest of older epochs goes once the newest epoch's base is current.
 """
 
 from __future__ import annotations

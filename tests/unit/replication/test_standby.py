@@ -228,16 +228,47 @@ def test_old_primary_coming_back_is_fenced(pair: tuple[Vault, Vault], tier: Loca
             client_save(again, "ns", {"a": b"x"})
 
 
-def test_second_promotion_of_the_same_epoch_conflicts(
+class RivalTier(BlindTier):
+    """A rival promotion claims epoch 1 just before this standby's conditional put."""
+
+    def put(self, key: str, data: bytes | memoryview, *, if_absent: bool = False) -> None:
+        if key == fence_key(1):
+            self._inner.put(key, b"{}", if_absent=True)
+        self._inner.put(key, data, if_absent=if_absent)
+
+
+def test_two_promotions_cannot_claim_one_epoch(
+    pair: tuple[Vault, Vault], tmp_path: Path, tier: LocalTier
+) -> None:
+    s = standby(tmp_path / "loser", RivalTier(tier))  # type: ignore[arg-type]
+    try:
+        with pytest.raises(PromotionConflict):
+            s.promote()
+        assert s.role == "standby"
+        with pytest.raises(ReadOnlyStandby):
+            client_save(s, "ns", {"a": b"still a standby"})
+    finally:
+        s.close()
+
+
+def test_a_promotion_that_died_does_not_block_the_next(
     pair: tuple[Vault, Vault], tier: LocalTier
 ) -> None:
-    _, s = pair
-    tier.put(fence_key(1), b"{}", if_absent=True)  # a rival standby's claim landed first
-    with pytest.raises(PromotionConflict):
-        s.promote()
-    assert s.role == "standby"
-    with pytest.raises(ReadOnlyStandby):
-        client_save(s, "ns", {"a": b"still a standby"})
+    p, s = pair
+    tier.put(fence_key(1), b"{}", if_absent=True)  # claimed, then its server died
+    wait_for(lambda: p.role == "fenced" or _saved_fenced(p), "the claim to fence the primary")
+    assert s.promote()["epoch"] == 2
+    assert read_current(tier, 2) is not None
+    client_save(s, "ns", {"a": b"the next promotion"})
+
+
+def _saved_fenced(vault: Vault) -> bool:
+    """Save once: False if it went through, True if it met the fence."""
+    try:
+        client_save(vault, "ns", {"a": os.urandom(100)})
+    except Fenced:
+        return True
+    return False
 
 
 def test_new_generation_rebuilds_the_standby(pair: tuple[Vault, Vault], tier: LocalTier) -> None:
