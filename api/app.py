@@ -37,6 +37,7 @@ from .observability import (
 )
 from .promotion import promotion_context
 from .ratelimit import RateLimiter
+from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
@@ -66,8 +67,10 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     )
     app[POOL] = pool
     app[VAULT] = vault
-    _bootstrap_admin(vault, settings.data_dir)
+    if vault.writable:  # a standby's tokens are the primary's (replicated)
+        _bootstrap_admin(vault, settings.data_dir)
     app[TOKENS] = TokenCache(vault.tokens.all(), app[CLOCK])
+    follow_tokens(app, vault)
     try:
         yield
     finally:
@@ -85,6 +88,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
             metrics_middleware(METRICS),
             error_middleware,
             auth_middleware(TOKENS, LIMITER),
+            read_only_middleware(),
             audit_middleware(),
         ],
     )

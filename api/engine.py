@@ -28,5 +28,11 @@ def open_vault(settings: Settings, clock: Clock | None = None) -> Vault:
     }
     keyring = Keyring.load(settings.key_file) if settings.key_file is not None else None
     return Vault(
-        settings.data_dir / "vault", settings.vault, clock, tiers, keyring, settings.replication
+        settings.data_dir / "vault",
+        settings.vault,
+        clock,
+        tiers,
+        keyring,
+        settings.replication,
+        settings.following,
     )

@@ -226,6 +226,13 @@ class _EngineCollector(Collector):
                 rpo.add_metric([ns, "valid"], valid)
         yield rpo
         yield from _replication_metrics(o["replication"])
+        yield from _standby_metrics(o["standby"])
+        role = GaugeMetricFamily(
+            "ckpt_role", "This server's role (1 for the current one)", labels=["role"]
+        )
+        for name in ("primary", "standby", "fenced"):
+            role.add_metric([name], 1.0 if o["role"] == name else 0.0)
+        yield role
         yield from self._job_metrics()
 
     def _job_metrics(self) -> Iterator[Any]:
@@ -278,17 +285,45 @@ def _replication_metrics(r: dict[str, Any] | None) -> Iterator[Any]:
         "ckpt_replication_lag_bytes", "Bytes of log queued for the replica", r["lag_bytes"]
     )
     yield _gauge("ckpt_replication_lag_budget_seconds", "Configured lag budget", r["lag_budget"])
-    for q in ("p50", "p99"):
-        if r[f"lag_{q}"] is not None:
-            yield _gauge(
-                f"ckpt_replication_lag_{q}_seconds",
-                f"{q} of commit-to-replica time over recent batches",
-                r[f"lag_{q}"],
-            )
+    yield from _quantiles(r, "lag", "ckpt_replication_lag", "commit-to-replica time")
     for name in ("segments", "bases", "shipped_bytes", "failures", "overflows"):
         yield CounterMetricFamily(
             f"ckpt_replication_{name}", f"Replication {name} since start", value=r[name]
         )
+    yield _gauge("ckpt_replication_epoch", "Epoch this primary replicates under", r["epoch"])
+    yield _gauge(
+        "ckpt_replication_fenced",
+        "1 once a promotion past this primary's epoch was found: it refuses writes",
+        1.0 if r["fenced_by"] is not None else 0.0,
+    )
+
+
+def _standby_metrics(s: dict[str, Any] | None) -> Iterator[Any]:
+    """A standby's distance from its replica (vault/replication/follow.py), if one."""
+    if s is None:
+        return
+    if s["lag_seconds"] is not None:
+        yield _gauge(
+            "ckpt_standby_lag_seconds",
+            "Seconds since the standby last held everything its replica held",
+            s["lag_seconds"],
+        )
+    yield from _quantiles(
+        s, "apply_lag", "ckpt_standby_apply_lag", "time from commit on the primary to applied"
+    )
+    for name in ("segments", "batches", "rebases", "failures"):
+        yield CounterMetricFamily(
+            f"ckpt_standby_{name}", f"Standby {name} since start", value=s[name]
+        )
+
+
+def _quantiles(status: dict[str, Any], key: str, name: str, what: str) -> Iterator[Any]:
+    """p50 and p99 gauges of `status[key_p50]`, `status[key_p99]` (absent before samples)."""
+    for q in ("p50", "p99"):
+        if status[f"{key}_{q}"] is not None:
+            yield _gauge(
+                f"{name}_{q}_seconds", f"{q} of {what} over recent batches", status[f"{key}_{q}"]
+            )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -103,21 +103,26 @@ async def _loop(app: web.Application) -> None:
     while due:
         name = min(due, key=due.__getitem__)
         await asyncio.sleep(max(0.0, due[name] - time.monotonic()))  # a timer, not a sync
-        started = time.monotonic()
-        try:
-            result = await run_job(app, name, jobs[name], numeric, timeout=0)
-        except MaintenanceBusy as e:
-            log.info("maintenance %s skipped: %s", name, e)
-        except Exception:
-            log.exception("maintenance %s failed", name)
-        else:
-            log.info(
-                "maintenance %s done in %.1fs: %s",
-                name,
-                time.monotonic() - started,
-                json.dumps(result, default=str),
-            )
+        if app[VAULT].writable:  # a standby or a fenced primary changes nothing
+            await _run(app, name, jobs[name])
         due[name] = time.monotonic() + intervals[name]
+
+
+async def _run(app: web.Application, name: str, job: Callable[[], dict[str, Any]]) -> None:
+    started = time.monotonic()
+    try:
+        result = await run_job(app, name, job, numeric, timeout=0)
+    except MaintenanceBusy as e:
+        log.info("maintenance %s skipped: %s", name, e)
+    except Exception:
+        log.exception("maintenance %s failed", name)
+    else:
+        log.info(
+            "maintenance %s done in %.1fs: %s",
+            name,
+            time.monotonic() - started,
+            json.dumps(result, default=str),
+        )
 
 
 async def maintenance_context(app: web.Application) -> AsyncIterator[None]:

@@ -18,7 +18,7 @@ from typing import Any
 from client.protocol import DEFAULT_DATA_DIR, DEFAULT_PORT, parse_duration, parse_size
 from vault import PROFILES, Keyring, VaultConfig, VaultError
 from vault.quotas import Quota
-from vault.replication import ReplicationConfig
+from vault.replication import FollowConfig, ReplicationConfig
 from vault.replication.shipper import MODES
 
 if sys.version_info >= (3, 11):
@@ -88,6 +88,24 @@ def _replication_mode(value: object) -> str:
     return str(value)
 
 
+def _follow(value: object) -> str:
+    """The tier whose replica a standby follows: `replica:NAME` (as `ckpt catalog restore`
+    spells it), `tier:NAME` or `NAME`."""
+    text = str(value)
+    for prefix in ("replica:", "tier:"):
+        text = text.removeprefix(prefix)
+    if not text:
+        raise ValueError("name a configured tier, e.g. replica:cold")
+    return text
+
+
+def _positive_duration(value: object) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"must be more than 0, got {value!r}")
+    return seconds
+
+
 def _positive_int(value: object) -> int:
     n = int(str(value))
     if n < 1:
@@ -149,6 +167,8 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("replication", "max_backlog"): ("replication.max_backlog", parse_size),
     ("replication", "base_interval"): ("replication.base_interval", parse_duration),
     ("replication", "base_after"): ("replication.base_after_bytes", parse_size),
+    ("standby", "follow"): ("follow.tier", _follow),
+    ("standby", "poll_interval"): ("follow.poll_interval", _positive_duration),
 }
 
 
@@ -188,12 +208,22 @@ class Settings:
     tiers: dict[str, dict[str, Any]] = field(default_factory=dict)
     # [replication]: continuous copy to one of the tiers (vault/replication/); None: off.
     replication: ReplicationConfig | None = None
+    # [standby] follow (`ckpt serve --follow replica:NAME`): serve read-only, following the
+    # replica in that tier, until promoted. A tier of "" (only poll_interval set, say in a
+    # file the primary shares): not a standby; see `following`.
+    follow: FollowConfig | None = None
+
+    @property
+    def following(self) -> FollowConfig | None:
+        """The replica this server follows as a standby, or None."""
+        return self.follow if self.follow is not None and self.follow.tier else None
 
     def with_values(self, values: Mapping[tuple[str, str], object], origin: str) -> Settings:
         top: dict[str, Any] = {}
         inner: dict[str, Any] = {}
         jobs: dict[str, Any] = {}
         repl: dict[str, Any] = {}
+        follow: dict[str, Any] = {}
         for (section, key), raw in values.items():
             if (section, key) not in _KEYS:
                 raise SettingsError(f"{origin}: unknown setting [{section}] {key}")
@@ -208,16 +238,22 @@ class Settings:
                 jobs[attr[12:]] = value
             elif attr.startswith("replication."):
                 repl[attr[12:]] = value
+            elif attr.startswith("follow."):
+                follow[attr[7:]] = value
             else:
                 top[attr] = value
         replication = self.replication
         if repl:
             replication = replace(replication or ReplicationConfig(tier=""), **repl)
+        standby = self.follow
+        if follow:
+            standby = replace(standby or FollowConfig(tier=""), **follow)
         return replace(
             self,
             vault=replace(self.vault, **inner),
             maintenance=replace(self.maintenance, **jobs),
             replication=replication,
+            follow=standby,
             **top,
         )
 
@@ -237,6 +273,8 @@ def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
         out["quotas"] = {q.glob: q.logical_bytes for q in settings.vault.quotas}
     for (section, key), (attr, _) in _KEYS.items():
         if section == "replication" and settings.replication is None:
+            continue
+        if section == "standby" and settings.follow is None:
             continue
         holder: Any = settings
         for part in attr.split("."):
@@ -310,7 +348,14 @@ def load_settings(
         raise SettingsError("[server] tls_cert and tls_key go together: give both or neither")
     if settings.tls_client_ca is not None and settings.tls_cert is None:
         raise SettingsError("[server] tls_client_ca needs tls_cert and tls_key")
-    repl = settings.replication
+    repl, follow = settings.replication, settings.following
     if repl is not None and repl.tier not in settings.tiers:
         raise SettingsError(f"[replication] tier {repl.tier!r}: no such [tiers.<name>]")
+    if follow is not None and follow.tier not in settings.tiers:
+        raise SettingsError(f"[standby] follow {follow.tier!r}: no such [tiers.<name>]")
+    if follow is not None and repl is not None and repl.tier != follow.tier:
+        raise SettingsError(
+            f"[standby] follow {follow.tier!r} and [replication] tier {repl.tier!r} differ: "
+            "a promoted standby replicates to the replica it followed"
+        )
     return settings

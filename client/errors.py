@@ -82,6 +82,19 @@ class MissingChunks(Conflict):
         return list(err.get("missing", []))
 
 
+class Fenced(Conflict):
+    """The server was a primary whose standby has since been promoted: it refuses writes
+    for good. Write to the new primary."""
+
+    code = "fenced"
+
+
+class ReadOnlyStandby(Conflict):
+    """The server is a read-only standby: write to the primary (or promote this one)."""
+
+    code = "read_only"
+
+
 class UploadExpired(ClientError):
     code = "upload_expired"
 

@@ -115,6 +115,27 @@ class VaultInUse(Conflict):
     engine assumes it is the only one writing, so a second opener is refused at once."""
 
 
+class PromotionConflict(Conflict):
+    """A promotion cannot go ahead: this vault is not a standby, or another node claimed
+    the next epoch first (vault/replication/layout.py, "Fencing")."""
+
+
+class Fenced(Conflict):
+    """This vault was the primary of a replica prefix, and a standby has been promoted to a
+    newer epoch there: it must not write any more, or two writers would diverge (split
+    brain). Permanent for this process; the new primary takes the writes."""
+
+    code = "fenced"
+
+
+class ReadOnlyStandby(Conflict):
+    """This vault is a standby following a replica (`ckpt serve --follow`): it serves reads
+    and changes only by applying the replica's log. A conflict with the server's state, not
+    a 503: retrying here does not help until an operator promotes it."""
+
+    code = "read_only"
+
+
 class NotPermitted(VaultError):
     """The caller's token may act on the namespace, but not this way: a write-only
     (append-only) token changing a checkpoint it did not create, or removing tags."""

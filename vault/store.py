@@ -76,9 +76,6 @@ class Store:
             with catalog_env.lmdb.begin(write=True) as txn:
                 catalog.build_nsrefs(txn)
                 counters.add(txn, NSREFS_BUILT, 1)
-        with catalog_env.read() as txn:
-            cur = txn.cursor(db=catalog_env.db["checkpoints"])
-            newest = bytes(cur.key()).decode() if cur.last() else None
         return cls(
             catalog_env=catalog_env,
             frames_env=frames_env,
@@ -88,10 +85,16 @@ class Store:
             catalog=catalog,
             clock=clock,
             config=config,
-            ids=IdGenerator(newest),
+            ids=IdGenerator(_newest_id(catalog_env)),
             tiers=dict(tiers or {}),
             keyring=keyring,
         )
+
+    def take_over(self) -> None:
+        """Number new checkpoints and frames after what the catalog holds now: a standby
+        becoming the primary has been applying the replica's log beneath both counters."""
+        self.ids = IdGenerator(_newest_id(self.catalog_env))
+        self.chunks.reset_sequence()
 
     def now_ms(self) -> int:
         return int(self.clock.now() * 1000)
@@ -101,6 +104,12 @@ class Store:
         self.writer.close()
         self.catalog_env.close()
         self.frames_env.close()
+
+
+def _newest_id(catalog_env: Env) -> str | None:
+    with catalog_env.read() as txn:
+        cur = txn.cursor(db=catalog_env.db["checkpoints"])
+        return bytes(cur.key()).decode() if cur.last() else None
 
 
 def _remember_keys(env: Env, keyring: Keyring) -> None:

@@ -170,7 +170,7 @@ class Tokens:
                     token = replace(self._decode(raw), last_used=at)
                     w.catalog.put(key_id.encode(), _encode(token), db=self._db)
 
-        if last_used:
+        if last_used and self._s.writer.refusal() is None:  # a read-only vault forgets them
             self._s.writer.run(op)
 
     @staticmethod

@@ -7,10 +7,16 @@ transactions on the caller's thread.
 Maintenance operations (`gc`, `check`, `retention`, `verify`, `catalog_backup`) take the
 vault's maintenance lock (`self.maintenance`, vault/maintenance.py) themselves, waiting for
 it; a caller that must not wait holds it first with `timeout=0` (the lock is reentrant).
+
+A vault has a role: `primary` (writes; replicates with `[replication]`), `standby` (opened
+with `follow`: read-only, kept at a replica by its follower until `promote`), or `fenced` (a
+primary a promotion has overtaken: read-only for good). Only the writer decides what is
+refused, so every write path answers the same typed error.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
@@ -34,7 +40,7 @@ from .content.reader import Pinned, Reader
 from .direct import DirectSaver
 from .domains import Domain
 from .env import make_private
-from .errors import InvalidRequest
+from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
 from .gc import GcReport, collect
 from .ingest import FileIngest
 from .lifecycle import Lifecycle
@@ -45,7 +51,7 @@ from .policy import Policies, Policy
 from .prune import RetentionResult
 from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
-from .replication import ReplicationConfig, Replicator
+from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
 from .scrub import ScrubReport
 from .seal import Keyring
 from .snapshot import Snapshot, snapshot
@@ -82,22 +88,39 @@ class Vault:
         tiers: Mapping[str, Tier] | None = None,
         keyring: Keyring | None = None,
         replication: ReplicationConfig | None = None,
+        follow: FollowConfig | None = None,
     ) -> None:
+        """`follow`: open as a standby of that tier's replica; `replication` is then what
+        the vault replicates with once promoted (default: async, to the followed tier)."""
         self.config = config or VaultConfig()
         self.path = Path(path)
         self.store = Store.open(self.path, clock or SystemClock(), self.config, tiers, keyring)
         self.maintenance = MaintenanceLock.of(self.path)
         make_private(self.path)
         self.replication: Replicator | None = None
-        if replication is not None:
-            if replication.tier not in self.store.tiers:
-                self.store.close()
-                raise InvalidRequest(f"[replication] tier {replication.tier!r} is not configured")
-            self.replication = Replicator(
-                self.store, self.store.tiers[replication.tier], replication, self.path
-            )
-            self.store.writer.observe(self.replication)
-            self.store.replica_barrier = self.replication.wait_restorable
+        self.standby: Follower | None = None
+        self._promotion = threading.Lock()
+        self._closed = False
+        self._replicate_as = replication
+        try:
+            for name in (r.tier for r in (replication, follow) if r is not None):
+                if name not in self.store.tiers:
+                    raise InvalidRequest(f"replication tier {name!r} is not configured")
+            if follow is not None:
+                self._replicate_as = replication or ReplicationConfig(tier=follow.tier)
+                self.store.writer.refuse(self._read_only)
+                tier = self.store.tiers[follow.tier]
+                self.standby = Follower(self.store, tier, follow, self.path)
+            elif is_standby(self.path):
+                raise Conflict(
+                    f"{self.path} is a standby's data dir: serve it with --follow, or promote "
+                    "it (ckpt promote) to make it a primary"
+                )
+            elif replication is not None:
+                self._replicate(replication)
+        except BaseException:
+            self.store.close()
+            raise
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
         self.content = Mover(self.store, self.reader)
@@ -128,7 +151,60 @@ class Vault:
         """One consistent, read-only view of the catalog (for the tiering planner)."""
         return snapshot(self.store, self._policies)
 
+    # -- role ---------------------------------------------------------------------------
+    def _replicate(self, config: ReplicationConfig) -> None:
+        self.replication = Replicator(self.store, self.store.tiers[config.tier], config, self.path)
+        self.store.writer.observe(self.replication)
+        self.store.replica_barrier = self.replication.wait_restorable
+
+    def _read_only(self) -> ReadOnlyStandby:
+        tier = self.standby.config.tier if self.standby is not None else "?"
+        return ReadOnlyStandby(
+            f"this server is a read-only standby of the replica in tier {tier}: write to the "
+            "primary, or promote this server (ckpt promote)"
+        )
+
+    @property
+    def role(self) -> str:
+        """`primary`, `standby` or `fenced` (see the module docstring)."""
+        if self.standby is not None:
+            return "standby"
+        if self.replication is not None and self.replication.fenced_by is not None:
+            return "fenced"
+        return "primary"
+
+    @property
+    def writable(self) -> bool:
+        return self.store.writer.refusal() is None
+
+    def require_writable(self) -> None:
+        """Raise what the writer would (`ReadOnlyStandby`, `Fenced`), before any work."""
+        refusal = self.store.writer.refusal()
+        if refusal is not None:
+            raise refusal()
+
+    def promote(self) -> dict[str, Any]:
+        """Turn this standby into the primary: apply everything the replica has, claim the
+        next epoch (fencing the old primary), replicate to the same tier under it, accept
+        writes (vault/replication/follow.py, layout.py)."""
+        with self._promotion:
+            if self.standby is None or self._replicate_as is None:
+                raise PromotionConflict(f"this server is not a standby (it is {self.role})")
+            out = self.standby.promote()
+            self.standby.close()
+            self.standby = None
+            self.store.take_over()
+            self._replicate(self._replicate_as)
+            self.store.writer.refuse(None)
+        return {**out, "role": self.role}
+
     def close(self) -> None:
+        """Idempotent: a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.standby is not None:
+            self.standby.close()
         if self.replication is not None:
             self.store.writer.close()  # every commit recorded before the replica's last ship
             self.replication.close()
@@ -505,5 +581,7 @@ class Vault:
             "codecs": codecs,
             "map_size": self.store.catalog_env.map_size(),
             "quotas": quota_use,
+            "role": self.role,
             "replication": self.replication.status() if self.replication else None,
+            "standby": self.standby.status() if self.standby else None,
         }

@@ -13,7 +13,14 @@ points at them. A crash between the two commits leaves frames nothing points to,
 A `CommitObserver` (replication, vault/replication/) sees every committed change: operations
 run on its recording views of their transactions, and after both commits it receives the
 records of the operations that committed. If it answers with a Future, the callers' futures
-resolve only when that one does (synchronous replication); the writer moves on meanwhile.
+resolve only when that one does (synchronous replication), and fail with its error if it
+fails (the primary was fenced: the commit is local only and will never be in the replica);
+the writer moves on meanwhile.
+
+A writer can refuse changes (`refuse`): a standby's, whose only changes are the replica's
+log applied by its follower (`submit(..., replicated=True)`), and a fenced primary's. The
+refusal is checked where every change enters, so no route, job or read path can slip one
+past it.
 
 `stage` is for writes whose durability is only needed later, at a commit that names them
 (the chunk batches of an open upload): its caller gets the operation's value as soon as the
@@ -93,14 +100,22 @@ class Writer:
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._closed = False
         self._observer: CommitObserver | None = None
+        self._refusal: Callable[[], Exception] | None = None
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="vault-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, op: Callable[[WriteTxn], T], size: int = 0) -> Future[T]:
-        """Queue `op`; the Future resolves once its effects are durable."""
+    def submit(
+        self, op: Callable[[WriteTxn], T], size: int = 0, *, replicated: bool = False
+    ) -> Future[T]:
+        """Queue `op`; the Future resolves once its effects are durable. Raises the refusal's
+        error while changes are refused, unless `replicated` (the replica's log, applied by
+        a standby)."""
         if self._closed:
             raise RuntimeError("writer is closed")
+        refusal = self._refusal
+        if refusal is not None and not replicated:
+            raise refusal()
         item = _Item(op, size)
         self._queue.put(item)
         return item.future
@@ -109,14 +124,26 @@ class Writer:
         """Hand every committed change to `observer` from now on (set before any submit)."""
         self._observer = observer
 
-    def run(self, op: Callable[[WriteTxn], T], size: int = 0) -> T:
-        return self.submit(op, size).result()
+    def refuse(self, error: Callable[[], Exception] | None) -> None:
+        """From now on, `submit` raises `error()` (None: accept changes again). Operations
+        queued before keep their place: they were accepted."""
+        self._refusal = error
+
+    def refusal(self) -> Callable[[], Exception] | None:
+        """What refuses changes now (None: they are accepted)."""
+        return self._refusal
+
+    def run(self, op: Callable[[WriteTxn], T], size: int = 0, *, replicated: bool = False) -> T:
+        return self.submit(op, size, replicated=replicated).result()
 
     def stage(self, op: Callable[[WriteTxn], T], size: int = 0) -> tuple[T, Future[Any]]:
         """Run `op` and return its value once its batch has run (not yet synced), with the
         Future of its durability. An error of `op` itself is raised here, as `run` would."""
         if self._closed:
             raise RuntimeError("writer is closed")
+        refusal = self._refusal
+        if refusal is not None:
+            raise refusal()
         item = _Item(op, size, applied=Future())
         self._queue.put(item)
         assert item.applied is not None
@@ -184,7 +211,7 @@ class Writer:
         if ack is None:
             _resolve(batch, outcomes)
         else:
-            ack.add_done_callback(lambda _: _resolve(batch, outcomes))
+            ack.add_done_callback(lambda done: _resolve(batch, outcomes, done.exception()))
 
     def _apply(self, batch: list[_Item]) -> tuple[list[tuple[bool, Any]], list[Any]]:
         catalog_env, frames_env = self._catalog.lmdb, self._frames.lmdb
@@ -225,9 +252,15 @@ class Writer:
         return outcomes, records
 
 
-def _resolve(batch: list[_Item], outcomes: list[tuple[bool, Any]]) -> None:
+def _resolve(
+    batch: list[_Item], outcomes: list[tuple[bool, Any]], failure: BaseException | None = None
+) -> None:
+    """Hand each caller its outcome; `failure` (the observer's) replaces every success."""
     for item, (ok, value) in zip(batch, outcomes, strict=True):
-        _settle(item.future, ok, value)
+        if ok and failure is not None:
+            _settle(item.future, False, failure)
+        else:
+            _settle(item.future, ok, value)
 
 
 def _applied(batch: list[_Item], outcomes: list[tuple[bool, Any]]) -> None:

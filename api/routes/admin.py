@@ -32,8 +32,21 @@ from ..keys import METRICS, SETTINGS, TOKENS, VAULT
 
 
 async def health(request: web.Request) -> web.Response:
-    """Liveness; needs no token."""
-    return json_response({"status": "ok", "version": __version__})
+    """Liveness and role (primary, standby, fenced; a standby's lag behind its replica);
+    needs no token."""
+    vault = request.app[VAULT]
+    out: dict[str, object] = {"status": "ok", "version": __version__, "role": vault.role}
+    if vault.standby is not None:
+        out["lag_seconds"] = vault.standby.status()["lag_seconds"]
+    return json_response(out)
+
+
+async def promote(request: web.Request) -> web.Response:
+    """Turn this standby into the primary: apply everything the replica has, claim the next
+    epoch (which fences the old primary), then replicate to the same tier and take writes."""
+    require_admin(request)
+    vault = request.app[VAULT]
+    return json_response(await run(request, vault.promote))
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -319,6 +332,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/admin/compact", compact)
     app.router.add_post("/v1/admin/tiering", tiering)
     app.router.add_post("/v1/admin/catalog/backup", catalog_backup)
+    app.router.add_post("/v1/admin/promote", promote)
     app.router.add_get("/v1/policy/default", get_policy)
     app.router.add_put("/v1/policy/default", put_policy)
     app.router.add_post("/v1/admin/tokens", create_token)

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ..errors import ClientError
-from . import admin, catalog, checkpoints, keys, lifecycle, serve
+from . import admin, catalog, checkpoints, keys, lifecycle, serve, standby
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     lifecycle.register(sub)
     catalog.register(sub)
     keys.register(sub)
+    standby.register(sub)
     return parser
 
 

@@ -131,6 +131,14 @@ def stats(args: argparse.Namespace) -> int:
         )
         if r["last_error"] and r["lag_seconds"] > r["lag_budget"]:
             rows.append(["replica error", r["last_error"]])
+        if r.get("fenced_by") is not None:
+            rows.append(["fenced", f"epoch {r['fenced_by']} was promoted: writes refused"])
+    sb = s.get("standby")
+    if sb:
+        lag = "unknown" if sb["lag_seconds"] is None else f"{sb['lag_seconds']} s"
+        rows.append([f"standby of {sb['tier']}", f"{sb['state']}, epoch {sb['epoch']}, lag {lag}"])
+        if sb["last_error"]:
+            rows.append(["standby error", sb["last_error"]])
     table(["figure", "value"], rows)
     if args.namespaces:
         print()

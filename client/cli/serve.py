@@ -23,6 +23,13 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--tls-client-ca", type=Path, default=None, help="require client certificates (mTLS)"
     )
+    p.add_argument(
+        "--follow",
+        default=None,
+        metavar="replica:NAME",
+        help="serve a read-only standby of the replica in tier NAME (the primary's "
+        "[replication] tier; [tiers.NAME] must be configured), until `ckpt promote`",
+    )
     p.set_defaults(func=run)
 
     config = sub.add_parser("config", help="show the effective server configuration")
@@ -70,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     for key in ("tls_cert", "tls_key", "tls_client_ca"):
         if getattr(args, key) is not None:
             overrides[("server", key)] = getattr(args, key)
+    if args.follow is not None:
+        overrides[("standby", "follow")] = args.follow
     try:
         settings = load_settings(args.config, overrides=overrides)
     except SettingsError as e:

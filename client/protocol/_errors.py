@@ -69,8 +69,23 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "conflict",
         409,
         "Conflict",
-        ("Conflict", "ObjectExists", "MaintenanceBusy", "VaultInUse"),
+        ("Conflict", "ObjectExists", "MaintenanceBusy", "VaultInUse", "PromotionConflict"),
         "contradicts current state (pinned, committed, maintenance busy, ...)",
+    ),
+    ErrorSpec(
+        "read_only",
+        409,
+        "ReadOnlyStandby",
+        ("ReadOnlyStandby",),
+        "this server is a read-only standby: write to the primary, or promote this one",
+    ),
+    ErrorSpec(
+        "fenced",
+        409,
+        "Fenced",
+        ("Fenced",),
+        "this server was a primary and a standby has been promoted past it: it takes no "
+        "more writes (write to the new primary)",
     ),
     ErrorSpec(
         "upload_expired", 410, "UploadExpired", ("UploadExpired",), "the upload session expired"

@@ -116,8 +116,14 @@ async def _produce(
                 return  # the server is gone
 
 
-async def _round(server: ServerProcess, rng: random.Random, log: list[Attempt]) -> float:
-    """Producers until a random moment, then SIGKILL; returns the kill time (client clock)."""
+async def _round(
+    server: ServerProcess,
+    rng: random.Random,
+    log: list[Attempt],
+    window: tuple[float, float] = ROUND_SECONDS,
+) -> float:
+    """Producers until a random moment in `window` (seconds after they start), then
+    SIGKILL; returns the kill time (client clock)."""
     stop = asyncio.Event()
     tasks = [
         asyncio.create_task(
@@ -125,7 +131,7 @@ async def _round(server: ServerProcess, rng: random.Random, log: list[Attempt]) 
         )
         for who in range(PRODUCERS)
     ]
-    await asyncio.sleep(rng.uniform(*ROUND_SECONDS))  # the fault's timing, not a sync point
+    await asyncio.sleep(rng.uniform(*window))  # the fault's timing, not a sync point
     killed_at = time.time()
     server.kill()
     stop.set()

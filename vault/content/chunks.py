@@ -111,12 +111,18 @@ class Chunks:
         self._deltas = catalog.db["deltas"]
         self._bases = catalog.db["bases"]
         self.counters = counters
-        with frames.read() as txn:
+        self._next_seq = 1  # writer thread only
+        self.reset_sequence()
+
+    def reset_sequence(self) -> None:
+        """Number new frames after the last one stored (and the floor a catalog restore
+        sets); at open, and when a standby that applied the replica's frames is promoted."""
+        with self.frames_env.read() as txn:
             cur = txn.cursor(db=self._frames)
             after_frames = _seq_of(cur.key()) + 1 if cur.last() else 1
-        with catalog.read() as txn:
-            floor = counters.get(txn, SEQ_FLOOR)  # set by a catalog restore
-        self._next_seq = max(after_frames, floor)  # writer thread only
+        with self._catalog.read() as txn:
+            floor = self.counters.get(txn, SEQ_FLOOR)
+        self._next_seq = max(after_frames, floor)
 
     # -- reading ----------------------------------------------------------------------
     def _decode(self, txn: lmdb.Transaction, cid: bytes, raw: bytes | memoryview) -> ChunkMeta:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import blake3
 
 from ..env import Pin
-from ..errors import ChunkCorrupt, SealBroken, TierError
+from ..errors import ChunkCorrupt, SealBroken, TierError, Unavailable
 from ..frame import Decoder, delta_base, open_frame, raw_payload
 from ..manifest import FileEntry
 from ..writer import WriteTxn
@@ -226,9 +226,15 @@ class Reader:
         """Verified plaintext of each chunk, in order."""
         metas, frames = self.frames(cids)
         plain, damaged = self.decoded(cids, metas, frames, verify)
-        if damaged:
+        read_only = self._s.writer.refusal() is not None
+        if damaged and not read_only:
             self.flag_damaged(damaged)
-        for cid, data in zip(cids, plain, strict=True):
+        for cid, data, frame in zip(cids, plain, frames, strict=True):
+            if data is None and read_only and frame is None:
+                # A standby that has not yet applied the change that moved it (the primary
+                # deletes a pack only once the replica has passed that change): not ours
+                # to flag; the next read after the next poll finds it.
+                raise Unavailable(f"chunk {cid.hex()} has moved; retry (this is a standby)")
             if data is None:
                 raise ChunkCorrupt(cid.hex())
             yield data

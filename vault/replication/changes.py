@@ -70,6 +70,17 @@ def decode_batches(raw: bytes) -> Iterator[BatchLog]:
         yield batch
 
 
+def replay(txn: Any, db: Any, kind: int, key: bytes, value: bytes) -> None:
+    """Apply one record to a write transaction (a delete of an absent key is no error:
+    replay over a state that already has it)."""
+    if kind == PUT:
+        txn.put(key, value, db=db)
+    elif kind == DELETE:
+        txn.delete(key, db=db)
+    elif kind == DROP:
+        txn.drop(db, delete=False)
+
+
 class Recording:
     """Where one operation's records collect; per environment, so frames can go first."""
 

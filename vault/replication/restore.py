@@ -1,23 +1,26 @@
 """Rebuild a data dir from the replica: the current generation's base, then its log.
 
-The data dir is built in a scratch directory inside the target and moved into place only
-once every segment is applied, so an interrupted restore leaves no half-made vault that a
+The replica is the newest epoch's `current` (vault/replication/layout.py). The data dir is
+built in a scratch directory inside the target and moved into place only once every segment
+is applied, so an interrupted restore leaves no half-made vault that a
 server could open. Segments are applied in order as the writer committed them: frame
 records, then catalog records, up to 64 MiB of log per pair of transactions (the scratch
 dir needs no sync per segment; nothing reads it before the move). Replay stops at the
 first missing segment number (segments are uploaded strictly in order, so there is none
-unless the log was tampered with) or, with `until`, before the first batch committed after
-that time (point-in-time restore).
+unless the log was tampered with), at the fence point of a promotion (`end_segment`), or,
+with `until`, before the first batch committed after that time (point-in-time restore).
+A standby builds the replica the same way (`build`) before it converges onto it.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,38 +28,41 @@ import lmdb
 import zstandard
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
-from ..errors import Conflict, ObjectNotFound, ReplicaNotFound
+from ..errors import Conflict, ObjectNotFound
 from ..maintenance import MaintenanceLock
 from ..seal import Keyring, open_blob
 from ..tier import Tier
-from .changes import CATALOG, DELETE, DROP, ENV_DBS, FRAMES, PUT, BatchLog, decode_batches
-from .shipper import (
-    BASE_CONTEXT,
-    CURRENT,
-    SEGMENT_CONTEXT,
-    base_key,
-    segment_key,
-    write_resume,
-)
+from .changes import CATALOG, ENV_DBS, FRAMES, BatchLog, decode_batches, replay
+from .layout import Current, base_key, replica_current, segment_key, write_local_epoch
+from .shipper import BASE_CONTEXT, SEGMENT_CONTEXT, write_resume
 
 PREFETCH = 16  # segment GETs in flight during a restore
 GROUP_BYTES = 64 << 20  # log applied per pair of transactions (one sync each)
 
 
-def _open(raw: bytes, keyring: Keyring | None, context: bytes) -> bytes:
+def open_body(raw: bytes, keyring: Keyring | None, context: bytes) -> bytes:
+    """A base or segment object's plain bytes (unsealed, decompressed)."""
     return zstandard.ZstdDecompressor().decompressobj().decompress(open_blob(keyring, raw, context))
+
+
+@dataclass(frozen=True)
+class Built:
+    """What `build` replayed: segments up to `next_segment` (excluded)."""
+
+    next_segment: int
+    batches: int
+    last: float | None  # commit time of the last batch replayed
+    cut: bool  # `until` stopped the replay before the end of the log
 
 
 def restore_replica(
     tier: Tier, vault_dir: Path, keyring: Keyring | None = None, until: float | None = None
 ) -> dict[str, Any]:
-    """Make the empty `vault_dir` the replica in `tier` (offline, like a catalog restore)."""
+    """Make the empty `vault_dir` the replica in `tier` (offline, like a catalog restore).
+    The data dir takes the replica's epoch: a server started on it writes under that epoch
+    (and is fenced at once if a promotion has claimed a newer one meanwhile)."""
     started = time.monotonic()
-    try:
-        current = json.loads(tier.get(CURRENT))
-    except ObjectNotFound:
-        raise ReplicaNotFound(f"tier {tier.name} holds no replica (no base finished)") from None
-    gen, first = str(current["generation"]), int(current["base_segment"])
+    current = replica_current(tier)
     vault_dir.mkdir(parents=True, exist_ok=True)
     if (vault_dir / "catalog" / "data.mdb").exists():
         raise Conflict(f"{vault_dir} already holds a catalog; restore into an empty data dir")
@@ -65,57 +71,110 @@ def restore_replica(
         tempfile.TemporaryDirectory(dir=vault_dir, prefix=".restore-") as tmp,
     ):
         work = Path(tmp)
-        for sub in ("catalog", "frames"):
-            (work / sub).mkdir()
-            raw = tier.get(base_key(gen, first, sub))
-            (work / sub / "data.mdb").write_bytes(_open(raw, keyring, BASE_CONTEXT))
-        catalog = Env(work / "catalog", names=CATALOG_DBS)
-        frames = Env(work / "frames", names=FRAME_DBS)
-        try:
-            seq, batches, last, cut = _replay(tier, gen, first, keyring, until, catalog, frames)
-        finally:
-            catalog.close()
-            frames.close()
+        built = build(tier, current, keyring, until, work)
         for sub in ("catalog", "frames"):
             (work / sub / "vault.lock").unlink(missing_ok=True)
             shutil.move(str(work / sub), str(vault_dir / sub))
-        if not cut:  # the whole log: a server started here may continue the generation
-            catalog, frames = (
-                Env(vault_dir / "catalog", names=CATALOG_DBS),
-                Env(vault_dir / "frames", names=FRAME_DBS),
-            )
+        write_local_epoch(vault_dir, current.epoch)
+        # The whole log of a generation of this epoch: a server started here may continue it.
+        if not built.cut and current.end_segment is None:
+            catalog, frames = open_envs(vault_dir)
             try:
-                write_resume(vault_dir, catalog, frames, tier.name, gen, seq)
+                write_resume(
+                    vault_dir,
+                    (catalog, frames),
+                    tier.name,
+                    current.epoch,
+                    current.generation,
+                    built.next_segment,
+                )
             finally:
                 catalog.close()
                 frames.close()
     return {
-        "generation": gen,
-        "base_segment": first,
-        "segments": seq - first,
-        "batches": batches,
-        "through": last,
+        "epoch": current.epoch,
+        "generation": current.generation,
+        "base_segment": current.base_segment,
+        "segments": built.next_segment - current.base_segment,
+        "batches": built.batches,
+        "through": built.last,
         "seconds": round(time.monotonic() - started, 3),
     }
 
 
+def open_envs(root: Path) -> tuple[Env, Env]:
+    """The catalog and frame environments under `root` (catalog/, frames/)."""
+    catalog = Env(root / "catalog", names=CATALOG_DBS)
+    try:
+        return catalog, Env(root / "frames", names=FRAME_DBS)
+    except BaseException:
+        catalog.close()
+        raise
+
+
+def build(
+    tier: Tier, current: Current, keyring: Keyring | None, until: float | None, work: Path
+) -> Built:
+    """The replica `current` names, as the two environments under the empty `work`: its
+    base, then its log up to the first missing segment, the fence point or `until`."""
+    first = current.base_segment
+    for sub in ("catalog", "frames"):
+        (work / sub).mkdir()
+        raw = tier.get(base_key(current.generation, first, sub))
+        (work / sub / "data.mdb").write_bytes(open_body(raw, keyring, BASE_CONTEXT))
+    catalog, frames = open_envs(work)
+    try:
+        return _replay(tier, current, keyring, until, catalog, frames)
+    finally:
+        catalog.close()
+        frames.close()
+
+
+def segments(
+    tier: Tier,
+    current: Current,
+    first: int,
+    keyring: Keyring | None,
+    prefetch: int = PREFETCH,
+) -> Iterator[tuple[int, bytes]]:
+    """(number, plain body) of segments `first`, `first`+1, ... of `current`'s generation,
+    while they exist and come before its end. Fetched by number, `prefetch` at a time (each
+    GET is a round trip); never listed: a listing is no snapshot (and may be paged), a
+    missing number is the end."""
+    with ThreadPoolExecutor(prefetch, thread_name_prefix="replica-fetch") as pool:
+        ahead: deque[Future[bytes | None]] = deque()
+        fetched = seq = first
+        try:
+            while current.within(seq):
+                while len(ahead) < prefetch and current.within(fetched):
+                    ahead.append(
+                        pool.submit(_fetch, tier, segment_key(current.generation, fetched))
+                    )
+                    fetched += 1
+                raw = ahead.popleft().result()
+                if raw is None:
+                    return
+                yield seq, open_body(raw, keyring, SEGMENT_CONTEXT)
+                seq += 1
+        finally:
+            for f in ahead:
+                f.cancel()
+
+
 def _replay(
     tier: Tier,
-    gen: str,
-    first: int,
+    current: Current,
     keyring: Keyring | None,
     until: float | None,
     catalog: Env,
     frames: Env,
-) -> tuple[int, int, float | None, bool]:
-    """Apply segments `first`, `first`+1, ... while they exist; returns (next segment,
-    batches, last commit time, whether `until` cut the log short). Segments are fetched by
-    number, PREFETCH at a time (each GET is a round trip), and applied in order; they are
-    not listed: a listing is no snapshot (and may be paged), a missing number is the end."""
+) -> Built:
+    """Apply the log over the base in `catalog` and `frames`, up to 64 MiB of it per pair
+    of transactions (the scratch dir needs no per-segment sync)."""
     envs = {CATALOG: catalog, FRAMES: frames}
-    seq, batches = first, 0
+    next_seq, batches = current.base_segment, 0
     last: float | None = None
-    group: list[BatchLog] = []  # applied together: the scratch dir needs no per-segment sync
+    group: list[BatchLog] = []
     group_bytes = 0
 
     def flush() -> None:
@@ -125,32 +184,21 @@ def _replay(
         group.clear()
         group_bytes = 0
 
-    with ThreadPoolExecutor(PREFETCH, thread_name_prefix="replica-restore") as pool:
-        ahead: deque[Future[bytes | None]] = deque()
-        fetched = first
-        while True:
-            while len(ahead) < PREFETCH:
-                ahead.append(pool.submit(_fetch, tier, segment_key(gen, fetched)))
-                fetched += 1
-            raw = ahead.popleft().result()
-            if raw is None:
-                for f in ahead:
-                    f.cancel()
-                flush()
-                return seq, batches, last, False
-            body = _open(raw, keyring, SEGMENT_CONTEXT)
-            todo = list(decode_batches(body))
-            cut = [b for b in todo if until is None or b.committed_at <= until]
-            group += cut
-            group_bytes += len(body)
-            batches += len(cut)
-            last = cut[-1].committed_at if cut else last
-            if len(cut) < len(todo):
-                flush()
-                return seq, batches, last, True
-            if group_bytes >= GROUP_BYTES:
-                flush()
-            seq += 1
+    for seq, body in segments(tier, current, current.base_segment, keyring):
+        todo = list(decode_batches(body))
+        cut = [b for b in todo if until is None or b.committed_at <= until]
+        group += cut
+        group_bytes += len(body)
+        batches += len(cut)
+        last = cut[-1].committed_at if cut else last
+        if len(cut) < len(todo):
+            flush()
+            return Built(seq, batches, last, True)
+        next_seq = seq + 1
+        if group_bytes >= GROUP_BYTES:
+            flush()
+    flush()
+    return Built(next_seq, batches, last, False)
 
 
 def _fetch(tier: Tier, key: str) -> bytes | None:
@@ -170,13 +218,7 @@ def _apply(env: Env, env_id: int, batches: list[BatchLog]) -> None:
                     for rec_env, kind, db_index, key, value in batch.records:
                         if rec_env != env_id:
                             continue
-                        db = env.db[names[db_index]]
-                        if kind == PUT:
-                            txn.put(key, value, db=db)
-                        elif kind == DELETE:
-                            txn.delete(key, db=db)
-                        elif kind == DROP:
-                            txn.drop(db, delete=False)
+                        replay(txn, env.db[names[db_index]], kind, key, value)
             return
         except lmdb.MapFullError:
             env.grow()

@@ -7,11 +7,8 @@ one, so uploads group the way the writer's commits do. A generation is a base co
 catalog and the frame environment, each a compacted LMDB copy) plus the log of segments
 after it; the replica is the generation `replica/current` names.
 
-Layout in the tier (every object sealed with the keyring when one is configured):
-
-    replica/current                        {"generation": G, "base_batch": N}
-    replica/<G>/base-catalog, base-frames  zstd of compacted LMDB copies
-    replica/<G>/log/<segment:012d>.seg     zstd of the batches, in order
+The objects' keys, epochs and the fencing rules are in vault/replication/layout.py; bases
+are zstd of compacted LMDB copies, segments zstd of the batches, in order.
 
 Invariant: what a restore replays is always a prefix of the primary's committed history
 ending on a batch boundary, so the replica never names a chunk it does not have.
@@ -34,7 +31,9 @@ takes the file away, and continues only if the ids still match (nothing wrote in
 and the tier's `replica/current` still names that generation. Any other start (after a
 SIGKILL the local queue, kept in memory, is gone) begins a new generation with a new base.
 Segments are created with `if_absent`: if one exists already, another writer has the
-generation, and this one leaves it for a new generation of its own. An overflow too: past
+generation, and this one leaves it for a new generation of its own. A primary finds out it
+was fenced (a standby promoted past its epoch) by checking after every put; from then on it
+ships nothing and its writer refuses changes (layout.py, "Fencing"). An overflow too: past
 `max_backlog` bytes queued (the store down for long), the queue is dropped and a new
 generation begins; producers never wait for the store in async mode. In sync mode a commit
 is acknowledged when the segment (or base) holding it is in the replica, so producers do
@@ -46,7 +45,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import tempfile
 import threading
 import time
@@ -59,18 +57,28 @@ from typing import Any
 import zstandard
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
-from ..errors import ObjectExists
+from ..errors import Fenced, ObjectExists
 from ..store import Store
 from ..tier import Tier
 from ..writer import WriteTxn
 from .changes import CATALOG, FRAMES, BatchLog, Recording, RecordingTxn
+from .layout import (
+    PREFIX,
+    Current,
+    base_key,
+    current_key,
+    epoch_of,
+    fenced_past,
+    generation_key,
+    new_generation,
+    read_current,
+    read_local_epoch,
+    segment_key,
+    write_current,
+)
 
 log = logging.getLogger(__name__)
 
-CURRENT = "replica/current"
-PREFIX = "replica/"
-FENCE = "replica/fence"  # reserved for the standby's promotion (not built yet)
-KEEP = (CURRENT, FENCE)
 RESUME = "replica.resume"  # in the vault dir: where a start may continue (see above)
 FORGET_STEP = 20  # old generations' objects deleted per idle turn of the shipping thread
 SEGMENT_CONTEXT = b"ckpt replica segment"
@@ -88,22 +96,6 @@ class ReplicationConfig:
     max_backlog: int = 1 << 30  # bytes queued before the queue is dropped for a new base
     base_interval: float = 3600.0  # seconds between base copies (bounds restore's replay)
     base_after_bytes: int = 4 << 30  # or this much log since the last base, whichever first
-
-
-def generation_key(gen: str, name: str) -> str:
-    return f"{PREFIX}{gen}/{name}"
-
-
-def base_key(gen: str, seq: int, env: str) -> str:
-    return generation_key(gen, f"base-{seq:012d}-{env}")
-
-
-def segment_key(gen: str, seq: int) -> str:
-    return generation_key(gen, f"log/{seq:012d}.seg")
-
-
-def _new_generation() -> str:
-    return time.strftime("g%Y%m%dt%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
 
 
 @dataclass
@@ -136,14 +128,16 @@ class Replicator:
         self._pending: deque[tuple[int, float, Future[None] | None]] = deque()
         self._restorable = 0  # every batch up to this number is in the replica
         self._shipped = 0  # highest batch in a segment of the current generation
-        self._gen = _new_generation()
+        self.epoch = read_local_epoch(scratch)  # layout.py, "Fencing"
+        self.fenced_by: int | None = None  # the newer epoch found, once fenced
+        self._gen = new_generation(self.epoch)
         self._gen_started = time.time()
         self._seq = 0  # next segment number of the generation
         self._base_ready = False  # `replica/current` names this generation
         self._base_through = 0  # its newest base holds every batch up to this one
         self._base_due = False
         self._garbage: deque[str] = deque()  # objects no restore reads any more
-        resumed = _take_resume(scratch, store, tier)
+        resumed = _take_resume(scratch, store, tier, self.epoch)
         if resumed is not None:
             self._gen, self._seq = resumed
             self._base_ready = True
@@ -154,6 +148,7 @@ class Replicator:
         self.segments = self.bases = self.failures = self.overflows = 0
         self.shipped_bytes = 0
         self.last_error: str | None = None
+        self._check_fence_at_start()
         self._threads = [
             threading.Thread(target=self._ship_loop, name="vault-replica-log", daemon=True),
             threading.Thread(target=self._base_loop, name="vault-replica-base", daemon=True),
@@ -177,6 +172,10 @@ class Replicator:
         ack: Future[None] | None = Future() if self.config.mode == "sync" else None
         now = time.time()
         with self._cond:
+            if self.fenced_by is not None:  # accepted before the fence was found: local only
+                if ack is not None:
+                    ack.set_exception(self._fenced_error())
+                return ack
             self._batch += 1
             body = BatchLog(self._batch, now, changes).encode()
             self._queue.append(_Queued(self._batch, now, body))
@@ -199,7 +198,7 @@ class Replicator:
     def _start_generation(self) -> None:
         """From the next batch on, log into a new generation; the old one stays the replica
         (a consistent prefix) until the new one's base is complete."""
-        self._gen = _new_generation()
+        self._gen = new_generation(self.epoch)
         self._gen_started = time.time()
         self._seq = 0
         self._shipped = 0
@@ -219,6 +218,49 @@ class Replicator:
                 ack.set_result(None)
         self._cond.notify_all()
 
+    # -- fencing (vault/replication/layout.py) -------------------------------------------
+    def _fenced_error(self) -> Fenced:
+        return Fenced(
+            f"this server wrote the replica in tier {self.config.tier} at epoch {self.epoch}, "
+            f"and a standby was promoted to epoch {self.fenced_by}: it takes no more writes"
+        )
+
+    def _check_fence_at_start(self) -> None:
+        """A primary coming back after a promotion must not take one write. A store that
+        does not answer cannot tell; the first segment's check will."""
+        try:
+            fenced = fenced_past(self._tier, self.epoch)
+        except Exception as e:  # noqa: BLE001 - the store is down: checked again after each put
+            log.warning("replica: cannot check the fence in %s: %s", self.config.tier, e)
+            return
+        if fenced:
+            self._fence()
+
+    def _still_ours(self) -> bool:
+        """Checked after each put, before it counts (rule 1): False once fenced."""
+        if self.fenced_by is None and fenced_past(self._tier, self.epoch):
+            self._fence()
+        return self.fenced_by is None
+
+    def _fence(self) -> None:
+        """A newer epoch exists: ship nothing more, fail the commits waiting for the replica,
+        refuse every change from now on."""
+        with self._cond:
+            if self.fenced_by is not None:
+                return
+            self.fenced_by = self.epoch + 1
+            error = self._fenced_error()
+            log.error("%s", error)
+            self._s.writer.refuse(self._fenced_error)
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._garbage.clear()
+            while self._pending:
+                ack = self._pending.popleft()[2]
+                if ack is not None:
+                    ack.set_exception(self._fenced_error())
+            self._cond.notify_all()
+
     # -- observers -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """Lag and counters for /metrics and `ckpt stats`."""
@@ -230,14 +272,16 @@ class Replicator:
             return {
                 "tier": self.config.tier,
                 "mode": self.config.mode,
+                "epoch": self.epoch,
+                "fenced_by": self.fenced_by,
                 "generation": self._gen,
                 "lag_seconds": round(lag, 3),
                 "lag_bytes": self._queued_bytes,
                 "lag_budget": self.config.lag_budget,
                 "queued_batches": len(self._pending),
                 "base_pending": not self._base_ready,
-                "lag_p50": _quantile(lags, 0.5),
-                "lag_p99": _quantile(lags, 0.99),
+                "lag_p50": quantile(lags, 0.5),
+                "lag_p99": quantile(lags, 0.99),
                 "batches": self._batch,
                 "restorable_batch": self._restorable,
                 "segments": self.segments,
@@ -255,7 +299,7 @@ class Replicator:
             target = self._batch
             while self._restorable < target:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self.fenced_by is not None:
                     return False
                 self._cond.wait(left)
         return True
@@ -267,22 +311,23 @@ class Replicator:
         with self._cond:
             self._closing = True
             caught_up = caught_up and self._base_ready and not self._queue
+            caught_up = caught_up and self.fenced_by is None
             gen, seq = self._gen, self._seq
             self._cond.notify_all()
         for t in self._threads:
             t.join(timeout)  # an upload may hang on a dead store; the threads are daemons
         if caught_up:
             s = self._s
-            write_resume(self._scratch, s.catalog_env, s.frames_env, self._tier.name, gen, seq)
+            write_resume(self._scratch, s, self._tier.name, self.epoch, gen, seq)
 
     # -- the log thread ------------------------------------------------------------------
     def _ship_loop(self) -> None:
         retry = RETRY_MIN
         while True:
             with self._cond:
-                while not (self._closing or self._queue):
+                while not (self._stopped() or self._queue):
                     self._cond.wait()
-                if self._closing:
+                if self._stopped():
                     return
                 gen, seq, items = self._gen, self._seq, list(self._queue)
             try:
@@ -290,6 +335,9 @@ class Replicator:
                 retry = RETRY_MIN
             except Exception as e:  # noqa: BLE001 - the store is down or failing: retry
                 retry = self._failed(e, retry)
+
+    def _stopped(self) -> bool:
+        return self._closing or self.fenced_by is not None
 
     def _failed(self, e: Exception, retry: float) -> float:
         self.failures += 1
@@ -310,6 +358,8 @@ class Replicator:
             else:
                 self._foreign(gen, seq)
                 return
+        if not self._still_ours():
+            return
         with self._cond:
             self.segments += 1
             self.shipped_bytes += len(blob)
@@ -338,16 +388,16 @@ class Replicator:
         retry = RETRY_MIN
         while True:
             with self._cond:
-                while not (self._closing or not self._base_ready or self._due() or self._garbage):
+                while not (self._stopped() or not self._base_ready or self._due() or self._garbage):
                     self._cond.wait(timeout=1.0)
-                if self._closing:
+                if self._stopped():
                     return
                 base = not self._base_ready or self._due()
                 gen, seq, through = self._gen, self._seq, self._batch
             try:
                 if base:
                     self._ship_base(gen, seq, through)
-                else:
+                elif self._still_ours():
                     for _ in range(min(FORGET_STEP, len(self._garbage))):
                         self._tier.delete(self._garbage[0])
                         self._garbage.popleft()
@@ -376,8 +426,9 @@ class Replicator:
             blob = self._seal(_copy(env, self._scratch), BASE_CONTEXT)
             self._tier.put(base_key(gen, seq, name), blob)
             size += len(blob)
-        current = {"generation": gen, "base_segment": seq, "base_batch": through}
-        self._tier.put(CURRENT, json.dumps({**current, "created_at": time.time()}).encode())
+        write_current(self._tier, Current(self.epoch, gen, seq, through))
+        if not self._still_ours():
+            return
         with self._cond:
             self.bases += 1
             self.shipped_bytes += size
@@ -391,31 +442,40 @@ class Replicator:
         self._forget(gen, seq)
 
     def _forget(self, gen: str, seq: int) -> None:
-        """Queue for deletion what no restore reads now that `gen`@`seq` is current."""
-        keep = {base_key(gen, seq, n) for n in ("frames", "catalog")} | set(KEEP)
+        """Queue for deletion what no restore reads now that `gen`@`seq` is current: older
+        generations and epochs, this one's older bases and segments; never a fence, nor
+        anything of a newer epoch (a promotion under way past this one)."""
+        keep = {base_key(gen, seq, n) for n in ("frames", "catalog")} | {current_key(self.epoch)}
         floor = segment_key(gen, seq)
         mine = generation_key(gen, "")
+
+        def old(key: str) -> bool:
+            epoch = epoch_of(key)
+            if key in keep or epoch is None or epoch > self.epoch:
+                return False
+            return not key.startswith(mine) or key.startswith(mine + "base-") or key < floor
+
         try:
-            old = [
-                k
-                for k in self._tier.list(PREFIX)
-                if k not in keep
-                and (not k.startswith(mine) or k.startswith(mine + "base-") or k < floor)
-            ]
+            garbage = [k for k in self._tier.list(PREFIX) if old(k)]
         except Exception as e:  # noqa: BLE001 - leftovers go with the next base
             log.warning("could not list old replica objects: %s", e)
             return
         with self._cond:
-            if self._gen != gen:  # a newer generation's objects may be in the listing
+            if self._gen != gen or self.fenced_by is not None:  # the listing may hold theirs
                 return
-            self._garbage = deque(old)
+            self._garbage = deque(garbage)
             self._cond.notify_all()
 
 
-def write_resume(vault_dir: Path, catalog: Env, frames: Env, tier: str, gen: str, seq: int) -> None:
-    """Record that the data dir is exactly generation `gen` up to segment `seq` (excluded)."""
+def write_resume(
+    vault_dir: Path, store: Store | tuple[Env, Env], tier: str, epoch: int, gen: str, seq: int
+) -> None:
+    """Record that the data dir is exactly generation `gen` up to segment `seq` (excluded),
+    as epoch `epoch`'s primary. `store`: the store, or its (catalog, frames) environments."""
+    catalog, frames = (store.catalog_env, store.frames_env) if isinstance(store, Store) else store
     state = {
         "tier": tier,
+        "epoch": epoch,
         "generation": gen,
         "next_segment": seq,
         "catalog_txn": catalog.lmdb.info()["last_txnid"],
@@ -426,7 +486,7 @@ def write_resume(vault_dir: Path, catalog: Env, frames: Env, tier: str, gen: str
     os.replace(tmp, vault_dir / RESUME)
 
 
-def _take_resume(vault_dir: Path, store: Store, tier: Tier) -> tuple[str, int] | None:
+def _take_resume(vault_dir: Path, store: Store, tier: Tier, epoch: int) -> tuple[str, int] | None:
     """Where to continue, if `replica.resume` allows it (removed either way: once used, a
     later crash must not find it)."""
     path = vault_dir / RESUME
@@ -437,17 +497,18 @@ def _take_resume(vault_dir: Path, store: Store, tier: Tier) -> tuple[str, int] |
     path.unlink()
     same = (
         state.get("tier") == tier.name
+        and state.get("epoch", 0) == epoch
         and state.get("catalog_txn") == store.catalog_env.lmdb.info()["last_txnid"]
         and state.get("frames_txn") == store.frames_env.lmdb.info()["last_txnid"]
     )
     if not same:
         return None
     try:
-        current = json.loads(tier.get(CURRENT))
+        current = read_current(tier, epoch)
     except Exception as e:  # noqa: BLE001 - cannot tell: a new generation is always safe
-        log.warning("replica: cannot read %s (%s); starting a new generation", CURRENT, e)
+        log.warning("replica: cannot read the current generation (%s); starting anew", e)
         return None
-    if current.get("generation") != state["generation"]:
+    if current is None or current.generation != state["generation"] or current.end_segment:
         return None
     return str(state["generation"]), int(state["next_segment"])
 
@@ -463,7 +524,7 @@ def _copy(env: Env, scratch: Path) -> bytes:
         os.unlink(name)
 
 
-def _quantile(ordered: list[float], q: float) -> float | None:
+def quantile(ordered: list[float], q: float) -> float | None:
     if not ordered:
         return None
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)

@@ -79,3 +79,22 @@ def test_config_show_command(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert "[server] prot" in bad.stderr
+
+
+@pytest.mark.parametrize("spelling", ["replica:cold", "tier:cold", "cold"])
+def test_follow_spellings_and_the_shared_poll_interval(tmp_path: Path, spelling: str) -> None:
+    text = '[tiers.cold]\nurl = "file:///tmp/x"\n[standby]\npoll_interval = "100ms"\n'
+    cfg = write(tmp_path, text)
+    assert load_settings(cfg, environ={}).following is None  # a primary may share the file
+    settings = load_settings(cfg, environ={}, overrides={("standby", "follow"): spelling})
+    assert settings.following is not None
+    assert (settings.following.tier, settings.following.poll_interval) == ("cold", 0.1)
+
+
+def test_a_standby_promotes_into_the_tier_it_follows(tmp_path: Path) -> None:
+    text = '[tiers.cold]\nurl = "file:///tmp/x"\n[tiers.warm]\nurl = "file:///tmp/y"\n'
+    cfg = write(tmp_path, text + '[replication]\ntier = "warm"\n')
+    with pytest.raises(SettingsError, match="differ"):
+        load_settings(cfg, environ={}, overrides={("standby", "follow"): "replica:cold"})
+    with pytest.raises(SettingsError, match="no such"):
+        load_settings(cfg, environ={}, overrides={("standby", "follow"): "replica:gone"})
