@@ -145,13 +145,15 @@ async def _send(
     try:
         if transport is None:
             raise ConnectionResetError("connection lost")
-        for offset, n in batch.spans:
+        for part in batch.parts:
+            n = part[1] if isinstance(part, tuple) else len(part)
             lo, hi = max(first - pos, 0), min(last + 1 - pos, n)
-            if hi > lo:
-                # Bounded: a client that stops reading must not hold the pages for long.
-                await asyncio.wait_for(
-                    loop.sendfile(transport, batch.file, offset + lo, hi - lo), PIN_SECONDS
-                )
+            # Bounded: a client that stops reading must not hold the pages for long.
+            if hi > lo and isinstance(part, tuple):
+                sending = loop.sendfile(transport, batch.file, part[0] + lo, hi - lo)
+                await asyncio.wait_for(sending, PIN_SECONDS)
+            elif hi > lo:
+                await asyncio.wait_for(resp.write(memoryview(part)[lo:hi]), PIN_SECONDS)
             pos += n
     finally:
         batch.release()

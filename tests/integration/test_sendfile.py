@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 
 import aiohttp
 import pytest
@@ -42,10 +43,32 @@ async def test_raw_hot_files_leave_pinned_and_read_back_exactly(api: Api) -> Non
     _, files = vault.manifest("sf", rec["id"])
     pinned = vault.pinned_chunks([c for c, _ in files["w"].chunks])
     assert pinned is not None, "the chunks of a streamed random file are raw hot frames"
+    assert all(isinstance(p, tuple) for p in pinned.parts)
     pinned.release()
     assert await api.read("sf", rec["id"], "w") == data
     for first, last in [(0, 0), (4 * MiB - 3, 4 * MiB + 5), (5 * MiB, 9 * MiB - 1)]:
         got = await api.read("sf", rec["id"], "w", headers={"Range": f"bytes={first}-{last}"})
+        assert got == data[first : last + 1]
+    await _readers_gone(vault)
+
+
+async def test_batches_mixing_raw_and_compressed_frames_read_back_exactly(api: Api) -> None:
+    """Compressible stretches are zstd frames, sent as plaintext between sendfile calls."""
+    rng = random.Random(3)
+    data = b"".join(
+        rng.randbytes(300_000) if i % 2 else bytes(300_000) + rng.randbytes(100) for i in range(20)
+    )
+    rec = await api.save("mix", {"w": data})
+    vault = _vault(api)
+    _, files = vault.manifest("mix", rec["id"])
+    pinned = vault.pinned_chunks([c for c, _ in files["w"].chunks])
+    assert pinned is not None
+    kinds = {isinstance(p, tuple) for p in pinned.parts}
+    pinned.release()
+    assert kinds == {True, False}, "both raw frames and decoded plaintexts in one batch"
+    assert await api.read("mix", rec["id"], "w") == data
+    for first, last in [(299_990, 300_010), (1_000_000, 4_500_000), (len(data) - 7, len(data) - 1)]:
+        got = await api.read("mix", rec["id"], "w", headers={"Range": f"bytes={first}-{last}"})
         assert got == data[first : last + 1]
     await _readers_gone(vault)
 

@@ -245,32 +245,38 @@ class Reader:
         return list(self._plaintexts(cids))
 
     def pinned(self, cids: Sequence[bytes]) -> Pinned | None:
-        """The chunks as verified stretches of the frame environment's data file, held in
-        place until `Pinned.release()`: a download sends them with sendfile, with no copy
-        in this process. None (nothing held) unless every chunk is a sound raw hot frame;
-        the caller then reads them the usual way, which also flags what is damaged."""
+        """The chunks in order, each either a verified stretch of the frame environment's
+        data file, held in place until `Pinned.release()` (a download sends it with
+        sendfile, no copy in this process), or, for chunks that are not sound raw hot
+        frames (zstd, deltas, packed, damaged), its plaintext read the usual way, which
+        raises on and flags what is damaged. None (nothing held) if no chunk is a raw
+        hot frame: the caller reads the batch the usual way."""
         chunks = self._s.chunks
         with self._s.catalog_env.read() as txn:
             metas = [chunks.meta(txn, cid) for cid in cids]
         wheres = [m.where if m is not None and not m.damaged else None for m in metas]
-        if not all(isinstance(w, HotFrame) for w in wheres):
+        if not any(isinstance(w, HotFrame) for w in wheres):
             return None
         pin = self._s.frames_env.pin()
         try:
-            spans = []
-            for cid, where in zip(cids, wheres, strict=True):
-                assert isinstance(where, HotFrame)
-                frame = chunks.hot_frame(pin.txn, where)
+            parts: list[tuple[int, int] | Plain | None] = [None] * len(cids)
+            for i, (cid, where) in enumerate(zip(cids, wheres, strict=True)):
+                frame = chunks.hot_frame(pin.txn, where) if isinstance(where, HotFrame) else None
                 view = raw_payload(frame) if frame is not None else None
-                if view is None or blake3.blake3(view).digest() != cid:
-                    pin.release()
-                    return None
-                spans.append((pin.offset(view), len(view)))
+                if view is not None and blake3.blake3(view).digest() == cid:
+                    parts[i] = (pin.offset(view), len(view))
+            rest = [i for i, part in enumerate(parts) if part is None]
+            if len(rest) == len(cids):
+                pin.release()
+                return None
+            for i, data in zip(rest, self.chunks([cids[i] for i in rest]), strict=True):
+                parts[i] = data
         except BaseException:
             pin.release()
             raise
-        self._s.frames_env.note_io(sum(n for _, n in spans))
-        return Pinned(pin, spans)
+        done = [part for part in parts if part is not None]  # every one, by now
+        self._s.frames_env.note_io(sum(p[1] for p in done if isinstance(p, tuple)))
+        return Pinned(pin, done)
 
     def flag_damaged(self, cids: set[bytes]) -> None:
         """Flag chunks damaged (and what depends on them) without waiting for the write."""
@@ -323,12 +329,13 @@ class Reader:
 
 
 class Pinned:
-    """Verified chunks as (offset, length) stretches of `file`, valid until `release()`."""
+    """Verified chunks in order: (offset, length) stretches of `file`, valid until
+    `release()`, or plaintexts where a chunk could not be sent from the file."""
 
-    def __init__(self, pin: Pin, spans: list[tuple[int, int]]) -> None:
+    def __init__(self, pin: Pin, parts: list[tuple[int, int] | Plain]) -> None:
         self._pin = pin
         self.file: BinaryIO = pin.file
-        self.spans = spans
+        self.parts = parts
 
     def release(self) -> None:
         self._pin.release()
