@@ -149,9 +149,10 @@ async def _send(
             n = part[1] if isinstance(part, tuple) else len(part)
             lo, hi = max(first - pos, 0), min(last + 1 - pos, n)
             # Bounded: a client that stops reading must not hold the pages for long.
-            if hi > lo and isinstance(part, tuple):
-                sending = loop.sendfile(transport, batch.file, part[0] + lo, hi - lo)
-                await asyncio.wait_for(sending, PIN_SECONDS)
+            if isinstance(part, tuple):
+                if hi > lo:
+                    sending = loop.sendfile(transport, batch.file, part[0] + lo, hi - lo)
+                    await asyncio.wait_for(sending, PIN_SECONDS)
             elif hi > lo:
                 await asyncio.wait_for(resp.write(memoryview(part)[lo:hi]), PIN_SECONDS)
             pos += n
