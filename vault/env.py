@@ -202,6 +202,13 @@ class Env:
         """Read transactions open now (pinned downloads among them)."""
         return self._lock.readers
 
+    def map_span(self) -> tuple[int, int] | None:
+        """Where this process maps the data file (None where that cannot be known); looked
+        up once per mapping (call with a reader's share of the lock held: growth remaps)."""
+        if self._span is None:
+            self._span = _mapped_range(self._data_file)
+        return self._span
+
     def pin(self) -> Pin:
         """A read transaction the caller ends with `Pin.release()`, for bytes that leave
         through the data file (sendfile) after being read in the map: while it lives, no
@@ -215,10 +222,9 @@ class Env:
         if self._read_since_trim >= TRIM_EVERY_BYTES:
             self._read_since_trim = 0
             with self._lock.shared():  # the map cannot move while we advise on it
-                if self._span is None:
-                    self._span = _mapped_range(self._data_file)
-                if self._span is not None:
-                    _madvise_dontneed(self._span)
+                span = self.map_span()
+                if span is not None:
+                    _madvise_dontneed(span)
 
     def grow(self) -> int:
         """Enlarge the map (called by the writer thread with no write txn open)."""
@@ -281,8 +287,7 @@ class Pin:
         self._stack = ExitStack()
         self.txn = self._stack.enter_context(env.read())
         try:
-            span = env._span or _mapped_range(env._data_file)
-            env._span = span
+            span = env.map_span()
             if span is None:
                 raise OSError("the map of the data file is not in /proc/self/maps")
             self._map_start = span[0]

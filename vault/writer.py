@@ -111,14 +111,16 @@ class Writer:
         """Queue `op`; the Future resolves once its effects are durable. Raises the refusal's
         error while changes are refused, unless `replicated` (the replica's log, applied by
         a standby)."""
+        return self._enqueue(_Item(op, size), replicated).future
+
+    def _enqueue(self, item: _Item, replicated: bool = False) -> _Item:
         if self._closed:
             raise RuntimeError("writer is closed")
         refusal = self._refusal
         if refusal is not None and not replicated:
             raise refusal()
-        item = _Item(op, size)
         self._queue.put(item)
-        return item.future
+        return item
 
     def observe(self, observer: CommitObserver) -> None:
         """Hand every committed change to `observer` from now on (set before any submit)."""
@@ -139,15 +141,9 @@ class Writer:
     def stage(self, op: Callable[[WriteTxn], T], size: int = 0) -> tuple[T, Future[Any]]:
         """Run `op` and return its value once its batch has run (not yet synced), with the
         Future of its durability. An error of `op` itself is raised here, as `run` would."""
-        if self._closed:
-            raise RuntimeError("writer is closed")
-        refusal = self._refusal
-        if refusal is not None:
-            raise refusal()
-        item = _Item(op, size, applied=Future())
-        self._queue.put(item)
-        assert item.applied is not None
-        return item.applied.result(), item.future
+        applied: Future[T] = Future()
+        item = self._enqueue(_Item(op, size, applied=applied))
+        return applied.result(), item.future
 
     def queue_depth(self) -> int:
         return self._queue.qsize()

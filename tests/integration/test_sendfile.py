@@ -13,11 +13,9 @@ import pytest
 
 from api.keys import VAULT
 from vault import Vault
-from vault.content.chunks import seq_key
-from vault.content.location import HotFrame
-from vault.writer import WriteTxn
 
 from ..conftest import Api
+from ..unit.vault.helpers import flip_last_byte
 
 MiB = 1 << 20
 
@@ -93,16 +91,7 @@ async def test_a_frame_damaged_in_place_is_never_sent(api: Api) -> None:
     _, files = vault.manifest("bad", rec["id"])
     chunks = files["w"].chunks
     victim, offset = chunks[-1][0], sum(n for _, n in chunks[:-1])  # in the last batch
-
-    def damage(w: WriteTxn) -> None:
-        meta = vault.store.chunks.meta(w.catalog, victim)
-        assert meta is not None
-        assert isinstance(meta.where, HotFrame)
-        frame = bytearray(vault.store.chunks.hot_frame(w.frames, meta.where) or b"")
-        frame[-1] ^= 1
-        w.frames.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames_env.db["frames"])
-
-    vault.store.writer.run(damage)
+    flip_last_byte(vault, victim)
     resp = await api.call("GET", f"/v1/namespaces/bad/checkpoints/{rec['id']}/files/w")
     assert resp.status == 200  # the first batch was sound: the status went out
     with pytest.raises(aiohttp.ClientError):

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
 import blake3
+import lmdb
 
 from ..env import Pin
 from ..errors import ChunkCorrupt, SealBroken, TierError, Unavailable
@@ -251,18 +252,14 @@ class Reader:
         frames (zstd, deltas, packed, damaged), its plaintext read the usual way, which
         raises on and flags what is damaged. None (nothing held) if no chunk is a raw
         hot frame: the caller reads the batch the usual way."""
-        chunks = self._s.chunks
-        with self._s.catalog_env.read() as txn:
-            metas = [chunks.meta(txn, cid) for cid in cids]
-        wheres = [m.where if m is not None and not m.damaged else None for m in metas]
+        _, wheres = self._sound_hot(cids)
         if not any(isinstance(w, HotFrame) for w in wheres):
             return None
         pin = self._s.frames_env.pin()
         try:
             parts: list[tuple[int, int] | Plain | None] = [None] * len(cids)
             for i, (cid, where) in enumerate(zip(cids, wheres, strict=True)):
-                frame = chunks.hot_frame(pin.txn, where) if isinstance(where, HotFrame) else None
-                view = raw_payload(frame) if frame is not None else None
+                view = self._raw_view(pin.txn, where)
                 if view is not None and blake3.blake3(view).digest() == cid:
                     parts[i] = (pin.offset(view), len(view))
             rest = [i for i, part in enumerate(parts) if part is None]
@@ -306,26 +303,38 @@ class Reader:
     def _hash_in_place(self, cids: Sequence[bytes], h: blake3.blake3) -> bool:
         """Feed `h` the batch straight from the map if every chunk is a raw hot frame;
         False (and `h` untouched) otherwise."""
+        metas, wheres = self._sound_hot(cids)
+        if not all(wheres):
+            return False
+        with self._s.frames_env.read() as txn:
+            views = [self._raw_view(txn, where) for where in wheres]
+            if any(view is None for view in views):
+                return False
+            for view in views:
+                assert view is not None
+                h.update(view)
+            del views
+        self._s.frames_env.note_io(sum(m.stored for m in metas if m is not None))
+        return True
+
+    def _sound_hot(
+        self, cids: Sequence[bytes]
+    ) -> tuple[list[ChunkMeta | None], list[HotFrame | None]]:
+        """Each chunk's metadata, and its hot frame's place if it has one and is sound."""
         chunks = self._s.chunks
         with self._s.catalog_env.read() as txn:
             metas = [chunks.meta(txn, cid) for cid in cids]
-        wheres = [m.where if m is not None and not m.damaged else None for m in metas]
-        if not all(isinstance(w, HotFrame) for w in wheres):
-            return False
-        with self._s.frames_env.read() as txn:
-            views = []
-            for where in wheres:
-                assert isinstance(where, HotFrame)
-                frame = chunks.hot_frame(txn, where)
-                view = raw_payload(frame) if frame is not None else None
-                if view is None:
-                    return False
-                views.append(view)
-            for view in views:
-                h.update(view)
-            del views, view
-        self._s.frames_env.note_io(sum(m.stored for m in metas if m is not None))
-        return True
+        wheres = [
+            m.where if m is not None and not m.damaged and isinstance(m.where, HotFrame) else None
+            for m in metas
+        ]
+        return metas, wheres
+
+    def _raw_view(self, txn: lmdb.Transaction, where: HotFrame | None) -> memoryview | None:
+        """The plaintext of a raw hot frame as a view into the map (valid while `txn` is
+        open); None for any other chunk."""
+        frame = self._s.chunks.hot_frame(txn, where) if where is not None else None
+        return raw_payload(frame) if frame is not None else None
 
 
 class Pinned:

@@ -6,7 +6,10 @@ from typing import Any
 
 from client.protocol import CommitFile
 from vault import CheckpointRecord, Vault
+from vault.content import HotFrame
+from vault.content.chunks import seq_key
 from vault.frame import chunk_id
+from vault.writer import WriteTxn
 
 
 def client_save(
@@ -45,3 +48,17 @@ def stream_save(vault: Vault, ns: str, files: dict[str, bytes], **opts: Any) -> 
 def read_file(vault: Vault, ns: str, ref: str, name: str) -> bytes:
     _, files = vault.manifest(ns, ref)
     return b"".join(vault.read_chunks([c for c, _ in files[name].chunks]))
+
+
+def flip_last_byte(vault: Vault, cid: bytes) -> None:
+    """Damage a hot chunk's frame in place, behind the engine's back (a disk that lied)."""
+
+    def damage(w: WriteTxn) -> None:
+        meta = vault.store.chunks.meta(w.catalog, cid)
+        assert meta is not None
+        assert isinstance(meta.where, HotFrame)
+        frame = bytearray(vault.store.chunks.hot_frame(w.frames, meta.where) or b"")
+        frame[-1] ^= 1
+        w.frames.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames_env.db["frames"])
+
+    vault.store.writer.run(damage)

@@ -8,12 +8,11 @@ import pytest
 from client.protocol import CommitFile
 from vault import ChunkCorrupt, MissingChunks, Vault
 from vault.clock import FakeClock
-from vault.content import HotFrame
 from vault.content.chunks import seq_key
 from vault.frame import chunk_id
 from vault.writer import WriteTxn
 
-from .helpers import client_save, read_file, stream_save
+from .helpers import client_save, flip_last_byte, read_file, stream_save
 
 
 def test_dedup_stores_repeated_chunks_once(vault: Vault) -> None:
@@ -99,15 +98,7 @@ def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) ->
     victim = data[:1000]
     vid = chunk_id(victim)
 
-    def damage(w: WriteTxn) -> None:
-        meta = vault.store.chunks.meta(w.catalog, vid)
-        assert meta is not None
-        assert isinstance(meta.where, HotFrame)
-        frame = bytearray(vault.store.chunks.hot_frame(w.frames, meta.where) or b"")
-        frame[-1] ^= 1
-        w.frames.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames_env.db["frames"])
-
-    vault.store.writer.run(damage)
+    flip_last_byte(vault, vid)
     with pytest.raises(ChunkCorrupt):
         read_file(vault, "ns", rec.id, "f")
     vault.store.writer.run(lambda txn: None)  # the damage flag is written by then
