@@ -358,24 +358,22 @@ class AsyncVaultClient:
         partial = target.with_name(target.name + ".ckpt-part")
         size = int(info["size"])
         out = await asyncio.to_thread(open, partial, "wb")
+        try:
+            with out:
+                sink = FileSink(out)
 
-        with out:
-            sink = FileSink(out)
+                def write(piece: memoryview) -> None:
+                    sink.write(piece)
+                    bar.update(len(piece))
 
-            async def write(piece: bytes) -> None:
-                await sink.write(piece)
-                bar.update(len(piece))
-
-            try:
-                received = await self._t.download(
-                    _file_path(ckpt.namespace, ckpt.id, name), size, write
-                )
-                await sink.close()
-            finally:
-                await sink.abandon()
-        if received != size or sink.hash.hexdigest() != info["hash"]:
-            partial.unlink(missing_ok=True)
-            raise IntegrityError(f"{name!r}: received bytes do not match the recorded hash")
+                path = _file_path(ckpt.namespace, ckpt.id, name)
+                received = await self._t.download(path, size, write)
+                await asyncio.to_thread(sink.sync)
+            if received != size or sink.hash.hexdigest() != info["hash"]:
+                raise IntegrityError(f"{name!r}: received bytes do not match the recorded hash")
+        except BaseException:
+            partial.unlink(missing_ok=True)  # a failed download leaves nothing behind
+            raise
         os.replace(partial, target)
 
     async def read_range(

@@ -5,13 +5,12 @@ fsync. Left alone, the kernel starts writing a file back only when dirty pages p
 of RAM: all of a 1 GB file then waits for the fsync at the end, after the network is done.
 `FileSink` asks for write-back of each stretch as soon as it is written
 (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which only starts it), so the disk works while
-the network delivers and the fsync waits for the tail. It also hashes and writes on a worker
-thread one piece behind the socket, so the event loop only receives.
+the network delivers and the fsync waits for the tail. It is fed on a thread
+(client/bulkget.py) while the next piece is received.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import os
 import sys
@@ -34,36 +33,17 @@ def _sync_file_range() -> Any:
 
 
 class FileSink:
-    """Receives a file's pieces in order: writes, hashes, and starts their write-back."""
+    """Receives a file's pieces in order: writes, hashes, and starts their write-back.
+    Blocking: called from one thread at a time."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
-        self.hash = blake3.blake3()
-        self._pending: asyncio.Future[None] | None = None
+        self.hash = blake3.blake3(max_threads=blake3.blake3.AUTO)
         self._written = 0
         self._flushed = 0  # bytes whose write-back has been asked for
         self._range_sync = _sync_file_range()
 
-    async def write(self, piece: bytes) -> None:
-        """Queue `piece`; returns once the previous piece is written (one in flight)."""
-        if self._pending is not None:
-            await self._pending
-        self._pending = asyncio.ensure_future(asyncio.to_thread(self._put, piece))
-
-    async def close(self) -> None:
-        """Wait for every piece, then make the file durable."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            await pending
-        await asyncio.to_thread(self._sync)
-
-    async def abandon(self) -> None:
-        """Wait for the piece in flight (its thread still holds the file) without syncing."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            await asyncio.gather(pending, return_exceptions=True)
-
-    def _put(self, piece: bytes) -> None:
+    def write(self, piece: memoryview) -> None:
         self._out.write(piece)
         self.hash.update(piece)
         self._written += len(piece)
@@ -77,6 +57,7 @@ class FileSink:
             )
             self._flushed = self._written
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
+        """Make every written piece durable."""
         self._out.flush()
         os.fsync(self._out.fileno())

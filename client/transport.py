@@ -16,6 +16,7 @@ import email.utils
 import json
 import random
 import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from . import bulkget
 from .errors import ClientError, TransportError, error_from
 from .models import Transfer
 
@@ -32,7 +34,12 @@ RETRY_STATUSES = frozenset({502, 503, 504})  # retried whether or not they say w
 _WHOLE_BODY_LIMIT = 1 << 20
 READ_BUFFER = 4 << 20  # a response may buffer this much before aiohttp pauses the socket:
 # large reads then come in a few pieces, not one per 64 KiB
-_NETWORK = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
+_NETWORK = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    asyncio.TimeoutError,
+    bulkget.Broken,
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class Transport:
         self._connections = connections
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        self._bulk_connections: bulkget.Connections | None = None
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -109,6 +117,9 @@ class Transport:
         return self._session
 
     async def close(self) -> None:
+        if self._bulk_connections is not None:
+            self._bulk_connections.close()
+            self._bulk_connections = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -183,26 +194,38 @@ class Transport:
         """A GET whose body the caller reads and then releases; retried until it answers."""
         return await self.retrying(f"GET {path}", lambda: self._open_once(path, headers))
 
-    async def download(
-        self, path: str, size: int, consume: Callable[[bytes], Awaitable[None]]
-    ) -> int:
-        """The `size` bytes at `path`, in order, into `consume`; a connection that breaks
+    async def download(self, path: str, size: int, consume: Callable[[memoryview], None]) -> int:
+        """The `size` bytes at `path`, in order, into `consume`, called on a thread: the body
+        never passes through the event loop (client/bulkget.py). A connection that breaks
         (or a body that ends early) resumes with a Range request where it stopped, each
         resume one attempt of the policy. Returns the bytes received."""
         done = 0
+        stop = threading.Event()  # set when the caller gives up: the thread stops too
+
+        def counted(piece: memoryview) -> None:
+            nonlocal done
+            consume(piece)
+            done += len(piece)
+            self.transfer.bytes_received += len(piece)
 
         async def attempt() -> None:
-            nonlocal done
-            async with self._stream_once(path, {"Range": f"bytes={done}-"} if done else None) as r:
-                async for piece in r.content.iter_chunked(1 << 20):
-                    await consume(piece)
-                    done += len(piece)
-                    self.transfer.bytes_received += len(piece)
+            self.transfer.requests += 1
+            await asyncio.to_thread(
+                bulkget.receive, self._bulk(), path, self._headers, done, counted, _refusal, stop
+            )
             if done < size:
-                raise aiohttp.ClientPayloadError(f"body ended after {done} of {size} bytes")
+                raise bulkget.Broken(f"body ended after {done} of {size} bytes")
 
-        await self.retrying(f"GET {path}", attempt)
+        try:
+            await self.retrying(f"GET {path}", attempt)
+        finally:
+            stop.set()
         return done
+
+    def _bulk(self) -> bulkget.Connections:
+        if self._bulk_connections is None:
+            self._bulk_connections = bulkget.Connections(self.url, self._tls, self._timeout)
+        return self._bulk_connections
 
     @asynccontextmanager
     async def _stream_once(
@@ -231,8 +254,12 @@ class Transport:
 
 
 def _error(resp: aiohttp.ClientResponse, payload: bytes) -> ClientError:
-    error = error_from(resp.status, _parse(payload))
-    error.retry_after = _retry_after(resp.headers)
+    return _refusal(resp.status, resp.headers, payload)
+
+
+def _refusal(status: int, headers: Mapping[str, str], payload: bytes) -> ClientError:
+    error = error_from(status, _parse(payload))
+    error.retry_after = _retry_after(headers)
     return error
 
 

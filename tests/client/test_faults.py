@@ -31,9 +31,11 @@ def test_save_survives_a_connection_dropped_mid_upload(
         ckpt = vault.save("f/drop", {"w.bin": data})
         assert proxy.cuts == 1
         assert vault.transfer.retries >= 1
-        proxy.cut_after(3 << 20)  # and a download cut halfway resumes with a Range request
+        proxy.cut_download_after(3 << 20)  # and a download cut halfway resumes by Range
         vault.load("f/drop", ckpt.id, tmp_path)
+        assert proxy.cuts == 2
     assert (tmp_path / "w.bin").read_bytes() == data
+    assert not list(tmp_path.glob("*.ckpt-part"))
 
 
 def test_a_streamed_read_cut_mid_way_continues_by_range(

@@ -144,6 +144,18 @@ def test_load_refuses_bytes_that_do_not_match(vault: VaultClient, tmp_path: Path
             vault.aio._download(tampered, "f", tampered.files["f"], tmp_path / "f", _NoBar())
         )
     assert not (tmp_path / "f").exists()
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_refused_download_raises_its_error_and_leaves_no_file(
+    vault: VaultClient, tmp_path: Path
+) -> None:
+    ckpt = vault.save("c/refused", {"f": b"payload"})
+    with pytest.raises(NotFound):
+        vault._run(vault.aio._download(ckpt, "g", ckpt.files["f"], tmp_path / "g", _NoBar()))
+    assert not list(tmp_path.iterdir())
+    vault.load("c/refused", ckpt.id, tmp_path)  # the kept-alive connection still works
+    assert (tmp_path / "f").read_bytes() == b"payload"
 
 
 class _NoBar:
