@@ -25,9 +25,21 @@ from vault.env import make_private
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
+from .download import SENDER_THREADS
 from .engine import open_vault
 from .errors import error_middleware
-from .keys import BODY_READERS, CLOCK, JOBS, LIMITER, METRICS, POOL, SETTINGS, TOKENS, VAULT
+from .keys import (
+    BODY_READERS,
+    CLOCK,
+    JOBS,
+    LIMITER,
+    METRICS,
+    POOL,
+    SENDERS,
+    SETTINGS,
+    TOKENS,
+    VAULT,
+)
 from .observability import (
     JobLog,
     Metrics,
@@ -66,6 +78,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         pool, functools.partial(open_vault, settings, app[CLOCK])
     )
     app[POOL] = pool
+    app[SENDERS] = ThreadPoolExecutor(SENDER_THREADS, thread_name_prefix="vault-send")
     app[VAULT] = vault
     if vault.writable:  # a standby's tokens are the primary's (replicated)
         _bootstrap_admin(vault, settings.data_dir)
@@ -75,6 +88,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         vault.tokens.record_use(app[TOKENS].take_uses())
+        app[SENDERS].shutdown(wait=True)  # each ends within PIN_SECONDS of a stalled client
         pool.shutdown(wait=True)
         vault.close()
 

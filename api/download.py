@@ -6,15 +6,27 @@ connection is cut: the client sees a short body, never wrong bytes.
 
 A batch of raw frames in the frame environment (most hot data) is not copied at all: it is
 verified in LMDB's map and sent from the data file with sendfile, its read transaction held
-until sent so no page it names can be reused in between. A client that stalls longer than
-PIN_SECONDS on one chunk is cut off (it resumes with a Range request) rather than holding
-those pages, and map growth, for as long as it likes.
+until sent so no page it names can be reused in between. A client that makes no progress
+for PIN_SECONDS is cut off (it resumes with a Range request) rather than holding those
+pages, and map growth, for as long as it likes.
+
+The body leaves from a sender thread, not the event loop: asyncio's sendfile costs a
+selector round (register, wait, unregister) each time the socket fills, which on loopback
+is every few hundred KiB, and that held the loop near a core for ~600 MB/s. A sender blocks
+in `poll` instead, on its own descriptor of the socket (a dup, so the transport closing its
+own cannot hand the number to another file mid-send), while the loop serves everything
+else. The transport must hold no byte when a sender starts, so for the body its high-water
+mark is 0: draining then means "empty".
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
+import select
+import socket
 from typing import Any
 
 from aiohttp import web
@@ -24,11 +36,12 @@ from vault.content.reader import Pinned, batches
 
 from .errors import InvalidRange
 from .http import run
-from .keys import VAULT
+from .keys import SENDERS, VAULT
 from .promotion import PROMOTIONS
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
-PIN_SECONDS = 10.0  # longest one chunk may take to reach a client while its pages are held
+PIN_SECONDS = 10.0  # longest a client may make no progress while pages are held for it
+SENDER_THREADS = 32  # downloads sending at once; more wait for a thread
 _BEYOND = 1 << 63  # stands for any position written with more digits than a size can have
 
 
@@ -94,17 +107,24 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
     pending.set_result(await _read(request, groups[0]))
     await resp.prepare(request)
     pos = spans[0][1]
+    transport = request.transport
     try:
+        if transport is None:
+            raise ConnectionResetError("connection lost")
+        low, high = transport.get_write_buffer_limits()
+        if not _encrypted(transport):
+            transport.set_write_buffer_limits(high=0)  # drain() waits for an empty buffer
         for i in range(len(groups)):
             batch = await pending
             if i + 1 < len(groups):
                 pending = asyncio.ensure_future(_read(request, groups[i + 1]))
             pos = await _send(request, resp, batch, pos, first, last)
+        transport.set_write_buffer_limits(high=high, low=low)
     except BaseException:
         # The status is out: a cut connection is the only honest signal left (the client
         # sees a short body and resumes, or reports it).
-        if request.transport is not None:
-            request.transport.abort()
+        if transport is not None:
+            transport.abort()
         raise
     finally:
         _drop(pending)
@@ -130,35 +150,130 @@ async def _read(request: web.Request, cids: list[bytes]) -> Batch:
 
 
 async def _send(
-    request: web.Request, resp: web.StreamResponse, batch: Batch, pos: int, first: int, last: int
+    request: web.Request,
+    resp: web.StreamResponse,
+    batch: Batch,
+    pos: int,
+    first: int,
+    last: int,
 ) -> int:
-    """Write the part of `batch` inside [first, last]; `pos` is the batch's file offset.
-    Returns the offset after it."""
-    if not isinstance(batch, Pinned):
-        for data in batch:
-            lo, hi = max(first - pos, 0), min(last + 1 - pos, len(data))
-            await resp.write(memoryview(data)[lo:hi])
-            pos += len(data)
-        return pos
-    loop = asyncio.get_running_loop()
+    """Send the part of `batch` inside [first, last]; `pos` is the batch's file offset.
+    Returns the offset after it. The batch's pin is released once it is sent or failed,
+    even if this coroutine is cancelled first."""
+    pieces: list[Piece] = []
+    parts = batch.parts if isinstance(batch, Pinned) else batch
+    for part in parts:
+        n = part[1] if isinstance(part, tuple) else len(part)
+        lo, hi = max(first - pos, 0), min(last + 1 - pos, n)
+        if hi <= lo:
+            pass
+        elif isinstance(part, tuple):
+            pieces.append((part[0] + lo, hi - lo))
+        else:
+            pieces.append(memoryview(part)[lo:hi])
+        pos += n
     transport = request.transport
-    try:
-        if transport is None:
-            raise ConnectionResetError("connection lost")
-        for part in batch.parts:
-            n = part[1] if isinstance(part, tuple) else len(part)
-            lo, hi = max(first - pos, 0), min(last + 1 - pos, n)
-            # Bounded: a client that stops reading must not hold the pages for long.
-            if isinstance(part, tuple):
-                if hi > lo:
-                    sending = loop.sendfile(transport, batch.file, part[0] + lo, hi - lo)
-                    await asyncio.wait_for(sending, PIN_SECONDS)
-            elif hi > lo:
-                await asyncio.wait_for(resp.write(memoryview(part)[lo:hi]), PIN_SECONDS)
-            pos += n
-    finally:
-        batch.release()
+    if transport is None:
+        _release(batch)
+        raise ConnectionResetError("connection lost")
+    if _encrypted(transport):
+        await _send_through_transport(resp, transport, batch, pieces)
+    else:
+        await _send_from_thread(request, transport, batch, pieces)
     return pos
+
+
+def _encrypted(transport: asyncio.BaseTransport) -> bool:
+    """TLS: every byte must pass through the transport, which encrypts it."""
+    return transport.get_extra_info("ssl_object") is not None
+
+
+async def _send_through_transport(
+    resp: web.StreamResponse, transport: asyncio.Transport, batch: Batch, pieces: list[Piece]
+) -> None:
+    """The event loop's way, for TLS (asyncio's sendfile reads and encrypts there)."""
+    loop = asyncio.get_running_loop()
+    try:
+        for piece in pieces:
+            if isinstance(piece, tuple):
+                assert isinstance(batch, Pinned)
+                sendfile = loop.sendfile(transport, batch.file, piece[0], piece[1])
+                await asyncio.wait_for(sendfile, PIN_SECONDS)
+            else:
+                await asyncio.wait_for(resp.write(piece), PIN_SECONDS)
+    finally:
+        _release(batch)
+
+
+async def _send_from_thread(
+    request: web.Request, transport: asyncio.Transport, batch: Batch, pieces: list[Piece]
+) -> None:
+    try:
+        await request.writer.drain()  # what the transport holds goes first
+        out: socket.socket = transport.get_extra_info("socket").dup()
+    except BaseException:
+        _release(batch)
+        raise
+    src = batch.file.fileno() if isinstance(batch, Pinned) else -1
+    loop = asyncio.get_running_loop()
+    sending = loop.run_in_executor(request.app[SENDERS], _blocking_send, out, src, pieces)
+
+    def done(_: asyncio.Future[None]) -> None:
+        out.close()
+        _release(batch)
+
+    sending.add_done_callback(done)
+    try:
+        await asyncio.shield(sending)
+    except asyncio.CancelledError:
+        _shut(out)  # the sender fails at its next write and lets go of the batch
+        raise
+
+
+Piece = tuple[int, int] | memoryview  # a stretch of the data file, or bytes to send as they are
+
+
+def _blocking_send(out: socket.socket, src: int, pieces: list[Piece]) -> None:
+    """Write `pieces` to the (non-blocking) socket in order: (offset, length) stretches of
+    the file `src` with sendfile, plaintexts as they are; wait in poll when it is full."""
+    poller = select.poll()
+    poller.register(out, select.POLLOUT)
+    fd = out.fileno()
+    for piece in pieces:
+        if isinstance(piece, tuple):
+            offset, count = piece
+            while count:
+                sent = _attempt(poller, lambda o=offset, c=count: os.sendfile(fd, src, o, c))
+                offset += sent
+                count -= sent
+        else:
+            view = piece
+            while view:
+                view = view[_attempt(poller, lambda v=view: out.send(v)) :]
+
+
+def _attempt(poller: select.poll, write: Any) -> int:
+    """Bytes one write took; 0 after waiting for room. A client that takes nothing for
+    PIN_SECONDS is cut off."""
+    try:
+        sent: int = write()
+    except BlockingIOError:
+        if not poller.poll(PIN_SECONDS * 1000):
+            raise TimeoutError(f"client took nothing for {PIN_SECONDS:.0f} s") from None
+        return 0
+    if sent == 0:
+        raise ConnectionResetError("connection closed mid-body")
+    return sent
+
+
+def _shut(out: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already gone
+        out.shutdown(socket.SHUT_RDWR)
+
+
+def _release(batch: Batch) -> None:
+    if isinstance(batch, Pinned):
+        batch.release()
 
 
 def _drop(pending: asyncio.Future[Batch]) -> None:
@@ -171,6 +286,4 @@ def _drop(pending: asyncio.Future[Batch]) -> None:
 
 def _release_result(future: asyncio.Future[Any]) -> None:
     if not future.cancelled() and future.exception() is None:
-        result = future.result()
-        if isinstance(result, Pinned):
-            result.release()
+        _release(future.result())

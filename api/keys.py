@@ -23,6 +23,7 @@ from .settings import Settings
 SETTINGS = web.AppKey("settings", Settings)
 VAULT = web.AppKey("vault", Vault)
 POOL = web.AppKey("pool", ThreadPoolExecutor)  # bounded worker threads for engine calls
+SENDERS = web.AppKey("senders", ThreadPoolExecutor)  # threads copying download bodies out
 TOKENS = web.AppKey("tokens", TokenCache)
 CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)

@@ -11,6 +11,7 @@ import random
 import aiohttp
 import pytest
 
+from api import download
 from api.keys import VAULT
 from vault import Vault
 
@@ -82,6 +83,23 @@ async def test_a_client_gone_mid_download_lets_go_of_the_pages(api: Api) -> None
     await _readers_gone(vault)
     await asyncio.wait_for(asyncio.to_thread(vault.store.frames_env.grow), 30)
     assert await api.read("gone", rec["id"], "w") == data  # and the grown map still serves
+
+
+async def test_a_client_that_stops_reading_is_cut_off_and_lets_go(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(download, "PIN_SECONDS", 0.5)
+    data = os.urandom(64 * MiB)  # far more than the socket buffers on both sides hold
+    rec = await api.save("stall", {"w": data})
+    resp = await api.call("GET", f"/v1/namespaces/stall/checkpoints/{rec['id']}/files/w")
+    assert resp.status == 200
+    assert await resp.content.readexactly(MiB) == data[:MiB]
+    vault = _vault(api)
+    await _readers_gone(vault)  # while the client holds the connection open, reading nothing
+    with pytest.raises(aiohttp.ClientError):
+        await resp.read()  # what was buffered, then the cut
+    resp.close()
+    assert await api.read("stall", rec["id"], "w") == data
 
 
 async def test_a_frame_damaged_in_place_is_never_sent(api: Api) -> None:

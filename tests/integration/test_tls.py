@@ -8,6 +8,7 @@ sent. trustme makes the CAs (in memory; the files are written for the server).
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +49,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
 
 
 def test_https_with_a_private_ca_and_client_certificates(
-    tls_server: tuple[ServerProcess, Path], monkeypatch: pytest.MonkeyPatch
+    tls_server: tuple[ServerProcess, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     server, root = tls_server
     assert server.url.startswith("https://")
@@ -57,6 +58,10 @@ def test_https_with_a_private_ca_and_client_certificates(
     with VaultClient(server.url, server.token, progress=False, retry=ONCE) as vault:
         rec = vault.save("tls/run", {"state.bin": b"over TLS" * 1000})
         assert vault.read_range("tls/run", rec.id, "state.bin", 0, 8) == b"over TLS"
+        big = os.urandom(9 << 20)  # raw hot frames: sent through the TLS transport
+        rec = vault.save("tls/big", {"w.bin": big})
+        vault.load("tls/big", rec.id, tmp_path)  # the client's threaded download, over TLS
+        assert (tmp_path / "w.bin").read_bytes() == big
 
     monkeypatch.delenv("CKPT_CLIENT_CERT")  # no client certificate: refused at handshake
     with (
