@@ -17,7 +17,7 @@ import os
 import secrets
 import ssl
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -56,6 +56,7 @@ BATCH_BYTES = 2 << 20  # chunk bytes per POST .../chunks; a piece goes as up to 
 MAX_IDS_PER_QUERY = 50_000
 SMALL_SAVE_LIMIT = 4 << 20  # below this, one request does the whole save
 PIECES_IN_FLIGHT = 2  # pieces being sent at once: bounds memory at ~2 x 8 MiB
+FILES_IN_FLIGHT = 2  # files of one checkpoint loaded at once (finetune series: +10-15%)
 # After this many pieces in a row with nothing the vault already had, send without asking
 # (bytes on the wire can exceed the changed bytes by at most what a partly known piece
 # holds, and such a piece ends the streak).
@@ -343,12 +344,18 @@ class AsyncVaultClient:
         ckpt = await self.get(namespace, ref)
         root = await asyncio.to_thread(Path(dest).resolve)
         total = sum(int(f["size"]) for f in ckpt.files.values())
+        targets = {name: (root / name).resolve() for name in ckpt.files}
+        for name, target in targets.items():
+            if root not in target.parents:
+                raise IntegrityError(f"file name {name!r} escapes {root}")
+        slots = asyncio.Semaphore(FILES_IN_FLIGHT)
+
+        async def one(name: str, bar: Progress) -> None:
+            async with slots:
+                await self._download(ckpt, name, ckpt.files[name], targets[name], bar)
+
         with Progress(self.progress, total, f"load {namespace}") as bar:
-            for name, info in ckpt.files.items():
-                target = (root / name).resolve()
-                if root not in target.parents:
-                    raise IntegrityError(f"file name {name!r} escapes {root}")
-                await self._download(ckpt, name, info, target, bar)
+            await _all([one(name, bar) for name in ckpt.files])
         return ckpt
 
     async def _download(
@@ -598,6 +605,18 @@ class AsyncVaultClient:
 
 def _file_path(namespace: str, ref: str, name: str) -> str:
     return f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/files/{quote(name)}"
+
+
+async def _all(jobs: list[Coroutine[Any, Any, None]]) -> None:
+    """Run `jobs` together; the first failure cancels the others (each cleans up after
+    itself) and is raised once they have all ended."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _cut(

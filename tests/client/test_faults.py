@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from client import RetryPolicy, VaultClient
+from client import RetryPolicy, TransportError, VaultClient
 
 from ..serverproc import ServerProcess
 from .forkscript import run_fork_script
@@ -36,6 +36,26 @@ def test_save_survives_a_connection_dropped_mid_upload(
         assert proxy.cuts == 2
     assert (tmp_path / "w.bin").read_bytes() == data
     assert not list(tmp_path.glob("*.ckpt-part"))
+
+
+def test_a_failed_file_stops_the_whole_load_and_leaves_no_partial_files(
+    server: ServerProcess, proxy: CuttingProxy, tmp_path: Path
+) -> None:
+    rng = random.Random(4)
+    files = {f"f{i}.bin": rng.randbytes(12 << 20) for i in range(4)}  # loaded two at a time
+    with VaultClient(server.url, server.token, progress=False) as vault:
+        ckpt = vault.save("f/cut", files)
+    once = RetryPolicy(attempts=1)
+    with VaultClient(
+        f"http://127.0.0.1:{proxy.port}", server.token, progress=False, retry=once
+    ) as vault:
+        proxy.cut_download_after(6 << 20)  # inside the first files
+        with pytest.raises(TransportError):
+            vault.load("f/cut", ckpt.id, tmp_path)
+    assert proxy.cuts == 1
+    assert not list(tmp_path.glob("*.ckpt-part"))  # the cut file and the one beside it
+    for path in tmp_path.iterdir():  # whatever finished first is whole
+        assert path.read_bytes() == files[path.name]
 
 
 def test_a_streamed_read_cut_mid_way_continues_by_range(
