@@ -103,19 +103,22 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
     # corrupt first chunk still gets its proper JSON error (503, 500) instead of a 200
     # cut short; later failures can only cut the connection.
     loop = asyncio.get_running_loop()
-    pending: asyncio.Future[Batch] = loop.create_future()
-    pending.set_result(await _read(request, groups[0]))
-    await resp.prepare(request)
+    first_batch: asyncio.Future[Batch] = loop.create_future()
+    first_batch.set_result(await _read(request, groups[0]))
+    pending: asyncio.Future[Batch] | None = first_batch
     pos = spans[0][1]
     transport = request.transport
     try:
+        await resp.prepare(request)
         if transport is None:
             raise ConnectionResetError("connection lost")
         low, high = transport.get_write_buffer_limits()
         if not _encrypted(transport):
             transport.set_write_buffer_limits(high=0)  # drain() waits for an empty buffer
         for i in range(len(groups)):
-            batch = await pending
+            assert pending is not None
+            batch = await pending  # `_send` owns it from here: it releases it
+            pending = None
             if i + 1 < len(groups):
                 pending = asyncio.ensure_future(_read(request, groups[i + 1]))
             pos = await _send(request, resp, batch, pos, first, last)
@@ -276,8 +279,10 @@ def _release(batch: Batch) -> None:
         batch.release()
 
 
-def _drop(pending: asyncio.Future[Batch]) -> None:
+def _drop(pending: asyncio.Future[Batch] | None) -> None:
     """Let go of a batch read ahead and never sent."""
+    if pending is None:
+        return
     if pending.done():
         _release_result(pending)
     else:
