@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import IO, TYPE_CHECKING, Any, Literal, overload
 from urllib.parse import quote, urlsplit
 
 import blake3
@@ -364,7 +364,7 @@ class AsyncVaultClient:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".ckpt-part")
         size = int(info["size"])
-        out = await asyncio.to_thread(open, partial, "wb")
+        out = await _create(partial)
         try:
             with out:
                 sink = FileSink(out)
@@ -605,6 +605,27 @@ class AsyncVaultClient:
 
 def _file_path(namespace: str, ref: str, name: str) -> str:
     return f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/files/{quote(name)}"
+
+
+async def _create(path: Path) -> IO[bytes]:
+    """`open(path, "wb")` on a thread. If the caller is cancelled meanwhile (a load whose
+    other file failed), the file the thread still opens is closed and removed, not leaked."""
+    opening = asyncio.ensure_future(asyncio.to_thread(_open_for_writing, path))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(lambda opened: _discard(opened, path))
+        raise
+
+
+def _open_for_writing(path: Path) -> IO[bytes]:
+    return open(path, "wb")  # noqa: SIM115 - the caller closes it
+
+
+def _discard(opened: asyncio.Future[IO[bytes]], path: Path) -> None:
+    if not opened.cancelled() and opened.exception() is None:
+        opened.result().close()
+    path.unlink(missing_ok=True)
 
 
 async def _all(jobs: list[Coroutine[Any, Any, None]]) -> None:
