@@ -41,7 +41,7 @@ from .promotion import PROMOTIONS
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 PIN_SECONDS = 10.0  # longest a client may make no progress while pages are held for it
-SENDER_THREADS = 32  # downloads sending at once; more wait for a thread
+SENDER_THREADS = 128  # downloads sending at once (threads start on demand); more wait
 _BEYOND = 1 << 63  # stands for any position written with more digits than a size can have
 
 
