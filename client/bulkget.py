@@ -51,9 +51,10 @@ class Connections:
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
-    def take(self) -> http.client.HTTPConnection:
+    def take(self, fresh: bool = False) -> http.client.HTTPConnection:
+        """An idle kept-alive connection, else (or if `fresh`) a new one."""
         with self._lock:
-            if self._idle:
+            if self._idle and not fresh:
                 return self._idle.pop()
         if self._https:
             context = self._tls if self._tls is not None else ssl.create_default_context()
@@ -90,10 +91,9 @@ def receive(
     one other thread. Raises `Broken` when the network fails (what was consumed before it
     stays consumed: the caller counts it in `consume` and resumes after it), and
     `refusal(status, headers, body)` for an error answer."""
-    conn = conns.take()
+    conn, resp = _open(conns, conns.prefix + path, headers, start)
     reusable = False
     try:
-        resp = _ask(conn, conns.prefix + path, headers, start)
         if resp.status >= 400:
             body = _read_all(resp)
             reusable = not resp.will_close
@@ -107,6 +107,28 @@ def receive(
             conns.give(conn)
         else:
             conn.close()
+
+
+def _open(
+    conns: Connections, target: str, headers: Mapping[str, str], start: int
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """A connection and the answer's status and headers. A kept-alive connection the
+    server has closed meanwhile (an idle timeout, a restart) fails before any answer: it is
+    replaced by a new one at once, which costs no attempt of the retry policy."""
+    conn = conns.take()
+    kept_alive = conn.sock is not None
+    try:
+        return conn, _ask(conn, target, headers, start)
+    except Broken:
+        conn.close()
+        if not kept_alive:
+            raise
+    conn = conns.take(fresh=True)
+    try:
+        return conn, _ask(conn, target, headers, start)
+    except BaseException:
+        conn.close()
+        raise
 
 
 def _ask(

@@ -58,6 +58,21 @@ def test_a_failed_file_stops_the_whole_load_and_leaves_no_partial_files(
         assert path.read_bytes() == files[path.name]
 
 
+def test_a_load_after_the_server_restarted_needs_no_retry(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    data = random.Random(6).randbytes(9 << 20)
+    with VaultClient(
+        server.url, server.token, progress=False, retry=RetryPolicy(attempts=1)
+    ) as vault:
+        ckpt = vault.save("f/restart", {"w.bin": data})
+        vault.load("f/restart", ckpt.id, tmp_path / "a")  # leaves a kept-alive connection
+        server.restart()  # which the server's end has now closed
+        vault.load("f/restart", ckpt.id, tmp_path / "b")
+        assert vault.transfer.retries == 0
+    assert (tmp_path / "b" / "w.bin").read_bytes() == data
+
+
 def test_a_streamed_read_cut_mid_way_continues_by_range(
     server: ServerProcess, proxy: CuttingProxy
 ) -> None:
