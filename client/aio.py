@@ -13,6 +13,7 @@ by ranges (client/remotefile.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import ssl
@@ -614,7 +615,14 @@ async def _create(path: Path) -> IO[bytes]:
     try:
         return await asyncio.shield(opening)
     except asyncio.CancelledError:
-        opening.add_done_callback(lambda opened: _discard(opened, path))
+        # An open is quick: wait for it, so the file is gone before the caller learns of
+        # the cancellation (only a second cancellation leaves it to a callback).
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([opening])
+        if opening.done():
+            _discard(opening, path)
+        else:
+            opening.add_done_callback(lambda opened: _discard(opened, path))
         raise
 
 

@@ -49,6 +49,7 @@ class Connections:
         self._tls = tls
         self._timeout = timeout
         self._idle: list[http.client.HTTPConnection] = []
+        self._closed = False
         self._lock = threading.Lock()
 
     def take(self, fresh: bool = False) -> http.client.HTTPConnection:
@@ -64,15 +65,17 @@ class Connections:
         return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
 
     def give(self, conn: http.client.HTTPConnection) -> None:
-        """Return a connection whose last response was read to its end."""
+        """Return a connection whose last response was read to its end (a download whose
+        caller gave up may finish after `close`: its connection is closed then)."""
         with self._lock:
-            if len(self._idle) < IDLE_CONNECTIONS:
+            if not self._closed and len(self._idle) < IDLE_CONNECTIONS:
                 self._idle.append(conn)
                 return
         conn.close()
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
