@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import select
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -246,20 +248,20 @@ def _blocking_send(out: socket.socket, src: int, pieces: list[Piece]) -> None:
         if isinstance(piece, tuple):
             offset, count = piece
             while count:
-                sent = _attempt(poller, lambda o=offset, c=count: os.sendfile(fd, src, o, c))
+                sent = _attempt(poller, functools.partial(os.sendfile, fd, src, offset, count))
                 offset += sent
                 count -= sent
         else:
             view = piece
             while view:
-                view = view[_attempt(poller, lambda v=view: out.send(v)) :]
+                view = view[_attempt(poller, functools.partial(out.send, view)) :]
 
 
-def _attempt(poller: select.poll, write: Any) -> int:
+def _attempt(poller: select.poll, write: Callable[[], int]) -> int:
     """Bytes one write took; 0 after waiting for room. A client that takes nothing for
     PIN_SECONDS is cut off."""
     try:
-        sent: int = write()
+        sent = write()
     except BlockingIOError:
         if not poller.poll(PIN_SECONDS * 1000):
             raise TimeoutError(f"client took nothing for {PIN_SECONDS:.0f} s") from None

@@ -46,7 +46,7 @@ class Connections:
         self._host = parts.hostname or "localhost"
         self._port = parts.port or (443 if self._https else 80)
         self.prefix = parts.path.rstrip("/")
-        self._tls = tls
+        self._tls = tls  # None for https: the system's CAs, loaded once at the first connection
         self._timeout = timeout
         self._idle: list[http.client.HTTPConnection] = []
         self._closed = False
@@ -58,9 +58,10 @@ class Connections:
             if self._idle and not fresh:
                 return self._idle.pop()
         if self._https:
-            context = self._tls if self._tls is not None else ssl.create_default_context()
+            if self._tls is None:
+                self._tls = ssl.create_default_context()
             return http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._timeout, context=context
+                self._host, self._port, timeout=self._timeout, context=self._tls
             )
         return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
 

@@ -19,7 +19,6 @@ import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -226,16 +225,6 @@ class Transport:
         if self._bulk_connections is None:
             self._bulk_connections = bulkget.Connections(self.url, self._tls, self._timeout)
         return self._bulk_connections
-
-    @asynccontextmanager
-    async def _stream_once(
-        self, path: str, headers: dict[str, str] | None
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
-        resp = await self._open_once(path, headers)
-        try:
-            yield resp
-        finally:
-            resp.release()
 
     async def _open_once(self, path: str, headers: dict[str, str] | None) -> aiohttp.ClientResponse:
         self.transfer.requests += 1
