@@ -94,6 +94,20 @@ class TimedBody:
             timer.cancel()
 
 
+async def read_up_to(body: TimedBody, n: int) -> bytes:
+    """Up to `n` bytes of a streamed body: fewer only at its end. A socket read returns
+    whatever has arrived, so pieces are gathered until `n` (one piece is returned as is)."""
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        piece = await body.read(n - got)
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 async def json_body(request: web.Request) -> dict[str, Any]:
     """The request's JSON object; an empty body is `{}`. Large bodies are parsed on the
     worker pool, so one big request cannot stall every other (health included)."""

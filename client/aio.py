@@ -102,7 +102,7 @@ def warn_plain_http(url: str, token: str | None) -> None:
 def tls_from_env() -> ssl.SSLContext | None:
     """A verifying TLS context when CKPT_CA_FILE (trust this CA too, e.g. a private one)
     or CKPT_CLIENT_CERT / CKPT_CLIENT_KEY (present a certificate: mTLS) are set; None
-    leaves aiohttp's default (the system's CAs). Verification is never turned off."""
+    leaves the default (the system's CAs). Verification is never turned off."""
     ca = os.environ.get("CKPT_CA_FILE")
     cert = os.environ.get("CKPT_CLIENT_CERT")
     if not ca and not cert:

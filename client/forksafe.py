@@ -1,12 +1,11 @@
 """Objects that own an event loop on a thread of their own (`VaultClient`, and the LangGraph
 `VaultSaver` through it) and what a fork does to them.
 
-After fork the child's copy has no loop thread, and its loop shares one epoll set with the
-parent's: tearing the copy down (closing pooled connections, the loop's wake-up pipe) would
-unregister the parent's sockets, whose next request then waits for ever. So in the child
-the copy's loop is marked closed (it then unregisters nothing, and any call on it fails at
-once with "Event loop is closed" instead of waiting) and the copy is kept, not freed
-(freeing it would only print aiohttp's unclosed warnings). The parent holds only a weak
+After fork the child's copy has no threads, and shares the parent's sockets: tearing the
+copy down (shutting its pooled connections, closing the loop's wake-up pipe) would break
+the parent's requests. So in the child the copy's loop is marked closed (any call on it
+fails at once with "Event loop is closed" instead of waiting) and the copy is kept, never
+closed nor freed. The parent holds only a weak
 reference; the child makes its own client.
 """
 

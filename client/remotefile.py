@@ -18,11 +18,9 @@ import io
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-import aiohttp
-
+from .connections import Broken
 from .loopthread import LoopThread
-from .protocol import read_up_to
-from .transport import Transport
+from .transport import Stream, Transport
 
 PREFETCH = 4 << 20  # bytes per piece taken from the stream (one whole-file read: 3x slower)
 SKIP = 1 << 20  # a forward jump this short reads over the gap rather than a new request
@@ -70,7 +68,7 @@ class RangeReader:
         self._path = path
         self.size = size
         self._last_end = 0  # where the previous read stopped
-        self._stream: aiohttp.ClientResponse | None = None
+        self._stream: Stream | None = None
         self._next = 0  # file offset of `_spare`'s first byte: what the stream gives next
         # Delivered by the stream, not yet read: a view, so taking a little from a large
         # piece copies only what is taken.
@@ -145,7 +143,7 @@ class RangeReader:
                     return None
                 gap -= skipped
             return await self._take(want) or None
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except Broken:
             return None
 
     async def _take(self, n: int) -> bytes:
@@ -156,11 +154,11 @@ class RangeReader:
             ahead, self._ahead = self._ahead, None
             self._spare = memoryview(await ahead)
         if not self._spare:
-            self._spare = memoryview(await read_up_to(self._stream.content, min(n, PREFETCH)))
+            self._spare = memoryview(await self._stream.read(min(n, PREFETCH)))
         data, self._spare = bytes(self._spare[:n]), self._spare[n:]
         self._next += len(data)
         if data and self._ahead is None and self._next + len(self._spare) < self.size:
-            self._ahead = asyncio.ensure_future(read_up_to(self._stream.content, PREFETCH))
+            self._ahead = asyncio.ensure_future(self._stream.read(PREFETCH))
         return data
 
 

@@ -1,5 +1,5 @@
-"""HTTP for the client: one pooled aiohttp session, the one retry policy, error mapping,
-byte counts.
+"""HTTP for the client: requests on a pool of threads over keep-alive connections
+(client/connections.py), the one retry policy, error mapping, byte counts.
 
 Every request the client makes is idempotent (chunk ids are content hashes, commits of one
 upload return one checkpoint, one-request saves carry an idempotency key, reads resume by
@@ -13,32 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
+import http.client
 import json
 import random
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-import aiohttp
+from urllib.parse import quote, urlencode
 
 from . import bulkget
+from . import connections as wire
+from .connections import Broken
+from .daemonpool import DaemonPool
 from .errors import ClientError, TransportError, error_from
 from .models import Transfer
 
 T = TypeVar("T")
 RETRY_STATUSES = frozenset({502, 503, 504})  # retried whether or not they say when
-_WHOLE_BODY_LIMIT = 1 << 20
-READ_BUFFER = 4 << 20  # a response may buffer this much before aiohttp pauses the socket:
-# large reads then come in a few pieces, not one per 64 KiB
-_NETWORK = (
-    aiohttp.ClientConnectionError,
-    aiohttp.ClientPayloadError,
-    asyncio.TimeoutError,
-    bulkget.Broken,
-)
+_NETWORK = (Broken,)
+_PATH_SAFE = "/%:@!$&'()*+,;=~"  # left as they are in a path: reserved or already escaped
 
 
 @dataclass(frozen=True)
@@ -83,6 +80,9 @@ def retryable(error: BaseException) -> bool:
 
 
 class Transport:
+    """Every request runs on one of `connections` threads (the bound on requests in
+    flight, as a connection pool's would be) and is awaited on the caller's loop."""
+
     def __init__(
         self,
         url: str,
@@ -94,34 +94,18 @@ class Transport:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        self._tls = tls  # None: aiohttp's default, verifying against the system's CAs
         self.retry = retry or RetryPolicy()
         self.transfer = Transfer()
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._connections = connections
-        self._timeout = timeout
-        self._session: aiohttp.ClientSession | None = None
-        self._bulk_connections: bulkget.Connections | None = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                headers=self._headers,
-                connector=aiohttp.TCPConnector(
-                    limit=self._connections, ssl=self._tls if self._tls is not None else True
-                ),
-                read_bufsize=READ_BUFFER,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self._timeout),
-            )
-        return self._session
+        # tls None: https verifies against the system's CAs
+        self._conns = wire.Connections(self.url, tls, timeout)
+        self._threads = DaemonPool(connections, "ckpt-http")
 
     async def close(self) -> None:
-        if self._bulk_connections is not None:
-            self._bulk_connections.close()
-            self._bulk_connections = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close every connection (a request still running on a thread fails at once); the
+        threads stop once their work has."""
+        self._conns.close()
+        self._threads.shutdown(wait=False)
 
     async def retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """`attempt()` until it succeeds, fails for good, or the policy says stop. The one
@@ -165,21 +149,20 @@ class Transport:
         else:
             parts = [json.dumps(json_body).encode()] if json_body is not None else None
         size = sum(len(p) for p in parts) if parts is not None else 0
-        hdrs = dict(headers or {})
+        hdrs = {**self._headers, **(headers or {})}
         if json_body is not None:
             hdrs.setdefault("Content-Type", "application/json")
-        if parts is not None:  # streamed bodies would otherwise go chunked
+        if parts is not None:
             hdrs["Content-Length"] = str(size)
+        target = self._target(path, params)
+        call = functools.partial(wire.exchange, self._conns, method, target, hdrs, parts)
 
         async def attempt() -> tuple[int, bytes]:
-            async with self._http().request(
-                method, self.url + path, data=_payload(parts, size), headers=hdrs, params=params
-            ) as resp:
-                payload = await resp.read()
-                self._count(size, len(payload))
-                if resp.status >= 400:
-                    raise _error(resp, payload)
-                return resp.status, payload
+            status, answer_headers, payload = await self._on_thread(call)
+            self._count(size, len(payload))
+            if status >= 400:
+                raise _refusal(status, answer_headers, payload)
+            return status, payload
 
         return await self.retrying(f"{method} {path}", attempt)
 
@@ -187,11 +170,23 @@ class Transport:
         _, payload = await self.request(method, path, **kwargs)
         return _parse(payload) if payload else None
 
-    async def open_stream(
-        self, path: str, headers: dict[str, str] | None = None
-    ) -> aiohttp.ClientResponse:
+    async def open_stream(self, path: str, headers: dict[str, str] | None = None) -> Stream:
         """A GET whose body the caller reads and then releases; retried until it answers."""
-        return await self.retrying(f"GET {path}", lambda: self._open_once(path, headers))
+        hdrs = {**self._headers, **(headers or {})}
+        ask = functools.partial(wire.ask, self._conns, "GET", self._target(path), hdrs)
+
+        async def attempt() -> Stream:
+            self.transfer.requests += 1
+            conn, resp = await self._on_thread(ask)
+            if resp.status >= 400:
+                try:
+                    payload = await self._on_thread(wire.read, resp, -1)
+                finally:
+                    wire.finish(self._conns, conn, resp)
+                raise _refusal(resp.status, dict(resp.getheaders()), payload)
+            return Stream(self, conn, resp)
+
+        return await self.retrying(f"GET {path}", attempt)
 
     async def download(self, path: str, size: int, consume: Callable[[memoryview], None]) -> int:
         """The `size` bytes at `path`, in order, into `consume`, called on a thread: the body
@@ -209,11 +204,18 @@ class Transport:
 
         async def attempt() -> None:
             self.transfer.requests += 1
-            await asyncio.to_thread(
-                bulkget.receive, self._bulk(), path, self._headers, done, counted, _refusal, stop
+            await self._on_thread(
+                bulkget.receive,
+                self._conns,
+                self._target(path),
+                self._headers,
+                done,
+                counted,
+                _refusal,
+                stop,
             )
             if done < size:
-                raise bulkget.Broken(f"body ended after {done} of {size} bytes")
+                raise Broken(f"body ended after {done} of {size} bytes")
 
         try:
             await self.retrying(f"GET {path}", attempt)
@@ -221,20 +223,14 @@ class Transport:
             stop.set()
         return done
 
-    def _bulk(self) -> bulkget.Connections:
-        if self._bulk_connections is None:
-            self._bulk_connections = bulkget.Connections(self.url, self._tls, self._timeout)
-        return self._bulk_connections
+    async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
-    async def _open_once(self, path: str, headers: dict[str, str] | None) -> aiohttp.ClientResponse:
-        self.transfer.requests += 1
-        resp = await self._http().get(self.url + path, headers=headers)
-        if resp.status >= 400:
-            try:
-                raise _error(resp, await resp.read())
-            finally:
-                resp.release()
-        return resp
+    def _target(self, path: str, params: Mapping[str, str] | None = None) -> str:
+        """The request target: the URL's path prefix, `path` with anything unsafe escaped
+        (what the caller escaped stays as it is), the query."""
+        target = self._conns.prefix + quote(path, safe=_PATH_SAFE)
+        return f"{target}?{urlencode(params)}" if params else target
 
     def _count(self, sent: int, received: int) -> None:
         self.transfer.requests += 1
@@ -242,8 +238,27 @@ class Transport:
         self.transfer.bytes_received += received
 
 
-def _error(resp: aiohttp.ClientResponse, payload: bytes) -> ClientError:
-    return _refusal(resp.status, resp.headers, payload)
+class Stream:
+    """An answer's body, read piece by piece on the transport's threads."""
+
+    def __init__(
+        self, t: Transport, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
+    ) -> None:
+        self._t = t
+        self._conn: http.client.HTTPConnection | None = conn
+        self._resp = resp
+
+    async def read(self, n: int) -> bytes:
+        """Up to `n` bytes; fewer only at the end. Raises `Broken` if the network fails."""
+        data = await self._t._on_thread(wire.read, self._resp, n)
+        self._t.transfer.bytes_received += len(data)
+        return data
+
+    def release(self) -> None:
+        """Done with it: the connection goes back if the body was read to its end."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            wire.finish(self._t._conns, conn, self._resp)
 
 
 def _refusal(status: int, headers: Mapping[str, str], payload: bytes) -> ClientError:
@@ -266,26 +281,6 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def _payload(
-    parts: Sequence[bytes | memoryview] | None, size: int
-) -> bytes | memoryview | AsyncIterator[bytes | memoryview] | None:
-    """A small body goes whole; a large one (or many parts) as a stream of its parts, never
-    joined: aiohttp warns that a large bytes body in one write can stall its event loop,
-    and joining would copy every chunk once more."""
-    if parts is None:
-        return None
-    if len(parts) == 1 and size <= _WHOLE_BODY_LIMIT:
-        return parts[0]
-
-    async def stream() -> AsyncIterator[bytes | memoryview]:
-        for part in parts:
-            view = memoryview(part)
-            for i in range(0, len(view), _WHOLE_BODY_LIMIT):
-                yield view[i : i + _WHOLE_BODY_LIMIT]
-
-    return stream()
 
 
 def _parse(payload: bytes) -> Any:

@@ -97,10 +97,13 @@ def test_only_entry_points_import_the_app_factory() -> None:
     assert offenders == []
 
 
-def test_the_cli_imports_no_http_stack_until_it_connects() -> None:
-    """`ckpt --help` and argument errors stay fast: aiohttp loads when a command connects."""
+def test_the_client_imports_no_aiohttp_even_connected() -> None:
+    """`import client` and `ckpt pull` stay fast: the client's HTTP is the standard
+    library's (client/connections.py), and aiohttp is the server's alone."""
     code = (
-        "import sys, client.cli; "
+        "import sys, client.cli, client.remotefile, client.fsspec; "
+        "from client import VaultClient; "
+        "VaultClient('http://127.0.0.1:9', progress=False).close(); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp'); "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -7,7 +7,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from client.protocol import FileStored, UploadOpened, decode_chunk_batch, read_up_to
+from client.protocol import FileStored, UploadOpened, decode_chunk_batch
 from vault import InvalidRequest, UploadSession, Vault
 from vault.clock import rfc3339
 from vault.domains import Domain
@@ -20,6 +20,7 @@ from ..http import (
     json_response,
     large_json_response,
     read_body,
+    read_up_to,
     reading_body,
     run,
 )

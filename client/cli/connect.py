@@ -1,8 +1,7 @@
 """The CLI's one way to reach a server.
 
-The HTTP stack (aiohttp, about a third of a second to import here) is imported only when a
-command actually connects, so `ckpt --help`, argument errors and `ckpt serve` never pay
-for it.
+The client machinery is imported only when a command actually connects, so `ckpt --help`,
+argument errors and `ckpt serve` never pay for it.
 """
 
 from __future__ import annotations

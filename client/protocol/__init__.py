@@ -19,7 +19,6 @@ from ._bodies import (
     decode_chunk_batch,
     encode_bundle,
     encode_chunk_batch,
-    read_up_to,
 )
 from ._chunking import ChunkingProfile, StreamChunker
 from ._defaults import (
@@ -55,7 +54,6 @@ from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
     "tensor_regions",
-    "read_up_to",
     "ADMIN_TOKEN_FILE",
     "API_PREFIX",
     "BUNDLE_HEAD",

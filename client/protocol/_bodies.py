@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Awaitable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 # -- binary bodies --------------------------------------------------------------------------
 # POST /v1/uploads/{id}/chunks: the body is a run of records, each the chunk's raw 32-byte
@@ -83,23 +83,3 @@ def decode_bundle(body: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
     if pos != len(body):
         raise ValueError(f"bundle body is {len(body)} bytes, its header describes {pos}")
     return header, files
-
-
-class ByteStream(Protocol):
-    """What both sides read bodies from (aiohttp's StreamReader, for requests and responses)."""
-
-    def read(self, n: int = -1) -> Awaitable[bytes]: ...
-
-
-async def read_up_to(stream: ByteStream, n: int) -> bytes:
-    """Up to `n` bytes of a streamed body: fewer only at its end. A socket read returns
-    whatever has arrived, so pieces are gathered until `n` (one piece is returned as is)."""
-    parts: list[bytes] = []
-    got = 0
-    while got < n:
-        piece = await stream.read(n - got)
-        if not piece:
-            break
-        parts.append(piece)
-        got += len(piece)
-    return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -1,7 +1,7 @@
 """A client the program never closed is closed quietly: at exit, or when collected.
 
-ResourceWarnings are shown (Python hides them by default): before the client closed
-itself, this script printed aiohttp's "Unclosed client session" and "Unclosed connector".
+ResourceWarnings are shown (Python hides them by default): a connection the client left
+open would print "unclosed <socket ...>".
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ import email.utils
 import time
 from collections.abc import Awaitable, Callable
 
-import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from client import NotFound, RetryPolicy, ServerError, TransportError, Unavailable
+from client.connections import Broken
 from client.errors import error_from
 from client.transport import Transport, _retry_after, retryable
 
@@ -27,9 +27,7 @@ def _error(status: int, retry_after: float | None = None) -> Exception:
 
 
 def test_what_is_retried() -> None:
-    assert retryable(aiohttp.ClientConnectionError())
-    assert retryable(aiohttp.ClientPayloadError())
-    assert retryable(asyncio.TimeoutError())
+    assert retryable(Broken("the connection was reset"))
     for status in (502, 503, 504):
         assert retryable(_error(status))
     assert retryable(_error(429, 1.0))
@@ -121,5 +119,44 @@ async def test_an_unreachable_server_is_a_transport_error() -> None:
         with pytest.raises(TransportError, match="after 4 attempts"):
             await t.json("GET", "/v1/x")
         assert t.transfer.retries == FAST.attempts - 1
+    finally:
+        await t.close()
+
+
+async def test_a_server_that_stops_answering_times_out_and_is_retried(
+    aiohttp_server: ServerFactory,
+) -> None:
+    release = asyncio.Event()
+    seen: list[int] = []
+
+    async def stall(request: web.Request) -> web.Response:
+        seen.append(1)
+        await release.wait()
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/v1/x", stall)
+    server = await aiohttp_server(app)
+    t = Transport(str(server.make_url("")), None, retry=FAST, timeout=0.2)
+    try:
+        with pytest.raises(TransportError, match="timed out"):
+            await t.json("GET", "/v1/x")
+        assert len(seen) == FAST.attempts
+    finally:
+        release.set()
+        await t.close()
+
+
+async def test_paths_are_escaped_once_and_queries_encoded(aiohttp_server: ServerFactory) -> None:
+    async def echo(request: web.Request) -> web.Response:
+        return web.json_response({"raw": request.raw_path})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", echo)
+    server = await aiohttp_server(app)
+    t = Transport(str(server.make_url("")) + "/base/", None, retry=FAST)
+    try:
+        answer = await t.json("GET", "/v1/a b/é/%2F", params={"q": "x y&z"})
+        assert answer == {"raw": "/base/v1/a%20b/%C3%A9/%2F?q=x+y%26z"}
     finally:
         await t.close()
