@@ -25,7 +25,7 @@ ENGINE_API = {
     "vault.snapshot",
     "vault.tier",
 }
-PRIVATE_NAMES = ("_SEQ_INLINE", "_SEQ_PACKED", "PACKED", "INLINE", '"packed"', '"inline"')
+PRIVATE_NAMES = ("_INLINE_BIT", "_SEQ_PACKED", "PACKED", '"packed"', '"inline"', '"inline_frames"')
 
 
 def _imports(path: Path) -> set[str]:

@@ -60,7 +60,7 @@ def check(store: Store, repair: bool = False) -> CheckReport:
         report.missing.extend(
             c.hex()
             for c, m in stored.items()
-            if isinstance(m.where, Inline) and store.chunks.inline_frame(txn, c) is None
+            if isinstance(m.where, Inline) and store.chunks.inline_frame(txn, c, m.where) is None
         )
     report.chunks = len(stored)
     hot = {m.where.seq for m in stored.values() if isinstance(m.where, HotFrame)}

@@ -32,7 +32,7 @@ from .errors import VaultInUse
 FRAME_DBS = (b"frames",)  # sequence number (u64 big endian) -> frame
 CATALOG_DBS = (
     b"chunkmeta",  # chunk id -> ChunkMeta (refs, sizes, timestamps, flags, frame sequence)
-    b"inline",  # chunk id -> frame, for chunks of one-request saves (ChunkMeta.seq == 0)
+    b"inline",  # chunk id -> frame: inline chunks stored before `inline_frames` (seq 0)
     b"packed",  # chunk id -> location in a tier's pack (ChunkMeta.seq == PACKED)
     b"deltas",  # chunk id -> id of the base chunk its delta frame is encoded against
     b"bases",  # base chunk id + dependent chunk id -> b"" (what keeps a base alive)
@@ -54,6 +54,8 @@ CATALOG_DBS = (
     b"uploadchunks",  # upload id \0 chunk id -> b"": chunks this session sent (dedup domains)
     b"audit",  # time (ms, u64 BE) + sequence (u32) -> audit entry JSON (vault/audit.py)
     b"keys",  # encryption key id (2 bytes, big endian) -> check value of that key
+    b"inline_frames",  # sequence number (u64 BE) -> frame, for chunks of one-request saves
+    # new tables go last: replication logs name a table by its place in this list
 )
 MIN_MAP_SIZE = 1 << 20
 MAX_GROWTH_STEP = 64 << 30

@@ -32,7 +32,7 @@ from ..counters import Counters
 from ..env import Env
 from ..frame import CODEC_DELTA, CODEC_GROUPED, Encoder, delta_base, frame_codec
 from ..writer import WriteTxn
-from .location import INLINE, HotFrame, Inline, Location, Packed
+from .location import HotFrame, Inline, Location, Packed
 
 _META = struct.Struct("<QIIqqBQ")
 # Hot paths touch single fields in place (every commit adjusts one count per chunk).
@@ -40,8 +40,9 @@ _REFS = struct.Struct("<Q")  # at offset 0
 _ZERO_SINCE = struct.Struct("<q")  # at offset 16
 _FLAGS_AT = 32
 _SEQ = struct.Struct(">Q")
-_SEQ_INLINE = 0  # the on-disk u64 of an Inline location
 _SEQ_PACKED = (1 << 64) - 1  # the on-disk u64 of a Packed location (details in `packed`)
+_INLINE_BIT = 1 << 63  # on disk, an Inline location's sequence number carries this bit
+# (and 0 is an inline chunk stored before they had numbers, keyed by its id)
 SEQ_FLOOR = "frame_seq_floor"  # counter: new frames start at least here (after a restore)
 FLAG_DAMAGED = 1
 FLAG_GROUPED = 2  # recoded by compaction as a byte-grouped frame
@@ -97,7 +98,13 @@ def _seq_of(key: bytes | memoryview) -> int:
 def _disk_seq(where: Location | None) -> int:
     if isinstance(where, HotFrame):
         return where.seq
-    return _SEQ_INLINE if isinstance(where, Inline) else _SEQ_PACKED
+    if isinstance(where, Inline):
+        return _INLINE_BIT | where.seq if where.seq else 0
+    return _SEQ_PACKED
+
+
+def _inline_disk_seq(seq: int) -> bool:
+    return seq == 0 or (seq != _SEQ_PACKED and bool(seq & _INLINE_BIT))
 
 
 class Chunks:
@@ -106,7 +113,8 @@ class Chunks:
         self.frames_env = frames
         self._frames = frames.db["frames"]
         self._meta = catalog.db["chunkmeta"]
-        self._inline = catalog.db["inline"]
+        self._inline_by_id = catalog.db["inline"]
+        self._inline = catalog.db["inline_frames"]
         self._packed = catalog.db["packed"]
         self._deltas = catalog.db["deltas"]
         self._bases = catalog.db["bases"]
@@ -122,17 +130,19 @@ class Chunks:
             after_frames = _seq_of(cur.key()) + 1 if cur.last() else 1
         with self._catalog.read() as txn:
             floor = self.counters.get(txn, SEQ_FLOOR)
-        self._next_seq = max(after_frames, floor)
+            cur = txn.cursor(db=self._inline)
+            after_inline = _seq_of(cur.key()) + 1 if cur.last() else 1
+        self._next_seq = max(after_frames, after_inline, floor)
 
     # -- reading ----------------------------------------------------------------------
     def _decode(self, txn: lmdb.Transaction, cid: bytes, raw: bytes | memoryview) -> ChunkMeta:
         refs, size, stored, zero_since, reserved, flags, seq = _META.unpack(raw)
         where: Location | None
-        if seq == _SEQ_INLINE:
-            where = INLINE
-        elif seq == _SEQ_PACKED:
+        if seq == _SEQ_PACKED:
             row = txn.get(cid, db=self._packed)
             where = Packed.decode(row) if row is not None else None
+        elif _inline_disk_seq(seq):
+            where = Inline(seq & ~_INLINE_BIT)
         else:
             where = HotFrame(seq)
         return ChunkMeta(refs, size, stored, zero_since, reserved, flags, where)
@@ -216,9 +226,19 @@ class Chunks:
         """A frame from the frame environment (`txn` is a frame-environment transaction)."""
         return txn.get(seq_key(where.seq), db=self._frames)
 
-    def inline_frame(self, txn: lmdb.Transaction, cid: bytes) -> bytes | memoryview | None:
+    def inline_frame(
+        self, txn: lmdb.Transaction, cid: bytes, where: Inline
+    ) -> bytes | memoryview | None:
         """The frame of an inline chunk (`txn` is a catalog transaction)."""
-        return txn.get(cid, db=self._inline)
+        if where.seq:
+            return txn.get(seq_key(where.seq), db=self._inline)
+        return txn.get(cid, db=self._inline_by_id)
+
+    def _drop_inline(self, txn: lmdb.Transaction, cid: bytes, where: Inline) -> None:
+        if where.seq:
+            txn.delete(seq_key(where.seq), db=self._inline)
+        else:
+            txn.delete(cid, db=self._inline_by_id)
 
     def hot_frame_seqs(self) -> set[int]:
         """Sequence numbers of every frame in the frame environment."""
@@ -253,8 +273,8 @@ class Chunks:
         """Switch the catalog tables behind a location from `old` to `new`. An old hot frame
         is left for the caller: a move drops it in a later batch (invariant: never a pointer
         to nothing), healing at once (the frame is damaged anyway)."""
-        if isinstance(old, Inline) and not isinstance(new, Inline):
-            w.catalog.delete(cid, db=self._inline)
+        if isinstance(old, Inline) and old != new:
+            self._drop_inline(w.catalog, cid, old)
         if isinstance(old, Packed) and not isinstance(new, Packed):
             w.catalog.delete(cid, db=self._packed)
         if isinstance(new, Packed):
@@ -318,8 +338,9 @@ class Chunks:
         body = frame if frame is not None else Encoder().encode(data)
         where: Location
         if inline:
-            where = INLINE
-            w.catalog.put(cid, body, db=self._inline)
+            where = Inline(self._next_seq)
+            self._next_seq += 1
+            w.catalog.put(seq_key(where.seq), body, db=self._inline, append=True)
         else:
             where = self._new_hot_frame(w, body)
         if meta is None:
@@ -418,7 +439,7 @@ class Chunks:
         afterwards (`drop_hot_frames`), a packed one stays in its pack until a repack."""
         txn.delete(cid, db=self._meta)
         if isinstance(meta.where, Inline):
-            txn.delete(cid, db=self._inline)
+            self._drop_inline(txn, cid, meta.where)
         txn.delete(cid, db=self._packed)
         self._unlink_base(txn, cid)
         self._count_tier(txn, meta.where, -1, -meta.stored)
@@ -495,7 +516,7 @@ def settle_restored(catalog: Env) -> dict[str, int]:
             seq = fields[-1]
             if seq == _SEQ_PACKED:
                 cold += 1
-            elif seq != _SEQ_INLINE:
+            elif not _inline_disk_seq(seq):
                 highest = max(highest, seq)
                 lost += 1
                 fields[5] |= FLAG_DAMAGED

@@ -2,12 +2,14 @@
 
 - `HotFrame`: in the frame environment, under its sequence number (the hot tier).
 - `Inline`: in the catalog environment beside its metadata (chunks of one-request saves,
-  so such a save commits one environment, not two).
+  so such a save commits one environment, not two), under a sequence number drawn from the
+  frames' numbering: appended, the table's pages fill up (keyed by the random chunk id
+  they were ~60% full). Sequence 0 is a chunk stored before that, keyed by its id.
 - `Packed`: at a byte range of a pack object in another tier.
 
-On disk the metadata record still carries one u64 (`_SEQ_INLINE`, `_SEQ_PACKED` or a frame
-sequence number) and packed chunks a row in the `packed` table; only `vault/content/chunks.py`
-reads or writes that encoding.
+On disk the metadata record still carries one u64 (a frame sequence number, one with the
+inline bit, or `_SEQ_PACKED`) and packed chunks a row in the `packed` table; only
+`vault/content/chunks.py` reads or writes that encoding.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class HotFrame:
 
 @dataclass(frozen=True, slots=True)
 class Inline:
-    pass
+    seq: int  # key of the frame in the catalog's inline table (0: keyed by the chunk id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,5 +48,4 @@ class Packed:
         return cls(rest[:n].decode(), rest[n:].decode(), offset, length)
 
 
-INLINE = Inline()
 Location = HotFrame | Inline | Packed

@@ -75,7 +75,7 @@ class Reader:
                 frame = None
                 where = meta.where if meta is not None else None
                 if isinstance(where, Inline):
-                    raw = chunks.inline_frame(txn, cid)
+                    raw = chunks.inline_frame(txn, cid, where)
                     frame = bytes(raw) if raw is not None else None
                 elif isinstance(where, Packed):
                     packed.setdefault(where.tier, {})[i] = where

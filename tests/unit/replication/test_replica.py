@@ -14,6 +14,7 @@ import pytest
 from tiering.backends.local import LocalTier
 from tiering.wrappers import FaultyTier
 from vault import Conflict, Vault
+from vault.env import CATALOG_DBS, FRAME_DBS
 from vault.replication import ReplicationConfig, restore_replica
 from vault.tier import Tier
 
@@ -200,3 +201,15 @@ def test_clean_restart_and_restore_continue_the_generation(tmp_path: Path) -> No
         assert {r.id for r in again.checkpoints("ns", limit=10)[0]} == {a, b, c}
     finally:
         again.close()
+
+
+def test_tables_keep_their_places_in_the_log() -> None:
+    """A replication log names a table by its index in the environment's list, so a table
+    added later goes last: a log written before it must still apply after it."""
+    assert FRAME_DBS == (b"frames",)
+    assert CATALOG_DBS[:23] == (
+        b"chunkmeta", b"inline", b"packed", b"deltas", b"bases", b"compacted",
+        b"checkpoints", b"manifests", b"entries", b"entryrefs", b"nsindex", b"tagindex",
+        b"namespaces", b"uploads", b"uploadfiles", b"idempotency", b"tokens", b"policies",
+        b"counters", b"nsrefs", b"uploadchunks", b"audit", b"keys",
+    )  # fmt: skip
