@@ -100,10 +100,12 @@ class Transport:
         # tls None: https verifies against the system's CAs
         self._conns = wire.Connections(self.url, tls, timeout)
         self._threads = DaemonPool(connections, "ckpt-http")
+        self._closed = False
 
     async def close(self) -> None:
         """Close every connection (a request still running on a thread fails at once); the
         threads stop once their work has."""
+        self._closed = True
         self._conns.close()
         self._threads.shutdown(wait=False)
 
@@ -224,6 +226,8 @@ class Transport:
         return done
 
     async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise TransportError("the client is closed")
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
     def _target(self, path: str, params: Mapping[str, str] | None = None) -> str:

@@ -160,3 +160,14 @@ async def test_paths_are_escaped_once_and_queries_encoded(aiohttp_server: Server
         assert answer == {"raw": "/base/v1/a%20b/%C3%A9/%2F?q=x+y%26z"}
     finally:
         await t.close()
+
+
+async def test_a_closed_transport_refuses_at_once(aiohttp_server: ServerFactory) -> None:
+    server, seen = await _serve(aiohttp_server, [])
+    t = Transport(str(server.make_url("")), None)  # the default policy would wait seconds
+    assert await t.json("GET", "/v1/x") == {"ok": True}
+    await t.close()
+    with pytest.raises(TransportError, match="closed"):
+        await t.json("GET", "/v1/x")
+    assert len(seen) == 1
+    assert t.transfer.retries == 0
