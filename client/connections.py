@@ -24,7 +24,6 @@ from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 CONNECT_TIMEOUT = 10.0  # seconds to open a connection; reads wait for the caller's timeout
-IDLE_CONNECTIONS = 8  # kept-alive connections kept for reuse
 _TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
 
 Body = Iterable[bytes | bytearray | memoryview]
@@ -38,7 +37,7 @@ class Connections:
     """Keep-alive connections to one server. Thread-safe. `close` also shuts the sockets of
     connections in use, so a thread blocked on an abandoned request returns at once."""
 
-    def __init__(self, url: str, tls: ssl.SSLContext | None, timeout: float) -> None:
+    def __init__(self, url: str, tls: ssl.SSLContext | None, timeout: float, keep: int) -> None:
         parts = urlsplit(url)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "localhost"
@@ -46,6 +45,7 @@ class Connections:
         self.prefix = parts.path.rstrip("/")
         self._tls = tls  # None for https: the system's CAs, loaded at the first connection
         self._timeout = timeout
+        self._keep = keep  # idle connections kept for reuse
         self._idle: list[http.client.HTTPConnection] = []
         self._busy: set[http.client.HTTPConnection] = set()
         self._closed = False
@@ -67,7 +67,7 @@ class Connections:
         """Return a connection whose last answer was read to its end."""
         with self._lock:
             self._busy.discard(conn)
-            if not self._closed and len(self._idle) < IDLE_CONNECTIONS:
+            if not self._closed and len(self._idle) < self._keep:
                 self._idle.append(conn)
                 return
         conn.close()

@@ -98,7 +98,7 @@ class Transport:
         self.transfer = Transfer()
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         # tls None: https verifies against the system's CAs
-        self._conns = wire.Connections(self.url, tls, timeout)
+        self._conns = wire.Connections(self.url, tls, timeout, keep=connections)
         self._threads = DaemonPool(connections, "ckpt-http")
         self._closed = False
 
