@@ -20,7 +20,9 @@ What it does, in one temp dir:
    its own peak RSS;
 5. restores: a child process per set runs `VaultClient.load` into an empty dir (seconds
    inside `load`); then `ckpt pull` as a whole process, start to exit; every restored file
-   is compared with its original;
+   is compared with its original; both twice, keeping the faster, like the copy (a single
+   restore swung 0.5-0.9x between runs of the same code here, the first read of data gone
+   cold in the page cache being ~3x slower);
 6. `curl` GETs the novel file twice to /dev/null and keeps the second (hot) rate;
 7. the server's peak RSS (VmHWM), and the start-up time of `python -c "import client"` and
    `ckpt --help` (best of 5, beside `python -c pass`).
@@ -51,6 +53,7 @@ MiB = 1 << 20
 PIECE = 8 * MiB
 BENCH = Path(__file__).resolve().parent
 TARGET_RATIO = 0.8
+RESTORES = 2  # each restore is timed this many times, keeping the fastest
 GET_TARGET_MBS = 1000.0
 
 
@@ -228,31 +231,35 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
     fig.save_s, fig.save_rss_mib = saved["seconds"], saved["rss_mib"]
     dests = [tmp / "restore" / name / ck for ck in saved["ids"]]
     loads = [{"ref": ck, "dest": str(d)} for ck, d in zip(saved["ids"], dests, strict=True)]
-    log(f"{name}: restoring with VaultClient.load")
-    loaded = child(["load", server.url, name, json.dumps(loads)])
-    fig.load_s, fig.load_rss_mib = loaded["seconds"], loaded["rss_mib"]
-    fig.identical = all(
-        filecmp.cmp(p, d / n, shallow=False)
-        for files, d in zip(sets, dests, strict=True)
-        for n, p in files.items()
-    )
-    shutil.rmtree(tmp / "restore" / name)
-    log(f"{name}: restoring with ckpt pull")
-    for ck, d in zip(saved["ids"], dests, strict=True):
+    fig.identical = True
+    fig.load_s = fig.pull_s = float("inf")
+    for attempt in range(RESTORES):  # the best of two, as for the copy
+        log(f"{name}: restoring with VaultClient.load ({attempt + 1}/{RESTORES})")
+        loaded = child(["load", server.url, name, json.dumps(loads)])
+        fig.load_s = min(fig.load_s, loaded["seconds"])
+        fig.load_rss_mib = max(fig.load_rss_mib, loaded["rss_mib"])
+        fig.identical = fig.identical and _restored(sets, dests)
+        shutil.rmtree(tmp / "restore" / name)
+        log(f"{name}: restoring with ckpt pull ({attempt + 1}/{RESTORES})")
         start = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "client.cli", "--url", server.url, "pull", name, ck, str(d)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        fig.pull_s += time.perf_counter() - start
-    fig.identical = fig.identical and all(
+        for ck, d in zip(saved["ids"], dests, strict=True):
+            subprocess.run(
+                [sys.executable, "-m", "client.cli", "--url", server.url, "pull", name, ck, str(d)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        fig.pull_s = min(fig.pull_s, time.perf_counter() - start)
+        fig.identical = fig.identical and _restored(sets, dests)
+        shutil.rmtree(tmp / "restore" / name)
+    return fig
+
+
+def _restored(sets: list[dict[str, str]], dests: list[Path]) -> bool:
+    return all(
         filecmp.cmp(p, d / n, shallow=False)
         for files, d in zip(sets, dests, strict=True)
         for n, p in files.items()
     )
-    shutil.rmtree(tmp / "restore" / name)
-    return fig
 
 
 def run(args: argparse.Namespace) -> Figures:
