@@ -312,7 +312,7 @@ def report(fig: Figures) -> str:
     def rate(s: SetFigures, seconds: float) -> str:
         return f"{s.nbytes / seconds / MB:.0f} MB/s ({s.ratio(seconds):.2f}x)" if seconds else "-"
 
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             f"{s.name} ({s.files} files, {s.nbytes / MB:.0f} MB)",
             f"{s.nbytes / s.copy_s / MB:.0f} MB/s",
