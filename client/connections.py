@@ -44,7 +44,7 @@ class Connections:
         self._port = parts.port or (443 if self._https else 80)
         self.prefix = parts.path.rstrip("/")
         self._tls = tls  # None for https: the system's CAs, loaded at the first connection
-        self._timeout = timeout
+        self.timeout = timeout  # longest wait for the server's next bytes, once connected
         self._keep = keep  # idle connections kept for reuse
         self._idle: list[http.client.HTTPConnection] = []
         self._busy: set[http.client.HTTPConnection] = set()
@@ -95,30 +95,10 @@ class Connections:
         if self._https:
             if self._tls is None:
                 self._tls = ssl.create_default_context()
-            return _Https(self._host, self._port, self._timeout, self._tls)
-        return _Http(self._host, self._port, self._timeout)
-
-
-class _Http(http.client.HTTPConnection):
-    """Connects within CONNECT_TIMEOUT, then waits up to `timeout` on each read."""
-
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        super().__init__(host, port, timeout=CONNECT_TIMEOUT)
-        self._read_timeout = timeout
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock.settimeout(self._read_timeout)
-
-
-class _Https(http.client.HTTPSConnection):
-    def __init__(self, host: str, port: int, timeout: float, tls: ssl.SSLContext) -> None:
-        super().__init__(host, port, timeout=CONNECT_TIMEOUT, context=tls)
-        self._read_timeout = timeout
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock.settimeout(self._read_timeout)
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=CONNECT_TIMEOUT, context=self._tls
+            )
+        return http.client.HTTPConnection(self._host, self._port, timeout=CONNECT_TIMEOUT)
 
 
 def ask(
@@ -132,7 +112,7 @@ def ask(
     body is the caller's to read, then to `finish`)."""
     conn = conns.take()
     try:
-        return conn, _send(conn, method, target, headers, body)
+        return conn, _send(conn, method, target, headers, body, conns.timeout)
     except BaseException:
         conns.drop(conn)
         raise
@@ -191,20 +171,27 @@ def _cork(sock: socket.socket, on: bool) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, int(on))
 
 
+def _connect(conn: http.client.HTTPConnection, timeout: float) -> None:
+    conn.connect()
+    conn.sock.settimeout(timeout)
+
+
 def _send(
     conn: http.client.HTTPConnection,
     method: str,
     target: str,
     headers: Mapping[str, str],
     body: Body | None,
+    timeout: float,
 ) -> http.client.HTTPResponse:
-    """The request, corked where the system can (Linux): http.client sends the headers and
-    each part of the body separately, and with Nagle off each went as a segment of its own;
-    the server's loop then woke once per piece (a 100 kB one-request save cost it ~0.6 ms
-    of CPU more, and took ~1 ms longer)."""
+    """The request, connecting first if need be (within CONNECT_TIMEOUT; then each read
+    waits up to `timeout`). Corked where the system can (Linux): http.client sends the
+    headers and each part of the body separately, and with Nagle off each went as a segment
+    of its own; the server's loop then woke once per piece (a 100 kB one-request save cost
+    it ~0.6 ms of CPU more, and took ~1 ms longer)."""
     try:
         if conn.sock is None:
-            conn.connect()
+            _connect(conn, timeout)
         _cork(conn.sock, True)
         conn.request(method, target, body=body, headers=dict(headers))
         _cork(conn.sock, False)

@@ -34,7 +34,6 @@ from .models import Transfer
 
 T = TypeVar("T")
 RETRY_STATUSES = frozenset({502, 503, 504})  # retried whether or not they say when
-_NETWORK = (Broken,)
 _PATH_SAFE = "/%:@!$&'()*+,;=~"  # left as they are in a path: reserved or already escaped
 
 
@@ -70,7 +69,7 @@ class RetryPolicy:
 
 def retryable(error: BaseException) -> bool:
     """What can succeed when asked again: the network failed, or the server said so."""
-    if isinstance(error, _NETWORK):
+    if isinstance(error, Broken):
         return True
     if isinstance(error, ClientError) and error.status is not None:
         return error.status in RETRY_STATUSES or (
@@ -117,7 +116,7 @@ class Transport:
         while True:
             try:
                 return await attempt()
-            except (*_NETWORK, ClientError) as e:
+            except (Broken, ClientError) as e:
                 if not retryable(e):
                     raise
                 after = e.retry_after if isinstance(e, ClientError) else None

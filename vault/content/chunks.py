@@ -95,6 +95,12 @@ def _seq_of(key: bytes | memoryview) -> int:
     return int(_SEQ.unpack(key)[0])
 
 
+def _after_last(txn: lmdb.Transaction, db: lmdb._Database) -> int:
+    """The number after the last one keyed in `db` (1 when it is empty)."""
+    cur = txn.cursor(db=db)
+    return _seq_of(cur.key()) + 1 if cur.last() else 1
+
+
 def _disk_seq(where: Location | None) -> int:
     if isinstance(where, HotFrame):
         return where.seq
@@ -126,12 +132,10 @@ class Chunks:
         """Number new frames after the last one stored (and the floor a catalog restore
         sets); at open, and when a standby that applied the replica's frames is promoted."""
         with self.frames_env.read() as txn:
-            cur = txn.cursor(db=self._frames)
-            after_frames = _seq_of(cur.key()) + 1 if cur.last() else 1
+            after_frames = _after_last(txn, self._frames)
         with self._catalog.read() as txn:
             floor = self.counters.get(txn, SEQ_FLOOR)
-            cur = txn.cursor(db=self._inline)
-            after_inline = _seq_of(cur.key()) + 1 if cur.last() else 1
+            after_inline = _after_last(txn, self._inline)
         self._next_seq = max(after_frames, after_inline, floor)
 
     # -- reading ----------------------------------------------------------------------
