@@ -32,6 +32,7 @@ from .errors import Conflict, InvalidRequest
 from .maintenance import MaintenanceLock
 from .seal import Keyring, open_blob
 from .store import Store
+from .syncer import DURABLE_FILE
 from .tier import Tier
 
 LATEST = "catalog/latest"  # in a tier: names the newest backup's key
@@ -122,6 +123,7 @@ def restore_catalog(src: Path, vault_dir: Path) -> dict[str, int]:
     if (catalog_dir / "data.mdb").exists():
         raise Conflict(f"{vault_dir} already holds a catalog; restore into an empty data dir")
     catalog_dir.mkdir(parents=True, exist_ok=True)
+    (vault_dir / DURABLE_FILE).unlink(missing_ok=True)  # the durable state of files now gone
     shutil.copyfile(src, catalog_dir / "data.mdb")
     env = Env(catalog_dir, names=CATALOG_DBS)
     try:

@@ -20,7 +20,7 @@ import fcntl
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
@@ -29,6 +29,7 @@ import lmdb
 
 from .errors import VaultInUse
 
+DATA_FILE = "data.mdb"  # LMDB's file in an environment's directory
 FRAME_DBS = (b"frames",)  # sequence number (u64 big endian) -> frame
 CATALOG_DBS = (
     b"chunkmeta",  # chunk id -> ChunkMeta (refs, sizes, timestamps, flags, frame sequence)
@@ -166,22 +167,37 @@ class Env:
     """Owns the lmdb.Environment, its named databases and the resize protocol."""
 
     def __init__(
-        self, path: Path, map_size: int = 1 << 30, names: tuple[bytes, ...] = CATALOG_DBS
+        self,
+        path: Path,
+        map_size: int = 1 << 30,
+        names: tuple[bytes, ...] = CATALOG_DBS,
+        synced: bool = True,
+        prepare: Callable[[], None] | None = None,
     ) -> None:
+        """`synced=False`: commits do not sync (MDB_NOSYNC); only for environments whose
+        durability a `Syncer` provides (vault/syncer.py). `prepare` runs once the directory
+        is locked, before LMDB opens it (the syncer's recovery)."""
         path.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._owner = _lock_dir(path)
-        data_file = path / "data.mdb"
-        existing = data_file.stat().st_size if data_file.exists() else 0
-        self.lmdb = lmdb.open(
-            str(path),
-            map_size=max(map_size, MIN_MAP_SIZE, existing * 2),
-            max_dbs=len(names) + 2,
-            max_readers=512,
-            readahead=False,  # random chunk reads; readahead only pollutes the page cache
-            mode=0o600,
-            sync=True,
-            metasync=True,
-        )
+        data_file = path / DATA_FILE
+        try:
+            if prepare is not None:
+                prepare()
+            existing = data_file.stat().st_size if data_file.exists() else 0
+            self.lmdb = lmdb.open(
+                str(path),
+                map_size=max(map_size, MIN_MAP_SIZE, existing * 2),
+                max_dbs=len(names) + 2,
+                max_readers=512,
+                readahead=False,  # random chunk reads; readahead only pollutes the page cache
+                mode=0o600,
+                sync=synced,
+                metasync=synced,
+            )
+        except BaseException:
+            self._owner.close()
+            raise
         make_private(path)
         self.db = {name.decode(): self.lmdb.open_db(name) for name in names}
         self._lock = _SharedExclusiveLock()

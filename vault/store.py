@@ -17,6 +17,7 @@ from .domains import NSREFS_BUILT
 from .env import CATALOG_DBS, FRAME_DBS, Env
 from .ids import IdGenerator
 from .seal import Keyring
+from .syncer import DURABLE_FILE, Syncer, recover
 from .tier import Tier
 from .writer import Writer, WriteTxn
 
@@ -55,14 +56,36 @@ class Store:
         tiers: Mapping[str, Tier] | None = None,
         keyring: Keyring | None = None,
     ) -> Store:
-        catalog_env = Env(path / "catalog", config.map_size, CATALOG_DBS)
+        env_dirs = [path / "catalog", path / "frames"]
+        durable = path / DURABLE_FILE
+        catalog_env = Env(  # recovery under the catalog's lock, before LMDB reads either file
+            env_dirs[0], config.map_size, CATALOG_DBS, False, lambda: recover(durable, env_dirs)
+        )
+        frames_env: Env | None = None
+        try:
+            frames_env = Env(env_dirs[1], config.map_size, FRAME_DBS, False)
+            return cls._open(catalog_env, frames_env, durable, clock, config, tiers, keyring)
+        except BaseException:
+            catalog_env.close()
+            if frames_env is not None:
+                frames_env.close()
+            raise
+
+    @classmethod
+    def _open(
+        cls,
+        catalog_env: Env,
+        frames_env: Env,
+        durable: Path,
+        clock: Clock,
+        config: VaultConfig,
+        tiers: Mapping[str, Tier] | None,
+        keyring: Keyring | None,
+    ) -> Store:
+        """The parts over two open environments; what it writes before the writer starts
+        becomes the first durable state when the syncer starts."""
         if keyring is not None:
-            try:
-                _remember_keys(catalog_env, keyring)
-            except BaseException:
-                catalog_env.close()
-                raise
-        frames_env = Env(path / "frames", config.map_size, FRAME_DBS)
+            _remember_keys(catalog_env, keyring)
         counters = Counters(catalog_env)
         chunks = Chunks(catalog_env, frames_env, counters)
         catalog = Catalog(catalog_env, chunks)
@@ -76,10 +99,11 @@ class Store:
             with catalog_env.lmdb.begin(write=True) as txn:
                 catalog.build_nsrefs(txn)
                 counters.add(txn, NSREFS_BUILT, 1)
+        syncer = Syncer(durable, [catalog_env, frames_env])
         return cls(
             catalog_env=catalog_env,
             frames_env=frames_env,
-            writer=Writer(catalog_env, frames_env),
+            writer=Writer(catalog_env, frames_env, syncer),
             counters=counters,
             chunks=chunks,
             catalog=catalog,
@@ -101,7 +125,7 @@ class Store:
 
     def close(self) -> None:
         self.decoders.shutdown(wait=True)
-        self.writer.close()
+        self.writer.close()  # and its syncer: everything committed is durable
         self.catalog_env.close()
         self.frames_env.close()
 

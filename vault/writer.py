@@ -3,16 +3,18 @@
 Callers submit operations (functions of a `WriteTxn`) and get a Future. The thread drains
 whatever is queued, up to a byte budget, runs each operation in its own nested transactions
 (so one failing operation cannot spoil the others), then commits the frame environment,
-then the catalog, each synced once for the whole batch: a hundred small chunk writes cost
-two fsyncs, and the event loop never touches the disk.
+then the catalog, and goes on to the next batch. The commits do not sync: the syncer
+(vault/syncer.py) makes the state each batch left durable, on its own thread, and only then
+are the batch's Futures resolved. A hundred small chunk writes share one cycle of syncs,
+the disk writes one batch while the next is applied, and the event loop never touches it.
 
-Order is the crash-safety argument: frames are durable before any catalog record that
-points at them. A crash between the two commits leaves frames nothing points to, which
-`check` finds and GC-by-repair removes; never a record pointing at nothing.
+Crash safety: a batch is durable whole, both environments at once, or not at all (the
+syncer's recovery returns both to the same batch boundary), so a catalog record never
+points at frames the disk lost.
 
 A `CommitObserver` (replication, vault/replication/) sees every committed change: operations
-run on its recording views of their transactions, and after both commits it receives the
-records of the operations that committed. If it answers with a Future, the callers' futures
+run on its recording views of their transactions, and once a batch is durable it receives
+the records of the operations that committed. If it answers with a Future, the callers' futures
 resolve only when that one does (synchronous replication), and fail with its error if it
 fails (the primary was fenced: the commit is local only and will never be in the replica);
 the writer moves on meanwhile.
@@ -43,6 +45,7 @@ from typing import Any, Protocol, TypeVar
 import lmdb
 
 from .env import Env
+from .syncer import Syncer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,8 +71,9 @@ class CommitObserver(Protocol):
         ...
 
     def committed(self, records: list[Any]) -> Future[None] | None:
-        """After both commits (writer thread): the handles of the operations that committed,
-        in order. A Future returned holds back the callers' acknowledgements until done."""
+        """Once a batch is durable (syncer thread, batches in commit order): the handles of
+        the operations that committed, in order. A Future returned holds back the callers'
+        acknowledgements until done."""
         ...
 
 
@@ -94,9 +98,10 @@ class WriterStats:
 
 
 class Writer:
-    def __init__(self, catalog: Env, frames: Env) -> None:
+    def __init__(self, catalog: Env, frames: Env, syncer: Syncer) -> None:
         self._catalog = catalog
         self._frames = frames
+        self._syncer = syncer
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._closed = False
         self._observer: CommitObserver | None = None
@@ -149,11 +154,12 @@ class Writer:
         return self._queue.qsize()
 
     def close(self) -> None:
-        """Finish everything queued, then stop the thread."""
+        """Finish everything queued and make it durable, then stop the threads."""
         if not self._closed:
             self._closed = True
             self._queue.put(None)
             self._thread.join()
+            self._syncer.close()
 
     def _run(self) -> None:
         while True:
@@ -183,8 +189,9 @@ class Writer:
                 outcomes, records = self._apply(batch)
                 break
             except lmdb.MapFullError:
-                self._catalog.grow()
-                self._frames.grow()
+                with self._syncer.quiesce():  # LMDB resizes with no transaction open
+                    self._catalog.grow()
+                    self._frames.grow()
                 self.stats.map_growths += 1
             except BaseException as e:  # noqa: BLE001 - a failed commit fails every op in it
                 log.exception("write batch failed")
@@ -198,6 +205,20 @@ class Writer:
         self.stats.bytes += size
         self._frames.note_io(size)
         self._catalog.note_io(size)
+        self._syncer.after(lambda failure: self._durable(batch, outcomes, records, failure))
+
+    def _durable(
+        self,
+        batch: list[_Item],
+        outcomes: list[tuple[bool, Any]],
+        records: list[Any],
+        failure: BaseException | None,
+    ) -> None:
+        """The syncer thread, once the batch is on disk (or `failure` says it cannot be):
+        hand it to the observer, in commit order, then answer its callers."""
+        if failure is not None:
+            _resolve(batch, outcomes, failure)
+            return
         ack = None
         if self._observer is not None:
             try:

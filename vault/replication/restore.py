@@ -31,6 +31,7 @@ from ..env import CATALOG_DBS, FRAME_DBS, Env
 from ..errors import Conflict, ObjectNotFound
 from ..maintenance import MaintenanceLock
 from ..seal import Keyring, open_blob
+from ..syncer import DURABLE_FILE
 from ..tier import Tier
 from .changes import CATALOG, ENV_DBS, FRAMES, BatchLog, decode_batches, replay
 from .layout import Current, base_key, replica_current, segment_key, write_local_epoch
@@ -72,6 +73,7 @@ def restore_replica(
     ):
         work = Path(tmp)
         built = build(tier, current, keyring, until, work)
+        (vault_dir / DURABLE_FILE).unlink(missing_ok=True)  # the state of files now replaced
         for sub in ("catalog", "frames"):
             (work / sub / "vault.lock").unlink(missing_ok=True)
             shutil.move(str(work / sub), str(vault_dir / sub))

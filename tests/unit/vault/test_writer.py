@@ -9,25 +9,30 @@ import pytest
 
 from vault import VaultError
 from vault.env import FRAME_DBS, Env
+from vault.syncer import Syncer
 from vault.writer import Writer, WriteTxn
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path / "db", map_size=1 << 20)
+    e = Env(tmp_path / "db", map_size=1 << 20, synced=False)
     yield e
     e.close()
 
 
 @pytest.fixture
 def frames(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path / "frames", map_size=1 << 20, names=FRAME_DBS)
+    e = Env(tmp_path / "frames", map_size=1 << 20, names=FRAME_DBS, synced=False)
     yield e
     e.close()
 
 
+def _writer(env: Env, frames: Env) -> Writer:
+    return Writer(env, frames, Syncer(env.path.parent / "durable", [env, frames]))
+
+
 def test_failing_op_does_not_spoil_its_batch(env: Env, frames: Env) -> None:
-    writer = Writer(env, frames)
+    writer = _writer(env, frames)
     db = env.db["counters"]
     started, gate = threading.Event(), threading.Event()
 
@@ -64,7 +69,7 @@ def test_failing_op_does_not_spoil_its_batch(env: Env, frames: Env) -> None:
 
 
 def test_map_grows_while_readers_run(env: Env, frames: Env) -> None:
-    writer = Writer(env, frames)
+    writer = _writer(env, frames)
     db = frames.db["frames"]
     stop = threading.Event()
     errors: list[BaseException] = []

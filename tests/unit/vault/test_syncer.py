@@ -1,0 +1,221 @@
+"""Durability behind the writer (vault/syncer.py): what an acknowledged save survives.
+
+A child process saves and dies without closing (`os._exit`: the page cache keeps every
+LMDB write, as after SIGKILL). Power loss is simulated on top of that: the child copies the
+LMDB files once its saves are acknowledged (the disk then), stops the syncer inside its
+next fdatasync, lets more batches commit unsynced, and dies. Any page written since may or
+may not have reached the disk, so the test builds disks mixing old and new pages at random,
+and garbles meta pages. Every acknowledged save must come back and `check` must pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from vault import Conflict, Unavailable, Vault
+from vault.syncer import DURABLE_FILE
+
+ROOT = Path(__file__).resolve().parents[3]
+DATA_FILES = ("catalog/data.mdb", "frames/data.mdb")
+PAGE = 4096
+
+
+def _child(
+    vault_dir: Path, acked: int, unacked: int = 0, snapshot: Path | None = None
+) -> list[str]:
+    """In another process: `acked` saves (their ids printed), then optionally a copy of the
+    LMDB files and `unacked` saves committed but never made durable; then die unclosed."""
+    code = textwrap.dedent(
+        f"""
+        import json, os, shutil, threading
+        from pathlib import Path
+        import vault.syncer
+        from vault import Vault
+
+        def state(i):
+            return json.dumps([{{"role": "user", "content": "turn " * 40 + str(k)}}
+                               for k in range(i + 20)]).encode()
+
+        v = Vault({str(vault_dir)!r})
+        ids, parent = [], None
+        for i in range({acked}):
+            rec, _ = v.save("agents/a", {{"state.json": state(i)}}, parent=parent,
+                            chunking="small")
+            ids.append(rec.id)
+            parent = rec.id
+        print(json.dumps(ids), flush=True)
+        snap = {str(snapshot) if snapshot else None!r}
+        if snap:
+            for name in {DATA_FILES!r}:
+                Path(snap, name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path({str(vault_dir)!r}, name), Path(snap, name))
+        if {unacked}:
+            never = threading.Event()
+            vault.syncer.os.fdatasync = lambda fd: never.wait()  # the disk stops here
+            committed = threading.Semaphore(0)
+            after = vault.syncer.Syncer.after
+            def counted(self, done):
+                after(self, done)
+                committed.release()
+            vault.syncer.Syncer.after = counted
+            for i in range({unacked}):  # one at a time: each commits its own batch
+                threading.Thread(target=v.save, args=("agents/b", {{"s": state(i) * 3}}),
+                                 kwargs={{"chunking": "small"}}, daemon=True).start()
+                committed.acquire()
+        os._exit(0)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    ids: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return ids
+
+
+def _assert_ids_there(vault_dir: Path, namespace: str, ids: list[str]) -> None:
+    v = Vault(vault_dir)
+    try:
+        assert v.check().ok
+        assert sorted(r.id for r in v.checkpoints(namespace, limit=100)[0]) == sorted(ids)
+    finally:
+        v.close()
+
+
+def _assert_all_there(vault_dir: Path, ids: list[str]) -> None:
+    v = Vault(vault_dir)
+    try:
+        for cid in ids:
+            rec = v.get("agents/a", cid)
+            assert rec.id == cid
+            _, files = v.manifest("agents/a", cid)
+            data = b"".join(
+                bytes(c) for c in v.read_chunks([c for c, _ in files["state.json"].chunks])
+            )
+            assert data.startswith(b'[{"role": "user"')
+            assert len(data) == files["state.json"].size
+        assert v.check().ok
+        listed = [r.id for r in v.checkpoints("agents/a", limit=100)[0]]
+        assert sorted(listed) == sorted(ids)
+    finally:
+        v.close()
+
+
+def _overwrite(path: Path, data: bytes) -> None:
+    """New contents in the same file (its inode stays, as on a disk after power loss)."""
+    with path.open("r+b") as f:
+        f.write(data)
+        f.truncate()
+
+
+def _mix(old: bytes, new: bytes, rng: random.Random) -> bytes:
+    """A disk after power loss: each page written since `old` may or may not be there."""
+    out = bytearray(new)
+    for at in range(0, len(new), PAGE):
+        if rng.random() < 0.5:
+            out[at : at + PAGE] = old[at : at + PAGE].ljust(min(PAGE, len(new) - at), b"\0")
+    return bytes(out)
+
+
+def test_killed_writer_keeps_every_acknowledged_save(tmp_path: Path) -> None:
+    ids = _child(tmp_path / "v", 12, unacked=3)
+    _assert_all_there(tmp_path / "v", ids)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_power_loss_keeps_every_acknowledged_save(tmp_path: Path, seed: int) -> None:
+    """Batches committed after the last durable state wrote pages; any of them may be on
+    the disk or not, the newer meta pages among them. Recovery returns to that state."""
+    snap = tmp_path / "snap"
+    ids = _child(tmp_path / "v", 10, unacked=4, snapshot=snap)
+    rng = random.Random(seed)
+    for name in DATA_FILES:
+        path = tmp_path / "v" / name
+        old, new = (snap / name).read_bytes(), path.read_bytes()
+        assert old != new or name.startswith("frames")  # the unacknowledged batches wrote
+        _overwrite(path, _mix(old, new, rng))
+    _assert_all_there(tmp_path / "v", ids)
+
+
+def test_nothing_written_since_the_durable_state_reached_the_disk(tmp_path: Path) -> None:
+    snap = tmp_path / "snap"
+    ids = _child(tmp_path / "v", 8, unacked=2, snapshot=snap)
+    for name in DATA_FILES:
+        _overwrite(tmp_path / "v" / name, (snap / name).read_bytes())
+    _assert_all_there(tmp_path / "v", ids)
+
+
+def test_torn_meta_pages_are_put_back(tmp_path: Path) -> None:
+    """A newer meta page on disk whose tree did not make it: recovery must not trust it."""
+    ids = _child(tmp_path / "v", 8, unacked=2)
+    for name in DATA_FILES:
+        path = tmp_path / "v" / name
+        raw = bytearray(path.read_bytes())
+        for page in (0, 1):
+            raw[page * PAGE + 16 : (page + 1) * PAGE] = os.urandom(PAGE - 16)
+        _overwrite(path, bytes(raw))
+    _assert_all_there(tmp_path / "v", ids)
+
+
+def test_a_durable_state_of_other_files_is_refused(tmp_path: Path) -> None:
+    """A catalog put where the recorded files were (another inode, other meta pages) must
+    not get their meta pages."""
+    _child(tmp_path / "v", 3, unacked=1)
+    catalog = tmp_path / "v" / "catalog" / "data.mdb"
+    data = catalog.read_bytes()
+    other = catalog.with_name("other.mdb")  # written while the old one exists: another inode
+    other.write_bytes(data[:16] + os.urandom(16) + data[32:])  # and other meta pages
+    other.replace(catalog)
+    with pytest.raises(Conflict, match="another data.mdb"):
+        Vault(tmp_path / "v")
+
+
+def test_a_closed_data_dir_copies_and_opens_without_its_durable_file(tmp_path: Path) -> None:
+    """A clean close leaves the files synced and equal to the durable state: a copy (other
+    inodes) opens as it is, and so does a data dir from before the syncer (no file)."""
+    v = Vault(tmp_path / "v")
+    rec, _ = v.save("ns", {"f": b"hello" * 100})
+    v.close()
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "v", copy)
+    (tmp_path / "v" / DURABLE_FILE).unlink()
+    for root in (copy, tmp_path / "v"):
+        v = Vault(root)
+        try:
+            _, files = v.manifest("ns", rec.id)
+            chunks = [c for c, _ in files["f"].chunks]
+            assert b"".join(bytes(c) for c in v.read_chunks(chunks)) == b"hello" * 100
+        finally:
+            v.close()
+
+
+def test_a_failed_sync_fails_the_saves_waiting_on_it_and_every_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Linux may drop the pages of a failed fdatasync: nothing after it is acknowledged."""
+    v = Vault(tmp_path / "v")
+    try:
+        kept, _ = v.save("ns", {"f": b"before" * 100})
+
+        def broken(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr("vault.syncer.os.fdatasync", broken)
+        with pytest.raises(Unavailable, match="a sync to disk failed"):
+            v.save("ns", {"f": b"lost" * 100})
+        monkeypatch.undo()
+        with pytest.raises(Unavailable, match="restart the service"):
+            v.save("ns", {"f": b"after" * 100})
+    finally:
+        v.close()
+    _assert_ids_there(tmp_path / "v", "ns", [kept.id])

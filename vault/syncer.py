@@ -1,0 +1,299 @@
+"""Durability behind the writer: LMDB commits without syncing, a thread syncs behind it.
+
+A synced LMDB commit writes the transaction's pages, waits for them to reach the disk,
+then writes the meta page and waits again. The writer thread used to do that for every
+group commit, so while it waited nothing else was written, and while it wrote the disk sat
+idle: a 1 GB upload ran at ~0.6x of a plain write + fsync of the same bytes. Now both
+environments commit unsynced (MDB_NOSYNC) and the writer goes straight on to the next
+batch; this thread makes each committed state durable and only then acknowledges the
+batches that reached it (`after`). Acknowledged still means on disk.
+
+Why the unsynced files stay recoverable. After a power loss an unsynced LMDB file may hold
+a meta page whose tree never reached the disk, or pages of an older tree overwritten by
+newer transactions. So:
+
+1. right after each batch commits, the writer thread captures the state it left: both meta
+   pages of each environment (read back from the file: no other writer can change them
+   before its next commit) and a read transaction on each, a *pin*, which keeps LMDB from
+   reusing any page that state can see, whatever commits later;
+2. a cycle of this thread takes the newest captured state, fdatasyncs both data files, then
+   writes that state's meta pages into a slot of the `durable` file (two alternating slots,
+   each with its own digest) and syncs it; only then are the previous durable state's pins
+   let go and the state's batches acknowledged;
+3. recovery (`recover`, before LMDB opens the files) writes the durable slot's meta pages
+   back. Every page of that tree was synced before the slot was written and pinned since,
+   so each file is exactly its durable tree again; pages written after it are free or past
+   its end. Both environments come back to the same moment, the end of one batch, so the
+   crash invariants of docs/DESIGN.md hold across them.
+
+A SIGKILL takes the same path (LMDB's newer pages are in the page cache, recovery rolls
+them back to the durable state): every crash test exercises it. Unacknowledged batches
+are lost either way, as before.
+
+The pins cost pages freed during one cycle, which LMDB reuses a cycle later instead of at
+once. Map growth needs every transaction of the process closed: `quiesce` drains the
+cycles (everything committed durable), lets the pins go, and pins the same state again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from .env import DATA_FILE, Env
+from .errors import Conflict, Unavailable
+
+log = logging.getLogger(__name__)
+
+DURABLE_FILE = "durable"  # in the vault dir, beside catalog/ and frames/
+SLOT = 32 << 10  # one slot of the durable file; two alternate
+_MAGIC = b"CVSYNC\x00\x01"
+_SLOT_HEAD = struct.Struct("<8sQHI")  # magic, generation, environments, page size
+_SLOT_ENV = struct.Struct("<Q")  # inode of the environment's data file
+_DIGEST = 16
+
+Done = Callable[[BaseException | None], None]  # told None once durable, or why not
+
+
+@dataclass(frozen=True)
+class _Slot:
+    generation: int
+    psize: int
+    inodes: list[int]  # of each environment's data file
+    metas: list[bytes]  # both meta pages, per environment
+
+
+@dataclass
+class _State:
+    """What one batch left: the meta pages, the pins, who waits for it to be durable."""
+
+    metas: list[bytes]
+    pins: list[Any]  # read transactions (lmdb.Transaction)
+    done: list[Done]
+
+
+def _read_slot(raw: bytes) -> _Slot | None:
+    if len(raw) < _SLOT_HEAD.size or raw[:8] != _MAGIC:
+        return None
+    _, generation, n, psize = _SLOT_HEAD.unpack_from(raw)
+    end = _SLOT_HEAD.size + n * (_SLOT_ENV.size + 2 * psize)
+    if (
+        end + _DIGEST > len(raw)
+        or blake3.blake3(raw[:end]).digest()[:_DIGEST] != raw[end : end + _DIGEST]
+    ):
+        return None
+    inodes, metas = [], []
+    pos = _SLOT_HEAD.size
+    for _ in range(n):
+        inodes.append(int(_SLOT_ENV.unpack_from(raw, pos)[0]))
+        pos += _SLOT_ENV.size
+        metas.append(raw[pos : pos + 2 * psize])
+        pos += 2 * psize
+    return _Slot(generation, psize, inodes, metas)
+
+
+def _slots(raw: bytes) -> list[_Slot | None]:
+    return [_read_slot(raw[i * SLOT : (i + 1) * SLOT]) for i in (0, 1)]
+
+
+def _durable_slot(raw: bytes) -> tuple[int, _Slot] | None:
+    """The valid slot with the higher generation, and its index (a torn slot write leaves
+    the other one in force)."""
+    valid = [(i, s) for i, s in enumerate(_slots(raw)) if s is not None]
+    return max(valid, key=lambda v: v[1].generation) if valid else None
+
+
+def _restore_metas(durable: Path, data: Path, inode: int, metas: bytes) -> None:
+    """Write a durable state's meta pages back into `data`. Pages already equal to them:
+    nothing to do (a clean close), whichever file this is. Else it must be the file the
+    state was taken of: meta pages written into another file would corrupt it."""
+    fd = os.open(data, os.O_RDWR)
+    try:
+        if os.pread(fd, len(metas), 0) == metas:
+            return
+        if os.fstat(fd).st_ino != inode:
+            raise Conflict(
+                f"{durable} was written for another {data.name} than {data} (a restored or "
+                "copied file?); remove it only if that file is known to be complete"
+            )
+        os.pwrite(fd, metas, 0)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover(durable: Path, env_dirs: Sequence[Path]) -> None:
+    """Put each environment back to the last durable state (before LMDB opens them). A data
+    dir without the file (new, or from a version that synced every commit) has nothing to
+    do."""
+    try:
+        raw = durable.read_bytes()
+    except FileNotFoundError:
+        return
+    found = _durable_slot(raw)
+    if found is None:
+        return  # never completed a first cycle: LMDB was synced when it was opened
+    slot = found[1]
+    if len(env_dirs) != len(slot.inodes):
+        raise Conflict(f"{durable} covers {len(slot.inodes)} environments, not {len(env_dirs)}")
+    for d, inode, metas in zip(env_dirs, slot.inodes, slot.metas, strict=True):
+        _restore_metas(durable, d / DATA_FILE, inode, metas)
+
+
+class Syncer:
+    """Makes the environments' committed states durable, in order, on its own thread.
+
+    `envs` are opened unsynced and recovered (`recover`) by the caller; whatever was
+    written to them before this is made the first durable state here."""
+
+    def __init__(self, path: Path, envs: Sequence[Env]) -> None:
+        self._path = path
+        self._envs = list(envs)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._data_fds = [os.open(e.path / DATA_FILE, os.O_RDONLY) for e in self._envs]
+        self._psize = int(self._envs[0].lmdb.stat()["psize"])
+        raw = os.pread(self._fd, 2 * SLOT, 0)
+        found = _durable_slot(raw)
+        self._generation = found[1].generation if found is not None else 0
+        self._slot = found[0] if found is not None else 1  # the next cycle writes the other
+        self._cond = threading.Condition()
+        self._queue: list[_State] = []
+        self._busy = False  # a cycle is running
+        self._failure: BaseException | None = None
+        self._closing = False
+        self.cycles = 0
+        first = self.capture([])
+        self._durable: _State = first
+        self._make_durable(first, first.metas, [b""] * len(self._envs))
+        if found is None:  # a new durable file: its directory entry must last too
+            _fsync_dir(path.parent)
+        self._thread = threading.Thread(target=self._run, name="vault-syncer", daemon=True)
+        self._thread.start()
+
+    def capture(self, done: list[Done]) -> _State:
+        """The state the writer just committed (writer thread, before its next commit)."""
+        pins = [e.lmdb.begin() for e in self._envs]
+        metas = [os.pread(fd, 2 * self._psize, 0) for fd in self._data_fds]
+        return _State(metas, pins, done)
+
+    def after(self, done: Done) -> None:
+        """Writer thread, right after a batch committed: call `done(None)` on this thread
+        once the state it left is durable (`done(error)` if it cannot be)."""
+        state = self.capture([done])
+        with self._cond:
+            if self._failure is None:
+                self._queue.append(state)
+                self._cond.notify_all()
+                return
+            failure = self._failure
+        _release(state.pins)
+        done(failure)
+
+    @contextmanager
+    def quiesce(self) -> Iterator[None]:
+        """Writer thread: everything committed durable and no pin held, for the body (map
+        growth); the same state is pinned again after it."""
+        with self._cond:
+            while self._queue or self._busy:
+                self._cond.wait()
+        _release(self._durable.pins)
+        try:
+            yield
+        finally:
+            self._durable.pins = [e.lmdb.begin() for e in self._envs]
+
+    def close(self) -> None:
+        """Make everything committed durable, then stop (after the writer stopped)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        _release(self._durable.pins)
+        for fd in (self._fd, *self._data_fds):
+            os.close(fd)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                states, self._queue = self._queue, []
+                self._busy = True
+            try:
+                self._cycle(states)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _cycle(self, states: list[_State]) -> None:
+        """Make the newest of `states` durable, then tell every one of them, in order."""
+        target = states[-1]
+        for s in states[:-1]:  # the newest state's pins keep its tree; older ones need none
+            _release(s.pins)
+            s.pins = []
+        error: BaseException | None = self._failure
+        if error is None:
+            try:
+                self._make_durable(target, target.metas, self._durable.metas)
+            except Exception as e:  # noqa: BLE001 - every waiter must hear of it
+                log.exception("syncing the data files failed")
+                error = Unavailable(
+                    f"a sync to disk failed ({e}); restart the service: it recovers the last "
+                    "durable state"
+                )
+                with self._cond:
+                    self._failure = error
+        if error is None:
+            _release(self._durable.pins)
+            self._durable = target
+        else:
+            _release(target.pins)
+        for s in states:
+            for done in s.done:
+                try:
+                    done(error)
+                except Exception:  # noqa: BLE001 - one caller's trouble stops no other
+                    log.exception("acknowledging a batch failed")
+
+    def _make_durable(self, state: _State, metas: list[bytes], before: list[bytes]) -> None:
+        """Sync the data files that changed since `before`, then record `metas` as the
+        durable state (the slot not in force, then synced)."""
+        for fd, new, old in zip(self._data_fds, metas, before, strict=True):
+            if new != old:
+                os.fdatasync(fd)
+        parts = [_SLOT_HEAD.pack(_MAGIC, self._generation + 1, len(self._envs), self._psize)]
+        for fd, meta in zip(self._data_fds, metas, strict=True):
+            parts.append(_SLOT_ENV.pack(os.fstat(fd).st_ino))
+            parts.append(meta)
+        slot = b"".join(parts)
+        slot += blake3.blake3(slot).digest()[:_DIGEST]
+        os.pwrite(self._fd, slot, (self._slot ^ 1) * SLOT)
+        os.fdatasync(self._fd)
+        self._slot ^= 1
+        self._generation += 1
+        self.cycles += 1
+
+
+def _release(pins: list[Any]) -> None:
+    for txn in pins:
+        txn.abort()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
