@@ -205,11 +205,14 @@ class Writer:
         self.stats.bytes += size
         self._frames.note_io(size)
         self._catalog.note_io(size)
-        self._syncer.after(lambda failure: self._durable(batch, outcomes, records, failure))
+        # Only the futures wait for the syncer: the operations (and the chunk bytes their
+        # closures hold) are let go now, not a cycle later.
+        futures = [item.future for item in batch]
+        self._syncer.after(lambda failure: self._durable(futures, outcomes, records, failure))
 
     def _durable(
         self,
-        batch: list[_Item],
+        futures: list[Future[Any]],
         outcomes: list[tuple[bool, Any]],
         records: list[Any],
         failure: BaseException | None,
@@ -217,7 +220,7 @@ class Writer:
         """The syncer thread, once the batch is on disk (or `failure` says it cannot be):
         hand it to the observer, in commit order, then answer its callers."""
         if failure is not None:
-            _resolve(batch, outcomes, failure)
+            _resolve(futures, outcomes, failure)
             return
         ack = None
         if self._observer is not None:
@@ -226,9 +229,9 @@ class Writer:
             except Exception:  # noqa: BLE001 - replication trouble never fails a local commit
                 log.exception("commit observer failed")
         if ack is None:
-            _resolve(batch, outcomes)
+            _resolve(futures, outcomes)
         else:
-            ack.add_done_callback(lambda done: _resolve(batch, outcomes, done.exception()))
+            ack.add_done_callback(lambda done: _resolve(futures, outcomes, done.exception()))
 
     def _apply(self, batch: list[_Item]) -> tuple[list[tuple[bool, Any]], list[Any]]:
         catalog_env, frames_env = self._catalog.lmdb, self._frames.lmdb
@@ -270,14 +273,17 @@ class Writer:
 
 
 def _resolve(
-    batch: list[_Item], outcomes: list[tuple[bool, Any]], failure: BaseException | None = None
+    futures: list[Future[Any]],
+    outcomes: list[tuple[bool, Any]],
+    failure: BaseException | None = None,
 ) -> None:
-    """Hand each caller its outcome; `failure` (the observer's) replaces every success."""
-    for item, (ok, value) in zip(batch, outcomes, strict=True):
+    """Hand each caller its outcome; `failure` (the observer's, the syncer's) replaces
+    every success."""
+    for future, (ok, value) in zip(futures, outcomes, strict=True):
         if ok and failure is not None:
-            _settle(item.future, False, failure)
+            _settle(future, False, failure)
         else:
-            _settle(item.future, ok, value)
+            _settle(future, ok, value)
 
 
 def _applied(batch: list[_Item], outcomes: list[tuple[bool, Any]]) -> None:
