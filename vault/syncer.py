@@ -191,6 +191,9 @@ class Syncer:
         state = self.capture([done])
         with self._cond:
             if self._failure is None:
+                if self._queue:  # the next cycle makes only the newest state durable: the
+                    _release(self._queue[-1].pins)  # pins stay three states' however slow
+                    self._queue[-1].pins = []  # the disk (LMDB's reader slots are few)
                 self._queue.append(state)
                 self._cond.notify_all()
                 return
@@ -239,10 +242,7 @@ class Syncer:
 
     def _cycle(self, states: list[_State]) -> None:
         """Make the newest of `states` durable, then tell every one of them, in order."""
-        target = states[-1]
-        for s in states[:-1]:  # the newest state's pins keep its tree; older ones need none
-            _release(s.pins)
-            s.pins = []
+        target = states[-1]  # the older states' pins were let go when a newer one came
         error: BaseException | None = self._failure
         if error is None:
             try:

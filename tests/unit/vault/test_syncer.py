@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,38 @@ def test_a_failed_sync_fails_the_saves_waiting_on_it_and_every_later_one(
     finally:
         v.close()
     _assert_ids_there(tmp_path / "v", "ns", [kept.id])
+
+
+def test_a_stalled_disk_holds_pins_of_three_states_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hundreds of batches committed behind one slow sync: each state's pins take LMDB
+    reader slots (512), so only the states a cycle can still need keep theirs."""
+    v = Vault(tmp_path / "v")
+    try:
+        writer = v.store.writer
+        env = v.store.catalog_env
+        db = env.db["counters"]
+        entered, resume = threading.Event(), threading.Event()
+        real = os.fdatasync
+
+        def slow(fd: int) -> None:
+            entered.set()
+            assert resume.wait(60)
+            real(fd)
+
+        monkeypatch.setattr("vault.syncer.os.fdatasync", slow)
+        durable = []
+        for i in range(400):  # each staged op returns once its own batch committed
+            key = b"stall-%d" % i
+            _, done = writer.stage(lambda w, k=key: w.catalog.put(k, b"1", db=db))
+            durable.append(done)
+            if i == 0:
+                assert entered.wait(60)  # the syncer is stuck in the first cycle
+        readers = env.lmdb.readers()
+        resume.set()
+        for done in durable:
+            done.result(timeout=60)
+        assert readers.count("\n") < 20, readers
+    finally:
+        v.close()
