@@ -143,6 +143,12 @@ class Writer:
     def run(self, op: Callable[[WriteTxn], T], size: int = 0, *, replicated: bool = False) -> T:
         return self.submit(op, size, replicated=replicated).result()
 
+    def wait_durable(self) -> None:
+        """Return once every batch committed before the call is durable. Readers see a
+        commit up to a sync cycle before it is (vault/syncer.py): call this before acting
+        outside the vault on what a read saw, such as deleting an object in a tier."""
+        self.run(lambda w: None)
+
     def stage(self, op: Callable[[WriteTxn], T], size: int = 0) -> tuple[T, Future[Any]]:
         """Run `op` and return its value once its batch has run (not yet synced), with the
         Future of its durability. An error of `op` itself is raised here, as `run` would."""

@@ -62,6 +62,10 @@ async def test_sigkill_during_tiering_run(tmp_path: Path, seaweed: SeaweedFS) ->
                 if cold or run.done():
                     break
                 await asyncio.sleep(0.01)
+            # Readers see a commit a sync cycle before it is durable; any acknowledged write
+            # after it makes it durable too (acknowledgements come in commit order).
+            async with http.post("/v1/namespaces/barrier/uploads", json={}) as resp:
+                assert resp.status == 201, await resp.text()
             server.kill()
             with contextlib.suppress(aiohttp.ClientError):  # the run died with the server
                 (await run).release()

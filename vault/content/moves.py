@@ -230,6 +230,7 @@ class Mover:
                     usage.key,
                 ):
                     return False
+        self._s.writer.wait_durable()  # what the read saw must not be undone by a crash
         barrier = self._s.replica_barrier
         if barrier is not None and not barrier(REPLICA_WAIT):
             return False  # the replica may still name it: next round
