@@ -80,12 +80,16 @@ class Committer:
         with self._s.catalog_env.read() as txn:
             session = self._uploads.get(txn, upload_id)
             if session.committed:
-                return self._existing(txn, session), False
-            entries = self._entries(txn, upload_id, listed, cached(domain))
-            proven = set(self._parent_files(txn, session).values())
-            latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
-            if latest is not None and latest.id != session.parent:
-                proven.update(self._s.catalog.manifest(txn, latest.id).values())
+                done = self._existing(txn, session)
+            else:
+                entries = self._entries(txn, upload_id, listed, cached(domain))
+                proven = set(self._parent_files(txn, session).values())
+                latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
+                if latest is not None and latest.id != session.parent:
+                    proven.update(self._s.catalog.manifest(txn, latest.id).values())
+        if session.committed:  # a retry: the first commit may be visible before it is durable
+            self._s.writer.wait_durable()  # (outside the read: growing the map waits for it)
+            return done, False
         for name, entry in entries.items():
             if entry not in proven and self._reader.file_hash(entry) != entry.hash:
                 raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")

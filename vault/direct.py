@@ -52,8 +52,10 @@ class DirectSaver:
         metadata, tags = check_metadata(metadata), check_tags(tags)
         with self._s.catalog_env.read() as txn:
             ns_rec = self._s.catalog.namespace(txn, ns)
-            if key is not None and (done := self._keys.replay(txn, key, ns)) is not None:
-                return done, False
+            done = self._keys.replay(txn, key, ns) if key is not None else None
+        if done is not None:  # a retry: the first attempt may be visible before it is durable
+            self._s.writer.wait_durable()
+            return done, False
         profile = ns_rec.chunking() if ns_rec is not None else wanted
         fields = asdict(profile)  # here, not in the writer thread every save waits on
         entries, items = self._cut(files, profile)

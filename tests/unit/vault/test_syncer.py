@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -253,5 +254,48 @@ def test_a_stalled_disk_holds_pins_of_three_states_only(
         for done in durable:
             done.result(timeout=60)
         assert readers.count("\n") < 20, readers
+    finally:
+        v.close()
+
+
+def test_a_retried_save_is_answered_only_once_the_first_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry finds the first attempt's idempotency key from its commit on, before that
+    commit is durable: answering then would acknowledge what a crash can still take back."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vault.syncer import Syncer
+
+    v = Vault(tmp_path / "v")
+    try:
+        resume = threading.Event()
+        real = os.fdatasync
+        monkeypatch.setattr("vault.syncer.os.fdatasync", lambda fd: resume.wait(60) and real(fd))
+        committed = threading.Semaphore(0)
+        after = Syncer.after
+
+        def counted(self: Syncer, done: object) -> None:
+            after(self, done)  # type: ignore[arg-type]
+            committed.release()
+
+        monkeypatch.setattr(Syncer, "after", counted)
+        with ThreadPoolExecutor(2) as pool:
+
+            def save() -> tuple[Any, bool]:
+                return v.save("ns", {"s": b"state" * 100}, key="retried-save-0001")
+
+            first = pool.submit(save)
+            assert committed.acquire(timeout=60)  # its batch committed, not durable
+            retry = pool.submit(save)
+            assert committed.acquire(timeout=60)  # the retry's wait for durability queued
+            assert not retry.done()
+            assert not first.done()
+            resume.set()
+            rec, created = first.result(60)
+            again, created_again = retry.result(60)
+        assert created
+        assert not created_again
+        assert again.id == rec.id
     finally:
         v.close()
