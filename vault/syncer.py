@@ -181,8 +181,14 @@ class Syncer:
 
     def capture(self, done: list[Done]) -> _State:
         """The state the writer just committed (writer thread, before its next commit)."""
-        pins = [e.lmdb.begin() for e in self._envs]
-        metas = [os.pread(fd, 2 * self._psize, 0) for fd in self._data_fds]
+        pins: list[Any] = []
+        try:
+            for e in self._envs:
+                pins.append(e.lmdb.begin())
+            metas = [os.pread(fd, 2 * self._psize, 0) for fd in self._data_fds]
+        except BaseException:
+            _release(pins)
+            raise
         return _State(metas, pins, done)
 
     def after(self, done: Done) -> None:

@@ -214,7 +214,13 @@ class Writer:
         # Only the futures wait for the syncer: the operations (and the chunk bytes their
         # closures hold) are let go now, not a cycle later.
         futures = [item.future for item in batch]
-        self._syncer.after(lambda failure: self._durable(futures, outcomes, records, failure))
+        try:
+            self._syncer.after(lambda failure: self._durable(futures, outcomes, records, failure))
+        except Exception as e:  # noqa: BLE001 - e.g. no reader slot left for the pins
+            # Committed but not tracked: a later batch's cycle makes it durable. Its callers
+            # hear the error (a retry with an idempotency key finds the first attempt).
+            log.exception("handing a batch to the syncer failed")
+            _resolve(futures, outcomes, e)
 
     def _durable(
         self,

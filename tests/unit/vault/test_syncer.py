@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 
 from vault import Conflict, Unavailable, Vault
 from vault.syncer import DURABLE_FILE
+from vault.writer import WriteTxn
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA_FILES = ("catalog/data.mdb", "frames/data.mdb")
@@ -243,9 +245,12 @@ def test_a_stalled_disk_holds_pins_of_three_states_only(
 
         monkeypatch.setattr("vault.syncer.os.fdatasync", slow)
         durable = []
+
+        def put(key: bytes) -> Callable[[WriteTxn], object]:
+            return lambda w: w.catalog.put(key, b"1", db=db)
+
         for i in range(400):  # each staged op returns once its own batch committed
-            key = b"stall-%d" % i
-            _, done = writer.stage(lambda w, k=key: w.catalog.put(k, b"1", db=db))
+            _, done = writer.stage(put(b"stall-%d" % i))
             durable.append(done)
             if i == 0:
                 assert entered.wait(60)  # the syncer is stuck in the first cycle
@@ -297,5 +302,39 @@ def test_a_retried_save_is_answered_only_once_the_first_is_durable(
         assert created
         assert not created_again
         assert again.id == rec.id
+    finally:
+        v.close()
+
+
+def test_a_batch_the_syncer_cannot_take_fails_its_callers_not_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pinning a state needs LMDB reader slots; without one the batch's callers get the
+    error and the writer goes on."""
+    import lmdb
+
+    from vault.syncer import Syncer
+
+    v = Vault(tmp_path / "v")
+    try:
+        capture = Syncer.capture
+
+        def full(self: Syncer, done: Any) -> Any:
+            monkeypatch.setattr(Syncer, "capture", capture)  # once
+            raise lmdb.ReadersFullError("no reader slot")
+
+        monkeypatch.setattr(Syncer, "capture", full)
+        with pytest.raises(lmdb.ReadersFullError):
+            v.save("ns", {"f": b"refused" * 100})
+        rec, created = v.save("ns", {"f": b"kept" * 100})
+        assert created
+    finally:
+        v.close()
+    v = Vault(tmp_path / "v")  # the refused batch was committed: the next cycle kept it too
+    try:
+        listed = [r.id for r in v.checkpoints("ns", limit=10)[0]]
+        assert rec.id in listed
+        assert len(listed) == 2
+        assert v.check().ok
     finally:
         v.close()
