@@ -32,7 +32,9 @@ are lost either way, as before.
 
 The pins cost pages freed during one cycle, which LMDB reuses a cycle later instead of at
 once. Map growth needs every transaction of the process closed: `quiesce` drains the
-cycles (everything committed durable), lets the pins go, and pins the same state again.
+cycles (everything committed durable), lets the pins go, then pins and syncs the state
+again. After a failed sync nothing more is committed (`failure`): the durable state's
+pages must stay as they are until a restart recovers it.
 """
 
 from __future__ import annotations
@@ -116,7 +118,10 @@ def _restore_metas(durable: Path, data: Path, inode: int, metas: bytes) -> None:
     """Write a durable state's meta pages back into `data`. Pages already equal to them:
     nothing to do (a clean close), whichever file this is. Else it must be the file the
     state was taken of: meta pages written into another file would corrupt it."""
-    fd = os.open(data, os.O_RDWR)
+    try:
+        fd = os.open(data, os.O_RDWR)
+    except FileNotFoundError:
+        return  # the environment is gone (a lost frames dir): LMDB starts it afresh
     try:
         if os.pread(fd, len(metas), 0) == metas:
             return
@@ -179,6 +184,11 @@ class Syncer:
         self._thread = threading.Thread(target=self._run, name="vault-syncer", daemon=True)
         self._thread.start()
 
+    @property
+    def failure(self) -> BaseException | None:
+        """Why nothing can be made durable any more (a sync failed), or None."""
+        return self._failure
+
     def capture(self, done: list[Done]) -> _State:
         """The state the writer just committed (writer thread, before its next commit)."""
         pins: list[Any] = []
@@ -210,7 +220,7 @@ class Syncer:
     @contextmanager
     def quiesce(self) -> Iterator[None]:
         """Writer thread: everything committed durable and no pin held, for the body (map
-        growth); the same state is pinned again after it."""
+        growth); the state is pinned and made durable again after it."""
         with self._cond:
             while self._queue or self._busy:
                 self._cond.wait()
@@ -218,7 +228,11 @@ class Syncer:
         try:
             yield
         finally:
-            self._durable.pins = [e.lmdb.begin() for e in self._envs]
+            # Usually the state the pins held; but a commit whose capture failed was never
+            # synced, and only a synced, pinned state may be the one recovery returns to.
+            state = self.capture([])
+            self._sync(state)
+            self._durable = state
 
     def close(self) -> None:
         """Make everything committed durable, then stop (after the writer stopped)."""
@@ -249,18 +263,7 @@ class Syncer:
     def _cycle(self, states: list[_State]) -> None:
         """Make the newest of `states` durable, then tell every one of them, in order."""
         target = states[-1]  # the older states' pins were let go when a newer one came
-        error: BaseException | None = self._failure
-        if error is None:
-            try:
-                self._make_durable(target, target.metas, self._durable.metas)
-            except Exception as e:  # noqa: BLE001 - every waiter must hear of it
-                log.exception("syncing the data files failed")
-                error = Unavailable(
-                    f"a sync to disk failed ({e}); restart the service: it recovers the last "
-                    "durable state"
-                )
-                with self._cond:
-                    self._failure = error
+        error = self._sync(target)
         if error is None:
             _release(self._durable.pins)
             self._durable = target
@@ -272,6 +275,21 @@ class Syncer:
                     done(error)
                 except Exception:  # noqa: BLE001 - one caller's trouble stops no other
                     log.exception("acknowledging a batch failed")
+
+    def _sync(self, state: _State) -> BaseException | None:
+        """Make `state` durable; the failure every waiter must hear of, if that fails now or
+        failed before (Linux may have dropped the pages of a failed sync)."""
+        if self._failure is None:
+            try:
+                self._make_durable(state, state.metas, self._durable.metas)
+            except Exception as e:  # noqa: BLE001 - handed to every waiter
+                log.exception("syncing the data files failed")
+                with self._cond:
+                    self._failure = Unavailable(
+                        f"a sync to disk failed ({e}); restart the service: it recovers the "
+                        "last durable state"
+                    )
+        return self._failure
 
     def _make_durable(self, state: _State, metas: list[bytes], before: list[bytes]) -> None:
         """Sync the data files that changed since `before`, then record `metas` as the
