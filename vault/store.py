@@ -82,8 +82,27 @@ class Store:
         tiers: Mapping[str, Tier] | None,
         keyring: Keyring | None,
     ) -> Store:
-        """The parts over two open environments; what it writes before the writer starts
-        becomes the first durable state when the syncer starts."""
+        """The parts over two open environments. The syncer starts first: what opening
+        writes directly (keys, indexes built for older catalogs) is then committed over a
+        pinned, durable state and made durable before the writer starts."""
+        syncer = Syncer(durable, [catalog_env, frames_env])
+        try:
+            return cls._parts(catalog_env, frames_env, syncer, clock, config, tiers, keyring)
+        except BaseException:
+            syncer.close()
+            raise
+
+    @classmethod
+    def _parts(
+        cls,
+        catalog_env: Env,
+        frames_env: Env,
+        syncer: Syncer,
+        clock: Clock,
+        config: VaultConfig,
+        tiers: Mapping[str, Tier] | None,
+        keyring: Keyring | None,
+    ) -> Store:
         if keyring is not None:
             _remember_keys(catalog_env, keyring)
         counters = Counters(catalog_env)
@@ -99,7 +118,7 @@ class Store:
             with catalog_env.lmdb.begin(write=True) as txn:
                 catalog.build_nsrefs(txn)
                 counters.add(txn, NSREFS_BUILT, 1)
-        syncer = Syncer(durable, [catalog_env, frames_env])
+        syncer.sync_now()
         return cls(
             catalog_env=catalog_env,
             frames_env=frames_env,

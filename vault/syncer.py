@@ -225,14 +225,21 @@ class Syncer:
             while self._queue or self._busy:
                 self._cond.wait()
         _release(self._durable.pins)
+        self._durable.pins = []
         try:
             yield
         finally:
             # Usually the state the pins held; but a commit whose capture failed was never
             # synced, and only a synced, pinned state may be the one recovery returns to.
-            state = self.capture([])
-            self._sync(state)
-            self._durable = state
+            self.sync_now()
+
+    def sync_now(self) -> None:
+        """Make the current state durable on the calling thread, with no cycle running:
+        the writer's, or before it starts (what opening the vault wrote directly)."""
+        state = self.capture([])
+        if self._sync(state) is None:
+            _release(self._durable.pins)
+        self._durable = state
 
     def close(self) -> None:
         """Make everything committed durable, then stop (after the writer stopped)."""

@@ -190,14 +190,14 @@ class Writer:
                 return
 
     def _commit_batch(self, batch: list[_Item], size: int) -> None:
-        failure = self._syncer.failure
-        if failure is not None:  # a sync failed: commit nothing more over the durable state
-            for item in batch:
-                _settle(item.future, False, failure)
-                if item.applied is not None:
-                    _settle(item.applied, False, failure)
-            return
         while True:
+            failure = self._syncer.failure
+            if failure is not None:  # a sync failed: commit nothing more over the durable state
+                for item in batch:
+                    _settle(item.future, False, failure)
+                    if item.applied is not None:
+                        _settle(item.applied, False, failure)
+                return
             try:
                 outcomes, records = self._apply(batch)
                 break
