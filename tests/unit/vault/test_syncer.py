@@ -263,36 +263,41 @@ def test_a_stalled_disk_holds_pins_of_three_states_only(
         v.close()
 
 
-def test_a_retried_save_is_answered_only_once_the_first_is_durable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kind", ["one-request save", "upload commit"])
+def test_a_retry_is_answered_only_once_the_first_attempt_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """The retry finds the first attempt's idempotency key from its commit on, before that
-    commit is durable: answering then would acknowledge what a crash can still take back."""
+    """The retry finds the first attempt (its idempotency key, its session marked committed)
+    from its commit on, before that commit is durable: answering then would acknowledge
+    what a crash can still take back."""
     from concurrent.futures import ThreadPoolExecutor
 
     from vault.syncer import Syncer
 
     v = Vault(tmp_path / "v")
     try:
+        session, _ = v.open_upload("ns")
+
+        def attempt() -> tuple[Any, bool]:
+            if kind == "upload commit":
+                return v.commit(session.id)
+            return v.save("ns", {"s": b"state" * 100}, key="retried-save-0001")
+
         resume = threading.Event()
         real = os.fdatasync
         monkeypatch.setattr("vault.syncer.os.fdatasync", lambda fd: resume.wait(60) and real(fd))
         committed = threading.Semaphore(0)
         after = Syncer.after
 
-        def counted(self: Syncer, done: object) -> None:
-            after(self, done)  # type: ignore[arg-type]
+        def counted(self: Syncer, done: Any) -> None:
+            after(self, done)
             committed.release()
 
         monkeypatch.setattr(Syncer, "after", counted)
         with ThreadPoolExecutor(2) as pool:
-
-            def save() -> tuple[Any, bool]:
-                return v.save("ns", {"s": b"state" * 100}, key="retried-save-0001")
-
-            first = pool.submit(save)
+            first = pool.submit(attempt)
             assert committed.acquire(timeout=60)  # its batch committed, not durable
-            retry = pool.submit(save)
+            retry = pool.submit(attempt)
             assert committed.acquire(timeout=60)  # the retry's wait for durability queued
             assert not retry.done()
             assert not first.done()
