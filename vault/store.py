@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,39 +59,21 @@ class Store:
     ) -> Store:
         env_dirs = [path / "catalog", path / "frames"]
         durable = path / DURABLE_FILE
-        catalog_env = Env(  # recovery under the catalog's lock, before LMDB reads either file
-            env_dirs[0], config.map_size, CATALOG_DBS, False, lambda: recover(durable, env_dirs)
-        )
-        frames_env: Env | None = None
-        try:
+        with ExitStack() as undo:  # closes what was opened if a later step fails
+            catalog_env = Env(  # recovery under the catalog's lock, before LMDB reads a file
+                env_dirs[0], config.map_size, CATALOG_DBS, False, lambda: recover(durable, env_dirs)
+            )
+            undo.callback(catalog_env.close)
             frames_env = Env(env_dirs[1], config.map_size, FRAME_DBS, False)
-            return cls._open(catalog_env, frames_env, durable, clock, config, tiers, keyring)
-        except BaseException:
-            catalog_env.close()
-            if frames_env is not None:
-                frames_env.close()
-            raise
-
-    @classmethod
-    def _open(
-        cls,
-        catalog_env: Env,
-        frames_env: Env,
-        durable: Path,
-        clock: Clock,
-        config: VaultConfig,
-        tiers: Mapping[str, Tier] | None,
-        keyring: Keyring | None,
-    ) -> Store:
-        """The parts over two open environments. The syncer starts first: what opening
-        writes directly (keys, indexes built for older catalogs) is then committed over a
-        pinned, durable state and made durable before the writer starts."""
-        syncer = Syncer(durable, [catalog_env, frames_env])
-        try:
-            return cls._parts(catalog_env, frames_env, syncer, clock, config, tiers, keyring)
-        except BaseException:
-            syncer.close()
-            raise
+            undo.callback(frames_env.close)
+            # The syncer starts first: what opening writes directly (keys, indexes built for
+            # older catalogs) is committed over a pinned, durable state, and made durable
+            # before the writer starts.
+            syncer = Syncer(durable, [catalog_env, frames_env])
+            undo.callback(syncer.close)
+            store = cls._parts(catalog_env, frames_env, syncer, clock, config, tiers, keyring)
+            undo.pop_all()
+            return store
 
     @classmethod
     def _parts(

@@ -51,7 +51,7 @@ from typing import Any
 
 import blake3
 
-from .env import DATA_FILE, Env
+from .env import DATA_FILE, Env, fsync_dir
 from .errors import Conflict, Unavailable
 
 log = logging.getLogger(__name__)
@@ -178,9 +178,9 @@ class Syncer:
         self.cycles = 0
         first = self.capture([])
         self._durable: _State = first
-        self._make_durable(first, first.metas, [b""] * len(self._envs))
+        self._make_durable(first.metas, [b""] * len(self._envs))
         if found is None:  # a new durable file: its directory entry must last too
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         self._thread = threading.Thread(target=self._run, name="vault-syncer", daemon=True)
         self._thread.start()
 
@@ -288,7 +288,7 @@ class Syncer:
         failed before (Linux may have dropped the pages of a failed sync)."""
         if self._failure is None:
             try:
-                self._make_durable(state, state.metas, self._durable.metas)
+                self._make_durable(state.metas, self._durable.metas)
             except Exception as e:  # noqa: BLE001 - handed to every waiter
                 log.exception("syncing the data files failed")
                 with self._cond:
@@ -298,7 +298,7 @@ class Syncer:
                     )
         return self._failure
 
-    def _make_durable(self, state: _State, metas: list[bytes], before: list[bytes]) -> None:
+    def _make_durable(self, metas: list[bytes], before: list[bytes]) -> None:
         """Sync the data files that changed since `before`, then record `metas` as the
         durable state (the slot not in force, then synced)."""
         for fd, new, old in zip(self._data_fds, metas, before, strict=True):
@@ -320,11 +320,3 @@ class Syncer:
 def _release(pins: list[Any]) -> None:
     for txn in pins:
         txn.abort()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

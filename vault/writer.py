@@ -193,10 +193,7 @@ class Writer:
         while True:
             failure = self._syncer.failure
             if failure is not None:  # a sync failed: commit nothing more over the durable state
-                for item in batch:
-                    _settle(item.future, False, failure)
-                    if item.applied is not None:
-                        _settle(item.applied, False, failure)
+                _fail(batch, failure)
                 return
             try:
                 outcomes, records = self._apply(batch)
@@ -208,10 +205,7 @@ class Writer:
                 self.stats.map_growths += 1
             except BaseException as e:  # noqa: BLE001 - a failed commit fails every op in it
                 log.exception("write batch failed")
-                for item in batch:
-                    _settle(item.future, False, e)
-                    if item.applied is not None:
-                        _settle(item.applied, False, e)
+                _fail(batch, e)
                 return
         self.stats.batches += 1
         self.stats.ops += len(batch)
@@ -303,6 +297,14 @@ def _resolve(
             _settle(future, False, failure)
         else:
             _settle(future, ok, value)
+
+
+def _fail(batch: list[_Item], error: BaseException) -> None:
+    """Every operation of a batch that did not commit fails with `error`."""
+    for item in batch:
+        _settle(item.future, False, error)
+        if item.applied is not None:
+            _settle(item.applied, False, error)
 
 
 def _applied(batch: list[_Item], outcomes: list[tuple[bool, Any]]) -> None:

@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+from vault.env import fsync_dir
 from vault.errors import ObjectExists, ObjectNotFound, TierError, TierUnavailable
 from vault.tier import check_key
 
@@ -47,7 +48,7 @@ class LocalTier:
                     os.replace(tmp, path)
             finally:
                 tmp.unlink(missing_ok=True)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         except FileExistsError:
             raise ObjectExists(f"tier {self.name}: {key} exists") from None
         except OSError as e:
@@ -93,11 +94,3 @@ class LocalTier:
         if e.errno in (errno.EIO, errno.ENOTCONN, errno.ESTALE, errno.ETIMEDOUT, errno.ENOSPC):
             return TierUnavailable(f"tier {self.name}: {os.strerror(e.errno or 0)}")
         return TierError(f"tier {self.name}: {type(e).__name__} on {key}")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..env import fsync_dir
 from ..errors import ObjectExists, ObjectNotFound, PromotionConflict, ReplicaNotFound
 from ..tier import Tier
 
@@ -206,8 +207,4 @@ def write_local_epoch(vault_dir: Path, epoch: int) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, vault_dir / EPOCH_FILE)
-    fd = os.open(vault_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(vault_dir)
