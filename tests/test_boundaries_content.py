@@ -18,6 +18,7 @@ ENGINE_API = {
     "vault.content",
     "vault.content.chunks",  # ChunkMeta, the type a snapshot hands out
     "vault.errors",
+    "vault.files",  # fsync_dir: a file-system step, no engine state
     "vault.maintenance",
     "vault.manifest",
     "vault.policy",

@@ -110,15 +110,6 @@ def make_private(path: Path) -> None:
             os.chmod(entry.path, 0o600)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make the entries of directory `path` durable (a file created or renamed in it)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _lock_dir(path: Path) -> IO[bytes]:
     """Hold an exclusive lock on the data dir for the life of the process.
 

@@ -51,8 +51,9 @@ from typing import Any
 
 import blake3
 
-from .env import DATA_FILE, Env, fsync_dir
+from .env import DATA_FILE, Env
 from .errors import Conflict, Unavailable
+from .files import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from vault.env import fsync_dir
 from vault.errors import ObjectExists, ObjectNotFound, TierError, TierUnavailable
+from vault.files import fsync_dir
 from vault.tier import check_key
 
 

@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..env import fsync_dir
 from ..errors import ObjectExists, ObjectNotFound, PromotionConflict, ReplicaNotFound
+from ..files import fsync_dir
 from ..tier import Tier
 
 PREFIX = "replica/"
