@@ -82,14 +82,15 @@ def commit_files(value: JSON) -> dict[str, CommitFile] | None:
 def _commit_file(name: str, spec: Any) -> CommitFile:
     check_file_name(name)
     if not isinstance(spec, dict) or not isinstance(spec.get("chunks"), list):
-        raise InvalidRequest(f"file {name!r} needs size, hash and a chunks list")
+        raise InvalidRequest(f"file {name!r} needs a size and a chunks list")
     size = spec.get("size")
     if isinstance(size, float) and size.is_integer():  # JSON has one number type: 7.0 is 7
         size = int(size)
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InvalidRequest(f"file {name!r}: size must be a non-negative integer")
-    digest = spec.get("hash", "")
-    check_chunk_id(digest)  # same 64-hex form as chunk ids
+    digest = spec.get("hash")  # optional: the server computes it when it is left out
+    if digest is not None:
+        check_chunk_id(digest)  # same 64-hex form as chunk ids
     for cid in spec["chunks"]:
         check_chunk_id(cid)
     return CommitFile(size, digest, list(spec["chunks"]))

@@ -122,10 +122,11 @@ class VaultClient(BlockingClient):
         regions: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Any]:
         """Chunk one file with the upload's profile and send the chunks the vault lacks;
-        answer its commit entry `{"size", "hash", "chunks"}` for `commit`. `cuts`: byte
-        offsets where a chunk must end (each segment between them is cut on its own).
-        `regions`: where the file's tensors lie, when the caller knows (a stream), for
-        the profile's tensor pieces; None reads it from the file when it can."""
+        answer its commit entry `{"size", "chunks"}` for `commit` (the server computes
+        the file's hash). `cuts`: byte offsets where a chunk must end (each segment between
+        them is cut on its own). `regions`: where the file's tensors lie, when the caller
+        knows (a stream), for the profile's tensor pieces; None reads it from the file when
+        it can."""
         return self._run(self.aio.send_file(upload, name, file, cuts=cuts, regions=regions))
 
     def commit(self, upload: UploadSession, files: Mapping[str, Mapping[str, Any]]) -> Checkpoint:

@@ -2,10 +2,12 @@
 counts visible together, or nothing at all.
 
 Before the transaction, on a worker thread, files listed by the client are checked against
-the stored chunks: sizes add up and the whole-file BLAKE3 matches. A file identical (size,
-hash and chunk list) to one of the parent's or of the namespace's latest checkpoint was
-proven when that was committed, and skips the read: re-saving an unchanged 200 MB state
-without naming a parent would otherwise re-read and re-hash all of it. Inside the
+the stored chunks: sizes add up and the whole-file BLAKE3 matches, or, when the client left
+the hash out, is computed (every chunk was verified against its id when stored, so the
+producer need not hash the file a second time). A file identical (size and chunk list) to
+one of the parent's or of the namespace's latest checkpoint was proven when that was
+committed, and skips the read: re-saving an unchanged 200 MB state without naming a parent
+would otherwise re-read and re-hash all of it. Inside the
 transaction the session is re-read (a retried commit returns the checkpoint the first one
 made) and every chunk is re-checked, because GC may have run since.
 """
@@ -45,7 +47,7 @@ MAX_CHUNKS_SLACK = 4096
 
 def _parse_listed(
     files: Mapping[str, CommitFile] | None,
-) -> dict[str, tuple[int, bytes, list[bytes]]]:
+) -> dict[str, tuple[int, bytes | None, list[bytes]]]:
     """Names and ids checked (the engine's boundary: they become LMDB keys), as bytes."""
     out = {}
     for name, spec in (files or {}).items():
@@ -57,7 +59,7 @@ def _parse_listed(
                 f"file {name!r}: {len(spec.chunks)} chunks for {spec.size} bytes; at most "
                 f"{MAX_CHUNKS_SLACK} plus one per {MIN_AVERAGE_CHUNK} bytes"
             )
-        digest = check_chunk_id(spec.hash)  # same 64-hex form as chunk ids
+        digest = None if spec.hash is None else check_chunk_id(spec.hash)  # 64 hex, as ids
         out[name] = (spec.size, digest, [check_chunk_id(c) for c in spec.chunks])
     return out
 
@@ -82,17 +84,23 @@ class Committer:
             if session.committed:
                 done = self._existing(txn, session)
             else:
-                entries = self._entries(txn, upload_id, listed, cached(domain))
-                proven = set(self._parent_files(txn, session).values())
+                claimed = self._entries(txn, upload_id, listed, cached(domain))
+                proven = list(self._parent_files(txn, session).values())
                 latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
                 if latest is not None and latest.id != session.parent:
-                    proven.update(self._s.catalog.manifest(txn, latest.id).values())
+                    proven.extend(self._s.catalog.manifest(txn, latest.id).values())
         if session.committed:  # a retry: the first commit may be visible before it is durable
             self._s.writer.wait_durable()  # (outside the read: growing the map waits for it)
             return done, False
-        for name, entry in entries.items():
-            if entry not in proven and self._reader.file_hash(entry) != entry.hash:
+        known = {(e.size, e.chunks): e.hash for e in proven}
+        entries: dict[str, FileEntry] = {}
+        for name, (digest, entry) in claimed.items():
+            proof = known.get((entry.size, entry.chunks))
+            if proof is None or (digest is not None and digest != proof):
+                proof = self._reader.file_hash(entry)
+            if digest is not None and digest != proof:
                 raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")
+            entries[name] = FileEntry(entry.size, proof, entry.chunks)
         return self._s.writer.run(
             lambda w: self._apply(w.catalog, upload_id, entries),
             size=sum(len(e.chunks) for e in entries.values()) * 64,
@@ -108,10 +116,11 @@ class Committer:
         self,
         txn: lmdb.Transaction,
         upload_id: str,
-        listed: dict[str, tuple[int, bytes, list[bytes]]],
+        listed: dict[str, tuple[int, bytes | None, list[bytes]]],
         domain: Domain,
-    ) -> dict[str, FileEntry]:
-        entries: dict[str, FileEntry] = {}
+    ) -> dict[str, tuple[bytes | None, FileEntry]]:
+        """Each listed file's claimed hash and its entry (hash not yet known: empty)."""
+        entries: dict[str, tuple[bytes | None, FileEntry]] = {}
         missing: list[str] = []
         for name, (size, digest, cids) in listed.items():
             chunks = []
@@ -125,7 +134,7 @@ class Committer:
                 raise InvalidRequest(
                     f"file {name!r}: chunk sizes add up to {sum(n for _, n in chunks)}, not {size}"
                 )
-            entries[name] = FileEntry(size, digest, tuple(chunks))
+            entries[name] = (digest, FileEntry(size, b"", tuple(chunks)))
         if missing:
             raise MissingChunks(list(dict.fromkeys(missing)))
         return entries

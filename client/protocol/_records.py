@@ -361,14 +361,19 @@ class FileStored:
 
 @dataclass(frozen=True)
 class CommitFile:
-    """A file listed in a commit body: size, whole-file hash and chunk ids in order."""
+    """A file listed in a commit body: size, whole-file hash and chunk ids in order. The
+    hash may be left out (None): the server, which verified every chunk against its id,
+    computes it; given, it must match."""
 
     size: int
-    hash: str
+    hash: str | None = field(metadata=_OPTIONAL)
     chunks: list[str]
 
     def to_wire(self) -> dict[str, Any]:
-        return {"size": self.size, "hash": self.hash, "chunks": self.chunks}
+        wire: dict[str, Any] = {"size": self.size, "chunks": self.chunks}
+        if self.hash is not None:
+            wire["hash"] = self.hash
+        return wire
 
     @classmethod
     def from_wire(cls, d: object) -> CommitFile:
@@ -376,7 +381,7 @@ class CommitFile:
         chunks = m.get("chunks")
         if not isinstance(chunks, list) or not all(isinstance(c, str) for c in chunks):
             raise ValueError("file.chunks must be a list of chunk ids")
-        return cls(_int(m, "size", "file"), _str(m, "hash", "file"), list(chunks))
+        return cls(_int(m, "size", "file"), _opt_str(m, "hash", "file"), list(chunks))
 
 
 @dataclass(frozen=True)

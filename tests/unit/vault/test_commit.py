@@ -84,6 +84,29 @@ def test_wrong_hash_size_or_missing_chunk_is_refused(vault: Vault) -> None:
     assert read_file(vault, "ns", record.id, "f") == data
 
 
+def test_a_commit_without_the_hash_gets_the_one_the_server_computes(vault: Vault) -> None:
+    data = os.urandom(300_000)
+    pieces = [data[:100_000], data[100_000:]]
+    session, _ = vault.open_upload("ns")
+    ids = [chunk_id(p).hex() for p in pieces]
+    for cid, piece in zip(ids, pieces, strict=True):
+        vault.put_chunk(session.id, cid, piece)
+    first, _ = vault.commit(session.id, {"f": CommitFile(len(data), None, ids)})
+    assert first.files["f"]["hash"] == chunk_id(data).hex()
+    # The same file again, neither hash given nor parent named: proven by the latest.
+    again, _ = vault.open_upload("ns")
+    second, _ = vault.commit(
+        again.id, {"f": CommitFile(len(data), None, ids), "g": CommitFile(0, None, [])}
+    )
+    assert second.files["f"]["hash"] == chunk_id(data).hex()
+    assert second.files["g"]["hash"] == chunk_id(b"").hex()
+    assert read_file(vault, "ns", second.id, "f") == data
+    # A wrong hash for a proven file is still refused.
+    third, _ = vault.open_upload("ns", parent=second.id)
+    with pytest.raises(HashMismatch):
+        vault.commit(third.id, {"f": CommitFile(len(data), "0" * 64, ids)})
+
+
 def test_expired_upload_cannot_commit(vault: Vault, clock: FakeClock) -> None:
     session, _ = vault.open_upload("ns")
     clock.advance(vault.config.upload_ttl + 1)
