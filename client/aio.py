@@ -51,7 +51,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 PIECE = 8 << 20  # bytes read, chunked and sent per step
-BATCH_BYTES = 2 << 20  # chunk bytes per POST .../chunks; a piece goes as up to 4 in parallel
+# Chunk bytes per POST .../chunks: a piece in one request. 2 MiB (four per piece) cost ~2 ms
+# of CPU per extra request across client and server: ~0.8 s per GB saved.
+BATCH_BYTES = 8 << 20
 MAX_IDS_PER_QUERY = 50_000
 SMALL_SAVE_LIMIT = 4 << 20  # below this, one request does the whole save
 PIECES_IN_FLIGHT = 2  # pieces being sent at once: bounds memory at ~2 x 8 MiB
