@@ -125,10 +125,21 @@ async def json_body(request: web.Request) -> dict[str, Any]:
 
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole raw body, refusing more than `limit` bytes with 413 before reading them."""
+    parts = await _body_parts(request, limit)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def read_writable_body(request: web.Request, limit: int) -> bytearray:
+    """`read_body` into one buffer the handler may write into (a chunk batch's frames are
+    built inside it instead of copied out of it)."""
+    return bytearray().join(await _body_parts(request, limit))
+
+
+async def _body_parts(request: web.Request, limit: int) -> list[bytes]:
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"body is larger than the {limit}-byte limit")
     if request.content_length == 0:
-        return b""
+        return [b""]
     parts: list[bytes] = []
     size = 0
     body = TimedBody(request)
@@ -140,7 +151,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
                 raise TooLarge(f"body is larger than the {limit}-byte limit")
     if request.content_length is not None and size != request.content_length:
         raise InvalidRequest("body ended before its Content-Length")
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return parts or [b""]
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

@@ -26,14 +26,14 @@ def _tune_malloc() -> None:
     threshold sends them back to the kernel on free (measured: server heap during a 1 GiB
     upload ~135 MiB -> ~95 MiB). Pinned at 256 KiB, though, every 256 KiB chunk and frame
     was a fresh mmap: faulted in page by page and unmapped again, which made each copy of
-    a chunk run at ~1 GB/s. At 16 MiB, chunks, frames and the client's 8 MiB batch bodies
-    reuse arena memory kept by a 64 MiB trim threshold (at 4 MiB, 8 MiB bodies were fresh
-    mmaps again: the kernel time of a 1 GB save rose by ~1 s). A no-op where there is no
-    glibc.
+    a chunk run at ~1 GB/s. At 32 MiB, chunks and the client's 16 MiB batch bodies (its
+    frames are built inside them) reuse arena memory kept by a 64 MiB trim threshold (at
+    4 MiB, 8 MiB bodies were fresh mmaps again: the kernel time of a 1 GB save rose by
+    ~1 s). A no-op where there is no glibc.
     """
     try:
         libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_THRESHOLD, 16 << 20)
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
         libc.mallopt(_M_TRIM_THRESHOLD, 64 << 20)
     except (OSError, AttributeError):
         pass

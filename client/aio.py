@@ -4,7 +4,7 @@ client implementation: `VaultClient` is generated from it (client/_gen_sync.py).
 Saving: small checkpoints (all files known and together under `small_save_limit`) go in one
 request; larger ones are chunked here with the namespace's FastCDC parameters, hashed with
 BLAKE3, and only chunks the vault lacks are sent, in batches, several at a time. Files are
-read in 8 MiB pieces: a 10 GiB file never sits in memory. Loading streams each file to a
+read in 16 MiB pieces: a 10 GiB file never sits in memory. Loading streams each file to a
 temporary name, verifies its BLAKE3, then renames it into place; a dropped connection
 resumes with a Range request where it stopped (client/transport.py). `open` reads a file
 by ranges (client/remotefile.py).
@@ -50,13 +50,14 @@ from .transport import RetryPolicy, Transport
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-PIECE = 8 << 20  # bytes read, chunked and sent per step
-# Chunk bytes per POST .../chunks: a piece in one request. 2 MiB (four per piece) cost ~2 ms
-# of CPU per extra request across client and server: ~0.8 s per GB saved.
-BATCH_BYTES = 8 << 20
+# Bytes read, chunked and sent per step, and chunk bytes per POST .../chunks: a piece goes in
+# one request. Each request costs ~2 ms of CPU across client and server: 2 MiB batches cost
+# ~0.8 s more per GB saved than 8 MiB ones, and 16 MiB pieces saved 5-15% faster than 8.
+PIECE = 16 << 20
+BATCH_BYTES = PIECE
 MAX_IDS_PER_QUERY = 50_000
 SMALL_SAVE_LIMIT = 4 << 20  # below this, one request does the whole save
-PIECES_IN_FLIGHT = 2  # pieces being sent at once: bounds memory at ~2 x 8 MiB
+PIECES_IN_FLIGHT = 2  # pieces being sent at once: bounds memory at ~3 x 16 MiB (one cut ahead)
 FILES_IN_FLIGHT = 2  # files of one checkpoint loaded at once (finetune series: +10-15%)
 # After this many pieces in a row with nothing the vault already had, send without asking
 # (bytes on the wire can exceed the changed bytes by at most what a partly known piece

@@ -53,6 +53,7 @@ MIN_SAVING_FRACTION = 16  # store compressed only if it saves >= 1/16 of the byt
 SAMPLE = 4096  # bytes compressed first to decide whether a large chunk is worth it
 FLAG_SEALED = 1
 _FLAGS_AT = 4
+ROOM = HEADER.size  # spare bytes before a received chunk that let its raw frame be built in place
 
 
 def chunk_id(data: bytes | memoryview) -> bytes:
@@ -66,12 +67,30 @@ class Encoder:
         self._zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
 
     def encode(self, data: bytes | memoryview) -> bytes:
+        packed = self._packed(data)
+        if packed is not None:
+            return packed
+        return b"".join((HEADER.pack(MAGIC, VERSION, CODEC_RAW, 0, len(data)), data))
+
+    def encode_in_place(self, span: memoryview) -> bytes | memoryview:
+        """The frame of the chunk `span[ROOM:]`, where `span` is writable: a raw frame is
+        `span` itself with its header written into the first ROOM bytes (no copy of the
+        chunk; a received batch body provides the room, see `decode_chunk_batch`)."""
+        data = span[ROOM:]
+        packed = self._packed(data)
+        if packed is not None:
+            return packed
+        HEADER.pack_into(span, 0, MAGIC, VERSION, CODEC_RAW, 0, len(data))
+        return span
+
+    def _packed(self, data: bytes | memoryview) -> bytes | None:
+        """The zstd frame of `data` if compressing it is worth it, else None (stored raw)."""
         n = len(data)
         if n >= 64 and self._worth_trying(data):
             packed = self._zstd.compress(data)
             if len(packed) <= n - n // MIN_SAVING_FRACTION:
                 return HEADER.pack(MAGIC, VERSION, CODEC_ZSTD, 0, n) + packed
-        return b"".join((HEADER.pack(MAGIC, VERSION, CODEC_RAW, 0, n), data))
+        return None
 
     def _worth_trying(self, data: bytes | memoryview) -> bool:
         """Compress a 4 KiB sample first: fp32 weights save ~8% at ~0.7 GB/s of CPU on

@@ -154,7 +154,7 @@ def _remember_keys(env: Env, keyring: Keyring) -> None:
 def store_all(
     store: Store,
     w: WriteTxn,
-    items: Mapping[bytes, tuple[bytes | memoryview, bytes | None]],
+    items: Mapping[bytes, tuple[bytes | memoryview, bytes | memoryview | None]],
     reserve_until_ms: int,
     inline: bool = False,
 ) -> int:

@@ -32,7 +32,7 @@ from .errors import (
     UploadExpired,
     UploadNotFound,
 )
-from .frame import Encoder, chunk_id
+from .frame import ROOM, Encoder, chunk_id
 from .ids import new_upload_id
 from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
@@ -302,13 +302,20 @@ class Uploads:
         upload_id: str,
         chunks: Sequence[tuple[bytes, bytes | memoryview]],
         domain: Domain = None,
+        in_place: bool = False,
     ) -> int:
         """Store client-chunked chunks (raw id, plaintext); returns how many were new *to
         the caller*: a chunk stored only outside its `domain` counts as created, so the
         answer confirms nothing about other tenants (bytes are still stored once).
+        `in_place`: each plaintext is a writable view that starts `frame.ROOM` spare bytes
+        early, and raw frames are built there instead of copied (a received batch body).
 
         Every chunk is checked before any is stored, so a bad one changes nothing.
         """
+        spans = {}
+        if in_place:
+            spans = {cid: memoryview(span) for cid, span in chunks}
+            chunks = [(cid, memoryview(span)[ROOM:]) for cid, span in chunks]
         limit = self._s.config.max_chunk_size
         for cid, data in chunks:
             if len(data) > limit:
@@ -321,8 +328,9 @@ class Uploads:
             known = {cid for cid, _ in chunks if self._s.chunks.usable(txn, cid)}
             seen = {cid for cid in known if self.present(txn, upload_id, cid, domain)}
         encoder = Encoder()
-        items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
-            cid: (data, None if cid in known else encoder.encode(data)) for cid, data in chunks
+        items: dict[bytes, tuple[bytes | memoryview, bytes | memoryview | None]] = {
+            cid: (data, None if cid in known else _frame(encoder, data, spans.get(cid)))
+            for cid, data in chunks
         }
         until_ms = int(session.expires_at * 1000)
         prefix = _file_key(upload_id)
@@ -401,3 +409,9 @@ class Uploads:
             return n
 
         return self._s.writer.run(op)
+
+
+def _frame(
+    encoder: Encoder, data: bytes | memoryview, span: memoryview | None
+) -> bytes | memoryview:
+    return encoder.encode(data) if span is None else encoder.encode_in_place(span)

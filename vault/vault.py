@@ -244,8 +244,10 @@ class Vault:
         upload_id: str,
         chunks: Sequence[tuple[bytes, bytes | memoryview]],
         domain: Domain = None,
+        in_place: bool = False,
     ) -> int:
-        return self.uploads.put_chunks(upload_id, chunks, domain)
+        """Store client-chunked chunks; `in_place` as for `Uploads.put_chunks`."""
+        return self.uploads.put_chunks(upload_id, chunks, domain, in_place)
 
     def ingest(self, upload_id: str, name: str, domain: Domain = None) -> FileIngest:
         """Stream a file into an upload; `domain` as for `missing` (what counts as new

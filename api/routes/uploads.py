@@ -11,6 +11,7 @@ from client.protocol import FileStored, UploadOpened, decode_chunk_batch
 from vault import InvalidRequest, UploadSession, Vault
 from vault.clock import rfc3339
 from vault.domains import Domain
+from vault.frame import ROOM as FRAME_ROOM
 
 from .. import parse
 from ..auth import principal, require, visible_record
@@ -21,6 +22,7 @@ from ..http import (
     large_json_response,
     read_body,
     read_up_to,
+    read_writable_body,
     reading_body,
     run,
 )
@@ -92,13 +94,14 @@ async def put_chunk(request: web.Request) -> web.Response:
 async def put_chunks(request: web.Request) -> web.Response:
     """Store many chunks in one request (body: records of raw id, u32 length, bytes)."""
     session = await _session(request)
-    body = await read_body(request, request.app[SETTINGS].max_batch_body)
-    try:
-        chunks = await run(request, decode_chunk_batch, body)
+    body = await read_writable_body(request, request.app[SETTINGS].max_batch_body)
+    try:  # each chunk with the room for its frame header: frames are built inside the body
+        chunks = await run(request, decode_chunk_batch, body, FRAME_ROOM)
     except ValueError as e:
         raise InvalidRequest(f"malformed chunk batch: {e}") from None
     domain = principal(request).domain()
-    created = await run(request, request.app[VAULT].put_chunks, session.id, chunks, domain)
+    vault = request.app[VAULT]
+    created = await run(request, vault.put_chunks, session.id, chunks, domain, True)
     return json_response({"chunks": len(chunks), "created": created})
 
 

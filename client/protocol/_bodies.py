@@ -35,10 +35,14 @@ def encode_chunk_batch(
     return parts
 
 
-def decode_chunk_batch(body: bytes) -> list[tuple[bytes, memoryview]]:
+def decode_chunk_batch(body: bytes | bytearray, room: int = 0) -> list[tuple[bytes, memoryview]]:
     """Inverse of encode_chunk_batch; ValueError if the body is malformed. The chunks are
     views into `body`: copying a 64 MiB batch out piece by piece cost the server more than
-    verifying it."""
+    verifying it. With `room` (at most the record head's 36 bytes), each view starts that
+    many bytes before its chunk, inside the record head, which is spent once decoded: a
+    receiver holding the body writable can put a header of its own there."""
+    if not 0 <= room <= CHUNK_RECORD_HEAD.size:
+        raise ValueError(f"room must be 0 to {CHUNK_RECORD_HEAD.size} bytes")
     view = memoryview(body)
     out = []
     pos = 0
@@ -49,7 +53,7 @@ def decode_chunk_batch(body: bytes) -> list[tuple[bytes, memoryview]]:
         pos += CHUNK_RECORD_HEAD.size
         if pos + n > len(view):
             raise ValueError(f"chunk record at byte {pos} claims {n} bytes past the end")
-        out.append((bytes(cid), view[pos : pos + n]))
+        out.append((bytes(cid), view[pos - room : pos + n]))
         pos += n
     return out
 

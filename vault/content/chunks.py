@@ -323,7 +323,7 @@ class Chunks:
         w: WriteTxn,
         cid: bytes,
         data: bytes | memoryview,
-        frame: bytes | None,
+        frame: bytes | memoryview | None,
         now_ms: int,
         reserve_until_ms: int,
         inline: bool = False,

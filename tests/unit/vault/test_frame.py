@@ -4,8 +4,9 @@ import os
 
 import pytest
 
+from client.protocol import decode_chunk_batch, encode_chunk_batch
 from vault import ChunkCorrupt
-from vault.frame import CODEC_RAW, CODEC_ZSTD, HEADER, Decoder, Encoder, chunk_id
+from vault.frame import CODEC_RAW, CODEC_ZSTD, HEADER, ROOM, Decoder, Encoder, chunk_id
 
 
 def codec_of(frame: bytes) -> int:
@@ -25,6 +26,26 @@ def test_round_trip_picks_codec(data: bytes, codec: int) -> None:
     frame = Encoder().encode(data)
     assert codec_of(frame) == codec
     assert bytes(Decoder().plaintext(frame, chunk_id(data))) == data
+
+
+def test_frames_built_inside_a_received_batch_body() -> None:
+    """A batch body decoded with room: raw frames are built over the record heads, inside
+    the body, and every chunk (and every other chunk's bytes) survives it."""
+    chunks = [os.urandom(70_000), b"checkpoint " * 5000, b"", os.urandom(100)]
+    ids = [chunk_id(c) for c in chunks]
+    body = bytearray().join(encode_chunk_batch(list(zip(ids, chunks, strict=True))))
+    decoded = decode_chunk_batch(body, ROOM)
+    assert [cid for cid, _ in decoded] == ids
+    encoder = Encoder()
+    frames = [encoder.encode_in_place(span) for _, span in decoded]
+    assert [codec_of(bytes(f)) for f in frames] == [CODEC_RAW, CODEC_ZSTD, CODEC_RAW, CODEC_RAW]
+    assert isinstance(frames[0], memoryview)
+    assert frames[0].obj is body  # no copy
+    for data, cid, frame in zip(chunks, ids, frames, strict=True):
+        assert bytes(Decoder().plaintext(frame, cid)) == data
+        assert bytes(frame) == Encoder().encode(data)  # the same bytes as a copied frame
+    with pytest.raises(ValueError, match="room"):
+        decode_chunk_batch(body, 37)
 
 
 @pytest.mark.parametrize("compressible", [True, False])
