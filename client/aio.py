@@ -712,6 +712,7 @@ class _Sender:
         chunker = StreamChunker(profile, cuts=cuts, regions=regions)
         ids: list[bytes] = []
         size = 0
+        cut = 0  # bytes in the chunks cut so far: where the next piece's chunks start
         reader = source.open()
         sending: list[asyncio.Future[None]] = []
         cutting: asyncio.Future[Any] | None = None
@@ -723,8 +724,11 @@ class _Sender:
                 if not final:  # read and cut the next piece while this one is sent
                     cutting = asyncio.ensure_future(asyncio.to_thread(_cut, reader, chunker))
                 ids.extend(cid for cid, _ in chunks)
-                # Several pieces in flight: the server syncs piece k while k+1 travels.
-                sending.append(asyncio.ensure_future(self._send_chunks(chunks, force, nbytes)))
+                at = (source.name, cut)
+                cut += sum(len(data) for _, data in chunks)
+                # Several pieces in flight: the server stores piece k while k+1 travels.
+                sent = self._send_chunks(chunks, force, nbytes, at)
+                sending.append(asyncio.ensure_future(sent))
                 if len(sending) >= PIECES_IN_FLIGHT:
                     await sending.pop(0)
                 if final:
@@ -744,25 +748,31 @@ class _Sender:
         return {"size": size, "chunks": [c.hex() for c in ids]}
 
     async def _send_chunks(
-        self, chunks: list[tuple[bytes, memoryview]], force: set[str] | None, nbytes: int
+        self,
+        chunks: list[tuple[bytes, memoryview]],
+        force: set[str] | None,
+        nbytes: int,
+        at: tuple[str, int],
     ) -> None:
+        """`at`: (file name, offset of the first chunk), told to the server when the whole
+        piece goes in one batch, so it hashes the file as it arrives (vault/filehash.py)."""
         fresh: dict[bytes, memoryview] = {}
         for cid, data in chunks:
             if cid not in self._known or (force and cid.hex() in force):
                 fresh.setdefault(cid, data)
         self._known.update(fresh)
         if fresh:
-            await self._query_and_send(fresh, force)
+            await self._query_and_send(fresh, force, at if len(fresh) == len(chunks) else None)
         self._bar.update(nbytes)
 
-    async def _query_and_send(self, fresh: dict[bytes, memoryview], force: set[str] | None) -> None:
+    async def _query_and_send(
+        self, fresh: dict[bytes, memoryview], force: set[str] | None, at: tuple[str, int] | None
+    ) -> None:
         ask = [c.hex() for c in fresh]
         if self._novel_streak >= NOVEL_STREAK:
             # The last pieces were all new (a fresh file): asking would only add a round trip
             # per piece; the server keeps what it already has and stores the rest.
-            await asyncio.gather(
-                *(self._post(b) for b in _batches(list(fresh.items()), BATCH_BYTES))
-            )
+            await self._post_all(list(fresh.items()), at)
             return
         missing: set[str] = set()
         for i in range(0, len(ask), MAX_IDS_PER_QUERY):
@@ -776,12 +786,26 @@ class _Sender:
             missing |= force & set(ask)
         self._novel_streak = self._novel_streak + 1 if len(missing) == len(ask) else 0
         todo = [(c, d) for c, d in fresh.items() if c.hex() in missing]
-        await asyncio.gather(*(self._post(b) for b in _batches(todo, BATCH_BYTES)))
+        await self._post_all(todo, at if len(todo) == len(fresh) else None)
 
-    async def _post(self, batch: list[tuple[bytes, memoryview]]) -> None:
+    async def _post_all(
+        self, todo: list[tuple[bytes, memoryview]], at: tuple[str, int] | None
+    ) -> None:
+        """Send `todo` in batches; `at` (where they lie, in order, in their file) goes with
+        them when they make one batch."""
+        batches = _batches(todo, BATCH_BYTES)
+        if len(batches) != 1:
+            at = None
+        await asyncio.gather(*(self._post(b, at) for b in batches))
+
+    async def _post(
+        self, batch: list[tuple[bytes, memoryview]], at: tuple[str, int] | None
+    ) -> None:
+        params = None if at is None else {"file": at[0], "offset": str(at[1])}
         await self._t.request(
             "POST",
             f"/v1/uploads/{self.upload_id}/chunks",
             data=encode_chunk_batch(batch),
             headers={"Content-Type": CHUNK_BATCH_TYPE},
+            params=params,
         )

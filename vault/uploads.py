@@ -32,6 +32,7 @@ from .errors import (
     UploadExpired,
     UploadNotFound,
 )
+from .filehash import RunningHashes
 from .frame import ROOM, Encoder, chunk_id
 from .ids import new_upload_id
 from .manifest import FileEntry
@@ -119,6 +120,7 @@ class Uploads:
         # commit naming them waits for these first (`settle`).
         self._unsynced: dict[str, list[Future[Any]]] = {}
         self._unsynced_lock = threading.Lock()
+        self.running = RunningHashes()  # files hashed as their chunks arrive
 
     # -- session records --------------------------------------------------------------
     def get(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
@@ -303,12 +305,15 @@ class Uploads:
         chunks: Sequence[tuple[bytes, bytes | memoryview]],
         domain: Domain = None,
         in_place: bool = False,
+        at: tuple[str, int] | None = None,
     ) -> int:
         """Store client-chunked chunks (raw id, plaintext); returns how many were new *to
         the caller*: a chunk stored only outside its `domain` counts as created, so the
         answer confirms nothing about other tenants (bytes are still stored once).
         `in_place`: each plaintext is a writable view that starts `frame.ROOM` spare bytes
         early, and raw frames are built there instead of copied (a received batch body).
+        `at`: (file name, offset) where these chunks lie, in order, in a file of this upload:
+        the file's hash runs as they arrive (vault/filehash.py).
 
         Every chunk is checked before any is stored, so a bad one changes nothing.
         """
@@ -327,6 +332,8 @@ class Uploads:
             session = self.live(txn, upload_id)
             known = {cid for cid, _ in chunks if self._s.chunks.usable(txn, cid)}
             seen = {cid for cid in known if self.present(txn, upload_id, cid, domain)}
+        if at is not None:
+            self.running.feed(upload_id, at[0], at[1], chunks)
         encoder = Encoder()
         items: dict[bytes, tuple[bytes | memoryview, bytes | memoryview | None]] = {
             cid: (data, None if cid in known else _frame(encoder, data, spans.get(cid)))
@@ -377,6 +384,7 @@ class Uploads:
             self.count(w.catalog, session, -1)
 
         self.settle(upload_id)
+        self.running.forget(upload_id)
         self._s.writer.run(op)
 
     def expire(self) -> int:

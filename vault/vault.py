@@ -245,9 +245,10 @@ class Vault:
         chunks: Sequence[tuple[bytes, bytes | memoryview]],
         domain: Domain = None,
         in_place: bool = False,
+        at: tuple[str, int] | None = None,
     ) -> int:
-        """Store client-chunked chunks; `in_place` as for `Uploads.put_chunks`."""
-        return self.uploads.put_chunks(upload_id, chunks, domain, in_place)
+        """Store client-chunked chunks; `in_place` and `at` as for `Uploads.put_chunks`."""
+        return self.uploads.put_chunks(upload_id, chunks, domain, in_place, at)
 
     def ingest(self, upload_id: str, name: str, domain: Domain = None) -> FileIngest:
         """Stream a file into an upload; `domain` as for `missing` (what counts as new

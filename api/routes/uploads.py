@@ -12,6 +12,7 @@ from vault import InvalidRequest, UploadSession, Vault
 from vault.clock import rfc3339
 from vault.domains import Domain
 from vault.frame import ROOM as FRAME_ROOM
+from vault.names import check_file_name
 
 from .. import parse
 from ..auth import principal, require, visible_record
@@ -20,6 +21,7 @@ from ..http import (
     json_body,
     json_response,
     large_json_response,
+    query_int,
     read_body,
     read_up_to,
     read_writable_body,
@@ -94,6 +96,7 @@ async def put_chunk(request: web.Request) -> web.Response:
 async def put_chunks(request: web.Request) -> web.Response:
     """Store many chunks in one request (body: records of raw id, u32 length, bytes)."""
     session = await _session(request)
+    at = _file_position(request)
     body = await read_writable_body(request, request.app[SETTINGS].max_batch_body)
     try:  # each chunk with the room for its frame header: frames are built inside the body
         chunks = await run(request, decode_chunk_batch, body, FRAME_ROOM)
@@ -101,8 +104,23 @@ async def put_chunks(request: web.Request) -> web.Response:
         raise InvalidRequest(f"malformed chunk batch: {e}") from None
     domain = principal(request).domain()
     vault = request.app[VAULT]
-    created = await run(request, vault.put_chunks, session.id, chunks, domain, True)
+    created = await run(request, vault.put_chunks, session.id, chunks, domain, True, at)
     return json_response({"chunks": len(chunks), "created": created})
+
+
+def _file_position(request: web.Request) -> tuple[str, int] | None:
+    """`?file=&offset=`: where a batch's chunks lie, in order, in a file of the upload (its
+    hash then runs as they arrive, vault/filehash.py); both or neither."""
+    name, offset = request.query.get("file"), request.query.get("offset")
+    if name is None and offset is None:
+        return None
+    if name is None or offset is None:
+        raise InvalidRequest("file and offset go together")
+    check_file_name(name)
+    at = query_int(request, "offset", 0)
+    if at < 0:
+        raise InvalidRequest("query parameter offset must not be negative")
+    return name, at
 
 
 def _raw_file_name(request: web.Request, upload_id: str) -> str:

@@ -51,6 +51,34 @@ async def test_wrong_chunk_hash(api: Api, upload: str) -> None:
     assert await snapshot(api) == before
 
 
+@pytest.mark.parametrize(
+    ("query", "code"),
+    [
+        ({"file": "f"}, "invalid_request"),
+        ({"offset": "0"}, "invalid_request"),
+        ({"file": "f", "offset": "-1"}, "invalid_request"),
+        ({"file": "f", "offset": "x"}, "invalid_request"),
+        ({"file": "../f", "offset": "0"}, "invalid_name"),
+    ],
+)
+async def test_bad_batch_position(api: Api, upload: str, query: dict[str, str], code: str) -> None:
+    """`?file=&offset=` on a chunk batch: both or neither, a sane name, a count of bytes."""
+    before = await snapshot(api)
+    data = b"chunk bytes"
+    body = bytes.fromhex(hexhash(data)) + len(data).to_bytes(4, "little") + data
+    path = URL(f"/v1/uploads/{upload}/chunks").with_query(query)
+    await assert_error(
+        api,
+        400,
+        code,
+        "POST",
+        path,
+        data=body,
+        headers={"Content-Type": "application/vnd.ckpt.chunks"},
+    )
+    assert await snapshot(api) == before
+
+
 async def test_oversize_chunk(api: Api, upload: str) -> None:
     before = await snapshot(api)
     big = os.urandom((1 << 20) + 1)

@@ -1,0 +1,103 @@
+"""Files hashed as their chunk batches arrive (vault/filehash.py): used by the commit only
+when exactly the file's chunks were hashed in order, whatever the batches claimed."""
+
+from __future__ import annotations
+
+import os
+
+import blake3
+import pytest
+
+from client.protocol import CommitFile
+from vault import Vault
+from vault.filehash import MAX_FILES, RunningHashes
+from vault.frame import chunk_id
+
+from .helpers import read_file
+
+
+def _pieces(data: bytes, size: int) -> list[tuple[bytes, bytes]]:
+    return [(chunk_id(data[i : i + size]), data[i : i + size]) for i in range(0, len(data), size)]
+
+
+def _batches(
+    chunks: list[tuple[bytes, bytes]], per: int
+) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+    """(offset of the first chunk, chunks) for runs of `per` chunks."""
+    out = []
+    offset = 0
+    for i in range(0, len(chunks), per):
+        run = chunks[i : i + per]
+        out.append((offset, run))
+        offset += sum(len(d) for _, d in run)
+    return out
+
+
+@pytest.mark.parametrize("order", ["in order", "one ahead"])
+def test_batches_in_order_or_one_ahead_give_the_file_hash(vault: Vault, order: str) -> None:
+    data = os.urandom(600_000)
+    chunks = _pieces(data, 50_000)
+    batches = _batches(chunks, 3)
+    if order == "one ahead":  # the second batch verified before the first, and so on
+        batches[0], batches[1] = batches[1], batches[0]
+        batches[2], batches[3] = batches[3], batches[2]
+    session, _ = vault.open_upload("ns")
+    for offset, run in batches:
+        vault.put_chunks(session.id, run, at=("f", offset))
+    ids = [cid for cid, _ in chunks]
+    assert vault.uploads.running.digest(session.id, "f", ids) == blake3.blake3(data).digest()
+    record, _ = vault.commit(session.id, {"f": CommitFile(len(data), None, [c.hex() for c in ids])})
+    assert record.files["f"]["hash"] == blake3.blake3(data).hexdigest()
+    assert vault.uploads.running.digest(session.id, "f", ids) is None  # forgotten once committed
+    assert read_file(vault, "ns", record.id, "f") == data
+
+
+@pytest.mark.parametrize(
+    "claim",
+    ["gap", "two ahead", "resent", "wrong offsets", "another file", "a chunk not sent"],
+)
+def test_what_batches_claim_never_changes_a_hash(vault: Vault, claim: str) -> None:
+    data = os.urandom(400_000)
+    chunks = _pieces(data, 40_000)
+    batches = _batches(chunks, 2)
+    sends: list[tuple[str, int, list[tuple[bytes, bytes]]]] = [("f", o, r) for o, r in batches]
+    if claim == "gap":
+        sends = sends[:2] + sends[3:] + [("x", 0, sends[2][2])]
+    elif claim == "two ahead":
+        sends = [sends[2], sends[1], sends[0], *sends[3:]]
+    elif claim == "resent":
+        sends = [*sends, sends[1]]
+    elif claim == "wrong offsets":
+        sends = [(n, o + 1, r) for n, o, r in sends]
+    elif claim == "another file":  # a batch of f claims to be at the start of g
+        sends = [sends[0], ("g", 0, sends[1][2]), *sends[2:]]
+    else:  # the last chunk is never sent with a position: f's running hash stops short
+        sends[-1] = ("y", 0, sends[-1][2])
+    session, _ = vault.open_upload("ns")
+    for name, offset, run in sends:
+        vault.put_chunks(session.id, run, at=(name, offset))
+    ids = [cid for cid, _ in chunks]
+    assert vault.uploads.running.digest(session.id, "f", ids) is None
+    listing = {"f": CommitFile(len(data), None, [c.hex() for c in ids])}
+    record, _ = vault.commit(session.id, listing)
+    assert record.files["f"]["hash"] == blake3.blake3(data).hexdigest()
+
+
+def test_a_running_hash_names_the_chunks_it_took() -> None:
+    """A client listing other chunks than the ones hashed gets no digest from it."""
+    running = RunningHashes()
+    a, b = b"a" * 1000, b"b" * 1000
+    running.feed("u", "f", 0, [(chunk_id(a), a), (chunk_id(b), b)])
+    assert running.digest("u", "f", [chunk_id(a), chunk_id(b)]) == blake3.blake3(a + b).digest()
+    assert running.digest("u", "f", [chunk_id(a)]) is None
+    assert running.digest("u", "f", [chunk_id(b), chunk_id(a)]) is None
+    assert running.digest("v", "f", [chunk_id(a), chunk_id(b)]) is None
+
+
+def test_files_past_the_bound_drop_the_oldest() -> None:
+    running = RunningHashes()
+    data = b"x" * 100
+    for i in range(MAX_FILES + 1):
+        running.feed(f"u{i}", "f", 0, [(chunk_id(data), data)])
+    assert running.digest("u0", "f", [chunk_id(data)]) is None
+    assert running.digest(f"u{MAX_FILES}", "f", [chunk_id(data)]) is not None
