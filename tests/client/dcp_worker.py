@@ -11,6 +11,7 @@ the expected tensors. `save` prints `{"rank", "checkpoint"}` (the id on the coor
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import timedelta
 from typing import Any
@@ -66,6 +67,7 @@ def main(argv: list[str]) -> int:
                 writer = VaultWriter(vault, namespace, metadata={"step": 3})
                 dcp.save(state(mesh, zeros=False), storage_writer=writer)
                 ckpt = writer.checkpoint.id if writer.checkpoint else None
+                dist.barrier()
                 print(json.dumps({"rank": int(rank), "checkpoint": ckpt}))
                 return 0
             loaded = state(mesh, zeros=True)
@@ -76,6 +78,7 @@ def main(argv: list[str]) -> int:
                 and torch.equal(loaded["model"]["bias"].full_tensor(), full["bias"])
                 and loaded["extra"] == {"epoch": 3}
             )
+            dist.barrier()
             print(json.dumps({"rank": int(rank), "ok": ok}))
             return 0 if ok else 1
     finally:
@@ -83,4 +86,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Both ranks pass a barrier before either tears its process group down, and the process
+    # ends without the interpreter's teardown: gloo's threads can still be joinable when
+    # C++ destructors run at exit, which aborts ("terminate called without an active
+    # exception", SIGABRT) a rank whose work had succeeded (seen once in CI).
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
