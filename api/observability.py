@@ -214,6 +214,14 @@ class _EngineCollector(Collector):
             yield CounterMetricFamily(
                 f"ckpt_writer_{name}", f"Writer {name} since start", value=w[name]
             )
+        hashes = CounterMetricFamily(
+            "ckpt_commit_file_hashes",
+            "Committed files by how their hash was proven (read_back: a pass over the file)",
+            labels=["how"],
+        )
+        for how, n in o["commit_file_hashes"].items():
+            hashes.add_metric([how], n)
+        yield hashes
         rpo = GaugeMetricFamily(
             "ckpt_recovery_point_seconds",
             "Seconds since the newest (valid) checkpoint",

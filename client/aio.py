@@ -63,6 +63,9 @@ FILES_IN_FLIGHT = 2  # files of one checkpoint loaded at once (finetune series: 
 # (bytes on the wire can exceed the changed bytes by at most what a partly known piece
 # holds, and such a piece ends the streak).
 NOVEL_STREAK = 2
+# References held back from pieces with nothing new, to go with the file's next batch: past
+# this many (~2.4 MB of records), the rest of the file goes without its place.
+MAX_HELD_REFERENCES = 65_536
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -670,16 +673,17 @@ def _cut(
 
 
 def _batches(
-    chunks: list[tuple[bytes, memoryview]], limit: int
-) -> list[list[tuple[bytes, memoryview]]]:
-    out: list[list[tuple[bytes, memoryview]]] = [[]]
+    chunks: list[tuple[bytes, memoryview | None]], limit: int
+) -> list[list[tuple[bytes, memoryview | None]]]:
+    """Runs of about `limit` bytes carried (references count for nothing)."""
+    out: list[list[tuple[bytes, memoryview | None]]] = [[]]
     size = 0
     for cid, data in chunks:
         if size >= limit:
             out.append([])
             size = 0
         out[-1].append((cid, data))
-        size += len(data)
+        size += 0 if data is None else len(data)
     return [b for b in out if b]
 
 
@@ -695,6 +699,12 @@ class _Sender:
         self._bar = bar
         self._known: set[bytes] = set()  # ids the vault has (or we sent) in this upload
         self._novel_streak = 0  # consecutive pieces in which every chunk was missing
+        # Pieces decide what to send in file order (a piece's query, then the next one's),
+        # so a batch's place in the file, and the references held for it, follow the file.
+        self._deciding = asyncio.Lock()
+        self._held: list[bytes] = []  # this file's pieces with nothing new, not yet placed
+        self._held_at: tuple[str, int] | None = None  # where the held ones start
+        self._placing = True  # False once this file's place was given up
 
     async def send(
         self,
@@ -710,6 +720,7 @@ class _Sender:
         if regions is None:
             regions = tensor_layout(source, profile.tensor_pieces) if profile.tensor_pieces else []
         chunker = StreamChunker(profile, cuts=cuts, regions=regions)
+        self._held, self._held_at, self._placing = [], None, force is None
         ids: list[bytes] = []
         size = 0
         cut = 0  # bytes in the chunks cut so far: where the next piece's chunks start
@@ -754,26 +765,55 @@ class _Sender:
         nbytes: int,
         at: tuple[str, int],
     ) -> None:
-        """`at`: (file name, offset of the first chunk), told to the server when the whole
-        piece goes in one batch, so it hashes the file as it arrives (vault/filehash.py)."""
-        fresh: dict[bytes, memoryview] = {}
-        for cid, data in chunks:
-            if cid not in self._known or (force and cid.hex() in force):
-                fresh.setdefault(cid, data)
-        self._known.update(fresh)
-        if fresh:
-            await self._query_and_send(fresh, force, at if len(fresh) == len(chunks) else None)
+        """`at`: (file name, offset of the first chunk) of this piece."""
+        async with self._deciding:
+            fresh: dict[bytes, memoryview] = {}
+            for cid, data in chunks:
+                if cid not in self._known or (force and cid.hex() in force):
+                    fresh.setdefault(cid, data)
+            self._known.update(fresh)
+            todo = await self._missing(fresh, force) if fresh else []
+            batch, place = self._place(chunks, todo, at)
+        if batch:
+            await self._post_all(batch, place)
         self._bar.update(nbytes)
 
-    async def _query_and_send(
-        self, fresh: dict[bytes, memoryview], force: set[str] | None, at: tuple[str, int] | None
-    ) -> None:
-        ask = [c.hex() for c in fresh]
+    def _place(
+        self,
+        chunks: list[tuple[bytes, memoryview]],
+        todo: list[tuple[bytes, memoryview]],
+        at: tuple[str, int],
+    ) -> tuple[list[tuple[bytes, memoryview | None]], tuple[str, int] | None]:
+        """What to send of a piece, and where it lies. With its place, the server hashes
+        the file as it arrives and the commit need not read it back (vault/filehash.py):
+        the piece goes whole, what the vault lacks with its bytes (once) and the rest as
+        references, after the references of earlier pieces with nothing new. Those are
+        held rather than sent, so a file with nothing new costs no batch at all (its
+        commit finds it identical to the parent's)."""
+        if not self._placing:
+            return list(todo), None
+        if not todo:
+            self._held_at = self._held_at or at
+            self._held.extend(cid for cid, _ in chunks)
+            if len(self._held) > MAX_HELD_REFERENCES:
+                self._held, self._placing = [], False
+            return [], None
+        lacking: dict[bytes, memoryview | None] = dict(todo)
+        batch: list[tuple[bytes, memoryview | None]] = [(cid, None) for cid in self._held]
+        batch.extend((cid, lacking.pop(cid, None)) for cid, _ in chunks)
+        place = self._held_at or at
+        self._held, self._held_at = [], None
+        return batch, place
+
+    async def _missing(
+        self, fresh: dict[bytes, memoryview], force: set[str] | None
+    ) -> list[tuple[bytes, memoryview]]:
+        """What of `fresh` the vault lacks (and `force` names), in order."""
         if self._novel_streak >= NOVEL_STREAK:
             # The last pieces were all new (a fresh file): asking would only add a round trip
             # per piece; the server keeps what it already has and stores the rest.
-            await self._post_all(list(fresh.items()), at)
-            return
+            return list(fresh.items())
+        ask = [c.hex() for c in fresh]
         missing: set[str] = set()
         for i in range(0, len(ask), MAX_IDS_PER_QUERY):
             out = await self._t.json(
@@ -785,21 +825,19 @@ class _Sender:
         if force:
             missing |= force & set(ask)
         self._novel_streak = self._novel_streak + 1 if len(missing) == len(ask) else 0
-        todo = [(c, d) for c, d in fresh.items() if c.hex() in missing]
-        await self._post_all(todo, at if len(todo) == len(fresh) else None)
+        return [(c, d) for c, d in fresh.items() if c.hex() in missing]
 
     async def _post_all(
-        self, todo: list[tuple[bytes, memoryview]], at: tuple[str, int] | None
+        self, todo: list[tuple[bytes, memoryview | None]], at: tuple[str, int] | None
     ) -> None:
-        """Send `todo` in batches; `at` (where they lie, in order, in their file) goes with
-        them when they make one batch."""
-        batches = _batches(todo, BATCH_BYTES)
-        if len(batches) != 1:
-            at = None
+        """Send `todo`: a placed piece (`at`: where it lies in its file, references
+        included) in one batch, however far the chunker's tail carried from the previous
+        piece takes it past BATCH_BYTES (under one chunk); anything else in batches."""
+        batches = [todo] if at is not None else _batches(todo, BATCH_BYTES)
         await asyncio.gather(*(self._post(b, at) for b in batches))
 
     async def _post(
-        self, batch: list[tuple[bytes, memoryview]], at: tuple[str, int] | None
+        self, batch: list[tuple[bytes, memoryview | None]], at: tuple[str, int] | None
     ) -> None:
         params = None if at is None else {"file": at[0], "offset": str(at[1])}
         await self._t.request(

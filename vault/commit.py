@@ -14,6 +14,8 @@ made) and every chunk is re-checked, because GC may have run since.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from collections.abc import Mapping
 
 import lmdb
@@ -44,6 +46,11 @@ from .uploads import Uploads
 MIN_AVERAGE_CHUNK = 256
 MAX_CHUNKS_SLACK = 4096
 
+# How a committed file's hash was proven: identical to a file already committed, hashed as
+# its chunks arrived (vault/filehash.py), or read back from the store at commit, the one
+# that costs a pass over the file (operators see these as ckpt_commit_file_hashes).
+HASH_SOURCES = ("same_file", "on_arrival", "read_back")
+
 
 def _parse_listed(
     files: Mapping[str, CommitFile] | None,
@@ -69,6 +76,13 @@ class Committer:
         self._s = store
         self._uploads = uploads
         self._reader = reader
+        self._hashed: Counter[str] = Counter(dict.fromkeys(HASH_SOURCES, 0))
+        self._hashed_lock = threading.Lock()
+
+    def file_hashes(self) -> dict[str, int]:
+        """Committed files by how their hash was proven, since start (HASH_SOURCES)."""
+        with self._hashed_lock:
+            return dict(self._hashed)
 
     def commit(
         self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
@@ -94,21 +108,27 @@ class Committer:
             return done, False
         known = {(e.size, e.chunks): e.hash for e in proven}
         entries: dict[str, FileEntry] = {}
+        how: Counter[str] = Counter()
         running = self._uploads.running
         for name, (digest, entry) in claimed.items():
-            proof = known.get((entry.size, entry.chunks))
-            if proof is None:  # hashed as its chunks arrived (vault/filehash.py)?
+            proof, source = known.get((entry.size, entry.chunks)), "same_file"
+            if proof is None:
                 proof = running.digest(upload_id, name, [cid for cid, _ in entry.chunks])
+                source = "on_arrival"
             if proof is None or (digest is not None and digest != proof):
-                proof = self._reader.file_hash(entry)
+                proof, source = self._reader.file_hash(entry), "read_back"
             if digest is not None and digest != proof:
                 raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")
             entries[name] = FileEntry(entry.size, proof, entry.chunks)
+            how[source] += 1
         made = self._s.writer.run(
             lambda w: self._apply(w.catalog, upload_id, entries),
             size=sum(len(e.chunks) for e in entries.values()) * 64,
         )
         running.forget(upload_id)
+        if made[1]:
+            with self._hashed_lock:
+                self._hashed.update(how)
         return made
 
     def _existing(self, txn: lmdb.Transaction, session: UploadSession) -> CheckpointRecord:

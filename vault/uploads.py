@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import asdict
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 import lmdb
 
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
+from .content.reader import Reader
 from .create import ensure_namespace
 from .domains import Domain, cached
 from .errors import (
@@ -120,7 +121,8 @@ class Uploads:
         # commit naming them waits for these first (`settle`).
         self._unsynced: dict[str, list[Future[Any]]] = {}
         self._unsynced_lock = threading.Lock()
-        self.running = RunningHashes()  # files hashed as their chunks arrive
+        # Files hashed as their chunks arrive; referenced chunks are read as a commit would.
+        self.running = RunningHashes(Reader(store).hash_into)
 
     # -- session records --------------------------------------------------------------
     def get(self, txn: lmdb.Transaction, upload_id: str) -> UploadSession:
@@ -299,10 +301,34 @@ class Uploads:
             self._s.writer.run(op, size=len(to_reserve) * 64)
         return missing
 
+    def _placed(
+        self,
+        txn: lmdb.Transaction,
+        upload_id: str,
+        chunks: Sequence[tuple[bytes, bytes | memoryview | None]],
+        carried: Mapping[bytes, bytes | memoryview],
+        domain: Domain,
+    ) -> list[tuple[bytes, bytes | memoryview | int]] | None:
+        """A positioned batch for the running hash: its chunks in order, a reference as
+        (id, size) to read from the store; None if one names a chunk the caller may not
+        count as stored (the file's running hash then stops at this batch)."""
+        out: list[tuple[bytes, bytes | memoryview | int]] = []
+        for cid, data in chunks:
+            if data is None:
+                data = carried.get(cid)
+            if data is not None:
+                out.append((cid, data))
+                continue
+            meta = self._s.chunks.meta(txn, cid)
+            if meta is None or not self.present(txn, upload_id, cid, domain):
+                return None
+            out.append((cid, meta.size))
+        return out
+
     def put_chunks(
         self,
         upload_id: str,
-        chunks: Sequence[tuple[bytes, bytes | memoryview]],
+        chunks: Sequence[tuple[bytes, bytes | memoryview | None]],
         domain: Domain = None,
         in_place: bool = False,
         at: tuple[str, int] | None = None,
@@ -313,31 +339,47 @@ class Uploads:
         `in_place`: each plaintext is a writable view that starts `frame.ROOM` spare bytes
         early, and raw frames are built there instead of copied (a received batch body).
         `at`: (file name, offset) where these chunks lie, in order, in a file of this upload:
-        the file's hash runs as they arrive (vault/filehash.py).
+        the file's hash runs as they arrive (vault/filehash.py). A plaintext None is a
+        reference to a chunk the caller may count as stored (`present`), there only for
+        `at`; references to anything else store nothing and answer the same, and the file
+        is read back at its commit.
 
         Every chunk is checked before any is stored, so a bad one changes nothing.
         """
+        if at is None and any(data is None for _, data in chunks):
+            raise InvalidRequest("chunk references need the batch's place: ?file=&offset=")
         spans = {}
         if in_place:
-            spans = {cid: memoryview(span) for cid, span in chunks}
-            chunks = [(cid, memoryview(span)[ROOM:]) for cid, span in chunks]
+            spans = {cid: memoryview(span) for cid, span in chunks if span is not None}
+            chunks = [(c, None if s is None else memoryview(s)[ROOM:]) for c, s in chunks]
         limit = self._s.config.max_chunk_size
+        carried: dict[bytes, bytes | memoryview] = {}  # chunks that came with bytes
         for cid, data in chunks:
+            if data is None:
+                continue
             if len(data) > limit:
                 raise TooLarge(f"chunk {cid.hex()} is larger than {limit} bytes")
             if chunk_id(data) != cid:
                 raise HashMismatch(f"BLAKE3 of the data does not match chunk id {cid.hex()}")
+            carried[cid] = data
         domain = cached(domain)
         with self._s.catalog_env.read() as txn:
             session = self.live(txn, upload_id)
-            known = {cid for cid, _ in chunks if self._s.chunks.usable(txn, cid)}
+            known = {cid for cid in carried if self._s.chunks.usable(txn, cid)}
             seen = {cid for cid in known if self.present(txn, upload_id, cid, domain)}
-        if at is not None:
-            self.running.feed(upload_id, at[0], at[1], chunks)
+            placed = None if at is None else self._placed(txn, upload_id, chunks, carried, domain)
+        if at is not None and placed is None:
+            # A reference may name a chunk of this upload's previous batch, answered once
+            # applied, a moment before its transaction is visible: wait for those, look again.
+            self.settle(upload_id)
+            with self._s.catalog_env.read() as txn:
+                placed = self._placed(txn, upload_id, chunks, carried, domain)
+        if at is not None and placed is not None:
+            self.running.feed(upload_id, at[0], at[1], placed)
         encoder = Encoder()
         items: dict[bytes, tuple[bytes | memoryview, bytes | memoryview | None]] = {
             cid: (data, None if cid in known else _frame(encoder, data, spans.get(cid)))
-            for cid, data in chunks
+            for cid, data in carried.items()
         }
         until_ms = int(session.expires_at * 1000)
         prefix = _file_key(upload_id)

@@ -242,12 +242,13 @@ class Vault:
     def put_chunks(
         self,
         upload_id: str,
-        chunks: Sequence[tuple[bytes, bytes | memoryview]],
+        chunks: Sequence[tuple[bytes, bytes | memoryview | None]],
         domain: Domain = None,
         in_place: bool = False,
         at: tuple[str, int] | None = None,
     ) -> int:
-        """Store client-chunked chunks; `in_place` and `at` as for `Uploads.put_chunks`."""
+        """Store client-chunked chunks (None: a reference); `in_place` and `at` as for
+        `Uploads.put_chunks`."""
         return self.uploads.put_chunks(upload_id, chunks, domain, in_place, at)
 
     def ingest(self, upload_id: str, name: str, domain: Domain = None) -> FileIngest:
@@ -541,6 +542,7 @@ class Vault:
                 )
             },
             "writer": asdict(self.store.writer.stats),
+            "commit_file_hashes": self._committer.file_hashes(),
             "writer_queue": self.store.writer.queue_depth(),
             "replication": self.replication.status() if self.replication else None,
             "recovery_seconds": recovery,

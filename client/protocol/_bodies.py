@@ -13,8 +13,11 @@ from typing import Any
 
 # -- binary bodies --------------------------------------------------------------------------
 # POST /v1/uploads/{id}/chunks: the body is a run of records, each the chunk's raw 32-byte
-# id, its length as u32 little endian, then its bytes. One request carries many chunks.
+# id, its length as u32 little endian, then its bytes. One request carries many chunks. A
+# record whose length is CHUNK_REFERENCE has no bytes: it names a chunk the vault already
+# has, so a batch can say what lies in a stretch of a file without sending it again.
 CHUNK_RECORD_HEAD = struct.Struct("<32sI")
+CHUNK_REFERENCE = 0xFFFF_FFFF
 CHUNK_BATCH_TYPE = "application/vnd.ckpt.chunks"
 # POST /v1/namespaces/{ns}/checkpoints: magic, u32 header length, a JSON header
 # {"files": [[name, size], ...], "parent", "inherit", "metadata", "tags", "chunking", "key"},
@@ -25,32 +28,42 @@ BUNDLE_TYPE = "application/vnd.ckpt.bundle"
 
 
 def encode_chunk_batch(
-    chunks: Sequence[tuple[bytes, bytes | memoryview]],
+    chunks: Sequence[tuple[bytes, bytes | memoryview | None]],
 ) -> list[bytes | memoryview]:
-    """Body parts (to join or stream) for a chunk batch of (raw id, data)."""
+    """Body parts (to join or stream) for a chunk batch of (raw id, data); data None makes
+    a reference to a chunk the vault has."""
     parts: list[bytes | memoryview] = []
     for cid, data in chunks:
-        parts.append(CHUNK_RECORD_HEAD.pack(cid, len(data)))
-        parts.append(data)
+        if data is None:
+            parts.append(CHUNK_RECORD_HEAD.pack(cid, CHUNK_REFERENCE))
+        else:
+            parts.append(CHUNK_RECORD_HEAD.pack(cid, len(data)))
+            parts.append(data)
     return parts
 
 
-def decode_chunk_batch(body: bytes | bytearray, room: int = 0) -> list[tuple[bytes, memoryview]]:
+def decode_chunk_batch(
+    body: bytes | bytearray, room: int = 0
+) -> list[tuple[bytes, memoryview | None]]:
     """Inverse of encode_chunk_batch; ValueError if the body is malformed. The chunks are
     views into `body`: copying a 64 MiB batch out piece by piece cost the server more than
     verifying it. With `room` (at most the record head's 36 bytes), each view starts that
     many bytes before its chunk, inside the record head, which is spent once decoded: a
-    receiver holding the body writable can put a header of its own there."""
+    receiver holding the body writable can put a header of its own there. A reference
+    decodes as (id, None)."""
     if not 0 <= room <= CHUNK_RECORD_HEAD.size:
         raise ValueError(f"room must be 0 to {CHUNK_RECORD_HEAD.size} bytes")
     view = memoryview(body)
-    out = []
+    out: list[tuple[bytes, memoryview | None]] = []
     pos = 0
     while pos < len(view):
         if pos + CHUNK_RECORD_HEAD.size > len(view):
             raise ValueError(f"truncated chunk record header at byte {pos}")
         cid, n = CHUNK_RECORD_HEAD.unpack_from(view, pos)
         pos += CHUNK_RECORD_HEAD.size
+        if n == CHUNK_REFERENCE:
+            out.append((bytes(cid), None))
+            continue
         if pos + n > len(view):
             raise ValueError(f"chunk record at byte {pos} claims {n} bytes past the end")
         out.append((bytes(cid), view[pos - room : pos + n]))

@@ -5,12 +5,16 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
+import urllib.request
 from pathlib import Path
 
 import blake3
 import pytest
 
 from client import IntegrityError, InvalidName, NotFound, VaultClient
+
+from ..serverproc import ServerProcess
 
 
 def test_small_save_is_one_request_and_round_trips(vault: VaultClient, tmp_path: Path) -> None:
@@ -44,6 +48,52 @@ def test_large_save_sends_only_changed_chunks(vault: VaultClient, tmp_path: Path
     out = tmp_path / "out"
     vault.load("c/large", "latest", out)
     assert (out / "model.bin").read_bytes() == bytes(data)
+
+
+def _file_hashes(server: ServerProcess) -> dict[str, float]:
+    """The server's ckpt_commit_file_hashes_total, by how."""
+    req = urllib.request.Request(
+        f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.token}"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        text = resp.read().decode()
+    found = re.findall(r'^ckpt_commit_file_hashes_total\{how="(\w+)"\} (\S+)$', text, re.M)
+    return {how: float(n) for how, n in found}
+
+
+def test_files_are_hashed_as_they_arrive_whatever_the_vault_has(
+    vault: VaultClient, server: ServerProcess, tmp_path: Path
+) -> None:
+    """Chunks the vault has (a repeat, or most of a file saved before) go as references in
+    a batch that says where it lies, so the server hashes the file as it arrives and the
+    commit reads nothing back; a file with nothing new sends no batch at all and is proven
+    by its parent's identical entry (ckpt_commit_file_hashes)."""
+    block = os.urandom(1 << 20)
+    data = block + os.urandom(8 << 20) + block + os.urandom(4 << 20)  # one 14 MiB piece
+    src = tmp_path / "repeats.bin"
+    src.write_bytes(data)
+    start = _file_hashes(server)
+    first = vault.save("c/repeats", {"f.bin": src})
+    assert first.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
+
+    mostly_known = data[: 12 << 20] + os.urandom(3 << 20)
+    src.write_bytes(mostly_known)
+    sent = vault.transfer.bytes_sent
+    second = vault.save("c/repeats", {"f.bin": src}, parent=first.id)
+    assert vault.transfer.bytes_sent - sent < 4 << 20  # the new 3 MiB, not 15
+    assert second.files["f.bin"]["hash"] == blake3.blake3(mostly_known).hexdigest()
+    hashed = _file_hashes(server)
+    assert hashed["on_arrival"] - start["on_arrival"] == 2
+    assert hashed["read_back"] == start["read_back"]
+
+    requests = vault.transfer.requests
+    third = vault.save("c/repeats", {"f.bin": src}, parent=second.id)
+    assert vault.transfer.requests - requests == 3  # open, one missing query, commit
+    assert third.files["f.bin"]["hash"] == second.files["f.bin"]["hash"]
+    assert _file_hashes(server)["same_file"] - hashed["same_file"] == 1
+    out = tmp_path / "out"
+    vault.load("c/repeats", third.id, out)
+    assert (out / "f.bin").read_bytes() == mostly_known
 
 
 def test_directory_save_with_nested_files_and_file_objects(

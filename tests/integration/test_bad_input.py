@@ -79,6 +79,25 @@ async def test_bad_batch_position(api: Api, upload: str, query: dict[str, str], 
     assert await snapshot(api) == before
 
 
+async def test_chunk_references_need_a_position(api: Api, upload: str) -> None:
+    """A reference record (length 0xFFFFFFFF, no bytes) only says what lies where in a file:
+    without `?file=&offset=` the batch is refused whole, its other chunk not stored."""
+    before = await snapshot(api)
+    data = b"chunk bytes"
+    body = bytes.fromhex(hexhash(data)) + len(data).to_bytes(4, "little") + data
+    body += bytes.fromhex(hexhash(b"elsewhere")) + (0xFFFF_FFFF).to_bytes(4, "little")
+    await assert_error(
+        api,
+        400,
+        "invalid_request",
+        "POST",
+        f"/v1/uploads/{upload}/chunks",
+        data=body,
+        headers={"Content-Type": "application/vnd.ckpt.chunks"},
+    )
+    assert await snapshot(api) == before
+
+
 async def test_oversize_chunk(api: Api, upload: str) -> None:
     before = await snapshot(api)
     big = os.urandom((1 << 20) + 1)

@@ -10,6 +10,7 @@ import pytest
 
 from client.protocol import CommitFile
 from vault import Vault
+from vault.errors import InvalidRequest
 from vault.filehash import MAX_FILES, RunningHashes
 from vault.frame import chunk_id
 
@@ -83,9 +84,9 @@ def test_what_batches_claim_never_changes_a_hash(vault: Vault, claim: str) -> No
     assert record.files["f"]["hash"] == blake3.blake3(data).hexdigest()
 
 
-def test_a_running_hash_names_the_chunks_it_took() -> None:
+def test_a_running_hash_names_the_chunks_it_took(vault: Vault) -> None:
     """A client listing other chunks than the ones hashed gets no digest from it."""
-    running = RunningHashes()
+    running = RunningHashes(vault.reader.hash_into)
     a, b = b"a" * 1000, b"b" * 1000
     running.feed("u", "f", 0, [(chunk_id(a), a), (chunk_id(b), b)])
     assert running.digest("u", "f", [chunk_id(a), chunk_id(b)]) == blake3.blake3(a + b).digest()
@@ -94,10 +95,71 @@ def test_a_running_hash_names_the_chunks_it_took() -> None:
     assert running.digest("v", "f", [chunk_id(a), chunk_id(b)]) is None
 
 
-def test_files_past_the_bound_drop_the_oldest() -> None:
-    running = RunningHashes()
+def test_files_past_the_bound_drop_the_oldest(vault: Vault) -> None:
+    running = RunningHashes(vault.reader.hash_into)
     data = b"x" * 100
     for i in range(MAX_FILES + 1):
         running.feed(f"u{i}", "f", 0, [(chunk_id(data), data)])
     assert running.digest("u0", "f", [chunk_id(data)]) is None
     assert running.digest(f"u{MAX_FILES}", "f", [chunk_id(data)]) is not None
+
+
+def _hashed(vault: Vault) -> dict[str, int]:
+    hashed: dict[str, int] = vault.observe()["commit_file_hashes"]
+    return hashed
+
+
+def test_references_keep_the_hash_running(vault: Vault) -> None:
+    """A batch may name chunks the vault has instead of carrying them (another file of the
+    upload sent them, or they repeat inside the batch): read from the store, they keep the
+    file's hash running, and the commit does not read the file back."""
+    shared = os.urandom(120_000)
+    other = _pieces(shared, 40_000)
+    own = _pieces(os.urandom(200_000), 40_000)
+    session, _ = vault.open_upload("ns")
+    vault.put_chunks(session.id, other, at=("weights", 0))
+    chunks = [*other, *own[:2], own[0], *own[2:]]  # the weights again, then a repeat
+    data = b"".join(d for _, d in chunks)
+    refs: list[tuple[bytes, bytes | None]] = [(cid, None) for cid, _ in other]
+    first = [*refs, *own[:2], (own[0][0], None)]
+    vault.put_chunks(session.id, first, at=("train", 0))
+    vault.put_chunks(session.id, own[2:], at=("train", len(shared) + 120_000))
+    before = _hashed(vault)
+    listing = {
+        "weights": CommitFile(len(shared), None, [c.hex() for c, _ in other]),
+        "train": CommitFile(len(data), None, [c.hex() for c, _ in chunks]),
+    }
+    record, _ = vault.commit(session.id, listing)
+    after = _hashed(vault)
+    assert after["on_arrival"] - before["on_arrival"] == 2
+    assert after["read_back"] == before["read_back"]
+    assert record.files["train"]["hash"] == blake3.blake3(data).hexdigest()
+    assert read_file(vault, "ns", record.id, "train") == data
+
+
+@pytest.mark.parametrize("target", ["absent", "another tenant's"])
+def test_a_reference_the_caller_may_not_use_answers_the_same(vault: Vault, target: str) -> None:
+    """A reference to a chunk the caller could not count as stored (absent, or stored only
+    outside its dedup domain) stores nothing, answers as any other, and only leaves the
+    commit to read the file back; the file still has to be sent to be committed."""
+    secret = os.urandom(50_000)
+    if target == "another tenant's":
+        theirs, _ = vault.open_upload("b")
+        vault.put_chunks(theirs.id, [(chunk_id(secret), secret)])
+        vault.commit(theirs.id, {"s": CommitFile(len(secret), None, [chunk_id(secret).hex()])})
+    mine = os.urandom(50_000)
+    session, _ = vault.open_upload("a")
+    batch: list[tuple[bytes, bytes | None]] = [(chunk_id(mine), mine), (chunk_id(secret), None)]
+    assert vault.put_chunks(session.id, batch, domain=lambda ns: ns == "a", at=("f", 0)) == 1
+    ids = [chunk_id(mine), chunk_id(secret)]
+    assert vault.uploads.running.digest(session.id, "f", ids) is None
+    hexid = chunk_id(secret).hex()
+    assert vault.missing(session.id, [hexid], domain=lambda ns: ns == "a") == [hexid]
+
+
+def test_references_need_a_place(vault: Vault) -> None:
+    data = os.urandom(10_000)
+    session, _ = vault.open_upload("ns")
+    with pytest.raises(InvalidRequest, match="place"):
+        vault.put_chunks(session.id, [(chunk_id(data), data), (chunk_id(data), None)])
+    assert vault.missing(session.id, [chunk_id(data).hex()]) == [chunk_id(data).hex()]

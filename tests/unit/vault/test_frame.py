@@ -4,7 +4,12 @@ import os
 
 import pytest
 
-from client.protocol import decode_chunk_batch, encode_chunk_batch
+from client.protocol import (
+    CHUNK_RECORD_HEAD,
+    CHUNK_REFERENCE,
+    decode_chunk_batch,
+    encode_chunk_batch,
+)
 from vault import ChunkCorrupt
 from vault.frame import CODEC_RAW, CODEC_ZSTD, HEADER, ROOM, Decoder, Encoder, chunk_id
 
@@ -37,7 +42,8 @@ def test_frames_built_inside_a_received_batch_body() -> None:
     decoded = decode_chunk_batch(body, ROOM)
     assert [cid for cid, _ in decoded] == ids
     encoder = Encoder()
-    frames = [encoder.encode_in_place(span) for _, span in decoded]
+    spans = [span for _, span in decoded if span is not None]
+    frames = [encoder.encode_in_place(span) for span in spans]
     assert [codec_of(bytes(f)) for f in frames] == [CODEC_RAW, CODEC_ZSTD, CODEC_RAW, CODEC_RAW]
     assert isinstance(frames[0], memoryview)
     assert frames[0].obj is body  # no copy
@@ -46,6 +52,23 @@ def test_frames_built_inside_a_received_batch_body() -> None:
         assert bytes(frame) == Encoder().encode(data)  # the same bytes as a copied frame
     with pytest.raises(ValueError, match="room"):
         decode_chunk_batch(body, 37)
+
+
+def test_a_batch_carries_references_between_chunks() -> None:
+    """A reference record names a chunk without its bytes (length CHUNK_REFERENCE)."""
+    a, b = os.urandom(1000), os.urandom(2000)
+    records: list[tuple[bytes, bytes | None]] = [
+        (chunk_id(a), a),
+        (chunk_id(b"x"), None),
+        (chunk_id(b), b),
+        (chunk_id(a), None),
+    ]
+    body = b"".join(encode_chunk_batch(records))
+    assert len(body) == 4 * CHUNK_RECORD_HEAD.size + 3000
+    decoded = decode_chunk_batch(body)
+    assert [(cid, None if d is None else bytes(d)) for cid, d in decoded] == records
+    with pytest.raises(ValueError, match="past the end"):  # a length just under the marker
+        decode_chunk_batch(CHUNK_RECORD_HEAD.pack(chunk_id(a), CHUNK_REFERENCE - 1))
 
 
 @pytest.mark.parametrize("compressible", [True, False])
