@@ -12,6 +12,7 @@ from pathlib import Path
 import blake3
 import pytest
 
+import client.aio as client_aio
 from client import IntegrityError, InvalidName, NotFound, VaultClient
 
 from ..serverproc import ServerProcess
@@ -94,6 +95,24 @@ def test_files_are_hashed_as_they_arrive_whatever_the_vault_has(
     out = tmp_path / "out"
     vault.load("c/repeats", third.id, out)
     assert (out / "f.bin").read_bytes() == mostly_known
+
+
+def test_a_long_run_of_known_pieces_gives_up_the_place(
+    vault: VaultClient, server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """References held for pieces with nothing new are bounded: past the bound the rest of
+    the file goes without its place and its commit reads it back, with the right hash."""
+    monkeypatch.setattr(client_aio, "MAX_HELD_REFERENCES", 3)
+    known = os.urandom(client_aio.PIECE)
+    src = tmp_path / "known.bin"
+    src.write_bytes(known)
+    vault.save("c/held", {"f.bin": src})
+    data = known + os.urandom(4 << 20)
+    src.write_bytes(data)
+    before = _file_hashes(server)
+    ckpt = vault.save("c/held", {"f.bin": src})
+    assert _file_hashes(server)["read_back"] - before["read_back"] == 1
+    assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
 
 
 def test_directory_save_with_nested_files_and_file_objects(
