@@ -63,9 +63,10 @@ FILES_IN_FLIGHT = 2  # files of one checkpoint loaded at once (finetune series: 
 # (bytes on the wire can exceed the changed bytes by at most what a partly known piece
 # holds, and such a piece ends the streak).
 NOVEL_STREAK = 2
-# References held back from pieces with nothing new, to go with the file's next batch: past
-# this many (~2.4 MB of records), the rest of the file goes without its place.
-MAX_HELD_REFERENCES = 65_536
+# Bytes of pieces with nothing new whose references are held for the file's next batch:
+# past this, the rest of the file goes without its place (the server hashes at most
+# vault.uploads.MAX_REFERENCED_BYTES of references per batch).
+MAX_HELD_BYTES = 1 << 30
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -704,6 +705,7 @@ class _Sender:
         self._deciding = asyncio.Lock()
         self._held: list[bytes] = []  # this file's pieces with nothing new, not yet placed
         self._held_at: tuple[str, int] | None = None  # where the held ones start
+        self._held_bytes = 0
         self._placing = True  # False once this file's place was given up
 
     async def send(
@@ -720,7 +722,8 @@ class _Sender:
         if regions is None:
             regions = tensor_layout(source, profile.tensor_pieces) if profile.tensor_pieces else []
         chunker = StreamChunker(profile, cuts=cuts, regions=regions)
-        self._held, self._held_at, self._placing = [], None, force is None
+        self._held, self._held_at, self._held_bytes = [], None, 0
+        self._placing = force is None
         ids: list[bytes] = []
         size = 0
         cut = 0  # bytes in the chunks cut so far: where the next piece's chunks start
@@ -795,14 +798,15 @@ class _Sender:
         if not todo:
             self._held_at = self._held_at or at
             self._held.extend(cid for cid, _ in chunks)
-            if len(self._held) > MAX_HELD_REFERENCES:
+            self._held_bytes += sum(len(data) for _, data in chunks)
+            if self._held_bytes > MAX_HELD_BYTES:
                 self._held, self._placing = [], False
             return [], None
         lacking: dict[bytes, memoryview | None] = dict(todo)
         batch: list[tuple[bytes, memoryview | None]] = [(cid, None) for cid in self._held]
         batch.extend((cid, lacking.pop(cid, None)) for cid, _ in chunks)
         place = self._held_at or at
-        self._held, self._held_at = [], None
+        self._held, self._held_at, self._held_bytes = [], None, 0
         return batch, place
 
     async def _missing(

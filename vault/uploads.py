@@ -43,6 +43,10 @@ from .store import Store, store_all
 from .writer import WriteTxn
 
 MAX_MISSING_QUERY = 100_000
+# Bytes of referenced chunks one positioned batch may have hashed from the store (~1 s of
+# one core): past it the file's running hash stops there, so a small body of references
+# cannot buy unbounded work (the client holds at most half of it, client/aio.py).
+MAX_REFERENCED_BYTES = 2 << 30
 OPEN_UPLOADS = "open_uploads"  # counter: sessions opened and neither committed nor ended
 OPEN_UPLOADS_BY = "open_uploads:"  # + token name: the same counter per token
 PENDING_BYTES_BY = "pending_bytes:"  # + token name: new chunk bytes of its open sessions
@@ -311,8 +315,10 @@ class Uploads:
     ) -> list[tuple[bytes, bytes | memoryview | int]] | None:
         """A positioned batch for the running hash: its chunks in order, a reference as
         (id, size) to read from the store; None if one names a chunk the caller may not
-        count as stored (the file's running hash then stops at this batch)."""
+        count as stored, or they add up past MAX_REFERENCED_BYTES (the file's running hash
+        then stops at this batch)."""
         out: list[tuple[bytes, bytes | memoryview | int]] = []
+        referenced = 0
         for cid, data in chunks:
             if data is None:
                 data = carried.get(cid)
@@ -321,6 +327,9 @@ class Uploads:
                 continue
             meta = self._s.chunks.meta(txn, cid)
             if meta is None or not self.present(txn, upload_id, cid, domain):
+                return None
+            referenced += meta.size
+            if referenced > MAX_REFERENCED_BYTES:
                 return None
             out.append((cid, meta.size))
         return out

@@ -102,7 +102,7 @@ def test_a_long_run_of_known_pieces_gives_up_the_place(
 ) -> None:
     """References held for pieces with nothing new are bounded: past the bound the rest of
     the file goes without its place and its commit reads it back, with the right hash."""
-    monkeypatch.setattr(client_aio, "MAX_HELD_REFERENCES", 3)
+    monkeypatch.setattr(client_aio, "MAX_HELD_BYTES", 1 << 20)
     known = os.urandom(client_aio.PIECE)
     src = tmp_path / "known.bin"
     src.write_bytes(known)

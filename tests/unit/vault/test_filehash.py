@@ -10,6 +10,7 @@ import pytest
 
 from client.protocol import CommitFile
 from vault import Vault
+from vault import uploads as vault_uploads
 from vault.errors import InvalidRequest
 from vault.filehash import MAX_FILES, RunningHashes
 from vault.frame import chunk_id
@@ -163,3 +164,26 @@ def test_references_need_a_place(vault: Vault) -> None:
     with pytest.raises(InvalidRequest, match="place"):
         vault.put_chunks(session.id, [(chunk_id(data), data), (chunk_id(data), None)])
     assert vault.missing(session.id, [chunk_id(data).hex()]) == [chunk_id(data).hex()]
+
+
+def test_references_past_the_bound_stop_the_running_hash(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch may have at most MAX_REFERENCED_BYTES of references hashed from the store:
+    past it the file is read back at its commit instead, and its hash is the same."""
+    monkeypatch.setattr(vault_uploads, "MAX_REFERENCED_BYTES", 100_000)
+    stored = _pieces(os.urandom(120_000), 40_000)
+    session, _ = vault.open_upload("ns")
+    vault.put_chunks(session.id, stored, at=("first", 0))
+    refs: list[tuple[bytes, bytes | None]] = [(cid, None) for cid, _ in stored]
+    vault.put_chunks(session.id, refs, at=("again", 0))
+    ids = [cid for cid, _ in stored]
+    assert vault.uploads.running.digest(session.id, "again", ids) is None
+    data = b"".join(d for _, d in stored)
+    listing = {n: CommitFile(len(data), None, [c.hex() for c in ids]) for n in ("first", "again")}
+    before = _hashed(vault)
+    record, _ = vault.commit(session.id, listing)
+    after = _hashed(vault)
+    assert after["on_arrival"] - before["on_arrival"] == 1  # "first"
+    assert after["read_back"] - before["read_back"] == 1  # "again"
+    assert record.files["again"]["hash"] == blake3.blake3(data).hexdigest()
