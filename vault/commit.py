@@ -6,10 +6,11 @@ the stored chunks: sizes add up and the whole-file BLAKE3 matches, or, when the 
 the hash out, is computed (every chunk was verified against its id when stored, so the
 producer need not hash the file a second time). A file identical (size and chunk list) to
 one of the parent's or of the namespace's latest checkpoint was proven when that was
-committed, and skips the read: re-saving an unchanged 200 MB state without naming a parent
-would otherwise re-read and re-hash all of it. Inside the
-transaction the session is re-read (a retried commit returns the checkpoint the first one
-made) and every chunk is re-checked, because GC may have run since.
+committed, and skips the read (re-saving an unchanged 200 MB state without naming a parent
+would otherwise re-read and re-hash all of it), as does a second copy of a file in the
+upload. Inside the transaction the session is re-read (a retried commit returns the
+checkpoint the first one made) and every chunk is re-checked, because GC may have run
+since.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ class Committer:
             if digest is not None and digest != proof:
                 raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")
             entries[name] = FileEntry(entry.size, proof, entry.chunks)
+            known[(entry.size, entry.chunks)] = proof  # a copy later in this upload: proven
             how[source] += 1
         made = self._s.writer.run(
             lambda w: self._apply(w.catalog, upload_id, entries),

@@ -185,5 +185,20 @@ def test_references_past_the_bound_stop_the_running_hash(
     record, _ = vault.commit(session.id, listing)
     after = _hashed(vault)
     assert after["on_arrival"] - before["on_arrival"] == 1  # "first"
-    assert after["read_back"] - before["read_back"] == 1  # "again"
+    assert after["same_file"] - before["same_file"] == 1  # "again": a copy of "first"
+    assert after["read_back"] == before["read_back"]
     assert record.files["again"]["hash"] == blake3.blake3(data).hexdigest()
+
+
+def test_a_copy_of_a_file_in_the_same_upload_is_read_back_once(vault: Vault) -> None:
+    data = os.urandom(300_000)
+    chunks = _pieces(data, 50_000)
+    session, _ = vault.open_upload("ns")
+    vault.put_chunks(session.id, chunks)  # no position: the commit reads the file back
+    ids = [cid.hex() for cid, _ in chunks]
+    before = _hashed(vault)
+    record, _ = vault.commit(session.id, {n: CommitFile(len(data), None, ids) for n in "abc"})
+    after = _hashed(vault)
+    assert after["read_back"] - before["read_back"] == 1
+    assert after["same_file"] - before["same_file"] == 2
+    assert {record.files[n]["hash"] for n in "abc"} == {blake3.blake3(data).hexdigest()}
