@@ -707,6 +707,7 @@ class _Sender:
         self._held_at: tuple[str, int] | None = None  # where the held ones start
         self._held_bytes = 0
         self._placing = True  # False once this file's place was given up
+        self._placed_any = False  # a batch of this file went with its place
 
     async def send(
         self,
@@ -723,7 +724,7 @@ class _Sender:
             regions = tensor_layout(source, profile.tensor_pieces) if profile.tensor_pieces else []
         chunker = StreamChunker(profile, cuts=cuts, regions=regions)
         self._held, self._held_at, self._held_bytes = [], None, 0
-        self._placing = force is None
+        self._placing, self._placed_any = force is None, False
         ids: list[bytes] = []
         size = 0
         cut = 0  # bytes in the chunks cut so far: where the next piece's chunks start
@@ -749,6 +750,10 @@ class _Sender:
                     break
             for task in sending:
                 await task
+            if self._held and self._placed_any:
+                # The file ends with pieces the vault had: their references complete the
+                # running hash, or the commit would read the whole file back.
+                await self._post_all([(cid, None) for cid in self._held], self._held_at)
         finally:
             for task in sending:
                 task.cancel()
@@ -792,7 +797,8 @@ class _Sender:
         the piece goes whole, what the vault lacks with its bytes (once) and the rest as
         references, after the references of earlier pieces with nothing new. Those are
         held rather than sent, so a file with nothing new costs no batch at all (its
-        commit finds it identical to the parent's)."""
+        commit finds it identical to the parent's); a file that sent something sends the
+        references still held at its end on their own (`send`)."""
         if not self._placing:
             return list(todo), None
         if not todo:
@@ -807,6 +813,7 @@ class _Sender:
         batch.extend((cid, lacking.pop(cid, None)) for cid, _ in chunks)
         place = self._held_at or at
         self._held, self._held_at, self._held_bytes = [], None, 0
+        self._placed_any = True
         return batch, place
 
     async def _missing(

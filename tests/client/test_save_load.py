@@ -97,6 +97,25 @@ def test_files_are_hashed_as_they_arrive_whatever_the_vault_has(
     assert (out / "f.bin").read_bytes() == mostly_known
 
 
+def test_a_file_ending_in_known_pieces_is_hashed_as_it_arrives(
+    vault: VaultClient, server: ServerProcess, tmp_path: Path
+) -> None:
+    """The references held for pieces with nothing new at the end of a file that sent
+    something go on their own, so the server's hash of it is complete."""
+    known = os.urandom(20 << 20)
+    src = tmp_path / "tail.bin"
+    src.write_bytes(known)
+    vault.save("c/tail", {"f.bin": src})
+    data = os.urandom(client_aio.PIECE) + known  # new, then a piece and more the vault has
+    src.write_bytes(data)
+    before = _file_hashes(server)
+    ckpt = vault.save("c/tail", {"f.bin": src})
+    after = _file_hashes(server)
+    assert after["on_arrival"] - before["on_arrival"] == 1
+    assert after["read_back"] == before["read_back"]
+    assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
+
+
 def test_a_long_run_of_known_pieces_gives_up_the_place(
     vault: VaultClient, server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
