@@ -64,8 +64,9 @@ FILES_IN_FLIGHT = 2  # files of one checkpoint loaded at once (finetune series: 
 # holds, and such a piece ends the streak).
 NOVEL_STREAK = 2
 # Bytes of pieces with nothing new whose references are held for the file's next batch:
-# past this, the rest of the file goes without its place (the server hashes at most
-# vault.uploads.MAX_REFERENCED_BYTES of references per batch).
+# past this they go on their own if the file sent something, else the rest of the file
+# goes without its place (the server hashes at most vault.uploads.MAX_REFERENCED_BYTES of
+# references per batch).
 MAX_HELD_BYTES = 1 << 30
 
 
@@ -805,9 +806,15 @@ class _Sender:
             self._held_at = self._held_at or at
             self._held.extend(cid for cid, _ in chunks)
             self._held_bytes += sum(len(data) for _, data in chunks)
-            if self._held_bytes > MAX_HELD_BYTES:
+            if self._held_bytes <= MAX_HELD_BYTES:
+                return [], None
+            if not self._placed_any:  # maybe a file with nothing new: no batch for it
                 self._held, self._placing = [], False
-            return [], None
+                return [], None
+            held: list[tuple[bytes, memoryview | None]] = [(cid, None) for cid in self._held]
+            place = self._held_at
+            self._held, self._held_at, self._held_bytes = [], None, 0
+            return held, place
         lacking: dict[bytes, memoryview | None] = dict(todo)
         batch: list[tuple[bytes, memoryview | None]] = [(cid, None) for cid in self._held]
         batch.extend((cid, lacking.pop(cid, None)) for cid, _ in chunks)

@@ -134,6 +134,26 @@ def test_a_long_run_of_known_pieces_gives_up_the_place(
     assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
 
 
+def test_a_long_run_of_known_pieces_after_new_ones_goes_as_references(
+    vault: VaultClient, server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the bound, the references held in a file that already sent something go on
+    their own instead of giving up its place: the server's hash stays complete."""
+    monkeypatch.setattr(client_aio, "MAX_HELD_BYTES", 1 << 20)
+    known = os.urandom(2 * client_aio.PIECE)
+    src = tmp_path / "middle.bin"
+    src.write_bytes(known)
+    vault.save("c/middle", {"f.bin": src})
+    data = os.urandom(client_aio.PIECE) + known + os.urandom(4 << 20)
+    src.write_bytes(data)
+    before = _file_hashes(server)
+    ckpt = vault.save("c/middle", {"f.bin": src})
+    after = _file_hashes(server)
+    assert after["on_arrival"] - before["on_arrival"] == 1
+    assert after["read_back"] == before["read_back"]
+    assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
+
+
 def test_directory_save_with_nested_files_and_file_objects(
     vault: VaultClient, tmp_path: Path
 ) -> None:
