@@ -754,7 +754,7 @@ class _Sender:
             if self._held and self._placed_any:
                 # The file ends with pieces the vault had: their references complete the
                 # running hash, or the commit would read the whole file back.
-                await self._post_all([(cid, None) for cid in self._held], self._held_at)
+                await self._post_all(*self._take_held())
         finally:
             for task in sending:
                 task.cancel()
@@ -811,17 +811,19 @@ class _Sender:
             if not self._placed_any:  # maybe a file with nothing new: no batch for it
                 self._held, self._placing = [], False
                 return [], None
-            held: list[tuple[bytes, memoryview | None]] = [(cid, None) for cid in self._held]
-            place = self._held_at
-            self._held, self._held_at, self._held_bytes = [], None, 0
-            return held, place
+            return self._take_held()
         lacking: dict[bytes, memoryview | None] = dict(todo)
-        batch: list[tuple[bytes, memoryview | None]] = [(cid, None) for cid in self._held]
+        batch, held_at = self._take_held()
         batch.extend((cid, lacking.pop(cid, None)) for cid, _ in chunks)
-        place = self._held_at or at
-        self._held, self._held_at, self._held_bytes = [], None, 0
         self._placed_any = True
-        return batch, place
+        return batch, held_at or at
+
+    def _take_held(self) -> tuple[list[tuple[bytes, memoryview | None]], tuple[str, int] | None]:
+        """The held references and where they start; none are held after."""
+        held: list[tuple[bytes, memoryview | None]] = [(cid, None) for cid in self._held]
+        place = self._held_at
+        self._held, self._held_at, self._held_bytes = [], None, 0
+        return held, place
 
     async def _missing(
         self, fresh: dict[bytes, memoryview], force: set[str] | None
