@@ -87,10 +87,20 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        vault.tokens.record_use(app[TOKENS].take_uses())
-        app[SENDERS].shutdown(wait=True)  # each ends within PIN_SECONDS of a stalled client
-        pool.shutdown(wait=True)
-        vault.close()
+        # Off the loop: a download's pin is let go by a callback on the loop, and closing
+        # the environments waits for every pin; blocking the loop here hung the shutdown.
+        await asyncio.get_running_loop().run_in_executor(
+            None, _close, vault, app[TOKENS].take_uses(), app[SENDERS], pool
+        )
+
+
+def _close(
+    vault: Vault, uses: dict[str, float], senders: ThreadPoolExecutor, pool: ThreadPoolExecutor
+) -> None:
+    vault.tokens.record_use(uses)
+    senders.shutdown(wait=True)  # each ends within PIN_SECONDS of a stalled client
+    pool.shutdown(wait=True)
+    vault.close()
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
