@@ -32,7 +32,10 @@ def _stored_key(key: str) -> bytes:
 
 
 def _expiry(raw: bytes) -> float:
-    if raw[:1] == b"{":  # an older version's JSON entry
+    # An older version's entry is a JSON object. A compact one starts with its expiry's
+    # lowest byte, which can be "{" too (1 in 256 keys: GC then failed on every run until
+    # that key expired), but ends with its checkpoint id, never "}".
+    if raw[:1] == b"{" and raw[-1:] == b"}":
         return float(json.loads(raw)["expires_at"])
     return float(_EXPIRY.unpack_from(raw)[0])
 

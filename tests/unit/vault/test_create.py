@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import struct
 
 import pytest
 
@@ -90,4 +92,19 @@ def test_idempotency_keys_stored_by_older_versions_replay_and_expire(
     with pytest.raises(Conflict):
         vault.save("elsewhere", {"s": b"state"}, key=key)
     clock.advance(11)
+    assert vault.gc().keys_expired == 1
+
+
+def test_a_compact_key_whose_expiry_starts_like_json_expires(
+    vault: Vault, clock: FakeClock
+) -> None:
+    """A compact entry starts with its f64 expiry's lowest byte: "{" for 1 key in 256."""
+    ttl = vault.config.upload_ttl
+    for _ in range(1024):  # one ulp at a time: the lowest byte takes every value
+        if struct.pack("<d", clock.now() + ttl)[0] == ord("{"):
+            break
+        clock.t += math.ulp(clock.t)
+    assert struct.pack("<d", clock.now() + ttl)[0] == ord("{")
+    vault.save("ns", {"s": b"state"}, key="j" * 20)
+    clock.advance(ttl + 1)
     assert vault.gc().keys_expired == 1
