@@ -13,7 +13,7 @@ import blake3
 import pytest
 
 import client.aio as client_aio
-from client import IntegrityError, InvalidName, NotFound, VaultClient
+from client import Checkpoint, IntegrityError, InvalidName, NotFound, VaultClient
 
 from ..serverproc import ServerProcess
 
@@ -62,6 +62,20 @@ def _file_hashes(server: ServerProcess) -> dict[str, float]:
     return {how: float(n) for how, n in found}
 
 
+def _resave(
+    vault: VaultClient, server: ServerProcess, src: Path, ns: str, first: bytes, then: bytes
+) -> tuple[Checkpoint, dict[str, float]]:
+    """Save `first`, then `then` from the same path into `ns`: the second checkpoint, and
+    how many of its files the commit proved each way (ckpt_commit_file_hashes)."""
+    src.write_bytes(first)
+    vault.save(ns, {"f.bin": src})
+    src.write_bytes(then)
+    before = _file_hashes(server)
+    ckpt = vault.save(ns, {"f.bin": src})
+    after = _file_hashes(server)
+    return ckpt, {how: after[how] - before[how] for how in after}
+
+
 def test_files_are_hashed_as_they_arrive_whatever_the_vault_has(
     vault: VaultClient, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -103,16 +117,10 @@ def test_a_file_ending_in_known_pieces_is_hashed_as_it_arrives(
     """The references held for pieces with nothing new at the end of a file that sent
     something go on their own, so the server's hash of it is complete."""
     known = os.urandom(20 << 20)
-    src = tmp_path / "tail.bin"
-    src.write_bytes(known)
-    vault.save("c/tail", {"f.bin": src})
     data = os.urandom(client_aio.PIECE) + known  # new, then a piece and more the vault has
-    src.write_bytes(data)
-    before = _file_hashes(server)
-    ckpt = vault.save("c/tail", {"f.bin": src})
-    after = _file_hashes(server)
-    assert after["on_arrival"] - before["on_arrival"] == 1
-    assert after["read_back"] == before["read_back"]
+    ckpt, proved = _resave(vault, server, tmp_path / "tail.bin", "c/tail", known, data)
+    assert proved["on_arrival"] == 1
+    assert proved["read_back"] == 0
     assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
 
 
@@ -123,14 +131,9 @@ def test_a_long_run_of_known_pieces_gives_up_the_place(
     the file goes without its place and its commit reads it back, with the right hash."""
     monkeypatch.setattr(client_aio, "MAX_HELD_BYTES", 1 << 20)
     known = os.urandom(client_aio.PIECE)
-    src = tmp_path / "known.bin"
-    src.write_bytes(known)
-    vault.save("c/held", {"f.bin": src})
     data = known + os.urandom(4 << 20)
-    src.write_bytes(data)
-    before = _file_hashes(server)
-    ckpt = vault.save("c/held", {"f.bin": src})
-    assert _file_hashes(server)["read_back"] - before["read_back"] == 1
+    ckpt, proved = _resave(vault, server, tmp_path / "known.bin", "c/held", known, data)
+    assert proved["read_back"] == 1
     assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
 
 
@@ -141,16 +144,10 @@ def test_a_long_run_of_known_pieces_after_new_ones_goes_as_references(
     their own instead of giving up its place: the server's hash stays complete."""
     monkeypatch.setattr(client_aio, "MAX_HELD_BYTES", 1 << 20)
     known = os.urandom(2 * client_aio.PIECE)
-    src = tmp_path / "middle.bin"
-    src.write_bytes(known)
-    vault.save("c/middle", {"f.bin": src})
     data = os.urandom(client_aio.PIECE) + known + os.urandom(4 << 20)
-    src.write_bytes(data)
-    before = _file_hashes(server)
-    ckpt = vault.save("c/middle", {"f.bin": src})
-    after = _file_hashes(server)
-    assert after["on_arrival"] - before["on_arrival"] == 1
-    assert after["read_back"] == before["read_back"]
+    ckpt, proved = _resave(vault, server, tmp_path / "middle.bin", "c/middle", known, data)
+    assert proved["on_arrival"] == 1
+    assert proved["read_back"] == 0
     assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
 
 
