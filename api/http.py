@@ -136,26 +136,33 @@ async def read_writable_body(request: web.Request, limit: int) -> bytearray:
 
 
 async def _body_parts(request: web.Request, limit: int) -> list[bytes]:
-    if request.content_length is not None and request.content_length > limit:
+    length = request.content_length
+    if length is not None and length > limit:
         raise TooLarge(f"body is larger than the {limit}-byte limit")
-    if request.content_length == 0:
+    if length == 0:
         return [b""]
     parts: list[bytes] = []
     size = 0
     body = TimedBody(request)
     with reading_body(request):
-        while data := await body.read(min(1 << 20, limit + 1 - size)):
+        # With a length, reading stops at it: no further read (and timer) just to see EOF.
+        while size != length and (data := await body.read(min(1 << 20, limit + 1 - size))):
             parts.append(data)
             size += len(data)
             if size > limit:
                 raise TooLarge(f"body is larger than the {limit}-byte limit")
-    if request.content_length is not None and size != request.content_length:
+    if length is not None and size != length:
         raise InvalidRequest("body ended before its Content-Length")
     return parts or [b""]
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=lambda o: json.dumps(o))
+    return web.Response(
+        body=json.dumps(data).encode(),
+        status=status,
+        content_type="application/json",
+        charset="utf-8",
+    )
 
 
 async def large_json_response(request: web.Request, data: Any, status: int = 200) -> web.Response:

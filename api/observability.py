@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,7 +42,7 @@ def request_id(request: web.BaseRequest) -> str:
 @web.middleware
 async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     incoming = request.headers.get("X-Request-Id", "")
-    request[REQUEST_ID] = incoming if _SANE_ID.fullmatch(incoming) else uuid.uuid4().hex[:16]
+    request[REQUEST_ID] = incoming if _SANE_ID.fullmatch(incoming) else os.urandom(8).hex()
     return await handler(request)
 
 
@@ -54,22 +54,29 @@ async def add_request_id_header(request: web.Request, response: web.StreamRespon
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and any `extra` fields."""
 
-    _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+    _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._second = (-1, "")  # the last whole second formatted, and its text
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "ts": f"{self._stamp(int(record.created))}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        out.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
+        out.update({k: v for k, v in record.__dict__.items() if k not in self._STANDARD})
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
 
-
-JsonFormatter.converter = time.gmtime
+    def _stamp(self, second: int) -> str:
+        """An access line per request formats the same second many times: once is enough."""
+        if self._second[0] != second:
+            self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+        return self._second[1]
 
 
 def configure_logging(fmt: str = "auto") -> None:
@@ -87,24 +94,25 @@ def configure_logging(fmt: str = "auto") -> None:
 
 
 class AccessLogger(AbstractAccessLogger):
-    """One line per request, with its id, route, status, size and duration."""
+    """One line per request, with its id, route, status, size and duration. The record is
+    made here rather than by `Logger.info`, which would also look up the calling frame."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        self.logger.info(
-            "%s %s %s",
-            request.method,
-            request.path,
-            response.status,
-            extra={
-                "request_id": request_id(request),
-                "method": request.method,
-                "path": request.path,
-                "status": response.status,
-                "bytes_out": response.body_length,
-                "ms": round(time * 1000, 2),
-                "remote": request.remote,
-            },
+        logger = self.logger
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        method, path, status = request.method, request.path, response.status
+        record = logging.LogRecord(
+            logger.name, logging.INFO, __file__, 0, "%s %s %s", (method, path, status), None
         )
+        record.request_id = request_id(request)
+        record.method = method
+        record.path = path
+        record.status = status
+        record.bytes_out = response.body_length
+        record.ms = round(time * 1000, 2)
+        record.remote = request.remote
+        logger.handle(record)
 
 
 @dataclass
@@ -361,13 +369,25 @@ class Metrics:
             "ckpt_http_response_bytes", "Response body bytes", ["route"], registry=self.registry
         )
         self.registry.register(_EngineCollector(vault, jobs))
+        # Routes are templates and statuses few, so this stays small.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
 
     def observe(self, request: web.Request, status: int, seconds: float, sent: int) -> None:
         route = _route(request)
-        self.requests.labels(route, request.method, str(status)).inc()
-        self.latency.labels(route, request.method).observe(seconds)
-        self.bytes_in.labels(route).inc(request.content_length or 0)
-        self.bytes_out.labels(route).inc(sent)
+        key = (route, request.method, status)
+        children = self._children.get(key)
+        if children is None:  # prometheus' labels() hashes and locks on every call
+            children = self._children[key] = (
+                self.requests.labels(route, request.method, str(status)),
+                self.latency.labels(route, request.method),
+                self.bytes_in.labels(route),
+                self.bytes_out.labels(route),
+            )
+        requests, latency, bytes_in, bytes_out = children
+        requests.inc()
+        latency.observe(seconds)
+        bytes_in.inc(request.content_length or 0)
+        bytes_out.inc(sent)
 
 
 def metrics_middleware(key: web.AppKey[Metrics]) -> Middleware:

@@ -12,6 +12,7 @@ docs/DESIGN.md).
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,13 +57,22 @@ def inherited(store: Store, txn: lmdb.Transaction, parent: str | None) -> dict[s
     return store.catalog.manifest(txn, rec.id)
 
 
-def create(store: Store, txn: lmdb.Transaction, draft: Draft, now: float) -> CheckpointRecord:
-    """Make the checkpoint visible (writer thread, inside the caller's transaction)."""
+def create(
+    store: Store,
+    txn: lmdb.Transaction,
+    draft: Draft,
+    now: float,
+    sound: Container[bytes] = (),
+) -> CheckpointRecord:
+    """Make the checkpoint visible (writer thread, inside the caller's transaction).
+    `sound`: chunks this same transaction found usable or stored already (a one-request
+    save's), which need no second look."""
     files = dict(draft.files)
     if draft.inherit:
         for name, entry in inherited(store, txn, draft.parent).items():
             files.setdefault(name, entry)
-    missing = [c.hex() for c in distinct_chunks(files) if not store.chunks.usable(txn, c)]
+    usable = store.chunks.usable
+    missing = [c.hex() for c in distinct_chunks(files) if c not in sound and not usable(txn, c)]
     if missing:
         raise MissingChunks(missing)
     if store.config.quotas:

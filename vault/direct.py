@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
+from functools import lru_cache
 from typing import Any
 
 import blake3
@@ -57,7 +58,7 @@ class DirectSaver:
             self._s.writer.wait_durable()
             return done, False
         profile = ns_rec.chunking() if ns_rec is not None else wanted
-        fields = asdict(profile)  # here, not in the writer thread every save waits on
+        fields = _fields(profile)  # here, not in the writer thread every save waits on
         entries, items = self._cut(files, profile)
 
         def op(w: WriteTxn) -> tuple[CheckpointRecord, bool]:
@@ -68,10 +69,11 @@ class DirectSaver:
             if ensure_namespace(self._s, txn, ns, fields, now).chunking() != profile:
                 raise Conflict(f"namespace {ns!r} changed its chunking profile; save again")
             parent_id = self._s.catalog.resolve(txn, ns, parent).id if parent else None
-            # Referenced by the checkpoint made in this same transaction: no reservation.
+            # Referenced by the checkpoint made in this same transaction: no reservation;
+            # every one of them is sound once stored, so `create` need not look again.
             store_all(self._s, w, items, 0, inline=True)
             draft = Draft(ns, parent_id, inherit, metadata, tags, entries, by)
-            rec = create(self._s, txn, draft, now)
+            rec = create(self._s, txn, draft, now, sound=items)
             if key is not None:
                 self._keys.remember(txn, key, rec, now)
             return rec, True
@@ -116,3 +118,10 @@ class DirectSaver:
             c: (d, None if c in known else encoder.encode(d)) for c, d in pieces.items()
         }
         return entries, items
+
+
+@lru_cache(maxsize=64)
+def _fields(profile: ChunkingProfile) -> dict[str, Any]:
+    """A new namespace's chunking record (profiles are frozen: one dict per profile; the
+    caller must not change it)."""
+    return asdict(profile)
