@@ -106,6 +106,17 @@ def _positive_duration(value: object) -> float:
     return seconds
 
 
+def _bool(value: object) -> bool:
+    """A TOML boolean, or its text from an environment variable."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "1", "yes"):
+        return True
+    if str(value).lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(f"must be true or false, got {value!r}")
+
+
 def _positive_int(value: object) -> int:
     n = int(str(value))
     if n < 1:
@@ -146,6 +157,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("storage", "map_size"): ("vault.map_size", parse_size),
     ("storage", "max_chunk_size"): ("vault.max_chunk_size", parse_size),
     ("storage", "default_profile"): ("vault.default_profile", _profile),
+    ("storage", "save_journal"): ("vault.save_journal", _bool),
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
     ("uploads", "max_sessions"): ("vault.max_upload_sessions", _positive_int),
     ("uploads", "max_sessions_per_token"): ("vault.max_upload_sessions_per_token", _positive_int),

@@ -35,3 +35,6 @@ class VaultConfig:
     quotas: tuple[Quota, ...] = ()
     # Profile for namespaces whose first upload does not ask for one.
     default_profile: str = "large"
+    # Acknowledge one-request saves once their record in the save journal is synced (one
+    # sequential write) instead of once the catalog's commit is (vault/journal.py).
+    save_journal: bool = True

@@ -36,6 +36,7 @@ class Draft:
     tags: list[str]
     files: dict[str, FileEntry]
     created_by: str | None = None  # token name, for append-only rules
+    id: str | None = None  # given (a save-journal record applied again), else issued now
 
 
 def ensure_namespace(
@@ -78,9 +79,11 @@ def create(
     if store.config.quotas:
         size = sum(e.size for e in files.values())
         quotas.check(txn, store.catalog, store.config.quotas, draft.namespace, size)
+    if draft.id is not None:
+        store.ids.follow(draft.id)  # ids issued later still sort after it
     return store.catalog.create(
         txn,
-        store.ids.next(int(now * 1000)),
+        draft.id if draft.id is not None else store.ids.next(int(now * 1000)),
         draft.namespace,
         draft.parent,
         draft.metadata,

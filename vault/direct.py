@@ -11,11 +11,14 @@ made, so clients may retry it like every other step.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
 import blake3
+
+from client.protocol import decode_bundle, encode_bundle
 
 from .chunking import ChunkingProfile, cut_whole
 from .create import Draft, create, ensure_namespace
@@ -28,6 +31,21 @@ from .records import CheckpointRecord
 from .store import Store, store_all
 from .uploads import check_metadata, check_new_checkpoint, check_tags
 from .writer import WriteTxn
+
+
+@dataclass(frozen=True)
+class _Save:
+    """A checked one-request save, as its journal record holds it too."""
+
+    ns: str
+    files: Mapping[str, bytes]
+    parent: str | None  # as the request named it (a journal record: the resolved id)
+    inherit: bool
+    metadata: dict[str, Any]
+    tags: list[str]
+    key: str | None
+    by: str | None
+    profile: ChunkingProfile
 
 
 class DirectSaver:
@@ -58,28 +76,81 @@ class DirectSaver:
             self._s.writer.wait_durable()
             return done, False
         profile = ns_rec.chunking() if ns_rec is not None else wanted
-        fields = _fields(profile)  # here, not in the writer thread every save waits on
-        entries, items = self._cut(files, profile)
+        request = _Save(ns, files, parent, inherit, metadata, tags, key, by, profile)
+        return self._submit(request).result()
+
+    def replay(self, record: bytes) -> Future[tuple[CheckpointRecord, bool]]:
+        """Apply a save-journal record again (at open, vault/journal.py): the same save,
+        with the id, time and parent it was given; (record, False) if the catalog holds
+        it already. ValueError if the record is not one `save` wrote."""
+        header, files = decode_bundle(record)
+        try:
+            request = _Save(
+                header["ns"],
+                files,
+                header["parent"],
+                header["inherit"],
+                header["metadata"],
+                header["tags"],
+                header["key"],
+                header["by"],
+                ChunkingProfile(**header["profile"]),
+            )
+            given = (str(header["id"]), float(header["created_at"]))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"not a journal record of a save: {e}") from None
+        return self._submit(request, given)
+
+    def _submit(
+        self, s: _Save, given: tuple[str, float] | None = None
+    ) -> Future[tuple[CheckpointRecord, bool]]:
+        """Cut and hash here, then queue the writer transaction. `given`: the id and time
+        of a journal record applied again (not journaled a second time)."""
+        fields = _fields(s.profile)  # here, not in the writer thread every save waits on
+        entries, items = self._cut(s.files, s.profile)
 
         def op(w: WriteTxn) -> tuple[CheckpointRecord, bool]:
             txn = w.catalog
-            if key is not None and (done := self._keys.replay(txn, key, ns)) is not None:
+            if given is not None and (known := self._s.catalog.record(txn, given[0])):
+                return known, False
+            if s.key is not None and (done := self._keys.replay(txn, s.key, s.ns)) is not None:
                 return done, False
-            now = self._s.clock.now()
-            if ensure_namespace(self._s, txn, ns, fields, now).chunking() != profile:
-                raise Conflict(f"namespace {ns!r} changed its chunking profile; save again")
-            parent_id = self._s.catalog.resolve(txn, ns, parent).id if parent else None
+            now = given[1] if given is not None else self._s.clock.now()
+            if ensure_namespace(self._s, txn, s.ns, fields, now).chunking() != s.profile:
+                raise Conflict(f"namespace {s.ns!r} changed its chunking profile; save again")
+            parent_id = self._s.catalog.resolve(txn, s.ns, s.parent).id if s.parent else None
             # Referenced by the checkpoint made in this same transaction: no reservation;
             # every one of them is sound once stored, so `create` need not look again.
             store_all(self._s, w, items, 0, inline=True)
-            draft = Draft(ns, parent_id, inherit, metadata, tags, entries, by)
+            draft = Draft(
+                s.ns, parent_id, s.inherit, s.metadata, s.tags, entries, s.by,
+                id=given[0] if given is not None else None,
+            )  # fmt: skip
             rec = create(self._s, txn, draft, now, sound=items)
-            if key is not None:
-                self._keys.remember(txn, key, rec, now)
+            if s.key is not None:
+                self._keys.remember(txn, s.key, rec, now)
             return rec, True
 
+        def journal(result: tuple[CheckpointRecord, bool]) -> bytes | None:
+            rec, created = result
+            if not created:
+                return None
+            header = {
+                "ns": s.ns,
+                "id": rec.id,
+                "parent": rec.parent,
+                "created_at": rec.created_at,
+                "inherit": s.inherit,
+                "metadata": s.metadata,
+                "tags": s.tags,
+                "key": s.key,
+                "by": s.by,
+                "profile": fields,
+            }
+            return encode_bundle(header, list(s.files.items()))
+
         size = sum(len(f) for _, f in items.values() if f is not None)
-        return self._s.writer.run(op, size=size)
+        return self._s.writer.submit(op, size, journal=journal if given is None else None)
 
     def _check(
         self,

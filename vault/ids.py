@@ -52,6 +52,12 @@ class IdGenerator:
             self._last = value
             return _encode(value)
 
+    def follow(self, issued: str) -> None:
+        """Never issue `issued` or an id before it (a save applied again from the journal
+        keeps the id it was given before a crash)."""
+        with self._lock:
+            self._last = max(self._last, _decode(issued))
+
 
 def new_upload_id() -> str:
     return secrets.token_hex(16)

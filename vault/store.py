@@ -17,6 +17,7 @@ from .counters import Counters
 from .domains import NSREFS_BUILT
 from .env import CATALOG_DBS, FRAME_DBS, Env
 from .ids import IdGenerator
+from .journal import JOURNAL_DIR
 from .seal import Keyring
 from .syncer import DURABLE_FILE, Syncer, recover
 from .tier import Tier
@@ -69,7 +70,7 @@ class Store:
             # The syncer starts first: what opening writes directly (keys, indexes built for
             # older catalogs) is committed over a pinned, durable state, and made durable
             # before the writer starts.
-            syncer = Syncer(durable, [catalog_env, frames_env])
+            syncer = Syncer(durable, [catalog_env, frames_env], path / JOURNAL_DIR)
             undo.callback(syncer.close)
             store = cls._parts(catalog_env, frames_env, syncer, clock, config, tiers, keyring)
             undo.pop_all()
@@ -105,7 +106,7 @@ class Store:
         return cls(
             catalog_env=catalog_env,
             frames_env=frames_env,
-            writer=Writer(catalog_env, frames_env, syncer),
+            writer=Writer(catalog_env, frames_env, syncer, journaling=config.save_journal),
             counters=counters,
             chunks=chunks,
             catalog=catalog,

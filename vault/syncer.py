@@ -43,6 +43,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,13 +55,17 @@ import blake3
 from .env import DATA_FILE, Env
 from .errors import Conflict, Unavailable
 from .files import fsync_dir
+from .journal import Journal, discard_journal
 
 log = logging.getLogger(__name__)
 
 DURABLE_FILE = "durable"  # in the vault dir, beside catalog/ and frames/
 SLOT = 32 << 10  # one slot of the durable file; two alternate
-_MAGIC = b"CVSYNC\x00\x01"
-_SLOT_HEAD = struct.Struct("<8sQHI")  # magic, generation, environments, page size
+_MAGIC = b"CVSYNC\x00\x02"
+_SLOT_HEAD = struct.Struct("<8sQHIQ")  # magic, generation, environments, page size, journal
+_MAGIC_V1 = b"CVSYNC\x00\x01"  # before the save journal: read, never written
+_SLOT_HEAD_V1 = struct.Struct("<8sQHI")
+LAZY_SYNC = 0.2  # seconds a state nobody waits for (journal-acknowledged) may wait for a cycle
 _SLOT_ENV = struct.Struct("<Q")  # inode of the environment's data file
 _DIGEST = 16
 
@@ -73,6 +78,7 @@ class _Slot:
     psize: int
     inodes: list[int]  # of each environment's data file
     metas: list[bytes]  # both meta pages, per environment
+    journal: int  # the newest save-journal record the state contains (vault/journal.py)
 
 
 @dataclass
@@ -82,26 +88,34 @@ class _State:
     metas: list[bytes]
     pins: list[Any]  # read transactions (lmdb.Transaction)
     done: list[Done]
+    journal: int = 0  # the newest journal record this state contains
+    urgent: bool = True  # somebody waits for it (False: its batch was journal-acknowledged)
+    batch: int = 0  # the writer's number of the batch that left it
 
 
 def _read_slot(raw: bytes) -> _Slot | None:
-    if len(raw) < _SLOT_HEAD.size or raw[:8] != _MAGIC:
+    if len(raw) >= _SLOT_HEAD.size and raw[:8] == _MAGIC:
+        head = _SLOT_HEAD
+        _, generation, n, psize, journal = head.unpack_from(raw)
+    elif len(raw) >= _SLOT_HEAD_V1.size and raw[:8] == _MAGIC_V1:
+        head, journal = _SLOT_HEAD_V1, 0
+        _, generation, n, psize = head.unpack_from(raw)
+    else:
         return None
-    _, generation, n, psize = _SLOT_HEAD.unpack_from(raw)
-    end = _SLOT_HEAD.size + n * (_SLOT_ENV.size + 2 * psize)
+    end = head.size + n * (_SLOT_ENV.size + 2 * psize)
     if (
         end + _DIGEST > len(raw)
         or blake3.blake3(raw[:end]).digest()[:_DIGEST] != raw[end : end + _DIGEST]
     ):
         return None
     inodes, metas = [], []
-    pos = _SLOT_HEAD.size
+    pos = head.size
     for _ in range(n):
         inodes.append(int(_SLOT_ENV.unpack_from(raw, pos)[0]))
         pos += _SLOT_ENV.size
         metas.append(raw[pos : pos + 2 * psize])
         pos += 2 * psize
-    return _Slot(generation, psize, inodes, metas)
+    return _Slot(generation, psize, inodes, metas, journal)
 
 
 def _slots(raw: bytes) -> list[_Slot | None]:
@@ -161,7 +175,7 @@ class Syncer:
     `envs` are opened unsynced and recovered (`recover`) by the caller; whatever was
     written to them before this is made the first durable state here."""
 
-    def __init__(self, path: Path, envs: Sequence[Env]) -> None:
+    def __init__(self, path: Path, envs: Sequence[Env], journal_dir: Path) -> None:
         self._path = path
         self._envs = list(envs)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -171,15 +185,19 @@ class Syncer:
         found = _durable_slot(raw)
         self._generation = found[1].generation if found is not None else 0
         self._slot = found[0] if found is not None else 1  # the next cycle writes the other
+        if found is None:  # no state its records were written over (new, or restored files)
+            discard_journal(journal_dir)
+        self.journal = Journal(journal_dir, found[1].journal if found is not None else 0)
         self._cond = threading.Condition()
         self._queue: list[_State] = []
         self._busy = False  # a cycle is running
         self._failure: BaseException | None = None
         self._closing = False
+        self._hurry = False  # a caller waits for every state, lazy ones too (quiesce)
         self.cycles = 0
         first = self.capture([])
         self._durable: _State = first
-        self._make_durable(first.metas, [b""] * len(self._envs))
+        self._make_durable(first.metas, [b""] * len(self._envs), first.journal)
         if found is None:  # a new durable file: its directory entry must last too
             fsync_dir(path.parent)
         self._thread = threading.Thread(target=self._run, name="vault-syncer", daemon=True)
@@ -190,8 +208,15 @@ class Syncer:
         """Why nothing can be made durable any more (a sync failed), or None."""
         return self._failure
 
-    def capture(self, done: list[Done]) -> _State:
-        """The state the writer just committed (writer thread, before its next commit)."""
+    @property
+    def durable_batch(self) -> int:
+        """The writer's number of the newest batch known durable."""
+        return self._durable.batch
+
+    def capture(self, done: list[Done], batch: int = 0, urgent: bool = True) -> _State:
+        """The state the writer just committed (writer thread, before its next commit):
+        its batch `batch` and every journal record applied so far. Not `urgent`: nobody
+        waits for it, so a cycle may wait up to `LAZY_SYNC` for more batches to join it."""
         pins: list[Any] = []
         try:
             for e in self._envs:
@@ -200,12 +225,12 @@ class Syncer:
         except BaseException:
             _release(pins)
             raise
-        return _State(metas, pins, done)
+        return _State(metas, pins, done, self.journal.applied, urgent, batch)
 
-    def after(self, done: Done) -> None:
-        """Writer thread, right after a batch committed: call `done(None)` on this thread
-        once the state it left is durable (`done(error)` if it cannot be)."""
-        state = self.capture([done])
+    def after(self, done: Done, batch: int = 0, urgent: bool = True) -> None:
+        """Writer thread, right after batch `batch` committed: call `done(None)` on this
+        thread once the state it left is durable (`done(error)` if it cannot be)."""
+        state = self.capture([done], batch, urgent)
         with self._cond:
             if self._failure is None:
                 if self._queue:  # the next cycle makes only the newest state durable: the
@@ -223,8 +248,11 @@ class Syncer:
         """Writer thread: everything committed durable and no pin held, for the body (map
         growth); the state is pinned and made durable again after it."""
         with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
             while self._queue or self._busy:
                 self._cond.wait()
+            self._hurry = False
         _release(self._durable.pins)
         self._durable.pins = []
         try:
@@ -237,7 +265,7 @@ class Syncer:
     def sync_now(self) -> None:
         """Make the current state durable on the calling thread, with no cycle running:
         the writer's, or before it starts (what opening the vault wrote directly)."""
-        state = self.capture([])
+        state = self.capture([], self._durable.batch)
         if self._sync(state) is None:
             _release(self._durable.pins)
         self._durable = state
@@ -249,6 +277,7 @@ class Syncer:
             self._cond.notify_all()
         self._thread.join()
         _release(self._durable.pins)
+        self.journal.close()
         for fd in (self._fd, *self._data_fds):
             os.close(fd)
 
@@ -259,6 +288,7 @@ class Syncer:
                     self._cond.wait()
                 if not self._queue:
                     return
+                self._linger()
                 states, self._queue = self._queue, []
                 self._busy = True
             try:
@@ -268,6 +298,17 @@ class Syncer:
                     self._busy = False
                     self._cond.notify_all()
 
+    def _linger(self) -> None:
+        """With only journal-acknowledged states queued, wait (lock held) up to
+        `LAZY_SYNC` for more to join the cycle, or for one somebody waits for: their
+        scattered page writes are then synced together, off every save's path."""
+        deadline = time.monotonic() + LAZY_SYNC
+        while not (self._closing or self._hurry or any(s.urgent for s in self._queue)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
+
     def _cycle(self, states: list[_State]) -> None:
         """Make the newest of `states` durable, then tell every one of them, in order."""
         target = states[-1]  # the older states' pins were let go when a newer one came
@@ -275,6 +316,10 @@ class Syncer:
         if error is None:
             _release(self._durable.pins)
             self._durable = target
+            try:
+                self.journal.trim(target.journal)
+            except OSError:  # noqa: PERF203 - kept files are read again, skipped, trimmed later
+                log.exception("deleting journal files a durable state covers failed")
         else:
             _release(target.pins)
         for s in states:
@@ -289,7 +334,7 @@ class Syncer:
         failed before (Linux may have dropped the pages of a failed sync)."""
         if self._failure is None:
             try:
-                self._make_durable(state.metas, self._durable.metas)
+                self._make_durable(state.metas, self._durable.metas, state.journal)
             except Exception as e:  # noqa: BLE001 - handed to every waiter
                 log.exception("syncing the data files failed")
                 with self._cond:
@@ -299,13 +344,16 @@ class Syncer:
                     )
         return self._failure
 
-    def _make_durable(self, metas: list[bytes], before: list[bytes]) -> None:
-        """Sync the data files that changed since `before`, then record `metas` as the
-        durable state (the slot not in force, then synced)."""
+    def _make_durable(self, metas: list[bytes], before: list[bytes], journal: int) -> None:
+        """Sync the data files that changed since `before`, then record `metas` (and the
+        journal record they contain) as the durable state (the slot not in force, then
+        synced)."""
         for fd, new, old in zip(self._data_fds, metas, before, strict=True):
             if new != old:
                 os.fdatasync(fd)
-        parts = [_SLOT_HEAD.pack(_MAGIC, self._generation + 1, len(self._envs), self._psize)]
+        parts = [
+            _SLOT_HEAD.pack(_MAGIC, self._generation + 1, len(self._envs), self._psize, journal)
+        ]
         for fd, meta in zip(self._data_fds, metas, strict=True):
             parts.append(_SLOT_ENV.pack(os.fstat(fd).st_ino))
             parts.append(meta)

@@ -16,6 +16,7 @@ refused, so every write path answers the same typed error.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -61,6 +62,8 @@ from .tokens import Tokens
 from .uploads import OPEN_UPLOADS_BY, PENDING_BYTES_BY, Uploads
 from .usage import Usage, checkpoint_usage, namespace_usage
 from .writer import WriteTxn
+
+log = logging.getLogger(__name__)
 
 MAX_LIST = 1000
 
@@ -129,6 +132,8 @@ class Vault:
         self.audit = AuditLog(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
+        if self.standby is None:
+            self._apply_journal()
         self._policies = Policies(self.store.catalog_env.db["policies"])
         # Per-namespace usage as of the last full scan (`usage()`), for /metrics: the scan
         # reads every manifest, too much for every scrape.
@@ -150,6 +155,28 @@ class Vault:
     def snapshot(self) -> AbstractContextManager[Snapshot]:
         """One consistent, read-only view of the catalog (for the tiering planner)."""
         return snapshot(self.store, self._policies)
+
+    def _apply_journal(self) -> None:
+        """Saves acknowledged by their journal records after the last durable state (a
+        crash came between): applied again, in order, before anything else is served."""
+        journal = self.store.writer.journal
+        pending = list(journal.pending())
+        if not pending:
+            return
+        log.warning("applying %d save-journal records the last durable state lacks", len(pending))
+        submitted = []
+        for seq, record in pending:
+            try:
+                submitted.append((seq, self._direct.replay(record)))
+            except Exception:  # noqa: BLE001 - logged; the records after it are still applied
+                log.exception("save-journal record %d could not be read", seq)
+        for seq, future in submitted:
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - as above
+                log.exception("save-journal record %d could not be applied again", seq)
+        journal.applied = pending[-1][0]
+        self.store.writer.wait_durable()  # the durable state now contains every record
 
     # -- role ---------------------------------------------------------------------------
     def _replicate(self, config: ReplicationConfig) -> None:

@@ -45,6 +45,7 @@ from typing import Any, Protocol, TypeVar
 import lmdb
 
 from .env import Env
+from .journal import Journal
 from .syncer import Syncer
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ class WriteTxn:
 
 
 Op = Callable[[WriteTxn], Any]
+# An operation's record for the save journal (vault/journal.py), made from its value once
+# it ran: what applies the same change again. None: it changed nothing.
+Journaled = Callable[[Any], bytes | None]
 
 
 class CommitObserver(Protocol):
@@ -83,6 +87,7 @@ class _Item:
     size: int
     future: Future[Any] = field(default_factory=Future)
     applied: Future[Any] | None = None  # staged operations: resolved before the syncs
+    journal: Journaled | None = None  # the op's record for the save journal, from its value
 
 
 @dataclass
@@ -98,7 +103,9 @@ class WriterStats:
 
 
 class Writer:
-    def __init__(self, catalog: Env, frames: Env, syncer: Syncer) -> None:
+    def __init__(
+        self, catalog: Env, frames: Env, syncer: Syncer, *, journaling: bool = True
+    ) -> None:
         self._catalog = catalog
         self._frames = frames
         self._syncer = syncer
@@ -106,17 +113,26 @@ class Writer:
         self._closed = False
         self._observer: CommitObserver | None = None
         self._refusal: Callable[[], Exception] | None = None
+        self._batch = 0  # batches committed so far; the last one's number
+        self._last_plain = 0  # the newest batch not acknowledged by the journal
+        self.journaling = journaling  # off by configuration, or once an append failed
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="vault-writer", daemon=True)
         self._thread.start()
 
     def submit(
-        self, op: Callable[[WriteTxn], T], size: int = 0, *, replicated: bool = False
+        self,
+        op: Callable[[WriteTxn], T],
+        size: int = 0,
+        *,
+        replicated: bool = False,
+        journal: Journaled | None = None,
     ) -> Future[T]:
         """Queue `op`; the Future resolves once its effects are durable. Raises the refusal's
         error while changes are refused, unless `replicated` (the replica's log, applied by
-        a standby)."""
-        return self._enqueue(_Item(op, size), replicated).future
+        a standby). With `journal`, durable may mean its record in the save journal (see
+        `_journal`)."""
+        return self._enqueue(_Item(op, size, journal=journal), replicated).future
 
     def _enqueue(self, item: _Item, replicated: bool = False) -> _Item:
         if self._closed:
@@ -155,6 +171,10 @@ class Writer:
         applied: Future[T] = Future()
         item = self._enqueue(_Item(op, size, applied=applied))
         return applied.result(), item.future
+
+    @property
+    def journal(self) -> Journal:
+        return self._syncer.journal
 
     def queue_depth(self) -> int:
         return self._queue.qsize()
@@ -212,16 +232,54 @@ class Writer:
         self.stats.bytes += size
         self._frames.note_io(size)
         self._catalog.note_io(size)
+        self._batch += 1
+        journaled = self._journal(batch, outcomes)
+        if not journaled:
+            self._last_plain = self._batch
         # Only the futures wait for the syncer: the operations (and the chunk bytes their
         # closures hold) are let go now, not a cycle later.
         futures = [item.future for item in batch]
         try:
-            self._syncer.after(lambda failure: self._durable(futures, outcomes, records, failure))
+            if journaled:
+                _resolve(futures, outcomes)
+                self._syncer.after(_nobody, self._batch, urgent=False)
+            else:
+                self._syncer.after(
+                    lambda failure: self._durable(futures, outcomes, records, failure),
+                    self._batch,
+                )
         except Exception as e:  # noqa: BLE001 - e.g. no reader slot left for the pins
             # Committed but not tracked: a later batch's cycle makes it durable. Its callers
             # hear the error (a retry with an idempotency key finds the first attempt).
             log.exception("handing a batch to the syncer failed")
             _resolve(futures, outcomes, e)
+
+    def _journal(self, batch: list[_Item], outcomes: list[tuple[bool, Any]]) -> bool:
+        """Make the batch durable by its records in the save journal, if it may be: every
+        operation in it has one, every batch before that was not journaled is durable
+        (so a record is applied again on exactly the state it was first applied on: see
+        vault/journal.py), and no observer (replication) waits for the catalog's state."""
+        if (
+            not self.journaling
+            or self._observer is not None
+            or any(item.journal is None for item in batch)
+            or self._syncer.durable_batch < self._last_plain
+        ):
+            return False
+        records = [
+            record
+            for item, (ok, value) in zip(batch, outcomes, strict=True)
+            if ok and item.journal is not None and (record := item.journal(value)) is not None
+        ]
+        if records:
+            journal = self._syncer.journal
+            try:
+                journal.applied = journal.append(records)
+            except OSError:
+                log.exception("the save journal failed: saves wait for the catalog's sync now")
+                self.journaling = False
+                return False
+        return True
 
     def _durable(
         self,
@@ -283,6 +341,11 @@ class Writer:
             frames.abort()  # no-op if it already committed
             raise
         return outcomes, records
+
+
+def _nobody(failure: BaseException | None) -> None:
+    """The durability callback of a journal-acknowledged batch: its callers have their
+    answers (a failed sync stops later batches and is recovered from at restart)."""
 
 
 def _resolve(

@@ -28,7 +28,9 @@ def frames(tmp_path: Path) -> Iterator[Env]:
 
 
 def _writer(env: Env, frames: Env) -> Writer:
-    return Writer(env, frames, Syncer(env.path.parent / "durable", [env, frames]))
+    return Writer(
+        env, frames, Syncer(env.path.parent / "durable", [env, frames], env.path.parent / "journal")
+    )
 
 
 def test_failing_op_does_not_spoil_its_batch(env: Env, frames: Env) -> None:

@@ -1,0 +1,235 @@
+"""The save journal (vault/journal.py): saves it acknowledged survive a crash that takes
+every catalog page written after the last durable state; its file format and its rule of
+when a batch may be journaled.
+
+The crash test runs in a child process that dies without closing (`os._exit`). It makes
+the catalog durable and copies the LMDB files (the disk then), stops the syncer for good,
+and saves more: each of those is acknowledged by its journal record alone. The test then
+builds disks mixing the copy with the pages written since, at random, as a power loss
+would leave them, and reopens: every acknowledged save must be back, with its id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vault import Vault
+from vault.journal import Journal
+from vault.syncer import Syncer
+from vault.writer import Writer
+
+ROOT = Path(__file__).resolve().parents[3]
+DATA_FILES = ("catalog/data.mdb", "frames/data.mdb")
+PAGE = 4096
+
+
+def _child(vault_dir: Path, synced: int, journaled: int, snapshot: Path) -> list[str]:
+    """`synced` saves made durable in the catalog, a copy of the LMDB files, then
+    `journaled` saves with the syncer stopped; returns every acknowledged id in order."""
+    code = textwrap.dedent(
+        f"""
+        import json, os, shutil, threading
+        from pathlib import Path
+        import vault.syncer
+        from vault import Vault
+
+        def state(i):
+            return json.dumps([{{"role": "user", "content": "turn " * 40 + str(k)}}
+                               for k in range(i + 20)]).encode()
+
+        v = Vault({str(vault_dir)!r})
+        ids, parent = [], None
+        def save(i):
+            global parent
+            rec, created = v.save("agents/a", {{"state.json": state(i)}}, parent=parent,
+                                  chunking="small", metadata={{"step": i}}, tags=[f"s{{i}}"])
+            assert created
+            ids.append(rec.id)
+            parent = rec.id
+        for i in range({synced}):
+            save(i)
+        v.store.writer.wait_durable()
+        for name in {DATA_FILES!r}:
+            Path({str(snapshot)!r}, name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path({str(vault_dir)!r}, name), Path({str(snapshot)!r}, name))
+        never = threading.Event()
+        vault.syncer.Syncer._make_durable = lambda *a: never.wait()  # the catalog stops here
+        for i in range({synced}, {synced + journaled}):
+            save(i)
+        print(json.dumps(ids), flush=True)
+        os._exit(0)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    ids: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return ids
+
+
+def _mix(old: bytes, new: bytes, rng: random.Random) -> bytes:
+    out = bytearray(new)
+    for at in range(0, len(new), PAGE):
+        if rng.random() < 0.5:
+            out[at : at + PAGE] = old[at : at + PAGE].ljust(min(PAGE, len(new) - at), b"\0")
+    return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_journal_acknowledged_saves_survive_losing_every_later_page(
+    tmp_path: Path, seed: int
+) -> None:
+    snap, vdir = tmp_path / "snap", tmp_path / "v"
+    ids = _child(vdir, 5, 12, snap)
+    rng = random.Random(seed)
+    for name in DATA_FILES:
+        path = vdir / name
+        old, new = (snap / name).read_bytes(), path.read_bytes()
+        with path.open("r+b") as f:
+            f.write(_mix(old, new, rng) if seed else old)  # seed 0: none of them reached it
+            f.truncate()
+    v = Vault(vdir)
+    try:
+        assert v.check().ok
+        listed = [r.id for r in v.checkpoints("agents/a", limit=100)[0]]
+        assert listed == list(reversed(ids))  # every one, newest first, ids as acknowledged
+        for step, cid in enumerate(ids):
+            rec = v.get("agents/a", cid)
+            assert rec.metadata == {"step": step}
+            assert rec.tags == [f"s{step}"]
+            assert rec.parent == (ids[step - 1] if step else None)
+            _, files = v.manifest("agents/a", cid)
+            chunks = [c for c, _ in files["state.json"].chunks]
+            data = b"".join(bytes(c) for c in v.read_chunks(chunks))
+            assert json.loads(data)[-1]["content"].endswith(str(step + 19))
+        after, _ = v.save("agents/a", {"state.json": b"[]"}, parent=ids[-1])
+        assert after.id > ids[-1]  # ids go on after the ones applied again
+    finally:
+        v.close()
+    v = Vault(vdir)  # applied once: the durable state now holds them, nothing comes twice
+    try:
+        assert len(v.checkpoints("agents/a", limit=100)[0]) == len(ids) + 1
+    finally:
+        v.close()
+
+
+def test_a_save_after_an_unsynced_plain_batch_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal record is applied again on the durable state plus the records before it,
+    so a save is not journaled while a change that is not in the journal is still
+    unsynced: its answer waits for that change's sync."""
+    v = Vault(tmp_path / "v")
+    try:
+        v.save("ns", {"f": b"first"})  # journaled
+        resume, entered = threading.Event(), threading.Event()
+        make_durable = Syncer._make_durable
+
+        def slow(self: Syncer, *args: object) -> None:
+            entered.set()
+            assert resume.wait(60)
+            make_durable(self, *args)
+
+        monkeypatch.setattr(Syncer, "_make_durable", slow)
+        plain = v.store.writer.submit(lambda w: None)  # not journaled: waits for the sync
+        assert entered.wait(60)
+        decided: list[bool] = []
+        batch_ran = threading.Event()
+        journal = Writer._journal
+
+        def deciding(self: Writer, *args: Any) -> bool:
+            decided.append(journal(self, *args))
+            batch_ran.set()
+            return decided[-1]
+
+        monkeypatch.setattr(Writer, "_journal", deciding)
+        with ThreadPoolExecutor(1) as pool:
+            second = pool.submit(v.save, "ns", {"f": b"second"})
+            assert batch_ran.wait(60)  # the save's batch committed (the only one queued)
+            assert decided == [False]  # and was not journaled
+            assert not second.done()
+            assert not plain.done()
+            resume.set()
+            assert plain.result(60) is None
+            assert second.result(60)[1]
+    finally:
+        v.close()
+
+
+def test_records_after_applied_come_back_in_order_and_a_torn_tail_is_dropped(
+    tmp_path: Path,
+) -> None:
+    j = Journal(tmp_path / "j", applied=0)
+    assert j.append([b"one", b"two"]) == 2
+    assert j.append([b"three"]) == 3
+    j.close()
+    (log,) = sorted((tmp_path / "j").iterdir())
+    with log.open("ab") as f:
+        f.write(b"CVJ1" + b"\x04" * 20)  # a record the crash cut short: never acknowledged
+    j = Journal(tmp_path / "j", applied=1)
+    assert list(j.pending()) == [(2, b"two"), (3, b"three")]
+    assert j.last == 3
+    assert j.append([b"four"]) == 4  # into a new file, after the torn bytes' file
+    j.close()
+    assert [p for _, p in Journal(tmp_path / "j", applied=0).pending()] == [
+        b"one",
+        b"two",
+        b"three",
+        b"four",
+    ]
+
+
+def test_a_changed_record_is_not_applied(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j", applied=0)
+    j.append([b"a" * 100, b"b" * 100])
+    j.close()
+    (log,) = (tmp_path / "j").iterdir()
+    raw = bytearray(log.read_bytes())
+    raw[-1] ^= 1  # the second record's last byte
+    log.write_bytes(bytes(raw))
+    assert list(Journal(tmp_path / "j", applied=0).pending()) == [(1, b"a" * 100)]
+
+
+def test_files_a_durable_state_covers_are_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("vault.journal.FILE_BYTES", 100)  # a file per append
+    j = Journal(tmp_path / "j", applied=0)
+    for n in range(4):
+        j.append([bytes([n]) * 150])
+    assert len(list((tmp_path / "j").iterdir())) == 4
+    j.trim(2)  # the files of records 1 and 2 go; 3's stays, and the one being written
+    assert [p for _, p in j.pending()] == [bytes([2]) * 150, bytes([3]) * 150]
+    assert len(list((tmp_path / "j").iterdir())) == 2
+    j.trim(4)
+    assert len(list((tmp_path / "j").iterdir())) == 1  # the open file stays
+    j.close()
+
+
+def test_a_new_durable_file_discards_a_journal_of_other_files(tmp_path: Path) -> None:
+    """A restored catalog comes without its durable file: records of the files it
+    replaced must not be applied to it."""
+    v = Vault(tmp_path / "v")
+    v.save("ns", {"f": b"x"})
+    v.close()
+    (tmp_path / "v" / "durable").unlink()
+    (tmp_path / "v" / "journal" / "extra.log").write_bytes(b"not for these files")
+    v = Vault(tmp_path / "v")
+    try:
+        assert not (tmp_path / "v" / "journal" / "extra.log").exists()
+        assert len(v.checkpoints("ns")[0]) == 1
+    finally:
+        v.close()
