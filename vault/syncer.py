@@ -43,7 +43,6 @@ import logging
 import os
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +64,6 @@ _MAGIC = b"CVSYNC\x00\x02"
 _SLOT_HEAD = struct.Struct("<8sQHIQ")  # magic, generation, environments, page size, journal
 _MAGIC_V1 = b"CVSYNC\x00\x01"  # before the save journal: read, never written
 _SLOT_HEAD_V1 = struct.Struct("<8sQHI")
-LAZY_SYNC = 0.2  # seconds a state nobody waits for (journal-acknowledged) may wait for a cycle
 _SLOT_ENV = struct.Struct("<Q")  # inode of the environment's data file
 _DIGEST = 16
 
@@ -89,7 +87,6 @@ class _State:
     pins: list[Any]  # read transactions (lmdb.Transaction)
     done: list[Done]
     journal: int = 0  # the newest journal record this state contains
-    urgent: bool = True  # somebody waits for it (False: its batch was journal-acknowledged)
     batch: int = 0  # the writer's number of the batch that left it
 
 
@@ -193,7 +190,6 @@ class Syncer:
         self._busy = False  # a cycle is running
         self._failure: BaseException | None = None
         self._closing = False
-        self._hurry = False  # a caller waits for every state, lazy ones too (quiesce)
         self.cycles = 0
         first = self.capture([])
         self._durable: _State = first
@@ -213,10 +209,9 @@ class Syncer:
         """The writer's number of the newest batch known durable."""
         return self._durable.batch
 
-    def capture(self, done: list[Done], batch: int = 0, urgent: bool = True) -> _State:
+    def capture(self, done: list[Done], batch: int = 0) -> _State:
         """The state the writer just committed (writer thread, before its next commit):
-        its batch `batch` and every journal record applied so far. Not `urgent`: nobody
-        waits for it, so a cycle may wait up to `LAZY_SYNC` for more batches to join it."""
+        its batch `batch` and every journal record applied so far."""
         pins: list[Any] = []
         try:
             for e in self._envs:
@@ -225,12 +220,12 @@ class Syncer:
         except BaseException:
             _release(pins)
             raise
-        return _State(metas, pins, done, self.journal.applied, urgent, batch)
+        return _State(metas, pins, done, self.journal.applied, batch)
 
-    def after(self, done: Done, batch: int = 0, urgent: bool = True) -> None:
+    def after(self, done: Done, batch: int = 0) -> None:
         """Writer thread, right after batch `batch` committed: call `done(None)` on this
         thread once the state it left is durable (`done(error)` if it cannot be)."""
-        state = self.capture([done], batch, urgent)
+        state = self.capture([done], batch)
         with self._cond:
             if self._failure is None:
                 if self._queue:  # the next cycle makes only the newest state durable: the
@@ -248,11 +243,8 @@ class Syncer:
         """Writer thread: everything committed durable and no pin held, for the body (map
         growth); the state is pinned and made durable again after it."""
         with self._cond:
-            self._hurry = True
-            self._cond.notify_all()
             while self._queue or self._busy:
                 self._cond.wait()
-            self._hurry = False
         _release(self._durable.pins)
         self._durable.pins = []
         try:
@@ -288,7 +280,6 @@ class Syncer:
                     self._cond.wait()
                 if not self._queue:
                     return
-                self._linger()
                 states, self._queue = self._queue, []
                 self._busy = True
             try:
@@ -297,17 +288,6 @@ class Syncer:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
-
-    def _linger(self) -> None:
-        """With only journal-acknowledged states queued, wait (lock held) up to
-        `LAZY_SYNC` for more to join the cycle, or for one somebody waits for: their
-        scattered page writes are then synced together, off every save's path."""
-        deadline = time.monotonic() + LAZY_SYNC
-        while not (self._closing or self._hurry or any(s.urgent for s in self._queue)):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self._cond.wait(left)
 
     def _cycle(self, states: list[_State]) -> None:
         """Make the newest of `states` durable, then tell every one of them, in order."""

@@ -242,7 +242,7 @@ class Writer:
         try:
             if journaled:
                 _resolve(futures, outcomes)
-                self._syncer.after(_nobody, self._batch, urgent=False)
+                self._syncer.after(_nobody, self._batch)
             else:
                 self._syncer.after(
                     lambda failure: self._durable(futures, outcomes, records, failure),
