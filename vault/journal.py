@@ -18,7 +18,8 @@ operation in it is a one-request save and every earlier batch that is not is dur
 durable state plus the records before it), up to what no acknowledged change depends on.
 A save carries all of its bytes, so it needs no chunk the crash may have lost.
 
-Files: `journal/<first seq, 16 hex>.log`, a new one past `FILE_BYTES`. A record is
+Files: `journal/<first seq, 16 hex>.log`, a new one past `FILE_BYTES`; the one being
+written is emptied whenever a durable state holds all of it. A record is
 `magic, seq, length, digest, payload`; reading stops at the first record that is torn or
 does not verify: only the tail of the newest file can be, a write the crash cut short,
 never acknowledged.
@@ -41,7 +42,7 @@ from .files import fsync_dir
 log = logging.getLogger(__name__)
 
 JOURNAL_DIR = "journal"  # in the vault dir, beside catalog/, frames/ and durable
-FILE_BYTES = 64 << 20  # a file past this is closed; it goes once a durable state covers it
+FILE_BYTES = 16 << 20  # a file past this is closed; it goes once a durable state covers it
 _MAGIC = b"CVJ1"
 _HEAD = struct.Struct("<4sQI16s")  # magic, seq, payload length, digest of seq + payload
 _SUFFIX = ".log"
@@ -108,7 +109,7 @@ class Journal:
                 os.ftruncate(fd, self._size)
                 raise
             self._size += len(data)
-        self._last = seq
+            self._last = seq
         return seq
 
     def trim(self, durable: int) -> None:
@@ -123,6 +124,12 @@ class Journal:
                     break
                 keep_from = i + 1
             gone, self._files = self._files[:keep_from], self._files[keep_from:]
+            if self._fd is not None and self._size and durable >= self._last:
+                # Every record is in the catalog: the file being written starts over (an
+                # idle vault keeps no journal bytes; old records are skipped if it comes
+                # back longer after a crash).
+                os.ftruncate(self._fd, 0)
+                self._size = 0
         for f in gone:
             f.unlink(missing_ok=True)
 

@@ -233,3 +233,15 @@ def test_a_new_durable_file_discards_a_journal_of_other_files(tmp_path: Path) ->
         assert len(v.checkpoints("ns")[0]) == 1
     finally:
         v.close()
+
+
+def test_an_idle_vault_keeps_no_journal_bytes(tmp_path: Path) -> None:
+    v = Vault(tmp_path / "v")
+    try:
+        for i in range(20):
+            v.save("ns", {"f": bytes([i]) * 5000})
+        v.store.writer.wait_durable()  # a cycle after the last record: it holds them all
+        sizes = [f.stat().st_size for f in (tmp_path / "v" / "journal").iterdir()]
+        assert sizes == [0]
+    finally:
+        v.close()
