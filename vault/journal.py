@@ -69,7 +69,9 @@ class Journal:
 
     def __init__(self, path: Path, applied: int) -> None:
         self.path = path
-        path.mkdir(mode=0o700, exist_ok=True)
+        if not path.is_dir():
+            path.mkdir(mode=0o700)
+            fsync_dir(path.parent)  # else a power loss could take the directory, records and all
         self.applied = applied
         self._lock = threading.Lock()  # the file list: appends rotate, trims delete
         self._files = sorted(
