@@ -218,10 +218,18 @@ class _EngineCollector(Collector):
             "map_growths",
             "chunks_written",
             "chunks_deduplicated",
+            "journaled_batches",
+            "journal_records",
+            "journal_bytes",
         ):
             yield CounterMetricFamily(
                 f"ckpt_writer_{name}", f"Writer {name} since start", value=w[name]
             )
+        yield _gauge(
+            "ckpt_save_journal_on",
+            "1 while one-request saves may be acknowledged by their journal record",
+            float(o["save_journal"]),
+        )
         hashes = CounterMetricFamily(
             "ckpt_commit_file_hashes",
             "Committed files by how their hash was proven (read_back: a pass over the file)",

@@ -569,6 +569,7 @@ class Vault:
                 )
             },
             "writer": asdict(self.store.writer.stats),
+            "save_journal": self.store.writer.journal_on(),
             "commit_file_hashes": self._committer.file_hashes(),
             "writer_queue": self.store.writer.queue_depth(),
             "replication": self.replication.status() if self.replication else None,

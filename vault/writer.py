@@ -100,6 +100,9 @@ class WriterStats:
     map_growths: int = 0
     chunks_written: int = 0  # frames stored by uploads and saves
     chunks_deduplicated: int = 0  # chunks offered that the vault already had
+    journaled_batches: int = 0  # acknowledged by their save-journal records
+    journal_records: int = 0
+    journal_bytes: int = 0
 
 
 class Writer:
@@ -175,6 +178,11 @@ class Writer:
     @property
     def journal(self) -> Journal:
         return self._syncer.journal
+
+    def journal_on(self) -> bool:
+        """May a batch be acknowledged by the journal now? (Off by configuration, after a
+        failed append, or while an observer needs the catalog's durable state.)"""
+        return self.journaling and self._observer is None
 
     def queue_depth(self) -> int:
         return self._queue.qsize()
@@ -279,6 +287,9 @@ class Writer:
                 log.exception("the save journal failed: saves wait for the catalog's sync now")
                 self.journaling = False
                 return False
+            self.stats.journal_records += len(records)
+            self.stats.journal_bytes += sum(len(r) for r in records)
+        self.stats.journaled_batches += 1
         return True
 
     def _durable(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from client.protocol import encode_bundle
+
 from ..conftest import Api
 
 
@@ -43,6 +45,18 @@ async def test_metrics_follow_an_upload(api: Api) -> None:
     await api.json("POST", "/v1/admin/gc")
     gc = await scrape(api)
     assert metric(gc, "ckpt_maintenance_runs_total", job="gc", outcome="ok") == 1
+
+
+async def test_metrics_count_saves_the_journal_acknowledged(api: Api) -> None:
+    before = await scrape(api)
+    assert metric(before, "ckpt_save_journal_on") == 1
+    body = encode_bundle({}, [("state.json", b'{"step": 1}' * 100)])
+    await api.call("POST", "/v1/namespaces/obs/agent/checkpoints", data=body, expect=201)
+    after = await scrape(api)
+    for name in ("journaled_batches", "journal_records"):
+        series = f"ckpt_writer_{name}_total"
+        assert metric(after, series) == metric(before, series) + 1
+    assert metric(after, "ckpt_writer_journal_bytes_total") > 1100
 
 
 async def test_metrics_need_admin_or_metrics_scope(api: Api) -> None:
