@@ -3,9 +3,10 @@
 An agent saving its state after every step cannot afford an upload session's four round
 trips and three synced transactions. Here the caller hands over every file's bytes at once;
 chunking, hashing and compression happen on the calling thread, and a single writer
-transaction creates the namespace if needed, stores the chunks and commits the checkpoint:
-one fsync. An idempotency key makes a retried save return the checkpoint the first attempt
-made, so clients may retry it like every other step.
+transaction creates the namespace if needed, stores the chunks and commits the checkpoint,
+acknowledged by one sequential sync of its record in the save journal (vault/journal.py),
+which `replay` applies again after a crash. An idempotency key makes a retried save return
+the checkpoint the first attempt made, so clients may retry it like every other step.
 """
 
 from __future__ import annotations

@@ -148,6 +148,7 @@ class Journal:
             return self._fd
         if self._fd is not None:
             os.close(self._fd)
+            self._fd = None  # a failed open below must not leave a closed number here
         path = self.path / f"{seq:016x}{_SUFFIX}"
         # A file of that name holds no intact record (else `last` would be past `seq`):
         # a torn first record of an earlier run. Emptied, so nothing precedes ours.

@@ -24,6 +24,10 @@ log applied by its follower (`submit(..., replicated=True)`), and a fenced prima
 refusal is checked where every change enters, so no route, job or read path can slip one
 past it.
 
+A batch of one-request saves may be acknowledged by their records in the save journal
+instead (vault/journal.py, `_journal`): one sequential append and sync, the catalog's
+state synced behind it as for every batch.
+
 `stage` is for writes whose durability is only needed later, at a commit that names them
 (the chunk batches of an open upload): its caller gets the operation's value as soon as the
 batch has run, while the batch syncs, so a client's next batch travels during the fsync.
@@ -268,8 +272,7 @@ class Writer:
         (so a record is applied again on exactly the state it was first applied on: see
         vault/journal.py), and no observer (replication) waits for the catalog's state."""
         if (
-            not self.journaling
-            or self._observer is not None
+            not self.journal_on()
             or any(item.journal is None for item in batch)
             or self._syncer.durable_batch < self._last_plain
         ):
