@@ -29,7 +29,6 @@ from typing import Any
 from .content.chunks import settle_restored
 from .env import CATALOG_DBS, Env
 from .errors import Conflict, InvalidRequest
-from .journal import JOURNAL_DIR, discard_journal
 from .maintenance import MaintenanceLock
 from .seal import Keyring, open_blob
 from .store import Store
@@ -125,7 +124,6 @@ def restore_catalog(src: Path, vault_dir: Path) -> dict[str, int]:
         raise Conflict(f"{vault_dir} already holds a catalog; restore into an empty data dir")
     catalog_dir.mkdir(parents=True, exist_ok=True)
     (vault_dir / DURABLE_FILE).unlink(missing_ok=True)  # the durable state of files now gone
-    discard_journal(vault_dir / JOURNAL_DIR)  # its records were of those files
     shutil.copyfile(src, catalog_dir / "data.mdb")
     env = Env(catalog_dir, names=CATALOG_DBS)
     try:

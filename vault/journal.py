@@ -49,8 +49,8 @@ _SUFFIX = ".log"
 
 
 def discard_journal(path: Path) -> None:
-    """Remove a journal whose records belong to no state of the files beside it (a new
-    durable file, a restored catalog)."""
+    """Remove a journal whose records belong to no state of the files beside it: opened
+    with a new durable file (a new data dir; restores delete the durable file)."""
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -29,7 +29,6 @@ import zstandard
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
 from ..errors import Conflict, ObjectNotFound
-from ..journal import JOURNAL_DIR, discard_journal
 from ..maintenance import MaintenanceLock
 from ..seal import Keyring, open_blob
 from ..syncer import DURABLE_FILE
@@ -75,7 +74,6 @@ def restore_replica(
         work = Path(tmp)
         built = build(tier, current, keyring, until, work)
         (vault_dir / DURABLE_FILE).unlink(missing_ok=True)  # the state of files now replaced
-        discard_journal(vault_dir / JOURNAL_DIR)  # its records were of those files
         for sub in ("catalog", "frames"):
             (work / sub / "vault.lock").unlink(missing_ok=True)
             shutil.move(str(work / sub), str(vault_dir / sub))

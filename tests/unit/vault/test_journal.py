@@ -12,11 +12,7 @@ would leave them, and reopens: every acknowledged save must be back, with its id
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
-import textwrap
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,26 +25,15 @@ from vault.journal import Journal
 from vault.syncer import Syncer
 from vault.writer import Writer
 
-ROOT = Path(__file__).resolve().parents[3]
-DATA_FILES = ("catalog/data.mdb", "frames/data.mdb")
-PAGE = 4096
+from .powerloss import DATA_FILES, mix, overwrite, run_child
 
 
 def _child(vault_dir: Path, synced: int, journaled: int, snapshot: Path) -> list[str]:
     """`synced` saves made durable in the catalog, a copy of the LMDB files, then
     `journaled` saves with the syncer stopped; returns every acknowledged id in order."""
-    code = textwrap.dedent(
+    return run_child(
+        vault_dir,
         f"""
-        import json, os, shutil, threading
-        from pathlib import Path
-        import vault.syncer
-        from vault import Vault
-
-        def state(i):
-            return json.dumps([{{"role": "user", "content": "turn " * 40 + str(k)}}
-                               for k in range(i + 20)]).encode()
-
-        v = Vault({str(vault_dir)!r})
         ids, parent = [], None
         def save(i):
             global parent
@@ -60,32 +45,14 @@ def _child(vault_dir: Path, synced: int, journaled: int, snapshot: Path) -> list
         for i in range({synced}):
             save(i)
         v.store.writer.wait_durable()
-        for name in {DATA_FILES!r}:
-            Path({str(snapshot)!r}, name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(Path({str(vault_dir)!r}, name), Path({str(snapshot)!r}, name))
+        snapshot({str(vault_dir)!r}, {str(snapshot)!r})
         never = threading.Event()
         vault.syncer.Syncer._make_durable = lambda *a: never.wait()  # the catalog stops here
         for i in range({synced}, {synced + journaled}):
             save(i)
         print(json.dumps(ids), flush=True)
-        os._exit(0)
-        """
+        """,
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert out.returncode == 0, out.stderr
-    ids: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
-    return ids
-
-
-def _mix(old: bytes, new: bytes, rng: random.Random) -> bytes:
-    out = bytearray(new)
-    for at in range(0, len(new), PAGE):
-        if rng.random() < 0.5:
-            out[at : at + PAGE] = old[at : at + PAGE].ljust(min(PAGE, len(new) - at), b"\0")
-    return bytes(out)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -98,9 +65,7 @@ def test_journal_acknowledged_saves_survive_losing_every_later_page(
     for name in DATA_FILES:
         path = vdir / name
         old, new = (snap / name).read_bytes(), path.read_bytes()
-        with path.open("r+b") as f:
-            f.write(_mix(old, new, rng) if seed else old)  # seed 0: none of them reached it
-            f.truncate()
+        overwrite(path, mix(old, new, rng) if seed else old)  # seed 0: none reached it
     v = Vault(vdir)
     try:
         assert v.check().ok
@@ -138,7 +103,7 @@ def test_a_save_after_an_unsynced_plain_batch_waits_for_it(
         resume, entered = threading.Event(), threading.Event()
         make_durable = Syncer._make_durable
 
-        def slow(self: Syncer, *args: object) -> None:
+        def slow(self: Syncer, *args: Any) -> None:
             entered.set()
             assert resume.wait(60)
             make_durable(self, *args)

@@ -10,13 +10,9 @@ and garbles meta pages. Every acknowledged save must come back and `check` must 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
-import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,9 +25,7 @@ from vault.config import VaultConfig
 from vault.syncer import DURABLE_FILE
 from vault.writer import Writer, WriteTxn
 
-ROOT = Path(__file__).resolve().parents[3]
-DATA_FILES = ("catalog/data.mdb", "frames/data.mdb")
-PAGE = 4096
+from .powerloss import DATA_FILES, PAGE, mix, overwrite, run_child
 
 
 def _child(
@@ -39,18 +33,9 @@ def _child(
 ) -> list[str]:
     """In another process: `acked` saves (their ids printed), then optionally a copy of the
     LMDB files and `unacked` saves committed but never made durable; then die unclosed."""
-    code = textwrap.dedent(
+    return run_child(
+        vault_dir,
         f"""
-        import json, os, shutil, threading
-        from pathlib import Path
-        import vault.syncer
-        from vault import Vault
-
-        def state(i):
-            return json.dumps([{{"role": "user", "content": "turn " * 40 + str(k)}}
-                               for k in range(i + 20)]).encode()
-
-        v = Vault({str(vault_dir)!r})
         ids, parent = [], None
         for i in range({acked}):
             rec, _ = v.save("agents/a", {{"state.json": state(i)}}, parent=parent,
@@ -58,11 +43,8 @@ def _child(
             ids.append(rec.id)
             parent = rec.id
         print(json.dumps(ids), flush=True)
-        snap = {str(snapshot) if snapshot else None!r}
-        if snap:
-            for name in {DATA_FILES!r}:
-                Path(snap, name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(Path({str(vault_dir)!r}, name), Path(snap, name))
+        if {str(snapshot) if snapshot else None!r}:
+            snapshot({str(vault_dir)!r}, {str(snapshot)!r})
         if {unacked}:
             never = threading.Event()
             vault.syncer.os.fdatasync = lambda fd: never.wait()  # the disk stops here
@@ -79,16 +61,8 @@ def _child(
                 threading.Thread(target=v.save, args=("agents/b", {{"s": state(i) * 3}}),
                                  kwargs={{"chunking": "small"}}, daemon=True).start()
                 committed.acquire()
-        os._exit(0)
-        """
+        """,
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert out.returncode == 0, out.stderr
-    ids: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
-    return ids
 
 
 def _assert_ids_there(vault_dir: Path, namespace: str, ids: list[str]) -> None:
@@ -119,22 +93,6 @@ def _assert_all_there(vault_dir: Path, ids: list[str]) -> None:
         v.close()
 
 
-def _overwrite(path: Path, data: bytes) -> None:
-    """New contents in the same file (its inode stays, as on a disk after power loss)."""
-    with path.open("r+b") as f:
-        f.write(data)
-        f.truncate()
-
-
-def _mix(old: bytes, new: bytes, rng: random.Random) -> bytes:
-    """A disk after power loss: each page written since `old` may or may not be there."""
-    out = bytearray(new)
-    for at in range(0, len(new), PAGE):
-        if rng.random() < 0.5:
-            out[at : at + PAGE] = old[at : at + PAGE].ljust(min(PAGE, len(new) - at), b"\0")
-    return bytes(out)
-
-
 def test_killed_writer_keeps_every_acknowledged_save(tmp_path: Path) -> None:
     ids = _child(tmp_path / "v", 12, unacked=3)
     _assert_all_there(tmp_path / "v", ids)
@@ -151,7 +109,7 @@ def test_power_loss_keeps_every_acknowledged_save(tmp_path: Path, seed: int) -> 
         path = tmp_path / "v" / name
         old, new = (snap / name).read_bytes(), path.read_bytes()
         assert old != new or name.startswith("frames")  # the unacknowledged batches wrote
-        _overwrite(path, _mix(old, new, rng))
+        overwrite(path, mix(old, new, rng))
     _assert_all_there(tmp_path / "v", ids)
 
 
@@ -159,7 +117,7 @@ def test_nothing_written_since_the_durable_state_reached_the_disk(tmp_path: Path
     snap = tmp_path / "snap"
     ids = _child(tmp_path / "v", 8, unacked=2, snapshot=snap)
     for name in DATA_FILES:
-        _overwrite(tmp_path / "v" / name, (snap / name).read_bytes())
+        overwrite(tmp_path / "v" / name, (snap / name).read_bytes())
     _assert_all_there(tmp_path / "v", ids)
 
 
@@ -171,7 +129,7 @@ def test_torn_meta_pages_are_put_back(tmp_path: Path) -> None:
         raw = bytearray(path.read_bytes())
         for page in (0, 1):
             raw[page * PAGE + 16 : (page + 1) * PAGE] = os.urandom(PAGE - 16)
-        _overwrite(path, bytes(raw))
+        overwrite(path, bytes(raw))
     _assert_all_there(tmp_path / "v", ids)
 
 
