@@ -35,6 +35,7 @@ from .keys import (
     LIMITER,
     METRICS,
     POOL,
+    RECEIVERS,
     SENDERS,
     SETTINGS,
     TOKENS,
@@ -49,6 +50,7 @@ from .observability import (
 )
 from .promotion import promotion_context
 from .ratelimit import RateLimiter
+from .receive import RECEIVER_THREADS, close_taken
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
 from .scheduler import maintenance_context
@@ -79,6 +81,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     )
     app[POOL] = pool
     app[SENDERS] = ThreadPoolExecutor(SENDER_THREADS, thread_name_prefix="vault-send")
+    app[RECEIVERS] = ThreadPoolExecutor(RECEIVER_THREADS, thread_name_prefix="vault-receive")
     app[VAULT] = vault
     if vault.writable:  # a standby's tokens are the primary's (replicated)
         _bootstrap_admin(vault, settings.data_dir)
@@ -90,16 +93,16 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         # Off the loop: a download's pin is let go by a callback on the loop, and closing
         # the environments waits for every pin; blocking the loop here hung the shutdown.
         await asyncio.get_running_loop().run_in_executor(
-            None, _close, vault, app[TOKENS].take_uses(), app[SENDERS], pool
+            None, _close, vault, app[TOKENS].take_uses(), [app[SENDERS], app[RECEIVERS], pool]
         )
 
 
-def _close(
-    vault: Vault, uses: dict[str, float], senders: ThreadPoolExecutor, pool: ThreadPoolExecutor
-) -> None:
+def _close(vault: Vault, uses: dict[str, float], pools: list[ThreadPoolExecutor]) -> None:
+    """Senders end within PIN_SECONDS of a stalled client; receivers were woken when shutdown
+    aborted the handlers reading bodies; then the engine calls, then the vault."""
     vault.tokens.record_use(uses)
-    senders.shutdown(wait=True)  # each ends within PIN_SECONDS of a stalled client
-    pool.shutdown(wait=True)
+    for pool in pools:
+        pool.shutdown(wait=True)
     vault.close()
 
 
@@ -123,6 +126,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[JOBS] = JobLog()
     app[METRICS] = Metrics(lambda: app[VAULT], app[JOBS])
     app.on_response_prepare.append(add_request_id_header)
+    app.on_response_prepare.append(close_taken)
     app.on_shutdown.append(app[BODY_READERS].abort_all)
     app.cleanup_ctx.append(_vault_context)
     app.cleanup_ctx.append(maintenance_context)

@@ -24,6 +24,7 @@ SETTINGS = web.AppKey("settings", Settings)
 VAULT = web.AppKey("vault", Vault)
 POOL = web.AppKey("pool", ThreadPoolExecutor)  # bounded worker threads for engine calls
 SENDERS = web.AppKey("senders", ThreadPoolExecutor)  # threads copying download bodies out
+RECEIVERS = web.AppKey("receivers", ThreadPoolExecutor)  # threads taking large bodies in
 TOKENS = web.AppKey("tokens", TokenCache)
 CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
@@ -38,6 +39,7 @@ __all__ = [
     "LIMITER",
     "METRICS",
     "POOL",
+    "RECEIVERS",
     "SETTINGS",
     "TOKENS",
     "VAULT",

@@ -24,11 +24,11 @@ from ..http import (
     query_int,
     read_body,
     read_up_to,
-    read_writable_body,
     reading_body,
     run,
 )
 from ..keys import SETTINGS, VAULT
+from ..receive import read_large_body
 
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
 
@@ -97,7 +97,7 @@ async def put_chunks(request: web.Request) -> web.Response:
     """Store many chunks in one request (body: records of raw id, u32 length, bytes)."""
     session = await _session(request)
     at = _file_position(request)
-    body = await read_writable_body(request, request.app[SETTINGS].max_batch_body)
+    body = await read_large_body(request, request.app[SETTINGS].max_batch_body)
     try:  # each chunk with the room for its frame header: frames are built inside the body
         chunks = await run(request, decode_chunk_batch, body, FRAME_ROOM)
     except ValueError as e:

@@ -1,0 +1,116 @@
+"""Receiving a large request body on a thread, straight into the buffer it is kept in.
+
+Through aiohttp a chunk batch reached the handler as ~256 KiB socket reads, each parsed,
+queued and handed over by the event loop, then joined into one buffer: ~0.5 s of the loop's
+CPU per GB, on the thread that also answers every other request. Here the loop only starts
+the body: a receiver thread takes the rest with `recv_into` on its own descriptor of the
+socket (a dup, as the download senders do), waiting in `poll` when nothing has arrived.
+
+aiohttp's parser then never sees those bytes and still expects them, so the connection
+cannot carry another request: it is closed once the answer is sent (the client opens a
+new one, ~0.1 ms on loopback against the ~10 ms a 16 MiB body takes). TLS bodies, bodies
+without a Content-Length and small ones go the usual way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import select
+import socket
+
+from aiohttp import web
+
+from vault import InvalidRequest, TooLarge
+
+from .errors import BodyTimeout
+from .http import read_writable_body, reading_body
+from .keys import RECEIVERS, SETTINGS
+
+THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's reads
+# Bodies received at once (threads start on demand); more wait their turn, in the kernel's
+# socket buffers. Apart from the download senders, so stalled uploads cannot hold up reads.
+RECEIVER_THREADS = 64
+_TAKEN = web.RequestKey("body_taken", bool)  # its connection ends with its answer
+
+
+async def read_large_body(request: web.Request, limit: int) -> bytearray:
+    """The whole body in one writable buffer, 413 past `limit`; large ones from a thread."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise TooLarge(f"body is larger than the {limit}-byte limit")
+    transport = request.transport
+    if (
+        length is None
+        or length < THREAD_MIN
+        or transport is None
+        or transport.get_extra_info("ssl_object") is not None
+    ):
+        return await read_writable_body(request, limit)
+    body = bytearray(length)
+    with reading_body(request):
+        got = _take_buffered(request, body)
+        sock: socket.socket = transport.get_extra_info("socket").dup()
+        idle = request.app[SETTINGS].body_timeout
+        loop = asyncio.get_running_loop()
+        receiving = loop.run_in_executor(
+            request.app[RECEIVERS], _receive, sock, memoryview(body)[got:], idle
+        )
+        receiving.add_done_callback(lambda _: sock.close())
+        try:
+            problem = await asyncio.shield(receiving)
+        except asyncio.CancelledError:
+            with contextlib.suppress(OSError):  # wakes the receiver: its next read ends
+                sock.shutdown(socket.SHUT_RDWR)
+            raise
+    if problem == "idle":
+        raise BodyTimeout(f"no body bytes arrived for {idle:g} s")
+    if problem:
+        raise InvalidRequest("body ended before its Content-Length")
+    return body
+
+
+def _take_buffered(request: web.Request, body: bytearray) -> int:
+    """Move what aiohttp already took off the socket into `body`, and stop it taking more;
+    returns the bytes moved. Each read of its buffer may resume its parser, which then hands
+    over bytes it held back, so it is read until empty; all of it runs without yielding to
+    the loop, so no socket read slips in between."""
+    got = 0
+    while data := request.content.read_nowait(-1):
+        body[got : got + len(data)] = data
+        got += len(data)
+    request.content.feed_eof()  # no lingering after the answer to read a body that is gone
+    request.protocol.close()  # no further request on this connection: see above
+    request[_TAKEN] = True  # and the answer says so (`close_taken`)
+    assert request.transport is not None
+    request.transport.pause_reading()  # last: feed_eof resumed it
+    return got
+
+
+def _receive(sock: socket.socket, into: memoryview, idle: float) -> str:
+    """Fill `into` from the (non-blocking) socket: "" once full, "idle" if nothing came for
+    `idle` seconds, "ended" if the peer closed first. Returns rather than raises: after a
+    cancellation nobody awaits it."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    while into:
+        try:
+            n = sock.recv_into(into)
+        except BlockingIOError:
+            if not poller.poll(idle * 1000):
+                return "idle"
+            continue
+        except OSError:
+            return "ended"
+        if n == 0:
+            return "ended"
+        into = into[n:]
+    return ""
+
+
+async def close_taken(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: an answer to a request whose body a receiver took says
+    `Connection: close`, so the client does not send another request down it."""
+    if request.get(_TAKEN):
+        response.force_close()
+        response.headers["Connection"] = "close"  # the headers are made before this hook

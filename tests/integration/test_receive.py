@@ -1,0 +1,138 @@
+"""Large chunk batches are received on a thread, past aiohttp's parser: every byte must
+still arrive in order, the connection must end with the answer (its parser never saw the
+body), and a body cut short, stalled or abandoned at shutdown must store nothing and hold
+no thread."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import threading
+import time
+from typing import Any
+
+from api import Settings, create_app
+from api.keys import BODY_READERS, RECEIVERS, VAULT
+from client.protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
+from vault import FakeClock
+from vault.frame import chunk_id
+
+from ..conftest import Api
+
+MiB = 1 << 20
+
+
+def _batch(n: int, size: int = 512 << 10) -> tuple[list[bytes], bytes]:
+    """`n` random chunks and their batch body (well over the receivers' threshold)."""
+    chunks = [os.urandom(size) for _ in range(n)]
+    body = b"".join(bytes(p) for p in encode_chunk_batch([(chunk_id(c), c) for c in chunks]))
+    return chunks, body
+
+
+async def _missing(api: Api, upload_id: str, chunks: list[bytes]) -> set[str]:
+    ids = [chunk_id(c).hex() for c in chunks]
+    answer = await api.json("POST", f"/v1/uploads/{upload_id}/missing", json={"chunks": ids})
+    return set(answer["missing"])
+
+
+async def _raw(api: Api, upload_id: str, content_length: int, body: bytes) -> tuple[Any, Any]:
+    """A connection that sent the head of a chunk batch and `body` (maybe less than
+    `content_length`), for tests that misbehave as no client library would."""
+    path = f"/v1/uploads/{upload_id}/chunks"
+    server = api.client.server
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api.token}\r\n"
+        f"Content-Type: {CHUNK_BATCH_TYPE}\r\nContent-Length: {content_length}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_large_batch_arrives_whole_and_closes_its_connection(api: Api) -> None:
+    up = await api.open("big")
+    chunks, body = _batch(6)
+    resp = await api.call(
+        "POST",
+        f"/v1/uploads/{up['upload_id']}/chunks",
+        data=body,
+        headers={"Content-Type": CHUNK_BATCH_TYPE},
+    )
+    assert resp.status == 200, await resp.text()
+    assert await resp.json() == {"chunks": 6, "created": 6}
+    assert resp.headers["Connection"] == "close"
+    assert await _missing(api, up["upload_id"], chunks) == set()
+    # The bytes the thread received are the ones stored: the checkpoint reads back exactly.
+    listing = {"size": len(b"".join(chunks)), "chunks": [chunk_id(c).hex() for c in chunks]}
+    await api.json(
+        "POST", f"/v1/uploads/{up['upload_id']}/commit", 201, json={"files": {"f": listing}}
+    )
+    got = await api.call("GET", "/v1/namespaces/big/checkpoints/latest/files/f", expect=200)
+    assert await got.read() == b"".join(chunks)
+    # A small batch still goes through the loop and keeps its connection.
+    small_chunks, small = _batch(2, 1000)
+    resp = await api.call(
+        "POST",
+        f"/v1/uploads/{(await api.open('big'))['upload_id']}/chunks",
+        data=small,
+        headers={"Content-Type": CHUNK_BATCH_TYPE},
+    )
+    assert resp.status == 200
+    assert resp.headers.get("Connection", "keep-alive") != "close"
+
+
+async def test_a_batch_cut_short_stores_nothing(api: Api) -> None:
+    up = await api.open("cut")
+    chunks, body = _batch(6)
+    reader, writer = await _raw(api, up["upload_id"], len(body), body[: 2 * MiB])
+    writer.write_eof()  # the client gives up halfway: the receiver sees the end of the stream
+    answer = await asyncio.wait_for(reader.read(), 30)  # until the server closes
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"Content-Length" in answer
+    assert await _missing(api, up["upload_id"], chunks) == {chunk_id(c).hex() for c in chunks}
+
+
+async def test_a_stalled_large_batch_times_out(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    changed = dataclasses.replace(settings, body_timeout=0.3)
+    client = await aiohttp_client(create_app(changed, clock))
+    api = Api(client, (settings.data_dir / "admin.token").read_text().strip(), settings.data_dir)
+    up = await api.open("slow")
+    chunks, body = _batch(6)
+    reader, writer = await _raw(api, up["upload_id"], len(body), body[: 2 * MiB])
+    sent = time.perf_counter()
+    answer = await asyncio.wait_for(reader.read(), 30)
+    waited = time.perf_counter() - sent
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert waited < 15, waited
+    assert await _missing(api, up["upload_id"], chunks) == {chunk_id(c).hex() for c in chunks}
+
+
+async def test_shutdown_wakes_a_receiver_waiting_on_a_stalled_client(api: Api) -> None:
+    """Shutdown aborts handlers reading bodies; one whose body a receiver thread is taking
+    must wake that thread too, or closing its pool would wait out the body timeout (60 s)."""
+    up = await api.open("stop")
+    chunks, body = _batch(6)
+    reader, writer = await _raw(api, up["upload_id"], len(body), body[: 2 * MiB])
+    app = api.client.app
+    for _ in range(400):  # bounded: until a receiver thread has the body
+        if any(t.name.startswith("vault-receive") for t in threading.enumerate()):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("no receiver thread took the body")
+    await app[BODY_READERS].abort_all(app)
+    answer = await asyncio.wait_for(reader.read(), 10)  # the connection ends, answered or not
+    writer.close()
+    assert not answer.startswith(b"HTTP/1.1 2"), answer[:200]
+    started = time.perf_counter()
+    await asyncio.wait_for(asyncio.to_thread(app[RECEIVERS].shutdown, True), 10)
+    assert time.perf_counter() - started < 5
+    # Requests are refused now (shutting down): ask the engine what the upload holds.
+    ids = [chunk_id(c).hex() for c in chunks]
+    assert set(await asyncio.to_thread(app[VAULT].missing, up["upload_id"], ids)) == set(ids)
