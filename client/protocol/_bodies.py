@@ -43,7 +43,7 @@ def encode_chunk_batch(
 
 
 def decode_chunk_batch(
-    body: bytes | bytearray, room: int = 0
+    body: bytes | bytearray | memoryview, room: int = 0
 ) -> list[tuple[bytes, memoryview | None]]:
     """Inverse of encode_chunk_batch; ValueError if the body is malformed. The chunks are
     views into `body`: copying a 64 MiB batch out piece by piece cost the server more than
