@@ -31,6 +31,7 @@ from .errors import error_middleware
 from .keys import (
     BODY_READERS,
     CLOCK,
+    INSTANCE,
     JOBS,
     LIMITER,
     METRICS,
@@ -120,6 +121,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
         ],
     )
     app[SETTINGS] = settings
+    app[INSTANCE] = os.urandom(8).hex()
     app[CLOCK] = clock or SystemClock()
     app[LIMITER] = RateLimiter(settings.requests_per_second, settings.request_burst, app[CLOCK])
     app[BODY_READERS] = BodyReaders()

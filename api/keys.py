@@ -21,6 +21,7 @@ from .ratelimit import RateLimiter
 from .settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
+INSTANCE = web.AppKey("instance", str)  # random per start: tells servers on one machine apart
 VAULT = web.AppKey("vault", Vault)
 POOL = web.AppKey("pool", ThreadPoolExecutor)  # bounded worker threads for engine calls
 SENDERS = web.AppKey("senders", ThreadPoolExecutor)  # threads copying download bodies out
@@ -35,6 +36,7 @@ LIMITER = web.AppKey("limiter", RateLimiter)
 __all__ = [
     "BODY_READERS",
     "CLOCK",
+    "INSTANCE",
     "JOBS",
     "LIMITER",
     "METRICS",

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import select
 import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy
 from aiohttp import web
 
+from client.protocol import CONTINUE, DESCRIPTOR_TYPE
 from vault import InvalidRequest, TooLarge
 
 from .errors import BodyTimeout
@@ -32,6 +36,7 @@ THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's 
 # Bodies received at once (threads start on demand); more wait their turn, in the kernel's
 # socket buffers. Apart from the download senders, so stalled uploads cannot hold up reads.
 RECEIVER_THREADS = 64
+T = TypeVar("T")
 _TAKEN = web.RequestKey("body_taken", bool)  # its connection ends with its answer
 
 
@@ -52,24 +57,76 @@ async def read_large_body(request: web.Request, limit: int) -> memoryview:
     # byte is written by the receive. (Not an anonymous mmap either: fresh pages faulted in
     # one by one cost ~0.8 s per GB here; this comes from malloc's reused arena.)
     body = numpy.empty(length, numpy.uint8).data
+    idle = request.app[SETTINGS].body_timeout
     with reading_body(request):
         got = _take_buffered(request, body)
-        sock: socket.socket = transport.get_extra_info("socket").dup()
-        idle = request.app[SETTINGS].body_timeout
-        loop = asyncio.get_running_loop()
-        receiving = loop.run_in_executor(request.app[RECEIVERS], _receive, sock, body[got:], idle)
-        receiving.add_done_callback(lambda _: sock.close())
-        try:
-            problem = await asyncio.shield(receiving)
-        except asyncio.CancelledError:
-            with contextlib.suppress(OSError):  # wakes the receiver: its next read ends
-                sock.shutdown(socket.SHUT_RDWR)
-            raise
+        problem = await _on_receiver(request, _receive, body[got:], idle)
     if problem == "idle":
         raise BodyTimeout(f"no body bytes arrived for {idle:g} s")
     if problem:
         raise InvalidRequest("body ended before its Content-Length")
     return body
+
+
+async def receive_descriptor(request: web.Request) -> int:
+    """The open file a client on this machine hands over (`DESCRIPTOR_TYPE`): a one-byte
+    body carrying it (SCM_RIGHTS), sent once this answers `100 Continue`, so aiohttp's
+    reads, which would drop it, never see it. The caller owns (closes) what it returns."""
+    transport = request.transport
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_UNIX:
+        raise InvalidRequest("a file descriptor can only be handed over on the local socket")
+    if request.content_length != 1:
+        raise InvalidRequest("a descriptor body is one byte")
+    idle = request.app[SETTINGS].body_timeout
+    with reading_body(request):
+        if _take_buffered(request, memoryview(bytearray(1))):
+            raise InvalidRequest("the descriptor was sent before 100 Continue")
+        await request.writer.write(CONTINUE)
+        request.writer.output_size = 0  # not part of the answer
+        problem, fd = await _on_receiver(request, _receive_descriptor, idle)
+    if problem == "idle":
+        raise BodyTimeout(f"no descriptor arrived for {idle:g} s")
+    if problem:
+        raise InvalidRequest(problem)
+    return fd
+
+
+async def expect_descriptor(request: web.Request) -> None:
+    """The expect handler of a route that takes descriptors: `100 Continue` for one is
+    sent by `receive_descriptor`, after the handler took the socket; anything else is
+    answered as aiohttp would."""
+    if request.content_type == DESCRIPTOR_TYPE:
+        return
+    if request.headers.get("Expect", "").lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"unknown Expect: {request.headers['Expect']}")
+    await request.writer.write(CONTINUE)
+    request.writer.output_size = 0
+
+
+async def _on_receiver(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(sock, *args)` on a receiver thread, `sock` a dup of the request's socket; if the
+    handler is cancelled meanwhile (shutdown), the socket is shut, which ends `fn` at its
+    next wait, and a descriptor it received after all is closed."""
+    assert request.transport is not None
+    sock: socket.socket = request.transport.get_extra_info("socket").dup()
+    loop = asyncio.get_running_loop()
+    receiving = loop.run_in_executor(request.app[RECEIVERS], fn, sock, *args)
+    receiving.add_done_callback(lambda _: sock.close())
+    try:
+        return await asyncio.shield(receiving)
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        receiving.add_done_callback(_close_unclaimed)
+        raise
+
+
+def _close_unclaimed(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is None:
+        result = done.result()
+        if isinstance(result, tuple) and result[1] >= 0:
+            os.close(result[1])
 
 
 def _take_buffered(request: web.Request, body: memoryview) -> int:
@@ -108,6 +165,28 @@ def _receive(sock: socket.socket, into: memoryview, idle: float) -> str:
             return "ended"
         into = into[n:]
     return ""
+
+
+def _receive_descriptor(sock: socket.socket, idle: float) -> tuple[str, int]:
+    """(problem, -1) or ("", the descriptor received): one byte with one descriptor."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    while True:
+        try:
+            msg, fds, flags, _ = socket.recv_fds(sock, 1, 1)
+        except BlockingIOError:
+            if not poller.poll(idle * 1000):
+                return "idle", -1
+            continue
+        except OSError:
+            return "the connection ended before the descriptor", -1
+        if not msg and not fds:
+            return "the connection ended before the descriptor", -1
+        if flags & socket.MSG_CTRUNC or len(fds) != 1:  # more than one: the kernel closed them
+            for fd in fds:
+                os.close(fd)
+            return "the body must carry exactly one file descriptor", -1
+        return "", fds[0]
 
 
 async def close_taken(request: web.Request, response: web.StreamResponse) -> None:

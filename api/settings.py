@@ -15,7 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from client.protocol import DEFAULT_DATA_DIR, DEFAULT_PORT, parse_duration, parse_size
+from client.protocol import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_PORT,
+    LOCAL_SOCKET_FILE,
+    parse_duration,
+    parse_size,
+)
 from vault import PROFILES, Keyring, VaultConfig, VaultError
 from vault.quotas import Quota
 from vault.replication import FollowConfig, ReplicationConfig
@@ -139,6 +145,8 @@ class Maintenance:
 
 
 # (section, key) -> (attribute on Settings, "vault.<field>" or "maintenance.<field>", parser)
+_SUN_PATH_MAX = 108  # bytes of a Unix socket's path, its terminating NUL included
+
 _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "host"): ("host", str),
     ("server", "port"): ("port", _port),
@@ -152,6 +160,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "tls_cert"): ("tls_cert", _optional_file),
     ("server", "tls_key"): ("tls_key", _optional_file),
     ("server", "tls_client_ca"): ("tls_client_ca", _optional_file),
+    ("server", "local_socket"): ("local_socket", _bool),
     ("log", "format"): ("log_format", _log_format),
     ("encryption", "key_file"): ("key_file", _key_file),
     ("storage", "map_size"): ("vault.map_size", parse_size),
@@ -211,6 +220,9 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    # Also serve on a Unix-domain socket in the data dir (`socket_path`), where a client on
+    # this machine hands files over by descriptor instead of sending their bytes.
+    local_socket: bool = True
     # Seals everything written to other tiers (AES-256-GCM); None: stored plain.
     key_file: Path | None = None
     vault: VaultConfig = field(default_factory=VaultConfig)
@@ -224,6 +236,16 @@ class Settings:
     # replica in that tier, until promoted. A tier of "" (only poll_interval set, say in a
     # file the primary shares): not a standby; see `following`.
     follow: FollowConfig | None = None
+
+    @property
+    def socket_path(self) -> Path | None:
+        """Where the local socket listens: None when off, with TLS (the socket speaks plain
+        HTTP, so it would be a way around TLS and client certificates), or when the data
+        dir's path is too long for a socket address (108 bytes on Linux)."""
+        if not self.local_socket or self.tls_cert is not None:
+            return None
+        path = self.data_dir.absolute() / LOCAL_SOCKET_FILE
+        return path if len(os.fsencode(path)) < _SUN_PATH_MAX else None
 
     @property
     def following(self) -> FollowConfig | None:

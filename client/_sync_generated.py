@@ -36,6 +36,7 @@ class VaultClient(BlockingClient):
         small_save_limit: int = SMALL_SAVE_LIMIT,
         progress: bool | None = None,
         max_background_saves: int = 1,
+        local_files: bool = True,
     ) -> None:
         super().__init__(
             AsyncVaultClient(
@@ -47,6 +48,7 @@ class VaultClient(BlockingClient):
                 small_save_limit=small_save_limit,
                 progress=progress,
                 max_background_saves=max_background_saves,
+                local_files=local_files,
             )
         )
 

@@ -26,6 +26,7 @@ from urllib.parse import quote, urlsplit
 
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources, tensor_layout
+from .connections import LOOPBACK
 from .errors import IntegrityError, InvalidName, MissingChunks, NotFound
 from .filesink import FileSink
 from .models import Checkpoint, Transfer
@@ -70,15 +71,12 @@ NOVEL_STREAK = 2
 MAX_HELD_BYTES = 1 << 30
 
 
-_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
 def is_local_default(url: str) -> bool:
     """Is `url` the server `ckpt serve` starts by default (loopback, port 8470)?"""
     parts = urlsplit(url)
     return (
         parts.scheme in ("http", "https")
-        and parts.hostname in _LOOPBACK
+        and parts.hostname in LOOPBACK
         and parts.port == DEFAULT_PORT
     )
 
@@ -97,7 +95,7 @@ def default_token(url: str = DEFAULT_URL) -> str | None:
 def warn_plain_http(url: str, token: str | None) -> None:
     """A bearer token over plain HTTP beyond loopback can be read off the network."""
     parts = urlsplit(url)
-    if token and parts.scheme == "http" and parts.hostname not in _LOOPBACK:
+    if token and parts.scheme == "http" and parts.hostname not in LOOPBACK:
         warnings.warn(
             f"sending a token over plain HTTP to {parts.hostname}; use https:// (TLS)",
             PlainHttpWarning,
@@ -157,7 +155,11 @@ class AsyncVaultClient:
         small_save_limit: int = SMALL_SAVE_LIMIT,
         progress: bool | None = None,
         max_background_saves: int = 1,
+        local_files: bool = True,
     ) -> None:
+        """`local_files`: files of a save that are files on disk are handed to a server on
+        this machine by descriptor, when it offers its socket (client/local.py), rather
+        than sent; False always sends them."""
         self.url = url or os.environ.get("CKPT_URL") or DEFAULT_URL
         token = token if token is not None else default_token(self.url)
         warn_plain_http(self.url, token)
@@ -170,6 +172,7 @@ class AsyncVaultClient:
             tls=tls_from_env(),
         )
         self.small_save_limit = small_save_limit
+        self.local_files = local_files
         self.progress = progress
         self.background = BackgroundSaves(max_background_saves)
 
@@ -245,10 +248,30 @@ class AsyncVaultClient:
         if all(n >= 0 for n in sizes) and sum(sizes) <= self.small_save_limit:
             return await self._save_small(namespace, sources, opts)
         up = await self._open_upload(namespace, opts)
+        socket = await self._t.local_socket() if self.local_files else None
+        handed = [s for s in sources if socket is not None and s.path is not None]
         with Progress(self.progress, sum(n for n in sizes if n > 0), f"save {namespace}") as bar:
             sender = _Sender(self._t, up.id, up.chunking, bar)
-            listing = {s.name: await sender.send(s) for s in sources}
-            return await self._commit(sender, sources, listing)
+            listing = {}
+            for s in sources:
+                if s in handed:
+                    assert socket is not None
+                    await self._hand_over(socket, up.id, s)
+                    bar.update(s.size)
+                else:
+                    listing[s.name] = await sender.send(s)
+            return await self._commit(sender, sources, listing, socket, handed)
+
+    async def _hand_over(self, socket: str, upload_id: str, source: Source) -> None:
+        """Give the server on this machine the file itself; it becomes part of the upload
+        as a file streamed through it would (no listing at the commit)."""
+        assert source.path is not None
+        fd = await asyncio.to_thread(os.open, source.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            path = f"/v1/uploads/{upload_id}/files/{quote(source.name)}"
+            await self._t.hand_over(socket, path, fd, source.size)
+        finally:
+            os.close(fd)
 
     async def submit(self, prepare: Prepare, *, timeout: float | None = None) -> SaveHandle:
         """Run a save in the background: wait for one of `max_background_saves` slots (at
@@ -329,18 +352,26 @@ class AsyncVaultClient:
         return Checkpoint.from_wire(rec)
 
     async def _commit(
-        self, sender: _Sender, sources: list[Source], listing: dict[str, dict[str, Any]]
+        self,
+        sender: _Sender,
+        sources: list[Source],
+        listing: dict[str, dict[str, Any]],
+        socket: str | None = None,
+        handed: Sequence[Source] = (),
     ) -> Checkpoint:
         path = f"/v1/uploads/{sender.upload_id}/commit"
         try:
             rec = await self._t.json("POST", path, json_body={"files": listing})
         except MissingChunks as e:
             # Chunks went missing between our query and the commit (collected, or found
-            # damaged): send those again from the files, once, and commit again.
+            # damaged): send those again from the files, once, and commit again. Files
+            # handed over are handed over again (their chunk lists are the server's).
             lost = set(e.missing)
             for s in sources:
-                if lost & set(listing[s.name]["chunks"]):
+                if s.name in listing and lost & set(listing[s.name]["chunks"]):
                     await sender.send(s, force=lost)
+                elif s in handed and socket is not None:
+                    await self._hand_over(socket, sender.upload_id, s)
             rec = await self._t.json("POST", path, json_body={"files": listing})
         return Checkpoint.from_wire(rec)
 

@@ -23,11 +23,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
-from . import bulkget
+from . import bulkget, local
 from . import connections as wire
-from .connections import Broken
+from .connections import LOOPBACK, Broken
 from .daemonpool import DaemonPool
 from .errors import ClientError, TransportError, error_from
 from .models import Transfer
@@ -100,6 +100,7 @@ class Transport:
         self._conns = wire.Connections(self.url, tls, timeout, keep=connections)
         self._threads = DaemonPool(connections, "ckpt-http")
         self._closed = False
+        self._local: str | None = None  # `local_socket`: "" once known there is none
 
     async def close(self) -> None:
         """Close every connection (a request still running on a thread fails at once); the
@@ -223,6 +224,43 @@ class Transport:
         finally:
             stop.set()
         return done
+
+    async def local_socket(self) -> str | None:
+        """The socket of the server this transport talks to, if it is on this machine and
+        this process can use it (client/local.py); asked once, the answer kept."""
+        if self._local is None:
+            self._local = await self._find_local_socket() or ""
+        return self._local or None
+
+    async def _find_local_socket(self) -> str | None:
+        if urlsplit(self.url).scheme != "http" or urlsplit(self.url).hostname not in LOOPBACK:
+            return None
+        try:
+            health = await self.json("GET", "/v1/health")
+        except (ClientError, TransportError):
+            return None
+        path, instance = health.get("local_socket"), health.get("instance")
+        if not isinstance(path, str) or not isinstance(instance, str) or not local.is_socket(path):
+            return None
+        usable = await self._on_thread(local.same_server, path, instance, self._conns.timeout)
+        return path if usable else None
+
+    async def hand_over(self, socket_path: str, path: str, fd: int, size: int) -> Any:
+        """`PUT path` with the open file `fd` as its body, on the local socket; the answer's
+        JSON. Retried like every request (the descriptor stays open meanwhile)."""
+        target = self._target(path)
+        call = functools.partial(
+            local.hand_over, socket_path, target, self._headers, fd, size, self._conns.timeout
+        )
+
+        async def attempt() -> Any:
+            status, answer_headers, payload = await self._on_thread(call)
+            self._count(0, len(payload))
+            if status >= 400:
+                raise _refusal(status, answer_headers, payload)
+            return _parse(payload)
+
+        return await self.retrying(f"PUT {path} (descriptor)", attempt)
 
     async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:

@@ -44,9 +44,13 @@ class ServerProcess:
         config: Path | None = None,
         extra_args: tuple[str, ...] = (),
         tls: ssl.SSLContext | None = None,
+        local_socket: bool = False,
     ) -> None:
         """`tls`: the server speaks HTTPS (its certificate in `extra_args`); this context
-        is what the readiness probe connects with."""
+        is what the readiness probe connects with. `local_socket`: the server offers its
+        socket to clients on this machine, which then hand files over by descriptor
+        (tests/client/test_local_files.py); off, saves take the HTTP path every remote
+        client takes, which most tests are about."""
         self.config = config
         self.data_dir = data_dir
         self.port = port
@@ -54,6 +58,7 @@ class ServerProcess:
         self.url = f"{'https' if tls else 'http'}://{self.host}:{port}"
         self.extra_args = extra_args
         self.tls = tls
+        self.local_socket = local_socket
         self.log_path = log_path
         self.token = ""
         self.starts = 0
@@ -89,7 +94,10 @@ class ServerProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
+                "CKPT_SERVER_LOCAL_SOCKET": str(self.local_socket).lower(),
+            },
         )
         self.starts += 1
         self._wait_ready()

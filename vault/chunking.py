@@ -84,4 +84,5 @@ __all__ = [
     "StreamChunker",
     "cut_whole",
     "profile_from_wire",
+    "tensor_regions",
 ]

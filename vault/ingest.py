@@ -7,12 +7,17 @@ piece's writes are outstanding, so memory stays at a few pieces whatever the fil
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import fcntl
+import os
+import stat
+from collections import deque
+from concurrent.futures import Future, wait
 
 import blake3
 
-from .chunking import ChunkingProfile, StreamChunker
+from .chunking import ChunkingProfile, StreamChunker, tensor_regions
 from .domains import Domain, cached
+from .errors import InvalidRequest
 from .frame import Encoder, chunk_id
 from .manifest import FileEntry
 from .names import check_file_name
@@ -85,3 +90,82 @@ class FileIngest:
         entry = FileEntry(self._size, self._hash.digest(), tuple(self._chunks))
         self._uploads.add_file(self._upload_id, self.name, entry)
         return entry
+
+
+O_PATH = getattr(os, "O_PATH", 0)  # a descriptor that names a file without opening it
+DESCRIPTOR_PIECE = 8 << 20  # read, cut and hashed at a time
+STORING = 2  # pieces being stored meanwhile
+
+
+def ingest_descriptor(
+    store: Store, uploads: Uploads, upload_id: str, name: str, fd: int, domain: Domain = None
+) -> FileEntry:
+    """Chunk the open file `fd` into an upload and attach it, reading it here: what a client
+    on this machine hands over instead of sending the bytes (api/receive.py).
+
+    Cut exactly as a client would cut the same file (its tensors found first, the
+    upload's profile), so its chunks dedup with those of files that came over HTTP. This
+    thread reads, cuts, names and hashes each piece; the pieces before are stored meanwhile
+    on other threads, as chunk batches are (`Uploads.put_chunks`: staged, durable by the
+    commit), two at a time, so one is framed while the writer applies the other. At most
+    three pieces are held. The file is read once: what it holds when read is what is
+    stored, and its hash is of those bytes."""
+    name = check_file_name(name)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise InvalidRequest("the descriptor handed over is not a regular file")
+    if fcntl.fcntl(fd, fcntl.F_GETFL) & (os.O_WRONLY | os.O_RDWR | O_PATH) not in (0, os.O_RDWR):
+        raise InvalidRequest("the file handed over is not open for reading")
+    with store.catalog_env.read() as txn:
+        session = uploads.live(txn, upload_id)
+        profile = store.catalog.require_namespace(txn, session.namespace).chunking()
+    regions: list[tuple[int, int]] = []
+    if profile.tensor_pieces:
+        with open(os.dup(fd), "rb") as f:  # its own object; reads below are positioned
+            regions = tensor_regions(f, os.fstat(fd).st_size, profile.tensor_pieces)
+    chunker = StreamChunker(profile, regions=regions)
+    file_hash = blake3.blake3()
+    listing: list[tuple[bytes, int]] = []
+    size = 0
+    storing: deque[Future[int]] = deque()
+    try:
+        while True:
+            piece = _read_piece(fd, size)
+            final = len(piece) < DESCRIPTOR_PIECE
+            file_hash.update(piece)
+            chunks = [(chunk_id(c), c) for c in chunker.feed(piece, final)]
+            listing.extend((cid, len(c)) for cid, c in chunks)
+            size += len(piece)
+            if len(storing) == STORING:
+                storing.popleft().result()
+            if chunks:
+                storing.append(
+                    store.storers.submit(
+                        uploads.put_chunks, upload_id, chunks, domain, named_here=True
+                    )
+                )
+            if final:
+                break
+        for done in storing:
+            done.result()
+    except BaseException:
+        wait(storing)  # nothing of this file runs on behind the error
+        raise
+    entry = FileEntry(size, file_hash.digest(), tuple(listing))
+    uploads.add_file(upload_id, name, entry)
+    return entry
+
+
+def _read_piece(fd: int, offset: int) -> bytes:
+    """DESCRIPTOR_PIECE bytes from `offset`, fewer only at the end of the file."""
+    try:
+        parts = [os.pread(fd, DESCRIPTOR_PIECE, offset)]
+        got = len(parts[0])
+        while 0 < got < DESCRIPTOR_PIECE:
+            more = os.pread(fd, DESCRIPTOR_PIECE - got, offset + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+    except OSError as e:
+        raise InvalidRequest(f"the file handed over could not be read: {e.strerror}") from None
+    return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -49,6 +49,13 @@ class Store:
         )
     )
 
+    # Stores the pieces of files handed over by descriptor while the next piece is cut
+    # (vault/ingest.py): long-lived, so the malloc arena each thread gets is reused rather
+    # than one more kept per file.
+    storers: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(4, thread_name_prefix="ckpt-store")
+    )
+
     @classmethod
     def open(
         cls,
@@ -128,6 +135,7 @@ class Store:
 
     def close(self) -> None:
         self.decoders.shutdown(wait=True)
+        self.storers.shutdown(wait=True)
         self.writer.close()  # and its syncer: everything committed is durable
         self.catalog_env.close()
         self.frames_env.close()

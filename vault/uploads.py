@@ -341,6 +341,7 @@ class Uploads:
         domain: Domain = None,
         in_place: bool = False,
         at: tuple[str, int] | None = None,
+        named_here: bool = False,
     ) -> int:
         """Store client-chunked chunks (raw id, plaintext); returns how many were new *to
         the caller*: a chunk stored only outside its `domain` counts as created, so the
@@ -351,7 +352,8 @@ class Uploads:
         the file's hash runs as they arrive (vault/filehash.py). A plaintext None is a
         reference to a chunk the caller may count as stored (`present`), there only for
         `at`; references to anything else store nothing and answer the same, and the file
-        is read back at its commit.
+        is read back at its commit. `named_here`: the ids were computed from these very
+        bytes in this process (a file the server read itself), so they are not hashed twice.
 
         Every chunk is checked before any is stored, so a bad one changes nothing.
         """
@@ -368,7 +370,7 @@ class Uploads:
                 continue
             if len(data) > limit:
                 raise TooLarge(f"chunk {cid.hex()} is larger than {limit} bytes")
-            if chunk_id(data) != cid:
+            if not named_here and chunk_id(data) != cid:
                 raise HashMismatch(f"BLAKE3 of the data does not match chunk id {cid.hex()}")
             carried[cid] = data
         domain = cached(domain)

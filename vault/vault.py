@@ -43,7 +43,7 @@ from .domains import Domain
 from .env import make_private
 from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
 from .gc import GcReport, collect
-from .ingest import FileIngest
+from .ingest import FileIngest, ingest_descriptor
 from .lifecycle import Lifecycle
 from .maintenance import MaintenanceLock
 from .manifest import FileEntry
@@ -282,6 +282,13 @@ class Vault:
         """Stream a file into an upload; `domain` as for `missing` (what counts as new
         bytes against the token's pending-bytes limit)."""
         return FileIngest(self.store, self.uploads, upload_id, name, domain)
+
+    def ingest_descriptor(
+        self, upload_id: str, name: str, fd: int, domain: Domain = None
+    ) -> FileEntry:
+        """Chunk the open file `fd` into an upload, reading it here (a client on this
+        machine handed it over); `domain` as for `missing`. The caller closes `fd`."""
+        return ingest_descriptor(self.store, self.uploads, upload_id, name, fd, domain)
 
     def commit(
         self,

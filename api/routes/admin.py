@@ -28,14 +28,22 @@ from ..auth import principal, require_admin
 from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool, query_int, query_size, run
 from ..jobs import run_job
-from ..keys import METRICS, SETTINGS, TOKENS, VAULT
+from ..keys import INSTANCE, METRICS, SETTINGS, TOKENS, VAULT
 
 
 async def health(request: web.Request) -> web.Response:
     """Liveness and role (primary, standby, fenced; a standby's lag behind its replica);
     needs no token."""
     vault = request.app[VAULT]
-    out: dict[str, object] = {"status": "ok", "version": __version__, "role": vault.role}
+    out: dict[str, object] = {
+        "status": "ok",
+        "version": __version__,
+        "role": vault.role,
+        "instance": request.app[INSTANCE],
+    }
+    socket = request.app[SETTINGS].socket_path
+    if socket is not None:
+        out["local_socket"] = str(socket)  # a client on this machine may hand files over
     if vault.standby is not None:
         out["lag_seconds"] = vault.standby.status()["lag_seconds"]
     return json_response(out)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from urllib.parse import unquote
 
 from aiohttp import web
 
-from client.protocol import FileStored, UploadOpened, decode_chunk_batch
+from client.protocol import DESCRIPTOR_TYPE, FileStored, UploadOpened, decode_chunk_batch
 from vault import InvalidRequest, UploadSession, Vault
 from vault.clock import rfc3339
 from vault.domains import Domain
@@ -28,7 +29,7 @@ from ..http import (
     run,
 )
 from ..keys import SETTINGS, VAULT
-from ..receive import read_large_body
+from ..receive import expect_descriptor, read_large_body, receive_descriptor
 
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
 
@@ -132,10 +133,20 @@ def _raw_file_name(request: web.Request, upload_id: str) -> str:
 
 
 async def put_file(request: web.Request) -> web.Response:
-    """Stream a whole file; the server chunks it. Memory stays at a few 8 MiB pieces."""
+    """Stream a whole file, or hand it over by descriptor on the local socket; the server
+    chunks it. Memory stays at a few pieces whatever the file's size."""
     session = await _session(request)
     vault = request.app[VAULT]
     name = _raw_file_name(request, session.id)
+    if request.content_type == DESCRIPTOR_TYPE:
+        fd = await receive_descriptor(request)
+        try:
+            domain = principal(request).domain()
+            entry = await run(request, vault.ingest_descriptor, session.id, name, fd, domain)
+        finally:
+            os.close(fd)
+        stored = FileStored(name, entry.size, entry.hash.hex(), len(entry.chunks))
+        return json_response(stored.to_wire(), status=201)
     ingest = await run(request, vault.ingest, session.id, name, principal(request).domain())
     pending: asyncio.Future[None] | None = None
     body = TimedBody(request)
@@ -179,6 +190,8 @@ def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_post("/v1/uploads/{upload_id}/missing", missing)
     app.router.add_put("/v1/uploads/{upload_id}/chunks/{chunk_id}", put_chunk)
     app.router.add_post("/v1/uploads/{upload_id}/chunks", put_chunks)
-    app.router.add_put("/v1/uploads/{upload_id}/files/{name:.+}", put_file)
+    app.router.add_put(
+        "/v1/uploads/{upload_id}/files/{name:.+}", put_file, expect_handler=expect_descriptor
+    )
     app.router.add_post("/v1/uploads/{upload_id}/commit", commit)
     app.router.add_delete("/v1/uploads/{upload_id}", abort)

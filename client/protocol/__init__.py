@@ -16,6 +16,8 @@ from ._bodies import (
     CHUNK_BATCH_TYPE,
     CHUNK_RECORD_HEAD,
     CHUNK_REFERENCE,
+    CONTINUE,
+    DESCRIPTOR_TYPE,
     decode_bundle,
     decode_chunk_batch,
     encode_bundle,
@@ -28,6 +30,7 @@ from ._defaults import (
     DEFAULT_DATA_DIR,
     DEFAULT_PORT,
     DEFAULT_URL,
+    LOCAL_SOCKET_FILE,
 )
 from ._errors import ERROR_CODES, ERROR_SPECS, ERRORS, ErrorSpec, status_of
 from ._layout import tensor_regions
@@ -56,10 +59,13 @@ from ._units import format_duration, parse_duration, parse_size
 __all__ = [
     "tensor_regions",
     "ADMIN_TOKEN_FILE",
+    "LOCAL_SOCKET_FILE",
     "API_PREFIX",
     "BUNDLE_HEAD",
     "BUNDLE_MAGIC",
     "BUNDLE_TYPE",
+    "DESCRIPTOR_TYPE",
+    "CONTINUE",
     "CHUNK_BATCH_TYPE",
     "CHUNK_RECORD_HEAD",
     "CHUNK_REFERENCE",

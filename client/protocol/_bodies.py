@@ -25,6 +25,10 @@ CHUNK_BATCH_TYPE = "application/vnd.ckpt.chunks"
 BUNDLE_MAGIC = b"CVB1"
 BUNDLE_HEAD = struct.Struct("<4sI")
 BUNDLE_TYPE = "application/vnd.ckpt.bundle"
+# `PUT files/{name}` over the local socket: a one-byte body carrying the open file's
+# descriptor (SCM_RIGHTS); the server reads the file itself.
+DESCRIPTOR_TYPE = "application/vnd.ckpt.descriptor"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"  # the interim answer a descriptor waits for
 
 
 def encode_chunk_batch(

@@ -10,3 +10,4 @@ DEFAULT_URL = "http://127.0.0.1:8470"
 DEFAULT_PORT = 8470
 DEFAULT_DATA_DIR = "ckpt-data"
 ADMIN_TOKEN_FILE = "admin.token"
+LOCAL_SOCKET_FILE = "ckpt.sock"  # in the data dir: the server's Unix-domain socket

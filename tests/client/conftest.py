@@ -13,15 +13,22 @@ from client import VaultClient
 from ..serverproc import ServerProcess, free_port
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def running_server(
+    tmp_path_factory: pytest.TempPathFactory, local_socket: bool = False
+) -> Iterator[ServerProcess]:
+    """A started server in a fresh directory, stopped when the generator is closed."""
     root: Path = tmp_path_factory.mktemp("server")
-    proc = ServerProcess(root / "data", free_port(), root / "server.log")
+    proc = ServerProcess(root / "data", free_port(), root / "server.log", local_socket=local_socket)
     try:
         proc.start()
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from running_server(tmp_path_factory)
 
 
 @pytest.fixture

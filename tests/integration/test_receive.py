@@ -14,7 +14,7 @@ from typing import Any
 
 from api import Settings, create_app
 from api.keys import BODY_READERS, RECEIVERS, VAULT
-from client.protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
+from client.protocol import CHUNK_BATCH_TYPE, DESCRIPTOR_TYPE, encode_chunk_batch
 from vault import FakeClock
 from vault.frame import chunk_id
 
@@ -136,3 +136,19 @@ async def test_shutdown_wakes_a_receiver_waiting_on_a_stalled_client(api: Api) -
     # Requests are refused now (shutting down): ask the engine what the upload holds.
     ids = [chunk_id(c).hex() for c in chunks]
     assert set(await asyncio.to_thread(app[VAULT].missing, up["upload_id"], ids)) == set(ids)
+
+
+async def test_a_descriptor_over_tcp_is_refused(api: Api) -> None:
+    """Descriptors travel only on the local socket: over TCP the one-byte body is just a
+    byte, and nothing may be stored from it."""
+    up = await api.open("fd")
+    resp = await api.call(
+        "PUT",
+        f"/v1/uploads/{up['upload_id']}/files/f.bin",
+        data=b"\0",
+        headers={"Content-Type": DESCRIPTOR_TYPE},
+    )
+    assert resp.status == 400, await resp.text()
+    assert "local socket" in (await resp.json())["error"]["message"]
+    commit = await api.json("POST", f"/v1/uploads/{up['upload_id']}/commit", 201, json={})
+    assert commit["files"] == {}

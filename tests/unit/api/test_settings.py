@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from api.settings import SettingsError, effective_config, load_settings
+from api.settings import Settings, SettingsError, effective_config, load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -98,3 +99,15 @@ def test_a_standby_promotes_into_the_tier_it_follows(tmp_path: Path) -> None:
         load_settings(cfg, environ={}, overrides={("standby", "follow"): "replica:cold"})
     with pytest.raises(SettingsError, match="no such"):
         load_settings(cfg, environ={}, overrides={("standby", "follow"): "replica:gone"})
+
+
+def test_the_local_socket_lives_in_the_data_dir_unless_it_cannot(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data")
+    assert settings.socket_path == (tmp_path / "data").absolute() / "ckpt.sock"
+    assert replace(settings, local_socket=False).socket_path is None
+    # Plain HTTP beside TLS would be a way around it (and around client certificates).
+    assert replace(settings, tls_cert=tmp_path / "cert.pem").socket_path is None
+    # A socket address holds 108 bytes: a longer path means no socket, not a failed start.
+    assert replace(settings, data_dir=tmp_path / ("d" * 120)).socket_path is None
+    env = {"CKPT_SERVER_LOCAL_SOCKET": "false"}
+    assert not load_settings(None, environ=env).local_socket
