@@ -16,8 +16,10 @@ What it does, in one temp dir:
    faster; the same copy is the baseline for saves and for restores;
 3. starts `python -m client.cli serve` on a loopback port;
 4. saves: one child process per checkpoint set runs `VaultClient.save` (the series into one
-   namespace, each with the previous as parent) and reports the seconds inside `save` and
-   its own peak RSS;
+   namespace, each with the previous as parent) and reports the seconds inside `save`, its
+   own peak RSS and the bytes it sent: the server is on this machine, so by default the
+   client hands each file over by descriptor on its local socket (client/local.py) and
+   sends nearly nothing; `--http-only` makes it send them, as a client elsewhere would;
 5. restores: a child process per set runs `VaultClient.load` into an empty dir (seconds
    inside `load`); then `ckpt pull` as a whole process, start to exit; every restored file
    is compared with its original; both twice, keeping the faster, like the copy (a single
@@ -90,6 +92,9 @@ def copy_fsync(src: Path, dst: Path) -> float:
     return time.perf_counter() - start
 
 
+HTTP_ONLY_ENV = "BENCH_DISK_HTTP_ONLY"
+
+
 def child(argv: list[str]) -> dict[str, Any]:
     """Run this script's `--child` mode in a fresh interpreter; its JSON answer."""
     out = subprocess.run(
@@ -108,7 +113,8 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     op, url, ns, spec = args.child
     sets: list[dict[str, str]] = json.loads(spec)
     seconds, ids = 0.0, []
-    with VaultClient(url, token=os.environ["CKPT_TOKEN"]) as c:
+    local = os.environ.get(HTTP_ONLY_ENV) != "1"
+    with VaultClient(url, token=os.environ["CKPT_TOKEN"], local_files=local) as c:
         parent = None
         for files in sets:
             start = time.perf_counter()
@@ -119,8 +125,9 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 c.load(ns, files["ref"], dest=files["dest"])
             seconds += time.perf_counter() - start
+        sent = c.transfer.bytes_sent
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"seconds": seconds, "ids": ids, "rss_mib": rss}
+    return {"seconds": seconds, "ids": ids, "rss_mib": rss, "sent": sent}
 
 
 @dataclass
@@ -135,6 +142,7 @@ class SetFigures:
     load_s: float = 0.0
     pull_s: float = 0.0
     save_rss_mib: float = 0.0
+    save_sent: int = 0  # bytes the saving client sent: ~0 when the files were handed over
     load_rss_mib: float = 0.0
     identical: bool = False
 
@@ -235,7 +243,7 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
     shutil.rmtree(copies)
     log(f"{name}: saving {fig.nbytes / MB:.0f} MB in {len(sets)} checkpoint(s)")
     saved = child(["save", server.url, name, json.dumps(sets)])
-    fig.save_s, fig.save_rss_mib = saved["seconds"], saved["rss_mib"]
+    fig.save_s, fig.save_rss_mib, fig.save_sent = saved["seconds"], saved["rss_mib"], saved["sent"]
     dests = [tmp / "restore" / name / ck for ck in saved["ids"]]
     loads = [{"ref": ck, "dest": str(d)} for ck, d in zip(saved["ids"], dests, strict=True)]
     fig.identical = True
@@ -362,6 +370,12 @@ def report(fig: Figures) -> str:
         f"{fig.import_client_ms:.0f} ms (target < 150); ckpt --help: {fig.ckpt_help_ms:.0f} ms "
         "(target < 300)",
         f"bytecode: {fig.bytecode}",
+        "saves: "
+        + ", ".join(
+            f"{s.name} {'handed over by descriptor' if s.save_sent < s.nbytes / 100 else 'sent'}"
+            f" ({s.save_sent / MB:.1f} MB sent)"
+            for s in fig.sets
+        ),
     ]
     return "\n".join(out)
 
@@ -382,8 +396,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep PYTHONDONTWRITEBYTECODE if set (every process compiles our modules)",
     )
+    p.add_argument(
+        "--http-only",
+        action="store_true",
+        help="send the files over HTTP, as a client on another machine must",
+    )
     p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.http_only:
+        os.environ[HTTP_ONLY_ENV] = "1"  # read by the saving child
     if args.child:
         print(json.dumps(run_child(args)))
         return 0
