@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from client.protocol import CONTINUE, DESCRIPTOR_TYPE
 from vault import InvalidRequest, TooLarge
@@ -96,7 +96,7 @@ async def expect_descriptor(request: web.Request) -> None:
     """The expect handler of a route that takes descriptors: `100 Continue` for one is
     sent by `receive_descriptor`, after the handler took the socket; anything else is
     answered as aiohttp would."""
-    if request.content_type == DESCRIPTOR_TYPE:
+    if request.content_type == DESCRIPTOR_TYPE or request.version != HttpVersion11:
         return
     if request.headers.get("Expect", "").lower() != "100-continue":
         raise web.HTTPExpectationFailed(text=f"unknown Expect: {request.headers['Expect']}")

@@ -239,6 +239,8 @@ class Transport:
             health = await self.json("GET", "/v1/health")
         except (ClientError, TransportError):
             return None
+        if not isinstance(health, dict):
+            return None
         path, instance = health.get("local_socket"), health.get("instance")
         if not isinstance(path, str) or not isinstance(instance, str) or not local.is_socket(path):
             return None
