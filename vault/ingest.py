@@ -105,11 +105,11 @@ def ingest_descriptor(
 
     Cut exactly as a client would cut the same file (its tensors found first, the
     upload's profile), so its chunks dedup with those of files that came over HTTP. This
-    thread reads, cuts, names and hashes each piece; the pieces before are stored meanwhile
-    on other threads, as chunk batches are (`Uploads.put_chunks`: staged, durable by the
-    commit), two at a time, so one is framed while the writer applies the other. At most
-    three pieces are held. The file is read once: what it holds when read is what is
-    stored, and its hash is of those bytes."""
+    thread reads, cuts and hashes the file piece by piece; each piece's chunks are named and
+    stored on another thread, as chunk batches are (`Uploads.put_chunks`: staged, durable
+    by the commit), two pieces at a time, so one is named and framed while the writer
+    applies the other. At most three pieces are held. The file is read once: what it holds
+    when read is what is stored, and its hash is of those bytes."""
     name = check_file_name(name)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         raise InvalidRequest("the descriptor handed over is not a regular file")
@@ -126,27 +126,28 @@ def ingest_descriptor(
     file_hash = blake3.blake3()
     listing: list[tuple[bytes, int]] = []
     size = 0
-    storing: deque[Future[int]] = deque()
+    storing: deque[Future[list[tuple[bytes, int]]]] = deque()
+
+    def name_and_store(cut: list[memoryview]) -> list[tuple[bytes, int]]:
+        chunks = [(chunk_id(c), c) for c in cut]
+        uploads.put_chunks(upload_id, chunks, domain, named_here=True)
+        return [(cid, len(c)) for cid, c in chunks]
+
     try:
         while True:
             piece = _read_piece(fd, size)
             final = len(piece) < DESCRIPTOR_PIECE
-            file_hash.update(piece)
-            chunks = [(chunk_id(c), c) for c in chunker.feed(piece, final)]
-            listing.extend((cid, len(c)) for cid, c in chunks)
-            size += len(piece)
+            cut = chunker.feed(piece, final)
             if len(storing) == STORING:
-                storing.popleft().result()
-            if chunks:
-                storing.append(
-                    store.storers.submit(
-                        uploads.put_chunks, upload_id, chunks, domain, named_here=True
-                    )
-                )
+                listing.extend(storing.popleft().result())
+            if cut:
+                storing.append(store.storers.submit(name_and_store, cut))
+            file_hash.update(piece)  # while the pieces are named and stored
+            size += len(piece)
             if final:
                 break
-        for done in storing:
-            done.result()
+        while storing:
+            listing.extend(storing.popleft().result())
     except BaseException:
         wait(storing)  # nothing of this file runs on behind the error
         raise
