@@ -11,9 +11,13 @@ What it does, in one temp dir:
 1. writes a novel checkpoint (torch.save of random fp32 tensors, ~`--size`) and the
    `finetune` series of bench/series.py (`--count` checkpoints, every weight changes every
    step), each in a child process so torch's memory counts against nobody measured here;
-2. baseline, same run: copies every file in 8 MiB writes + fsync (the source is in the page
-   cache, so this is what writing the same bytes to a local file costs), twice, keeping the
-   faster; the same copy is the baseline for saves and for restores;
+2. baseline, same run: copies every file in 8 MiB writes + fsync (the source is in the
+   page cache, so this is what writing the same bytes to a local file costs): twice into
+   new files, then once over the second copy, keeping the fastest; the same copy is the
+   baseline for saves and for restores. The copy over a copy reuses the page-cache pages
+   it just freed, which on this VM costs a third of the kernel time of pages new to a
+   file (a fresh guest page costs the host a fault), while the vault's data file, like a
+   checkpoint, only grows into new pages: the fastest new-file copy is printed too;
 3. starts `python -m client.cli serve` on a loopback port;
 4. saves: one child process per checkpoint set runs `VaultClient.save` (the series into one
    namespace, each with the previous as parent) and reports the seconds inside `save`, its
@@ -137,7 +141,8 @@ class SetFigures:
     name: str
     files: int
     nbytes: int
-    copy_s: float = 0.0
+    copy_s: float = 0.0  # the fastest copy + fsync: the baseline
+    copy_new_s: float = 0.0  # the fastest into new files only
     save_s: float = 0.0
     load_s: float = 0.0
     pull_s: float = 0.0
@@ -229,6 +234,10 @@ def prepare(tmp: Path, args: argparse.Namespace) -> list[tuple[str, list[dict[st
         )
         ckpts = sorted(p for p in out.iterdir() if p.is_dir())
         sets.append(("finetune", [{f.name: str(f) for f in sorted(d.iterdir())} for d in ckpts]))
+    # The files were just written: without this the kernel writes ~2 GB of them back while
+    # the copies and the saves are timed, competing with both for the disk (the novel
+    # save measured 590-670 MB/s that way, 900-960 with its source already on disk).
+    os.sync()
     return sets
 
 
@@ -237,9 +246,17 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
     fig = SetFigures(name, len(paths), sum(p.stat().st_size for p in paths))
     copies = tmp / "copies"
     copies.mkdir(exist_ok=True)
-    fig.copy_s = min(
-        sum(copy_fsync(p, copies / f"{i}.bin") for i, p in enumerate(paths)) for _ in range(2)
-    )
+
+    # Two copies into new files, as a checkpoint is written (and as the vault's data file
+    # grows), then one over the second: that reuses the page-cache pages it just freed,
+    # which on this VM costs ~0.5 s of kernel time per GB against 1.4-1.7 s for pages new
+    # to a file. The baseline is the fastest of the three, the strictest; the new-file one
+    # is reported beside it.
+    def copy_all(n: int) -> float:
+        return sum(copy_fsync(p, copies / f"{n}-{i}.bin") for i, p in enumerate(paths))
+
+    fig.copy_new_s = min(copy_all(0), copy_all(1))
+    fig.copy_s = min(fig.copy_new_s, copy_all(1))
     shutil.rmtree(copies)
     log(f"{name}: saving {fig.nbytes / MB:.0f} MB in {len(sets)} checkpoint(s)")
     saved = child(["save", server.url, name, json.dumps(sets)])
@@ -370,6 +387,13 @@ def report(fig: Figures) -> str:
         f"{fig.import_client_ms:.0f} ms (target < 150); ckpt --help: {fig.ckpt_help_ms:.0f} ms "
         "(target < 300)",
         f"bytecode: {fig.bytecode}",
+        "copy + fsync into new files only: "
+        + ", ".join(
+            f"{s.name} {s.nbytes / s.copy_new_s / MB:.0f} MB/s"
+            f" (save {s.copy_new_s / s.save_s:.2f}x)"
+            for s in fig.sets
+            if s.copy_new_s and s.save_s
+        ),
         "saves: "
         + ", ".join(
             f"{s.name} {'handed over by descriptor' if s.save_sent < s.nbytes / 100 else 'sent'}"
