@@ -147,10 +147,14 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})
 _OBJECT: dict[str, Any] = {"type": "object"}
 # Raw (non-JSON) request bodies, by handler name: what they hold (docs/API.md has the
-# formats). The service reads the bytes whatever the Content-Type says.
+# formats). The service reads the bytes whatever the Content-Type says, but for one.
 BINARY: dict[str, str] = {
     "put_chunk": "the chunk's plaintext; BLAKE3 of it must be the chunk id",
-    "put_file": "the file's bytes, any length",
+    "put_file": (
+        "the file's bytes, any length; on the local socket only, Content-Type "
+        f"{protocol.DESCRIPTOR_TYPE}: one byte carrying the open file (SCM_RIGHTS), "
+        "sent after 100 Continue"
+    ),
     "put_chunks": f"{protocol.CHUNK_BATCH_TYPE}: records of raw id, u32 length, bytes",
     "save_checkpoint": f"{protocol.BUNDLE_TYPE}: header and files",
 }
