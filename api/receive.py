@@ -10,6 +10,10 @@ aiohttp's parser then never sees those bytes and still expects them, so the conn
 cannot carry another request: it is closed once the answer is sent (the client opens a
 new one, ~0.1 ms on loopback against the ~10 ms a 16 MiB body takes). TLS bodies, bodies
 without a Content-Length and small ones go the usual way.
+
+A file handed over by descriptor on the local socket (client/local.py) is received the
+same way, and must be: aiohttp reads with `recv`, which would drop the descriptor. The
+client sends it only after `100 Continue`, which goes out once the socket is taken.
 """
 
 from __future__ import annotations
