@@ -1,7 +1,8 @@
 """Crash consistency over HTTP: SIGKILL a real `ckpt serve` while producers upload and commit.
 
-Producers open uploads, send one or two files each (streamed through `files/{name}` or cut
-client-side and sent through `missing` + `chunks/{id}`) and commit. A killer task SIGKILLs
+Producers open uploads, send one or two files each (streamed through `files/{name}`,
+handed over by descriptor on the local socket, or cut client-side and sent through
+`missing` + `chunks/{id}`) and commit. A killer task SIGKILLs
 the server at seeded random moments and restarts it on the same data dir and port. Every
 attempt is tracked with the exact bytes sent and what the server answered:
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import random
 from collections.abc import AsyncIterator
@@ -36,6 +38,8 @@ import blake3
 import pytest
 from pyfastcdc import FastCDC
 
+from client import local
+from client.connections import Broken
 from client.protocol import encode_bundle
 
 from ..serverproc import ServerProcess
@@ -59,7 +63,7 @@ ABANDONED, UNSENT, COMMITTING, UNKNOWN, ACKED = (
     "unknown",
     "acked",
 )
-TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, Broken)
 
 
 class ServerFault(AssertionError):
@@ -153,6 +157,7 @@ class Attempt:
     namespace: str
     files: dict[str, bytes]
     chunked: set[str] = field(default_factory=set)  # files sent client-chunked
+    handed: set[str] = field(default_factory=set)  # files handed over by descriptor
     bundle: bool = False  # sent as one request (POST .../checkpoints) with an idempotency key
     upload_id: str | None = None
     commit_body: dict[str, Any] = field(default_factory=dict)
@@ -266,17 +271,46 @@ class Producer:
         run.acked(a, record["id"])
 
     async def send_file(self, a: Attempt, name: str, data: bytes) -> None:
-        body: io.BytesIO | AsyncIterator[bytes] = io.BytesIO(data)
-        if self.rng.random() < 0.5:
-            body = pieces(data, random.Random(f"{a.key}/{name}"))
-        async with self.run.http.put(
-            self.run.url(f"/v1/uploads/{a.upload_id}/files/{name}"),
-            data=body,
-            headers=self.run.auth,
-        ) as resp:
-            got = await answer(resp, 201)
+        if self.rng.random() < 0.3:
+            got = await self.hand_over(a, name, data)
+        else:
+            body: io.BytesIO | AsyncIterator[bytes] = io.BytesIO(data)
+            if self.rng.random() < 0.5:
+                body = pieces(data, random.Random(f"{a.key}/{name}"))
+            async with self.run.http.put(
+                self.run.url(f"/v1/uploads/{a.upload_id}/files/{name}"),
+                data=body,
+                headers=self.run.auth,
+            ) as resp:
+                got = await answer(resp, 201)
         want = {"name": name, "size": len(data), "hash": hexhash(data)}
         assert {k: got[k] for k in want} == want, f"{a.key}: server saw other bytes for {name}"
+
+    async def hand_over(self, a: Attempt, name: str, data: bytes) -> dict[str, Any]:
+        """The file as a client on the server's machine gives it: its descriptor."""
+        server = self.run.server
+        path = server.data_dir.parent / "handed" / f"{a.key}-{name.replace('/', '_')}"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            status, _, payload = await asyncio.to_thread(
+                local.hand_over,
+                str(server.data_dir / "ckpt.sock"),
+                f"/v1/uploads/{a.upload_id}/files/{name}",
+                self.run.auth,
+                fd,
+                len(data),
+                30,
+            )
+        finally:
+            os.close(fd)
+            path.unlink()
+        if status != 201:
+            raise ServerFault(f"{a.key}: handing {name} over answered {status}: {payload[:300]!r}")
+        a.handed.add(name)
+        got: dict[str, Any] = json.loads(payload)
+        return got
 
     async def send_chunks(
         self, a: Attempt, name: str, data: bytes, chunking: dict[str, Any]
@@ -545,6 +579,7 @@ async def test_sigkill_during_uploads_loses_no_acknowledged_checkpoint(
         assert {a.key for a, _ in after.values()} == {a.key for a in acked}
         assert any(a.bundle for a in acked), "no one-request save was exercised"
         assert any(a.chunked for a in acked), "no client-chunked upload was exercised"
+        assert any(a.handed for a in acked), "no file handed over by descriptor was exercised"
 
     assert crash_server.alive(), f"server exited on its own:\n{crash_server.log_tail()}"
     log = crash_server.log_tail(100_000)
