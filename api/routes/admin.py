@@ -42,11 +42,18 @@ async def health(request: web.Request) -> web.Response:
         "instance": request.app[INSTANCE],
     }
     socket = request.app[SETTINGS].socket_path
-    if socket is not None:
+    if socket is not None and on_this_machine(request.remote):
         out["local_socket"] = str(socket)  # a client on this machine may hand files over
     if vault.standby is not None:
         out["lag_seconds"] = vault.standby.status()["lag_seconds"]
     return json_response(out)
+
+
+def on_this_machine(remote: str | None) -> bool:
+    """Whether a caller at `remote` is on this machine (loopback, or the local socket, which
+    has no address): only such a caller can use the local socket, and nobody else learns
+    the data dir's path from health."""
+    return not remote or remote == "::1" or remote.startswith("127.")
 
 
 async def promote(request: web.Request) -> web.Response:

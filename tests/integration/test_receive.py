@@ -14,6 +14,7 @@ from typing import Any
 
 from api import Settings, create_app
 from api.keys import BODY_READERS, RECEIVERS, VAULT
+from api.routes.admin import on_this_machine
 from client.protocol import CHUNK_BATCH_TYPE, DESCRIPTOR_TYPE, encode_chunk_batch
 from vault import FakeClock
 from vault.frame import chunk_id
@@ -152,3 +153,13 @@ async def test_a_descriptor_over_tcp_is_refused(api: Api) -> None:
     assert "local socket" in (await resp.json())["error"]["message"]
     commit = await api.json("POST", f"/v1/uploads/{up['upload_id']}/commit", 201, json={})
     assert commit["files"] == {}
+
+
+async def test_health_names_the_local_socket_only_on_this_machine(api: Api) -> None:
+    health = await api.json("GET", "/v1/health")
+    assert health["local_socket"] == str(api.data_dir.absolute() / "ckpt.sock")
+    assert len(health["instance"]) == 16
+    for here in ("127.0.0.1", "127.0.0.2", "::1", "", None):  # None, "": the local socket
+        assert on_this_machine(here), here
+    for elsewhere in ("192.0.2.2", "::ffff:192.0.2.2", "10.0.0.1"):
+        assert not on_this_machine(elsewhere), elsewhere
