@@ -252,26 +252,31 @@ class AsyncVaultClient:
         handed = [s for s in sources if socket is not None and s.path is not None]
         with Progress(self.progress, sum(n for n in sizes if n > 0), f"save {namespace}") as bar:
             sender = _Sender(self._t, up.id, up.chunking, bar)
-            listing = {}
-            for s in sources:
-                if s in handed:
-                    assert socket is not None
-                    await self._hand_over(socket, up.id, s)
-                    bar.update(s.size)
-                else:
-                    listing[s.name] = await sender.send(s)
+            gate = asyncio.Semaphore(FILES_IN_FLIGHT)
+
+            async def hand(source: Source) -> None:
+                assert socket is not None
+                async with gate:
+                    await self._hand_over(socket, up.id, source)
+                bar.update(source.size)
+
+            # Files handed over go two at a time, beside those sent: each one's answer
+            # waits for its entry to be synced, which the other's reading fills.
+            handing = asyncio.ensure_future(_all([hand(s) for s in handed]))
+            try:
+                listing = {s.name: await sender.send(s) for s in sources if s not in handed}
+                await handing
+            finally:
+                handing.cancel()
+                await asyncio.gather(handing, return_exceptions=True)
             return await self._commit(sender, sources, listing, socket, handed)
 
     async def _hand_over(self, socket: str, upload_id: str, source: Source) -> None:
         """Give the server on this machine the file itself; it becomes part of the upload
         as a file streamed through it would (no listing at the commit)."""
         assert source.path is not None
-        fd = await asyncio.to_thread(os.open, source.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            path = f"/v1/uploads/{upload_id}/files/{quote(source.name)}"
-            await self._t.hand_over(socket, path, fd, source.size)
-        finally:
-            os.close(fd)
+        path = f"/v1/uploads/{upload_id}/files/{quote(source.name)}"
+        await self._t.hand_over(socket, path, source.path)
 
     async def submit(self, prepare: Prepare, *, timeout: float | None = None) -> SaveHandle:
         """Run a save in the background: wait for one of `max_background_saves` slots (at

@@ -21,6 +21,7 @@ import os
 import socket
 import stat
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .connections import Broken
@@ -59,6 +60,19 @@ def same_server(path: str, instance: str, timeout: float) -> bool:
     finally:
         conn.close()
     return isinstance(answer, dict) and answer.get("instance") == instance
+
+
+def hand_over_file(
+    path: str, target: str, headers: Mapping[str, str], file: Path, timeout: float
+) -> tuple[int, dict[str, str], bytes]:
+    """`hand_over` of the file at `file`, opened here and closed once answered: the
+    descriptor lives exactly as long as the call using it (a caller that gave up meanwhile
+    cannot close it under the thread, whose number a new file could then take)."""
+    fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)  # as the HTTP path, a missing file raises
+    try:
+        return hand_over(path, target, headers, fd, os.fstat(fd).st_size, timeout)
+    finally:
+        os.close(fd)
 
 
 def hand_over(

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -247,12 +248,12 @@ class Transport:
         usable = await self._on_thread(local.same_server, path, instance, self._conns.timeout)
         return path if usable else None
 
-    async def hand_over(self, socket_path: str, path: str, fd: int, size: int) -> Any:
-        """`PUT path` with the open file `fd` as its body, on the local socket; the answer's
-        JSON. Retried like every request (the descriptor stays open meanwhile)."""
+    async def hand_over(self, socket_path: str, path: str, file: Path) -> Any:
+        """`PUT path` with the file `file` as its body, handed over open on the local
+        socket; the answer's JSON. Retried like every request (each try opens it anew)."""
         target = self._target(path)
         call = functools.partial(
-            local.hand_over, socket_path, target, self._headers, fd, size, self._conns.timeout
+            local.hand_over_file, socket_path, target, self._headers, file, self._conns.timeout
         )
 
         async def attempt() -> Any:
