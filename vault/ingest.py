@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+import threading
 from collections import deque
 from concurrent.futures import Future, wait
 
@@ -17,7 +18,7 @@ import blake3
 
 from .chunking import ChunkingProfile, StreamChunker, tensor_regions
 from .domains import Domain, cached
-from .errors import InvalidRequest
+from .errors import InvalidRequest, Unavailable
 from .frame import Encoder, chunk_id
 from .manifest import FileEntry
 from .names import check_file_name
@@ -98,7 +99,13 @@ STORING = 2  # pieces being stored meanwhile
 
 
 def ingest_descriptor(
-    store: Store, uploads: Uploads, upload_id: str, name: str, fd: int, domain: Domain = None
+    store: Store,
+    uploads: Uploads,
+    upload_id: str,
+    name: str,
+    fd: int,
+    domain: Domain = None,
+    stop: threading.Event | None = None,
 ) -> FileEntry:
     """Chunk the open file `fd` into an upload and attach it, reading it here: what a client
     on this machine hands over instead of sending the bytes (api/receive.py).
@@ -135,6 +142,8 @@ def ingest_descriptor(
 
     try:
         while True:
+            if stop is not None and stop.is_set():
+                raise Unavailable("the server is shutting down; save the file again")
             piece = _read_piece(fd, size)
             final = len(piece) < DESCRIPTOR_PIECE
             cut = chunker.feed(piece, final)

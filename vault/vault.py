@@ -17,6 +17,7 @@ refused, so every write path answers the same typed error.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -284,11 +285,22 @@ class Vault:
         return FileIngest(self.store, self.uploads, upload_id, name, domain)
 
     def ingest_descriptor(
-        self, upload_id: str, name: str, fd: int, domain: Domain = None
+        self,
+        upload_id: str,
+        name: str,
+        fd: int,
+        domain: Domain = None,
+        stop: threading.Event | None = None,
     ) -> FileEntry:
         """Chunk the open file `fd` into an upload, reading it here (a client on this
-        machine handed it over); `domain` as for `missing`. The caller closes `fd`."""
-        return ingest_descriptor(self.store, self.uploads, upload_id, name, fd, domain)
+        machine handed it over); `domain` as for `missing`. Takes `fd` over: it is closed
+        when this returns, by the thread that read it, so no caller can close it under a
+        read (and let its number name another file meanwhile). `stop` set: stop at the
+        next piece (503 `unavailable`; nothing is attached)."""
+        try:
+            return ingest_descriptor(self.store, self.uploads, upload_id, name, fd, domain, stop)
+        finally:
+            os.close(fd)
 
     def commit(
         self,

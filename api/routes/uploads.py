@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import threading
+from typing import Any
 from urllib.parse import unquote
 
 from aiohttp import web
 
 from client.protocol import DESCRIPTOR_TYPE, FileStored, UploadOpened, decode_chunk_batch
-from vault import InvalidRequest, UploadSession, Vault
+from vault import FileEntry, InvalidRequest, UploadSession, Vault
 from vault.clock import rfc3339
 from vault.domains import Domain
 from vault.frame import ROOM as FRAME_ROOM
@@ -139,12 +140,7 @@ async def put_file(request: web.Request) -> web.Response:
     vault = request.app[VAULT]
     name = _raw_file_name(request, session.id)
     if request.content_type == DESCRIPTOR_TYPE:
-        fd = await receive_descriptor(request)
-        try:
-            domain = principal(request).domain()
-            entry = await run(request, vault.ingest_descriptor, session.id, name, fd, domain)
-        finally:
-            os.close(fd)
+        entry = await _ingest_descriptor(request, vault, session.id, name)
         stored = FileStored(name, entry.size, entry.hash.hex(), len(entry.chunks))
         return json_response(stored.to_wire(), status=201)
     ingest = await run(request, vault.ingest, session.id, name, principal(request).domain())
@@ -166,6 +162,33 @@ async def put_file(request: web.Request) -> web.Response:
     entry = await run(request, ingest.finish)
     stored = FileStored(ingest.name, entry.size, entry.hash.hex(), len(entry.chunks))
     return json_response(stored.to_wire(), status=201)
+
+
+async def _ingest_descriptor(
+    request: web.Request, vault: Vault, upload_id: str, name: str
+) -> FileEntry:
+    """The file handed over, read into the upload on the worker pool. The worker owns the
+    descriptor (it closes it), and the ingest is shielded from this handler's cancellation:
+    shutdown aborts it as it aborts a body being read, by telling it to stop at its next
+    piece, never by closing the file under it."""
+    fd = await receive_descriptor(request)
+    domain = principal(request).domain()
+    stop = threading.Event()
+    ingest = asyncio.ensure_future(
+        run(request, vault.ingest_descriptor, upload_id, name, fd, domain, stop)
+    )
+    try:
+        with reading_body(request):
+            return await asyncio.shield(ingest)
+    except BaseException:
+        stop.set()
+        ingest.add_done_callback(_retrieved)  # its error, if any, went with the abort
+        raise
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 async def commit(request: web.Request) -> web.Response:

@@ -7,8 +7,13 @@ import contextlib
 import io
 import json
 import os
+import time
+from pathlib import Path
 
 import aiohttp
+
+from client import local
+from client.connections import Broken
 
 from ..serverproc import ServerProcess
 
@@ -65,3 +70,62 @@ async def test_log_lines_are_json_with_request_ids(crash_server: ServerProcess) 
     assert access[0]["status"] == 404
     assert access[0]["logger"] == "ckpt.access"
     assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)
+
+
+async def test_sigterm_stops_a_file_being_handed_over(
+    crash_server: ServerProcess, tmp_path: Path
+) -> None:
+    """A file handed over by descriptor is read by a worker, not the event loop: shutdown
+    must stop that read at its next piece (it would otherwise hold the exit for as long as
+    the file takes) and attach nothing, and the worker must still close the file."""
+    sparse = tmp_path / "huge.bin"
+    with sparse.open("wb") as f:
+        f.truncate(256 << 30)  # reads fast (holes), but far longer than a shutdown may take
+    headers = {"Authorization": f"Bearer {crash_server.token}"}
+    async with (
+        aiohttp.ClientSession(crash_server.url, headers=headers) as http,
+        http.post("/v1/namespaces/term/uploads", json={}) as resp,
+    ):
+        upload = (await resp.json())["upload_id"]
+    handing = asyncio.ensure_future(
+        asyncio.to_thread(
+            local.hand_over_file,
+            str(crash_server.data_dir / "ckpt.sock"),
+            f"/v1/uploads/{upload}/files/huge.bin",
+            headers,
+            sparse,
+            60,
+        )
+    )
+    pid = crash_server.pid
+    assert pid is not None
+    for _ in range(400):  # bounded: until the server holds the file open
+        if _holds_open(pid, sparse):
+            break
+        await asyncio.sleep(0.025)
+    else:
+        raise AssertionError("the server never opened the file handed over")
+    started = time.monotonic()
+    code = await asyncio.get_running_loop().run_in_executor(None, crash_server.terminate)
+    assert code == 0, crash_server.log_tail()
+    assert time.monotonic() - started < 15
+    with contextlib.suppress(Broken):
+        status, _, _ = await handing
+        assert status == 503
+    assert "Traceback" not in crash_server.log_path.read_text()
+    crash_server.start()
+    async with (
+        aiohttp.ClientSession(crash_server.url, headers=headers) as http,
+        http.post(f"/v1/uploads/{upload}/commit", json={}) as resp,
+    ):
+        assert resp.status == 201, await resp.text()
+        assert (await resp.json())["files"] == {}  # nothing of the file was attached
+
+
+def _holds_open(pid: int, path: Path) -> bool:
+    fds = Path(f"/proc/{pid}/fd")
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) == str(path):
+                return True
+    return False
