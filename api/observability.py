@@ -238,6 +238,12 @@ class _EngineCollector(Collector):
         for how, n in o["commit_file_hashes"].items():
             hashes.add_metric([how], n)
         yield hashes
+        for what, n in o["handed_over"].items():
+            yield CounterMetricFamily(
+                f"ckpt_handed_over_{what}",
+                f"{what.capitalize()} of files clients on this machine handed over by descriptor",
+                value=n,
+            )
         rpo = GaugeMetricFamily(
             "ckpt_recovery_point_seconds",
             "Seconds since the newest (valid) checkpoint",

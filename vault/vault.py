@@ -133,6 +133,8 @@ class Vault:
         self.audit = AuditLog(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
+        self._handed = {"files": 0, "bytes": 0}  # files handed over by descriptor, since start
+        self._handed_lock = threading.Lock()
         if self.standby is None:
             self._apply_journal()
         self._policies = Policies(self.store.catalog_env.db["policies"])
@@ -298,9 +300,18 @@ class Vault:
         read (and let its number name another file meanwhile). `stop` set: stop at the
         next piece (503 `unavailable`; nothing is attached)."""
         try:
-            return ingest_descriptor(self.store, self.uploads, upload_id, name, fd, domain, stop)
+            entry = ingest_descriptor(self.store, self.uploads, upload_id, name, fd, domain, stop)
         finally:
             os.close(fd)
+        with self._handed_lock:
+            self._handed["files"] += 1
+            self._handed["bytes"] += entry.size
+        return entry
+
+    def handed_over(self) -> dict[str, int]:
+        """Files (and their bytes) clients on this machine handed over, since start."""
+        with self._handed_lock:
+            return dict(self._handed)
 
     def commit(
         self,
@@ -590,6 +601,7 @@ class Vault:
             "writer": asdict(self.store.writer.stats),
             "save_journal": self.store.writer.journal_on(),
             "commit_file_hashes": self._committer.file_hashes(),
+            "handed_over": self.handed_over(),
             "writer_queue": self.store.writer.queue_depth(),
             "replication": self.replication.status() if self.replication else None,
             "recovery_seconds": recovery,

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import struct
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +51,17 @@ def _safetensors(path: Path, sizes: list[int]) -> bytes:
     return data
 
 
+def _handed_over(server: ServerProcess) -> dict[str, float]:
+    """The server's ckpt_handed_over_{files,bytes}_total."""
+    req = urllib.request.Request(
+        f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.token}"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        text = resp.read().decode()
+    found = re.findall(r"^ckpt_handed_over_(\w+)_total (\S+)$", text, re.M)
+    return {what: float(n) for what, n in found}
+
+
 def _socket(server: ServerProcess) -> str:
     return str(server.data_dir / "ckpt.sock")
 
@@ -65,12 +78,16 @@ def test_a_file_on_disk_is_handed_over_not_sent(
 ) -> None:
     data = _safetensors(tmp_path / "model.safetensors", [3 * MiB, 1000, 9 * MiB + 4, 2 * MiB])
     (tmp_path / "state.bin").write_bytes(b"x" * 100_000 + os.urandom(20 * MiB))
+    before = _handed_over(server)
     sent = vault.transfer.bytes_sent
     ckpt = vault.save(
         "l/handed",
         {"model.safetensors": tmp_path / "model.safetensors", "state.bin": tmp_path / "state.bin"},
     )
     assert vault.transfer.bytes_sent - sent < 64 << 10  # requests, not 35 MiB of files
+    after = _handed_over(server)
+    assert after["files"] - before["files"] == 2
+    assert after["bytes"] - before["bytes"] == len(data) + (tmp_path / "state.bin").stat().st_size
     assert ckpt.files["model.safetensors"]["hash"] == blake3.blake3(data).hexdigest()
     assert ckpt.files["model.safetensors"]["size"] == len(data)
 
