@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
+import socket
 import ssl
+from dataclasses import replace
+from pathlib import Path
 
 from aiohttp import web
 
@@ -44,6 +48,37 @@ def _tune_malloc() -> None:
         pass
 
 
+def cannot_hold_socket(directory: Path) -> str | None:
+    """Why a Unix socket cannot be bound in `directory` (some network and FUSE file
+    systems refuse), or None. Tried under a name of its own: the real path may belong to a
+    server still running on this data dir, which the vault's lock refuses only later."""
+    probe = directory / f".ckpt-socket-probe-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.bind(str(probe))
+        probe.unlink()
+    except OSError as e:
+        return e.strerror or repr(e)
+    return None
+
+
+def _local_socket(settings: Settings, log: logging.Logger) -> Settings:
+    """The settings to serve with: the local socket turned off, and why logged, when it
+    cannot be had."""
+    path = settings.socket_path
+    if path is None:
+        if settings.local_socket and settings.tls_cert is None:
+            log.warning("no local socket: the data dir's path is too long for a socket address")
+        return settings
+    problem = cannot_hold_socket(path.parent)
+    if problem is not None:
+        log.warning("no local socket: %s cannot hold one (%s)", path.parent, problem)
+        return replace(settings, local_socket=False)  # nor does health name one
+    log.info("local socket %s (files handed over by descriptor)", path)
+    return settings
+
+
 def serve(settings: Settings) -> None:
     _tune_malloc()
     configure_logging(settings.log_format)
@@ -62,11 +97,8 @@ def serve(settings: Settings) -> None:
         settings.port,
         " (client certificates required)" if settings.tls_client_ca else "",
     )
+    settings = _local_socket(settings, log)
     socket_path = settings.socket_path
-    if settings.local_socket and socket_path is None and not tls:
-        log.warning("no local socket: the data dir's path is too long for a socket address")
-    elif socket_path is not None:
-        log.info("local socket %s (files handed over by descriptor)", socket_path)
     # run_app turns SIGTERM into a graceful exit: stop accepting, let in-flight requests
     # finish (up to shutdown_timeout), then the cleanup context drains the writer and closes
     # LMDB; the process exits 0.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from api.serve import cannot_hold_socket
 from api.settings import Settings, SettingsError, effective_config, load_settings
 
 
@@ -111,3 +112,12 @@ def test_the_local_socket_lives_in_the_data_dir_unless_it_cannot(tmp_path: Path)
     assert replace(settings, data_dir=tmp_path / ("d" * 120)).socket_path is None
     env = {"CKPT_SERVER_LOCAL_SOCKET": "false"}
     assert not load_settings(None, environ=env).local_socket
+
+
+def test_a_directory_that_cannot_hold_a_socket_is_told(tmp_path: Path) -> None:
+    """`ckpt serve` probes the data dir under a name of its own before listening there
+    (some network file systems refuse sockets): it then serves without one."""
+    assert cannot_hold_socket(tmp_path / "data") is None
+    assert list((tmp_path / "data").iterdir()) == []  # the probe leaves nothing behind
+    (tmp_path / "file").write_text("not a directory")
+    assert cannot_hold_socket(tmp_path / "file" / "data") is not None
