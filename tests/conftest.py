@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,27 @@ class Api:
 
     def auth(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token or self.token}"}
+
+    async def raw(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+        content_length: int | None = None,
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection that sent `method path` byte for byte (HTTP client libraries
+        normalize `..`), as admin, and `body`, which may be shorter than `content_length`
+        (default its length): for requests no client library would send."""
+        server = self.client.server
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        length = len(body) if content_length is None else content_length
+        lines = [f"{method} {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {self.token}"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        lines += [f"Content-Length: {length}", "", ""]
+        writer.write("\r\n".join(lines).encode() + body)
+        await writer.drain()
+        return reader, writer
 
     async def call(
         self,

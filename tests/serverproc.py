@@ -176,6 +176,18 @@ class ServerProcess:
             self._proc.wait(timeout=30)
         self._reap()
 
+    def metrics(self) -> str:
+        """The server's `/metrics` text, read with the admin token."""
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        try:
+            conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {self.token}"})
+            resp = conn.getresponse()
+            body = resp.read().decode()
+            assert resp.status == 200, body[:300]
+            return body
+        finally:
+            conn.close()
+
     def log_tail(self, lines: int = 60) -> str:
         try:
             text = self.log_path.read_text(errors="replace")

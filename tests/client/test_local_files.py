@@ -10,7 +10,6 @@ import os
 import re
 import socket
 import struct
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,12 +52,7 @@ def _safetensors(path: Path, sizes: list[int]) -> bytes:
 
 def _handed_over(server: ServerProcess) -> dict[str, float]:
     """The server's ckpt_handed_over_{files,bytes}_total."""
-    req = urllib.request.Request(
-        f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.token}"}
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        text = resp.read().decode()
-    found = re.findall(r"^ckpt_handed_over_(\w+)_total (\S+)$", text, re.M)
+    found = re.findall(r"^ckpt_handed_over_(\w+)_total (\S+)$", server.metrics(), re.M)
     return {what: float(n) for what, n in found}
 
 

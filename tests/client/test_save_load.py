@@ -6,7 +6,6 @@ import io
 import os
 import random
 import re
-import urllib.request
 from pathlib import Path
 
 import blake3
@@ -53,12 +52,9 @@ def test_large_save_sends_only_changed_chunks(vault: VaultClient, tmp_path: Path
 
 def _file_hashes(server: ServerProcess) -> dict[str, float]:
     """The server's ckpt_commit_file_hashes_total, by how."""
-    req = urllib.request.Request(
-        f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.token}"}
+    found = re.findall(
+        r'^ckpt_commit_file_hashes_total\{how="(\w+)"\} (\S+)$', server.metrics(), re.M
     )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        text = resp.read().decode()
-    found = re.findall(r'^ckpt_commit_file_hashes_total\{how="(\w+)"\} (\S+)$', text, re.M)
     return {how: float(n) for how, n in found}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from typing import Any
@@ -117,14 +116,7 @@ async def test_oversize_chunk(api: Api, upload: str) -> None:
 
 async def raw_put(api: Api, raw_path: str, body: bytes) -> tuple[int, dict[str, Any]]:
     """PUT with the path byte-for-byte as given: HTTP client libraries normalize `..`."""
-    server = api.client.server
-    reader, writer = await asyncio.open_connection(server.host, server.port)
-    head = (
-        f"PUT {raw_path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api.token}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    writer.write(head.encode() + body)
-    await writer.drain()
+    reader, writer = await api.raw("PUT", raw_path, body, {"Connection": "close"})
     response = await reader.read()
     writer.close()
     await writer.wait_closed()
@@ -221,14 +213,8 @@ async def test_dot_segments_are_refused_not_resolved(api: Api) -> None:
     """HTTP libraries resolve `a/../b` to `b` before sending; a raw request must not act
     on `b` either."""
     before = await snapshot(api)
-    server = api.client.server
     for path in ("/v1/namespaces/a/../b/uploads", "/v1/namespaces/a/./b/uploads"):
-        reader, writer = await asyncio.open_connection(server.host, server.port)
-        writer.write(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api.token}\r\n"
-            "Content-Length: 2\r\nConnection: close\r\n\r\n{}".encode()
-        )
-        await writer.drain()
+        reader, writer = await api.raw("POST", path, b"{}", {"Connection": "close"})
         answer = await reader.read()
         writer.close()
         await writer.wait_closed()

@@ -138,17 +138,11 @@ async def test_a_stalled_body_times_out(
     `server.body_timeout` for each next byte, answers 408 and closes the connection."""
     admin = await started(aiohttp_client, settings, clock, body_timeout=0.3)
     up = await admin.open("slow")
-    server = admin.client.server
-    for path in (f"/v1/uploads/{up['upload_id']}/files/f", "/v1/namespaces/slow/uploads"):
-        reader, writer = await asyncio.open_connection(server.host, server.port)
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {admin.token}\r\n"
-            "Content-Length: 1000\r\n\r\n{"
-        )
-        if "/files/" in path:
-            head = head.replace("POST", "PUT", 1)
-        writer.write(head.encode())
-        await writer.drain()
+    for method, path in (
+        ("PUT", f"/v1/uploads/{up['upload_id']}/files/f"),
+        ("POST", "/v1/namespaces/slow/uploads"),
+    ):
+        reader, writer = await admin.raw(method, path, b"{", content_length=1000)
         sent = time.perf_counter()
         answer = await asyncio.wait_for(reader.read(), 30)  # until the server closes
         waited = time.perf_counter() - sent

@@ -38,18 +38,10 @@ async def _missing(api: Api, upload_id: str, chunks: list[bytes]) -> set[str]:
 
 
 async def _raw(api: Api, upload_id: str, content_length: int, body: bytes) -> tuple[Any, Any]:
-    """A connection that sent the head of a chunk batch and `body` (maybe less than
-    `content_length`), for tests that misbehave as no client library would."""
+    """A chunk batch that sends `body`, maybe less than `content_length`."""
+    headers = {"Content-Type": CHUNK_BATCH_TYPE}
     path = f"/v1/uploads/{upload_id}/chunks"
-    server = api.client.server
-    reader, writer = await asyncio.open_connection(server.host, server.port)
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api.token}\r\n"
-        f"Content-Type: {CHUNK_BATCH_TYPE}\r\nContent-Length: {content_length}\r\n\r\n"
-    )
-    writer.write(head.encode() + body)
-    await writer.drain()
-    return reader, writer
+    return await api.raw("POST", path, body, headers, content_length)
 
 
 async def test_a_large_batch_arrives_whole_and_closes_its_connection(api: Api) -> None:
