@@ -18,7 +18,7 @@ import os
 import secrets
 import ssl
 import warnings
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, overload
@@ -249,7 +249,7 @@ class AsyncVaultClient:
             return await self._save_small(namespace, sources, opts)
         up = await self._open_upload(namespace, opts)
         socket = await self._t.local_socket() if self.local_files else None
-        handed = [s for s in sources if socket is not None and s.path is not None]
+        handed = {s.name for s in sources if socket is not None and s.path is not None}
         with Progress(self.progress, sum(n for n in sizes if n > 0), f"save {namespace}") as bar:
             sender = _Sender(self._t, up.id, up.chunking, bar)
             gate = asyncio.Semaphore(FILES_IN_FLIGHT)
@@ -262,9 +262,9 @@ class AsyncVaultClient:
 
             # Files handed over go two at a time, beside those sent: each one's answer
             # waits for its entry to be synced, which the other's reading fills.
-            handing = asyncio.ensure_future(_all([hand(s) for s in handed]))
+            handing = asyncio.ensure_future(_all([hand(s) for s in sources if s.name in handed]))
             try:
-                listing = {s.name: await sender.send(s) for s in sources if s not in handed}
+                listing = {s.name: await sender.send(s) for s in sources if s.name not in handed}
                 await handing
             finally:
                 handing.cancel()
@@ -362,7 +362,7 @@ class AsyncVaultClient:
         sources: list[Source],
         listing: dict[str, dict[str, Any]],
         socket: str | None = None,
-        handed: Sequence[Source] = (),
+        handed: Collection[str] = (),
     ) -> Checkpoint:
         path = f"/v1/uploads/{sender.upload_id}/commit"
         try:
@@ -375,7 +375,7 @@ class AsyncVaultClient:
             for s in sources:
                 if s.name in listing and lost & set(listing[s.name]["chunks"]):
                     await sender.send(s, force=lost)
-                elif s in handed and socket is not None:
+                elif s.name in handed and socket is not None:
                     await self._hand_over(socket, sender.upload_id, s)
             rec = await self._t.json("POST", path, json_body={"files": listing})
         return Checkpoint.from_wire(rec)

@@ -234,7 +234,8 @@ class Transport:
         return self._local or None
 
     async def _find_local_socket(self) -> str | None:
-        if urlsplit(self.url).scheme != "http" or urlsplit(self.url).hostname not in LOOPBACK:
+        url = urlsplit(self.url)
+        if url.scheme != "http" or url.hostname not in LOOPBACK:
             return None
         try:
             health = await self.json("GET", "/v1/health")

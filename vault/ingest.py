@@ -118,7 +118,8 @@ def ingest_descriptor(
     applies the other. At most three pieces are held. The file is read once: what it holds
     when read is what is stored, and its hash is of those bytes."""
     name = check_file_name(name)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         raise InvalidRequest("the descriptor handed over is not a regular file")
     if fcntl.fcntl(fd, fcntl.F_GETFL) & (os.O_WRONLY | os.O_RDWR | O_PATH) not in (0, os.O_RDWR):
         raise InvalidRequest("the file handed over is not open for reading")
@@ -128,7 +129,7 @@ def ingest_descriptor(
     regions: list[tuple[int, int]] = []
     if profile.tensor_pieces:
         with open(os.dup(fd), "rb") as f:  # its own object; reads below are positioned
-            regions = tensor_regions(f, os.fstat(fd).st_size, profile.tensor_pieces)
+            regions = tensor_regions(f, info.st_size, profile.tensor_pieces)
     chunker = StreamChunker(profile, regions=regions)
     file_hash = blake3.blake3()
     listing: list[tuple[bytes, int]] = []
