@@ -28,18 +28,21 @@ import os
 import re
 import select
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from vault import FileEntry, NotFound
+from client.protocol import DESCRIPTOR_TYPE
+from vault import FileEntry, InvalidRequest, NotFound, Vault
 from vault.content.reader import Pinned, batches
 
 from .errors import InvalidRange
-from .http import run
+from .http import json_response, run
 from .keys import SENDERS, VAULT
 from .promotion import PROMOTIONS
+from .receive import with_descriptor
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 PIN_SECONDS = 10.0  # longest a client may make no progress while pages are held for it
@@ -77,14 +80,22 @@ def _spans(entry: FileEntry, first: int, last: int) -> list[tuple[bytes, int, in
     return [(c, o, n) for c, o, n in entry.spans() if o <= last and o + n > first]
 
 
-async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web.StreamResponse:
-    vault = request.app[VAULT]
-    record, files = await run(request, vault.manifest, ns, ref)
+async def _entry(request: web.Request, ns: str, ref: str, name: str) -> FileEntry:
+    """The file asked for; a read of it counts towards promoting its checkpoint."""
+    record, files = await run(request, request.app[VAULT].manifest, ns, ref)
     entry = files.get(name)
     if entry is None:
         raise NotFound(f"checkpoint {record.id} has no file {name!r}")
     if request.method == "GET":
         request.app[PROMOTIONS].after_read(request.app, record)
+    return entry
+
+
+async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web.StreamResponse:
+    vault = request.app[VAULT]
+    entry = await _entry(request, ns, ref, name)
+    if request.content_type == DESCRIPTOR_TYPE:
+        return await _deliver(request, vault, entry)
     etag = f'"{entry.hash.hex()}"'
     headers = {"ETag": etag, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
     if request.headers.get("If-None-Match") == etag:
@@ -135,6 +146,19 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
         _drop(pending)
     await resp.write_eof()
     return resp
+
+
+async def _deliver(request: web.Request, vault: Vault, entry: FileEntry) -> web.Response:
+    """The whole file written into the one a client on this machine handed over, durably
+    (vault/deliver.py); the answer says what was written."""
+    if request.method != "GET" or "Range" in request.headers:
+        raise InvalidRequest("a file handed over is written whole: GET, without Range")
+
+    def deliver(fd: int, stop: threading.Event) -> None:
+        vault.deliver_descriptor(entry, fd, stop)
+
+    await with_descriptor(request, deliver)
+    return json_response({"size": entry.size, "hash": entry.hash.hex()})
 
 
 Batch = Pinned | list[bytes | memoryview]

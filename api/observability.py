@@ -239,9 +239,12 @@ class _EngineCollector(Collector):
             hashes.add_metric([how], n)
         yield hashes
         for what, n in o["handed_over"].items():
+            restored = what.startswith("restored_")
+            counted = "Files" if what.endswith("files") else "Bytes of files"
+            purpose = "to restore into" if restored else "to save from"
             yield CounterMetricFamily(
                 f"ckpt_handed_over_{what}",
-                f"{what.capitalize()} of files clients on this machine handed over by descriptor",
+                f"{counted} clients on this machine handed over by descriptor {purpose}",
                 value=n,
             )
         rpo = GaugeMetricFamily(

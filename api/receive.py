@@ -23,6 +23,7 @@ import contextlib
 import os
 import select
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -33,7 +34,7 @@ from client.protocol import CONTINUE, DESCRIPTOR_TYPE
 from vault import InvalidRequest, TooLarge
 
 from .errors import BodyTimeout
-from .http import read_writable_body, reading_body
+from .http import read_writable_body, reading_body, run
 from .keys import RECEIVERS, SETTINGS
 
 THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's reads
@@ -94,6 +95,29 @@ async def receive_descriptor(request: web.Request) -> int:
     if problem:
         raise InvalidRequest(problem)
     return fd
+
+
+async def with_descriptor(request: web.Request, job: Callable[[int, threading.Event], T]) -> T:
+    """Receive the descriptor handed over and run `job(fd, stop)` on the worker pool; the
+    job owns the descriptor (closes it), so no one closes it under a read or write (and
+    lets its number name another file meanwhile). The job is shielded from this handler's
+    cancellation: shutdown stops it as it aborts a body being read, by setting `stop`,
+    which the job checks between pieces."""
+    fd = await receive_descriptor(request)
+    stop = threading.Event()
+    working = asyncio.ensure_future(run(request, job, fd, stop))
+    try:
+        with reading_body(request):
+            return await asyncio.shield(working)
+    except BaseException:
+        stop.set()
+        working.add_done_callback(_retrieved)  # its error, if any, went with the abort
+        raise
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 async def expect_descriptor(request: web.Request) -> None:

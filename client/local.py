@@ -7,7 +7,9 @@ the server reads, cuts and hashes the file itself: the bytes are read once, on o
 instead of read, cut and hashed here, sent, received and verified there, which is ~1 s of
 CPU per GB less on the two sides together. The descriptor is this process's open file,
 so the server reads only what this process could read; the token is checked as for any
-request.
+request. A load hands over the other way: each file it restores, open for writing, which
+the server fills with the stored bytes, verified and synced (vault/deliver.py), instead of
+sending them to be written and hashed again here.
 
 Blocking functions over `http.client`, run on the transport's threads like every request.
 """
@@ -62,44 +64,73 @@ def same_server(path: str, instance: str, timeout: float) -> bool:
     return isinstance(answer, dict) and answer.get("instance") == instance
 
 
+class Unsupported(Exception):
+    """The server answered a descriptor with something else than JSON: it predates
+    restoring into descriptors and sent the file's bytes instead (left unread)."""
+
+
 def hand_over_file(
-    path: str, target: str, headers: Mapping[str, str], file: Path, timeout: float
+    path: str,
+    target: str,
+    headers: Mapping[str, str],
+    file: Path,
+    timeout: float,
+    *,
+    restore_size: int | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     """`hand_over` of the file at `file`, opened here and closed once answered: the
     descriptor lives exactly as long as the call using it (a caller that gave up meanwhile
-    cannot close it under the thread, whose number a new file could then take)."""
-    fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)  # as the HTTP path, a missing file raises
+    cannot close it under the thread, whose number a new file could then take). To save
+    it: `PUT`, opened for reading. With `restore_size`, to restore into it: `GET`, opened
+    for writing and emptied; it must exist already, so a caller that gave up and removed
+    it meanwhile gets an error here rather than a new file left behind."""
+    if restore_size is None:  # as the HTTP path, a missing file raises
+        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
+    else:
+        fd = os.open(file, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
     try:
-        return hand_over(path, target, headers, fd, os.fstat(fd).st_size, timeout)
+        if restore_size is None:
+            return hand_over(path, target, headers, fd, os.fstat(fd).st_size, timeout)
+        return hand_over(path, target, headers, fd, restore_size, timeout, method="GET")
     finally:
         os.close(fd)
 
 
 def hand_over(
-    path: str, target: str, headers: Mapping[str, str], fd: int, size: int, timeout: float
+    path: str,
+    target: str,
+    headers: Mapping[str, str],
+    fd: int,
+    size: int,
+    timeout: float,
+    method: str = "PUT",
 ) -> tuple[int, dict[str, str], bytes]:
-    """`PUT target` over the socket at `path`, its body the descriptor `fd` (a file of
-    `size` bytes): status, headers and body of the answer. The descriptor goes only after
-    the server's `100 Continue`: it takes the socket from its HTTP stack first, whose
-    reads would drop it."""
+    """`method target` over the socket at `path`, its body the descriptor `fd` (a file of
+    `size` bytes, to read or to fill): status, headers and body of the answer. The
+    descriptor goes only after the server's `100 Continue`: it takes the socket from its
+    HTTP stack first, whose reads would drop it."""
     conn = _UnixConnection(path, max(timeout, size / SLOWEST_READ))
     try:
-        conn.putrequest("PUT", target, skip_accept_encoding=True)
+        conn.putrequest(method, target, skip_accept_encoding=True)
         for name, value in headers.items():
             conn.putheader(name, value)
         conn.putheader("Content-Type", DESCRIPTOR_TYPE)
         conn.putheader("Content-Length", "1")
         conn.putheader("Expect", "100-continue")
         conn.endheaders()
-        resp = _answer_after_descriptor(conn, fd)
+        resp = _answer_after_descriptor(conn, fd, method)
+        if resp.getheader("Content-Type", "").split(";")[0].strip() != "application/json":
+            raise Unsupported(f"{method} {target} with a descriptor answered {resp.status}")
         return resp.status, dict(resp.getheaders()), resp.read()
     except (OSError, http.client.HTTPException) as e:
-        raise Broken(f"PUT {target} on {path}: {e!r}") from e
+        raise Broken(f"{method} {target} on {path}: {e!r}") from e
     finally:
         conn.close()
 
 
-def _answer_after_descriptor(conn: _UnixConnection, fd: int) -> http.client.HTTPResponse:
+def _answer_after_descriptor(
+    conn: _UnixConnection, fd: int, method: str
+) -> http.client.HTTPResponse:
     """Wait for the server's first answer: on `100 Continue` send the descriptor and read
     the final answer; anything else is the final answer already (a refusal: the server
     never took the socket), read with the bytes taken to tell the two apart put back."""
@@ -113,7 +144,7 @@ def _answer_after_descriptor(conn: _UnixConnection, fd: int) -> http.client.HTTP
     if first == CONTINUE:
         socket.send_fds(sock, [b"\0"], [fd])
         return conn.getresponse()
-    resp = http.client.HTTPResponse(_Replayed(first, sock), method="PUT")  # type: ignore[arg-type]
+    resp = http.client.HTTPResponse(_Replayed(first, sock), method=method)  # type: ignore[arg-type]
     resp.begin()
     return resp
 

@@ -249,13 +249,24 @@ class Transport:
         usable = await self._on_thread(local.same_server, path, instance, self._conns.timeout)
         return path if usable else None
 
-    async def hand_over(self, socket_path: str, path: str, file: Path) -> Any:
+    async def hand_over(
+        self, socket_path: str, path: str, file: Path, *, restore_size: int | None = None
+    ) -> Any:
         """`PUT path` with the file `file` as its body, handed over open on the local
-        socket; the answer's JSON. Retried like every request (each try opens it anew)."""
+        socket, or with `restore_size` `GET path` to have the server write that many bytes
+        into `file` (client/local.py); the answer's JSON. Retried like every request (each
+        try opens the file anew)."""
         target = self._target(path)
         call = functools.partial(
-            local.hand_over_file, socket_path, target, self._headers, file, self._conns.timeout
+            local.hand_over_file,
+            socket_path,
+            target,
+            self._headers,
+            file,
+            self._conns.timeout,
+            restore_size=restore_size,
         )
+        method = "PUT" if restore_size is None else "GET"
 
         async def attempt() -> Any:
             status, answer_headers, payload = await self._on_thread(call)
@@ -264,7 +275,7 @@ class Transport:
                 raise _refusal(status, answer_headers, payload)
             return _parse(payload)
 
-        return await self.retrying(f"PUT {path} (descriptor)", attempt)
+        return await self.retrying(f"{method} {path} (descriptor)", attempt)
 
     async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:

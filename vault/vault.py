@@ -39,6 +39,7 @@ from .commit import Committer
 from .config import VaultConfig
 from .content.moves import Mover
 from .content.reader import Pinned, Reader
+from .deliver import deliver_descriptor
 from .direct import DirectSaver
 from .domains import Domain
 from .env import make_private
@@ -133,7 +134,8 @@ class Vault:
         self.audit = AuditLog(self.store)
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
-        self._handed = {"files": 0, "bytes": 0}  # files handed over by descriptor, since start
+        # Files handed over by descriptor since start: saved from, and restored into.
+        self._handed = {"files": 0, "bytes": 0, "restored_files": 0, "restored_bytes": 0}
         self._handed_lock = threading.Lock()
         if self.standby is None:
             self._apply_journal()
@@ -303,13 +305,29 @@ class Vault:
             entry = ingest_descriptor(self.store, self.uploads, upload_id, name, fd, domain, stop)
         finally:
             os.close(fd)
-        with self._handed_lock:
-            self._handed["files"] += 1
-            self._handed["bytes"] += entry.size
+        self._count_handed("", entry.size)
         return entry
 
+    def deliver_descriptor(
+        self, entry: FileEntry, fd: int, stop: threading.Event | None = None
+    ) -> None:
+        """Write the file `entry` (from `manifest`) into the open file `fd` a client on this
+        machine handed over, durably. Takes `fd` over as `ingest_descriptor` does. `stop`
+        set: stop at the next batch (503 `unavailable`)."""
+        try:
+            deliver_descriptor(self.store, self.reader, entry, fd, stop)
+        finally:
+            os.close(fd)
+        self._count_handed("restored_", entry.size)
+
+    def _count_handed(self, prefix: str, size: int) -> None:
+        with self._handed_lock:
+            self._handed[prefix + "files"] += 1
+            self._handed[prefix + "bytes"] += size
+
     def handed_over(self) -> dict[str, int]:
-        """Files (and their bytes) clients on this machine handed over, since start."""
+        """Files (and their bytes) clients on this machine handed over, since start: to
+        save from (`files`, `bytes`) and to restore into (`restored_files`, ...)."""
         with self._handed_lock:
             return dict(self._handed)
 

@@ -12,6 +12,7 @@ from ..auth import principal, require, visible_record
 from ..download import stream_file
 from ..http import json_body, json_response, query_int, read_body, run
 from ..keys import SETTINGS, VAULT
+from ..receive import expect_descriptor
 
 
 async def list_namespaces(request: web.Request) -> web.Response:
@@ -185,7 +186,7 @@ def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_get(base + "/{ref}", get_checkpoint)
     app.router.add_get(base + "/{ref}/manifest", get_manifest)
     app.router.add_get(base + "/{ref}/storage", get_storage)
-    app.router.add_get(base + "/{ref}/files/{name:.+}", get_file)
+    app.router.add_get(base + "/{ref}/files/{name:.+}", get_file, expect_handler=expect_descriptor)
     app.router.add_get(base + "/{ref}/lineage", get_lineage)
     app.router.add_patch(base + "/{ref}", patch_checkpoint)
     app.router.add_delete(base + "/{ref}", delete_checkpoint)

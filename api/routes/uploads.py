@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -30,7 +29,7 @@ from ..http import (
     run,
 )
 from ..keys import SETTINGS, VAULT
-from ..receive import expect_descriptor, read_large_body, receive_descriptor
+from ..receive import expect_descriptor, read_large_body, with_descriptor
 
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
 
@@ -167,28 +166,13 @@ async def put_file(request: web.Request) -> web.Response:
 async def _ingest_descriptor(
     request: web.Request, vault: Vault, upload_id: str, name: str
 ) -> FileEntry:
-    """The file handed over, read into the upload on the worker pool. The worker owns the
-    descriptor (it closes it), and the ingest is shielded from this handler's cancellation:
-    shutdown aborts it as it aborts a body being read, by telling it to stop at its next
-    piece, never by closing the file under it."""
-    fd = await receive_descriptor(request)
+    """The file handed over, read into the upload on the worker pool."""
     domain = principal(request).domain()
-    stop = threading.Event()
-    ingest = asyncio.ensure_future(
-        run(request, vault.ingest_descriptor, upload_id, name, fd, domain, stop)
-    )
-    try:
-        with reading_body(request):
-            return await asyncio.shield(ingest)
-    except BaseException:
-        stop.set()
-        ingest.add_done_callback(_retrieved)  # its error, if any, went with the abort
-        raise
 
+    def ingest(fd: int, stop: threading.Event) -> FileEntry:
+        return vault.ingest_descriptor(upload_id, name, fd, domain, stop)
 
-def _retrieved(done: asyncio.Future[Any]) -> None:
-    if not done.cancelled():
-        done.exception()
+    return await with_descriptor(request, ingest)
 
 
 async def commit(request: web.Request) -> web.Response:

@@ -1,0 +1,218 @@
+"""Restoring into files handed to a server on the same machine (vault/deliver.py): the
+server writes each file itself, so the bytes never cross the socket; what lands must be
+exactly the stored file whatever its chunks' codecs, durable when the answer comes, and a
+descriptor that cannot take it must be refused with the file left as it was."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from client import VaultClient
+from client import local as local_files
+
+from ..serverproc import ServerProcess
+from .conftest import running_server
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from running_server(tmp_path_factory, local_socket=True)
+
+
+@pytest.fixture
+def vault(server: ServerProcess) -> Iterator[VaultClient]:
+    with VaultClient(server.url, server.token, progress=False) as client:
+        yield client
+
+
+def _restored(server: ServerProcess) -> dict[str, float]:
+    """The server's ckpt_handed_over_restored_{files,bytes}_total."""
+    found = re.findall(r"^ckpt_handed_over_restored_(\w+)_total (\S+)$", server.metrics(), re.M)
+    return {what: float(n) for what, n in found}
+
+
+def _socket(server: ServerProcess) -> str:
+    return str(server.data_dir / "ckpt.sock")
+
+
+def test_a_load_on_this_machine_is_written_by_the_server(
+    vault: VaultClient, server: ServerProcess, tmp_path: Path
+) -> None:
+    files = {
+        "random.bin": os.urandom(9 * MiB + 17),  # raw frames: copied from the data file
+        "text/log.txt": b"step 1 loss 0.25\n" * 400_000,  # zstd frames: decoded, written
+        "mixed.bin": os.urandom(3 * MiB) + bytes(5 * MiB) + os.urandom(MiB),
+        "empty": b"",
+    }
+    ckpt = vault.save("r/one", files)
+    before = _restored(server)
+    received = vault.transfer.bytes_received
+    out = tmp_path / "out"
+    vault.load("r/one", ckpt.id, out)
+    assert vault.transfer.bytes_received - received < 64 << 10  # answers, not 24 MiB
+    for name, data in files.items():
+        assert (out / name).read_bytes() == data, name
+    assert not list(out.rglob("*.ckpt-part"))
+    after = _restored(server)
+    assert after["files"] - before["files"] == len(files)
+    assert after["bytes"] - before["bytes"] == sum(len(d) for d in files.values())
+
+    # The HTTP path restores the same bytes (and is what a client elsewhere uses).
+    with VaultClient(server.url, server.token, progress=False, local_files=False) as http:
+        http.load("r/one", ckpt.id, tmp_path / "http")
+    for name, data in files.items():
+        assert (tmp_path / "http" / name).read_bytes() == data, name
+    assert _restored(server) == after
+
+
+def _fetch_into(
+    server: ServerProcess, target: str, fd: int, token: str | None = None
+) -> tuple[int, dict[str, object]]:
+    """GET `target` with the descriptor `fd` as the client sends it: (status, answer)."""
+    status, _, payload = local_files.hand_over(
+        _socket(server),
+        target,
+        {"Authorization": f"Bearer {token or server.token}"},
+        fd,
+        0,
+        10,
+        method="GET",
+    )
+    return status, json.loads(payload)
+
+
+def test_a_descriptor_that_cannot_take_the_file_is_refused(
+    vault: VaultClient, server: ServerProcess, tmp_path: Path
+) -> None:
+    ckpt = vault.save("r/refused", {"f.bin": os.urandom(2 * MiB)})
+    target = f"/v1/namespaces/r/refused/checkpoints/{ckpt.id}/files/f.bin"
+    kept = tmp_path / "kept.bin"
+    kept.write_bytes(b"left as it was")
+    read_end, write_end = os.pipe()
+    read_only = os.open(kept, os.O_RDONLY)
+    appending = os.open(kept, os.O_WRONLY | os.O_APPEND)
+    writable = os.open(kept, os.O_WRONLY)
+    try:
+        for fd, path, token, status, says in (
+            (write_end, target, None, 400, "regular file"),
+            (read_only, target, None, 400, "not open for writing"),
+            (appending, target, None, 400, "open for appending"),
+            (writable, target, "not-a-token", 401, ""),  # refused before 100 Continue
+            (writable, target.replace("f.bin", "nope.bin"), None, 404, "no file"),
+        ):
+            got, answer = _fetch_into(server, path, fd, token)
+            assert got == status, answer
+            assert says in json.dumps(answer)
+            assert kept.read_bytes() == b"left as it was"
+    finally:
+        for fd in (read_end, write_end, read_only, appending, writable):
+            os.close(fd)
+
+
+def test_the_file_ends_where_the_stored_one_ends(
+    vault: VaultClient, server: ServerProcess, tmp_path: Path
+) -> None:
+    """A descriptor of a longer file, not emptied first, holds exactly the file after."""
+    data = os.urandom(MiB + 3)
+    ckpt = vault.save("r/longer", {"f.bin": data})
+    out = tmp_path / "out.bin"
+    out.write_bytes(os.urandom(3 * MiB))
+    fd = os.open(out, os.O_RDWR)
+    try:
+        got, answer = _fetch_into(
+            server, f"/v1/namespaces/r/longer/checkpoints/{ckpt.id}/files/f.bin", fd
+        )
+    finally:
+        os.close(fd)
+    assert got == 200, answer
+    assert answer == {"size": len(data), "hash": ckpt.files["f.bin"]["hash"]}
+    assert out.read_bytes() == data
+
+
+def test_a_range_or_tcp_is_refused(vault: VaultClient, server: ServerProcess) -> None:
+    ckpt = vault.save("r/range", {"f.bin": b"abc"})
+    target = f"/v1/namespaces/r/range/checkpoints/{ckpt.id}/files/f.bin"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(_socket(server))
+        sock.sendall(
+            f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+            f"Content-Type: {local_files.DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n"
+            "Range: bytes=0-1\r\nConnection: close\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b"written whole" in answer
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as tcp:
+        tcp.sendall(
+            f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+            f"Content-Type: {local_files.DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n"
+            "Connection: close\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        answer = _read_all(tcp)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b"only be handed over on the local socket" in answer
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """One answer, head and body (the server need not close: the one-byte body it was
+    promised never came)."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(re.search(rb"Content-Length: (\d+)", head, re.I).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        body += sock.recv(65536)
+    return answer
+
+
+def test_a_server_that_sends_the_bytes_instead_is_told_apart(tmp_path: Path) -> None:
+    """A server from before restores by descriptor answers `100 Continue` and then sends
+    the file as any GET: the client must not read it as an answer (it falls back to
+    HTTP), and must not take a multi-gigabyte body into memory to find out."""
+    path = str(tmp_path / "old.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(1)
+
+    def old_server() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            assert conn.recv(1) == b"\0"  # the body, its descriptor dropped (plain recv)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                b"Content-Length: 1073741824\r\n\r\n" + bytes(65536)
+            )
+            with contextlib.suppress(ConnectionResetError):  # it hangs up on an unread body
+                while conn.recv(65536):
+                    pass
+
+    thread = threading.Thread(target=old_server)
+    thread.start()
+    (tmp_path / "into").write_bytes(b"")
+    try:
+        with pytest.raises(local_files.Unsupported):
+            local_files.hand_over_file(
+                path, "/v1/x/files/f", {}, tmp_path / "into", 10, restore_size=1 << 30
+            )
+    finally:
+        thread.join(10)
+        listener.close()
+    assert (tmp_path / "into").read_bytes() == b""

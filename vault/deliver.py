@@ -1,0 +1,135 @@
+"""Writing a stored file into a file a client on this machine handed over.
+
+The mirror of `ingest_descriptor`: a client restoring from a server on its own machine
+opens the file it restores into and hands the open descriptor over on the local socket
+(client/local.py); the server writes the file's bytes into it. Over HTTP every byte is
+copied into the socket, out of it and into the file, and hashed again by the client; here
+a raw hot frame, verified against its id in LMDB's map as a download verifies it, is
+copied once, by the kernel, from the frame environment's data file (sendfile). Chunks that
+are not raw hot frames (zstd, deltas, packed, in a colder tier) are decoded and verified
+as for any read, then written.
+
+The client checks nothing it did not compute on this path: the server verified every
+chunk against its id, and the entry's ordered chunk ids are what the file's hash was
+proven against at its commit.
+
+Batches are verified on the calling thread while a store thread writes the one before,
+and each written stretch's write-back starts at once, so the final fsync waits only for
+the tail; the file is durable, and exactly the entry's size, when this returns.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from .content.reader import Pinned, Plain, Reader, batches
+from .errors import InvalidRequest, Unavailable
+from .files import start_writeback
+from .manifest import FileEntry
+from .store import Store
+
+Batch = Pinned | list[Plain]
+
+
+def deliver_descriptor(
+    store: Store, reader: Reader, entry: FileEntry, fd: int, stop: threading.Event | None = None
+) -> None:
+    """Write the file `entry` into the open file `fd`, from offset 0, then truncate it to
+    the entry's size and fsync it. `stop` set: stop before the next batch (503)."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidRequest("the descriptor handed over is not a regular file")
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    if flags & os.O_ACCMODE not in (os.O_WRONLY, os.O_RDWR):
+        raise InvalidRequest("the file handed over is not open for writing")
+    if flags & os.O_APPEND:  # every write would land at the end, whatever its offset
+        raise InvalidRequest("the file handed over is open for appending")
+    pos = 0
+    writing: Future[int] | None = None
+    try:
+        for cids in batches([(cid, n) for cid, _, n in entry.spans()]):
+            if stop is not None and stop.is_set():
+                raise Unavailable("the server is shutting down; restore the file again")
+            batch: Batch = reader.pinned(cids) or reader.chunks(cids)
+            try:
+                if writing is not None:
+                    pos = writing.result()
+                writing = store.storers.submit(_write, fd, batch, pos)
+            except BaseException:
+                _release(batch)
+                raise
+        if writing is not None:
+            pos = writing.result()
+        _writing(os.ftruncate, fd, pos)
+        _writing(os.fsync, fd)
+    finally:
+        if writing is not None:  # nothing of this file runs on behind an error
+            writing.exception()
+    if pos != entry.size:
+        raise RuntimeError(f"wrote {pos} bytes of a {entry.size}-byte file")
+
+
+def _write(fd: int, batch: Batch, pos: int) -> int:
+    """Write `batch` at `pos`, start its write-back, let go of its pin; the offset after it."""
+    start = pos
+    try:
+        if isinstance(batch, Pinned):
+            src = batch.file.fileno()
+            for part in batch.parts:
+                pos = _copy(fd, src, part, pos) if isinstance(part, tuple) else _put(fd, part, pos)
+        else:
+            for part in batch:
+                pos = _put(fd, part, pos)
+    except OSError as e:
+        raise _unwritable(e) from e
+    finally:
+        _release(batch)
+    start_writeback(fd, start, pos - start)
+    return pos
+
+
+def _writing(fn: Callable[..., None], *args: int) -> None:
+    try:
+        fn(*args)
+    except OSError as e:
+        raise _unwritable(e) from e
+
+
+def _unwritable(e: OSError) -> InvalidRequest:
+    """The client's file refused the bytes (its disk full, its size limit): its problem
+    to fix, told as such, and not retried as a server fault would be."""
+    return InvalidRequest(f"cannot write the file handed over: {e.strerror or e}")
+
+
+def _release(batch: Batch) -> None:
+    if isinstance(batch, Pinned):
+        batch.release()
+
+
+def _copy(fd: int, src: int, stretch: tuple[int, int], pos: int) -> int:
+    """A stretch of the data file, copied by the kernel (sendfile writes at the file's
+    position, so it is set first)."""
+    offset, count = stretch
+    os.lseek(fd, pos, os.SEEK_SET)
+    while count:
+        n = os.sendfile(fd, src, offset, count)
+        if n == 0:
+            raise RuntimeError("the data file ended inside a frame")
+        offset += n
+        count -= n
+        pos += n
+    return pos
+
+
+def _put(fd: int, data: Plain, pos: int) -> int:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view = view[n:]
+        pos += n
+    return pos
