@@ -414,9 +414,10 @@ class AsyncVaultClient:
         out = await _create(partial)
         try:
             with out:
-                if socket is not None and await self._restore_into(socket, path, partial, info):
-                    bar.update(size)
-                else:
+                written = socket is not None and await self._restore_into(
+                    socket, path, partial, info, bar
+                )
+                if not written:  # no server here, or one that cannot: over HTTP
                     await self._receive(out, path, size, info["hash"], bar)
         except BaseException:
             partial.unlink(missing_ok=True)  # a failed download leaves nothing behind
@@ -439,16 +440,21 @@ class AsyncVaultClient:
             raise IntegrityError(f"{path}: received bytes do not match the recorded hash")
 
     async def _restore_into(
-        self, socket: str, path: str, partial: Path, info: dict[str, Any]
+        self, socket: str, path: str, partial: Path, info: dict[str, Any], bar: Progress
     ) -> bool:
         """Have the server on this machine write the file into `partial` itself, durably
         (it verifies every chunk against its id as it writes: client/local.py); False if
-        it predates that."""
+        it predates that. A shown progress bar follows the file's growth meanwhile."""
         size = int(info["size"])
+        growth = _Growth(partial, bar) if bar.shown else None
         try:
             answer = await self._t.hand_over(socket, path, partial, restore_size=size)
         except local.Unsupported:
             return False
+        finally:
+            if growth is not None:
+                await growth.stop()
+        bar.update(size - (growth.shown if growth is not None else 0))
         written = await asyncio.to_thread(os.path.getsize, partial)
         if answer != {"size": size, "hash": info["hash"]} or written != size:
             raise IntegrityError(
@@ -706,6 +712,30 @@ def _discard(opened: asyncio.Future[IO[bytes]], path: Path) -> None:
     if not opened.cancelled() and opened.exception() is None:
         opened.result().close()
     path.unlink(missing_ok=True)
+
+
+GROWTH_POLL = 0.25  # seconds between looks at a file the server is restoring into
+
+
+class _Growth:
+    """Moves a progress bar as a file the server restores into grows (it writes in order)."""
+
+    def __init__(self, path: Path, bar: Progress) -> None:
+        self.shown = 0
+        self._task = asyncio.ensure_future(self._follow(path, bar))
+
+    async def _follow(self, path: Path, bar: Progress) -> None:
+        while True:
+            await asyncio.sleep(GROWTH_POLL)
+            with contextlib.suppress(OSError):
+                now = (await asyncio.to_thread(os.stat, path)).st_size
+                if now > self.shown:
+                    bar.update(now - self.shown)
+                    self.shown = now
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
 
 
 async def _all(jobs: list[Coroutine[Any, Any, None]]) -> None:

@@ -17,6 +17,10 @@ class Progress:
 
             self._bar = tqdm(total=total, desc=label, unit="B", unit_scale=True, leave=False)
 
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None
+
     def update(self, n: int) -> None:
         if self._bar is not None:
             self._bar.update(n)

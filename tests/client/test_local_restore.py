@@ -5,6 +5,7 @@ descriptor that cannot take it must be refused with the file left as it was."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from client import VaultClient
+from client import VaultClient, aio
 from client import local as local_files
 
 from ..serverproc import ServerProcess
@@ -216,3 +217,46 @@ def test_a_server_that_sends_the_bytes_instead_is_told_apart(tmp_path: Path) -> 
         thread.join(10)
         listener.close()
     assert (tmp_path / "into").read_bytes() == b""
+
+
+def test_a_shown_progress_bar_follows_the_file_being_written(tmp_path: Path) -> None:
+    """The bytes cross no socket here, so the bar moves with the file's size as the server
+    writes it (polled), not only at the end of a file that may take minutes."""
+
+    class Bar:
+        shown = True
+
+        def __init__(self) -> None:
+            self.total = 0
+            self.reached = asyncio.Event()
+
+        def update(self, n: int) -> None:
+            self.total += n
+            if self.total >= 3 * MiB:
+                self.reached.set()
+
+    async def scenario() -> int:
+        path = tmp_path / "growing.ckpt-part"
+        path.write_bytes(b"")
+        bar = Bar()
+        growth = aio._Growth(path, bar)  # type: ignore[arg-type]
+        with path.open("ab") as f:
+            for _ in range(3):
+                f.write(os.urandom(MiB))
+                f.flush()
+        await asyncio.wait_for(bar.reached.wait(), 10)
+        await growth.stop()
+        assert growth.shown == bar.total
+        return bar.total
+
+    assert asyncio.run(scenario()) == 3 * MiB
+
+
+def test_a_load_with_a_progress_bar_restores_the_same_bytes(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    data = os.urandom(5 * MiB)
+    with VaultClient(server.url, server.token, progress=True) as vault:
+        ckpt = vault.save("r/bar", {"f.bin": data})
+        vault.load("r/bar", ckpt.id, tmp_path / "out")
+    assert (tmp_path / "out" / "f.bin").read_bytes() == data
