@@ -31,6 +31,7 @@ from .errors import error_middleware
 from .keys import (
     BODY_READERS,
     CLOCK,
+    HANDOVERS,
     INSTANCE,
     JOBS,
     LIMITER,
@@ -51,7 +52,7 @@ from .observability import (
 )
 from .promotion import promotion_context
 from .ratelimit import RateLimiter
-from .receive import RECEIVER_THREADS, close_taken
+from .receive import HANDOVER_THREADS, RECEIVER_THREADS, close_taken
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
 from .scheduler import maintenance_context
@@ -83,6 +84,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = pool
     app[SENDERS] = ThreadPoolExecutor(SENDER_THREADS, thread_name_prefix="vault-send")
     app[RECEIVERS] = ThreadPoolExecutor(RECEIVER_THREADS, thread_name_prefix="vault-receive")
+    app[HANDOVERS] = ThreadPoolExecutor(HANDOVER_THREADS, thread_name_prefix="vault-handover")
     app[VAULT] = vault
     if vault.writable:  # a standby's tokens are the primary's (replicated)
         _bootstrap_admin(vault, settings.data_dir)
@@ -94,13 +96,18 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         # Off the loop: a download's pin is let go by a callback on the loop, and closing
         # the environments waits for every pin; blocking the loop here hung the shutdown.
         await asyncio.get_running_loop().run_in_executor(
-            None, _close, vault, app[TOKENS].take_uses(), [app[SENDERS], app[RECEIVERS], pool]
+            None,
+            _close,
+            vault,
+            app[TOKENS].take_uses(),
+            [app[SENDERS], app[RECEIVERS], app[HANDOVERS], pool],
         )
 
 
 def _close(vault: Vault, uses: dict[str, float], pools: list[ThreadPoolExecutor]) -> None:
-    """Senders end within PIN_SECONDS of a stalled client; receivers were woken when shutdown
-    aborted the handlers reading bodies; then the engine calls, then the vault."""
+    """Senders end within PIN_SECONDS of a stalled client; receivers were woken, and files
+    handed over told to stop, when shutdown aborted the handlers reading bodies; then the
+    engine calls, then the vault."""
     vault.tokens.record_use(uses)
     for pool in pools:
         pool.shutdown(wait=True)

@@ -26,6 +26,8 @@ VAULT = web.AppKey("vault", Vault)
 POOL = web.AppKey("pool", ThreadPoolExecutor)  # bounded worker threads for engine calls
 SENDERS = web.AppKey("senders", ThreadPoolExecutor)  # threads copying download bodies out
 RECEIVERS = web.AppKey("receivers", ThreadPoolExecutor)  # threads taking large bodies in
+# Threads reading and writing files handed over by descriptor (api/receive.py)
+HANDOVERS = web.AppKey("handovers", ThreadPoolExecutor)
 TOKENS = web.AppKey("tokens", TokenCache)
 CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
@@ -42,6 +44,7 @@ __all__ = [
     "METRICS",
     "POOL",
     "RECEIVERS",
+    "HANDOVERS",
     "SETTINGS",
     "TOKENS",
     "VAULT",

@@ -34,13 +34,18 @@ from client.protocol import CONTINUE, DESCRIPTOR_TYPE
 from vault import InvalidRequest, TooLarge
 
 from .errors import BodyTimeout
-from .http import read_writable_body, reading_body, run
-from .keys import RECEIVERS, SETTINGS
+from .http import read_writable_body, reading_body
+from .keys import HANDOVERS, RECEIVERS, SETTINGS
 
 THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's reads
 # Bodies received at once (threads start on demand); more wait their turn, in the kernel's
 # socket buffers. Apart from the download senders, so stalled uploads cannot hold up reads.
 RECEIVER_THREADS = 64
+# Files handed over by descriptor read or written at once (each holds a few 8 MiB pieces
+# or 4 MiB batches); more wait their turn. Their own threads: a file takes a thread for as
+# long as it takes to read or write, and on the worker pool a few large ones would leave
+# every other request waiting for them.
+HANDOVER_THREADS = 8
 T = TypeVar("T")
 _TAKEN = web.RequestKey("body_taken", bool)  # its connection ends with its answer
 
@@ -98,14 +103,18 @@ async def receive_descriptor(request: web.Request) -> int:
 
 
 async def with_descriptor(request: web.Request, job: Callable[[int, threading.Event], T]) -> T:
-    """Receive the descriptor handed over and run `job(fd, stop)` on the worker pool; the
+    """Receive the descriptor handed over and run `job(fd, stop)` on a handover thread; the
     job owns the descriptor (closes it), so no one closes it under a read or write (and
     lets its number name another file meanwhile). The job is shielded from this handler's
     cancellation: shutdown stops it as it aborts a body being read, by setting `stop`,
     which the job checks between pieces."""
     fd = await receive_descriptor(request)
     stop = threading.Event()
-    working = asyncio.ensure_future(run(request, job, fd, stop))
+    try:
+        working = asyncio.get_running_loop().run_in_executor(request.app[HANDOVERS], job, fd, stop)
+    except BaseException:  # not scheduled (shutting down): nobody else will close it
+        os.close(fd)
+        raise
     try:
         with reading_body(request):
             return await asyncio.shield(working)

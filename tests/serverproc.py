@@ -8,6 +8,7 @@ timeout each), never by a fixed sleep. Teardown SIGKILLs whatever is still runni
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import signal
@@ -147,6 +148,15 @@ class ServerProcess:
         code = self._proc.wait(timeout=30)
         self._reap()
         return code
+
+    def holds_open(self, path: Path) -> bool:
+        """Whether the server has the file at `path` open (a file handed over, say)."""
+        assert self.pid is not None, "server not running"
+        for fd in Path(f"/proc/{self.pid}/fd").iterdir():
+            with contextlib.suppress(OSError):  # closed meanwhile
+                if os.readlink(fd) == str(path):
+                    return True
+        return False
 
     def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM and wait for a clean exit; returns the exit status."""

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from client import VaultClient, aio
+from client import RetryPolicy, VaultClient, aio
 from client import local as local_files
 
-from ..serverproc import ServerProcess
+from ..serverproc import ServerProcess, free_port
 from .conftest import running_server
 
 MiB = 1 << 20
@@ -260,3 +260,49 @@ def test_a_load_with_a_progress_bar_restores_the_same_bytes(
         ckpt = vault.save("r/bar", {"f.bin": data})
         vault.load("r/bar", ckpt.id, tmp_path / "out")
     assert (tmp_path / "out" / "f.bin").read_bytes() == data
+
+
+def test_a_long_hand_over_leaves_the_workers_to_other_requests(tmp_path: Path) -> None:
+    """A file handed over takes a thread for as long as it is read: on the one worker of
+    this server every other request would wait for it. A sparse 256 GiB file reads for
+    minutes; the server must answer meanwhile, and stop the read when it stops."""
+    config = tmp_path / "ckpt.toml"
+    config.write_text("[server]\nworker_threads = 1\n")
+    proc = ServerProcess(
+        tmp_path / "data", free_port(), tmp_path / "server.log", config, local_socket=True
+    )
+    proc.start()
+    try:
+        sparse = tmp_path / "huge.bin"
+        with sparse.open("wb") as f:
+            f.truncate(256 << 30)
+        # Answers come in milliseconds; a worker held by the read would hold them for minutes.
+        patient = RetryPolicy(attempts=1)
+        with VaultClient(proc.url, proc.token, progress=False, timeout=20, retry=patient) as vault:
+            up = vault.begin_upload("r/busy")
+            handing = threading.Thread(
+                target=_quietly_hand,
+                args=(proc, f"/v1/uploads/{up.id}/files/huge.bin", sparse),
+                daemon=True,
+            )
+            handing.start()
+            for _ in range(400):  # bounded: until the server holds the file open
+                if proc.holds_open(sparse):
+                    break
+                handing.join(0.025)
+            else:
+                raise AssertionError("the server never opened the file handed over")
+            ckpt = vault.save("r/busy-too", {"f.bin": b"still served"})  # needs a worker
+            assert vault.get("r/busy-too", ckpt.id).id == ckpt.id
+            assert proc.holds_open(sparse)  # the long read is still going
+    finally:
+        assert proc.terminate() == 0
+    handing.join(30)
+    assert not handing.is_alive()
+
+
+def _quietly_hand(proc: ServerProcess, target: str, path: Path) -> None:
+    with contextlib.suppress(Exception):  # ends with the server's shutdown
+        local_files.hand_over_file(
+            _socket(proc), target, {"Authorization": f"Bearer {proc.token}"}, path, 60
+        )

@@ -97,10 +97,8 @@ async def test_sigterm_stops_a_file_being_handed_over(
             60,
         )
     )
-    pid = crash_server.pid
-    assert pid is not None
     for _ in range(400):  # bounded: until the server holds the file open
-        if _holds_open(pid, sparse):
+        if crash_server.holds_open(sparse):
             break
         await asyncio.sleep(0.025)
     else:
@@ -120,12 +118,3 @@ async def test_sigterm_stops_a_file_being_handed_over(
     ):
         assert resp.status == 201, await resp.text()
         assert (await resp.json())["files"] == {}  # nothing of the file was attached
-
-
-def _holds_open(pid: int, path: Path) -> bool:
-    fds = Path(f"/proc/{pid}/fd")
-    for fd in fds.iterdir():
-        with contextlib.suppress(OSError):
-            if os.readlink(fd) == str(path):
-                return True
-    return False
