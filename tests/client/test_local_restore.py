@@ -19,6 +19,7 @@ import pytest
 
 from client import RetryPolicy, VaultClient, aio
 from client import local as local_files
+from client.protocol import DESCRIPTOR_TYPE
 
 from ..serverproc import ServerProcess, free_port
 from .conftest import running_server
@@ -149,7 +150,7 @@ def test_a_range_or_tcp_is_refused(vault: VaultClient, server: ServerProcess) ->
         sock.connect(_socket(server))
         sock.sendall(
             f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
-            f"Content-Type: {local_files.DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n"
+            f"Content-Type: {DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n"
             "Range: bytes=0-1\r\nConnection: close\r\nExpect: 100-continue\r\n\r\n".encode()
         )
         answer = _read_all(sock)
@@ -159,7 +160,7 @@ def test_a_range_or_tcp_is_refused(vault: VaultClient, server: ServerProcess) ->
     with socket.create_connection((host, int(port)), timeout=10) as tcp:
         tcp.sendall(
             f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
-            f"Content-Type: {local_files.DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n"
+            f"Content-Type: {DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n"
             "Connection: close\r\nExpect: 100-continue\r\n\r\n".encode()
         )
         answer = _read_all(tcp)
