@@ -160,7 +160,8 @@ class AsyncVaultClient:
     ) -> None:
         """`local_files`: files of a save that are files on disk are handed to a server on
         this machine by descriptor, when it offers its socket (client/local.py), rather
-        than sent; False always sends them."""
+        than sent, and the files of a load are handed over for it to write; False always
+        sends and downloads."""
         self.url = url or os.environ.get("CKPT_URL") or DEFAULT_URL
         token = token if token is not None else default_token(self.url)
         warn_plain_http(self.url, token)
@@ -394,23 +395,31 @@ class AsyncVaultClient:
             if root not in target.parents:
                 raise IntegrityError(f"file name {name!r} escapes {root}")
         slots = asyncio.Semaphore(FILES_IN_FLIGHT)
+        socket = await self._t.local_socket() if self.local_files else None  # asked once
 
         async def one(name: str, bar: Progress) -> None:
             async with slots:
-                await self._download(ckpt, name, ckpt.files[name], targets[name], bar)
+                await self._download(ckpt, name, ckpt.files[name], targets[name], bar, socket)
 
         with Progress(self.progress, total, f"load {namespace}") as bar:
             await _all([one(name, bar) for name in ckpt.files])
         return ckpt
 
     async def _download(
-        self, ckpt: Checkpoint, name: str, info: dict[str, Any], target: Path, bar: Progress
+        self,
+        ckpt: Checkpoint,
+        name: str,
+        info: dict[str, Any],
+        target: Path,
+        bar: Progress,
+        socket: str | None = None,
     ) -> None:
+        """One file of `load`: written by the server on this machine if `socket` is its
+        local socket, else received over HTTP."""
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".ckpt-part")
         size = int(info["size"])
         path = _file_path(ckpt.namespace, ckpt.id, name)
-        socket = await self._t.local_socket() if self.local_files else None
         out = await _create(partial)
         try:
             with out:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import re
 import signal
 import socket
 import ssl
@@ -197,6 +198,18 @@ class ServerProcess:
             return body
         finally:
             conn.close()
+
+    def handed_over(self) -> dict[str, float]:
+        """The server's `ckpt_handed_over_*_total` counters: files (and bytes) handed over
+        by descriptor to save from (`files`, `bytes`) and to restore into
+        (`restored_files`, `restored_bytes`)."""
+        found = re.findall(r"^ckpt_handed_over_(\w+)_total (\S+)$", self.metrics(), re.M)
+        return {what: float(n) for what, n in found}
+
+    @property
+    def socket_path(self) -> str:
+        """Where the server's local socket is, when it offers one."""
+        return str(self.data_dir / "ckpt.sock")
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -20,9 +20,7 @@ the tail; the file is durable, and exactly the entry's size, when this returns.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import stat
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -30,6 +28,7 @@ from concurrent.futures import Future
 from .content.reader import Pinned, Plain, Reader, batches
 from .errors import InvalidRequest, Unavailable
 from .files import start_writeback
+from .ingest import handed_over_file
 from .manifest import FileEntry
 from .store import Store
 
@@ -41,14 +40,7 @@ def deliver_descriptor(
 ) -> None:
     """Write the file `entry` into the open file `fd`, from offset 0, then truncate it to
     the entry's size and fsync it. `stop` set: stop before the next batch (503)."""
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise InvalidRequest("the descriptor handed over is not a regular file")
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    if flags & os.O_ACCMODE not in (os.O_WRONLY, os.O_RDWR):
-        raise InvalidRequest("the file handed over is not open for writing")
-    if flags & os.O_APPEND:  # every write would land at the end, whatever its offset
-        raise InvalidRequest("the file handed over is open for appending")
+    handed_over_file(fd, writing=True)
     pos = 0
     writing: Future[int] | None = None
     try:

@@ -118,11 +118,7 @@ def ingest_descriptor(
     applies the other. At most three pieces are held. The file is read once: what it holds
     when read is what is stored, and its hash is of those bytes."""
     name = check_file_name(name)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise InvalidRequest("the descriptor handed over is not a regular file")
-    if fcntl.fcntl(fd, fcntl.F_GETFL) & (os.O_WRONLY | os.O_RDWR | O_PATH) not in (0, os.O_RDWR):
-        raise InvalidRequest("the file handed over is not open for reading")
+    info = handed_over_file(fd, writing=False)
     with store.catalog_env.read() as txn:
         session = uploads.live(txn, upload_id)
         profile = store.catalog.require_namespace(txn, session.namespace).chunking()
@@ -164,6 +160,25 @@ def ingest_descriptor(
     entry = FileEntry(size, file_hash.digest(), tuple(listing))
     uploads.add_file(upload_id, name, entry)
     return entry
+
+
+def handed_over_file(fd: int, *, writing: bool) -> os.stat_result:
+    """The descriptor a client handed over, checked: one regular file, open for reading
+    (`ingest_descriptor`) or for writing but not appending, where every write would land
+    at the end whatever its offset (vault/deliver.py)."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidRequest("the descriptor handed over is not a regular file")
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    access = flags & os.O_ACCMODE
+    if writing:
+        if access not in (os.O_WRONLY, os.O_RDWR):
+            raise InvalidRequest("the file handed over is not open for writing")
+        if flags & os.O_APPEND:
+            raise InvalidRequest("the file handed over is open for appending")
+    elif flags & O_PATH or access not in (os.O_RDONLY, os.O_RDWR):
+        raise InvalidRequest("the file handed over is not open for reading")
+    return info
 
 
 def _read_piece(fd: int, offset: int) -> bytes:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import struct
 from collections.abc import Iterator
@@ -50,21 +49,11 @@ def _safetensors(path: Path, sizes: list[int]) -> bytes:
     return data
 
 
-def _handed_over(server: ServerProcess) -> dict[str, float]:
-    """The server's ckpt_handed_over_{files,bytes}_total."""
-    found = re.findall(r"^ckpt_handed_over_(\w+)_total (\S+)$", server.metrics(), re.M)
-    return {what: float(n) for what, n in found}
-
-
-def _socket(server: ServerProcess) -> str:
-    return str(server.data_dir / "ckpt.sock")
-
-
 def test_health_names_the_socket(vault: VaultClient, server: ServerProcess) -> None:
     health = vault.health()
-    assert health["local_socket"] == _socket(server)
-    assert local_files.same_server(_socket(server), health["instance"], 5)
-    assert not local_files.same_server(_socket(server), "another-server", 5)
+    assert health["local_socket"] == server.socket_path
+    assert local_files.same_server(server.socket_path, health["instance"], 5)
+    assert not local_files.same_server(server.socket_path, "another-server", 5)
 
 
 def test_a_file_on_disk_is_handed_over_not_sent(
@@ -72,14 +61,14 @@ def test_a_file_on_disk_is_handed_over_not_sent(
 ) -> None:
     data = _safetensors(tmp_path / "model.safetensors", [3 * MiB, 1000, 9 * MiB + 4, 2 * MiB])
     (tmp_path / "state.bin").write_bytes(b"x" * 100_000 + os.urandom(20 * MiB))
-    before = _handed_over(server)
+    before = server.handed_over()
     sent = vault.transfer.bytes_sent
     ckpt = vault.save(
         "l/handed",
         {"model.safetensors": tmp_path / "model.safetensors", "state.bin": tmp_path / "state.bin"},
     )
     assert vault.transfer.bytes_sent - sent < 64 << 10  # requests, not 35 MiB of files
-    after = _handed_over(server)
+    after = server.handed_over()
     assert after["files"] - before["files"] == 2
     assert after["bytes"] - before["bytes"] == len(data) + (tmp_path / "state.bin").stat().st_size
     assert ckpt.files["model.safetensors"]["hash"] == blake3.blake3(data).hexdigest()
@@ -128,7 +117,7 @@ def _hand(
     """PUT one descriptor into a fresh upload, as the client does: (status, JSON answer)."""
     up = vault.begin_upload("l/raw")
     status, _, payload = local_files.hand_over(
-        _socket(server),
+        server.socket_path,
         f"/v1/uploads/{up.id}/files/f.bin",
         {"Authorization": f"Bearer {token or server.token}"},
         fd,
@@ -170,7 +159,7 @@ def test_a_body_without_exactly_one_descriptor_is_refused(
         for carried in ([], fds):
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.settimeout(10)
-                sock.connect(_socket(server))
+                sock.connect(server.socket_path)
                 sock.sendall(
                     f"PUT /v1/uploads/{up.id}/files/f.bin HTTP/1.1\r\nHost: x\r\n"
                     f"Authorization: Bearer {server.token}\r\nContent-Type: {DESCRIPTOR_TYPE}\r\n"
@@ -193,7 +182,7 @@ def test_a_client_that_cannot_reach_the_socket_sends(server: ServerProcess, tmp_
     """The socket the server names is not there for this client (another machine behind a
     tunnel, another mount namespace): the save takes the HTTP path and still works."""
     (tmp_path / "f.bin").write_bytes(os.urandom(2 * MiB))
-    sock = Path(_socket(server))
+    sock = Path(server.socket_path)
     moved = sock.with_name("elsewhere.sock")
     sock.rename(moved)  # the server still listens on it, under another name
     try:

@@ -38,16 +38,6 @@ def vault(server: ServerProcess) -> Iterator[VaultClient]:
         yield client
 
 
-def _restored(server: ServerProcess) -> dict[str, float]:
-    """The server's ckpt_handed_over_restored_{files,bytes}_total."""
-    found = re.findall(r"^ckpt_handed_over_restored_(\w+)_total (\S+)$", server.metrics(), re.M)
-    return {what: float(n) for what, n in found}
-
-
-def _socket(server: ServerProcess) -> str:
-    return str(server.data_dir / "ckpt.sock")
-
-
 def test_a_load_on_this_machine_is_written_by_the_server(
     vault: VaultClient, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -58,7 +48,7 @@ def test_a_load_on_this_machine_is_written_by_the_server(
         "empty": b"",
     }
     ckpt = vault.save("r/one", files)
-    before = _restored(server)
+    before = server.handed_over()
     received = vault.transfer.bytes_received
     out = tmp_path / "out"
     vault.load("r/one", ckpt.id, out)
@@ -66,16 +56,16 @@ def test_a_load_on_this_machine_is_written_by_the_server(
     for name, data in files.items():
         assert (out / name).read_bytes() == data, name
     assert not list(out.rglob("*.ckpt-part"))
-    after = _restored(server)
-    assert after["files"] - before["files"] == len(files)
-    assert after["bytes"] - before["bytes"] == sum(len(d) for d in files.values())
+    after = server.handed_over()
+    assert after["restored_files"] - before["restored_files"] == len(files)
+    assert after["restored_bytes"] - before["restored_bytes"] == sum(len(d) for d in files.values())
 
     # The HTTP path restores the same bytes (and is what a client elsewhere uses).
     with VaultClient(server.url, server.token, progress=False, local_files=False) as http:
         http.load("r/one", ckpt.id, tmp_path / "http")
     for name, data in files.items():
         assert (tmp_path / "http" / name).read_bytes() == data, name
-    assert _restored(server) == after
+    assert server.handed_over() == after
 
 
 def _fetch_into(
@@ -83,7 +73,7 @@ def _fetch_into(
 ) -> tuple[int, dict[str, object]]:
     """GET `target` with the descriptor `fd` as the client sends it: (status, answer)."""
     status, _, payload = local_files.hand_over(
-        _socket(server),
+        server.socket_path,
         target,
         {"Authorization": f"Bearer {token or server.token}"},
         fd,
@@ -147,25 +137,26 @@ def test_a_range_or_tcp_is_refused(vault: VaultClient, server: ServerProcess) ->
     target = f"/v1/namespaces/r/range/checkpoints/{ckpt.id}/files/f.bin"
     with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(10)
-        sock.connect(_socket(server))
-        sock.sendall(
-            f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
-            f"Content-Type: {DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n"
-            "Range: bytes=0-1\r\nConnection: close\r\nExpect: 100-continue\r\n\r\n".encode()
-        )
-        answer = _read_all(sock)
+        sock.connect(server.socket_path)
+        answer = _ask_to_write(sock, server, target, "Range: bytes=0-1\r\n")
     assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
     assert b"written whole" in answer
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as tcp:
-        tcp.sendall(
-            f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
-            f"Content-Type: {DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n"
-            "Connection: close\r\nExpect: 100-continue\r\n\r\n".encode()
-        )
-        answer = _read_all(tcp)
+        answer = _ask_to_write(tcp, server, target)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
     assert b"only be handed over on the local socket" in answer
+
+
+def _ask_to_write(sock: socket.socket, server: ServerProcess, target: str, more: str = "") -> bytes:
+    """A descriptor GET of `target` (`more`: extra header lines) with no descriptor sent:
+    the answer, which must come before one is asked for."""
+    sock.sendall(
+        f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+        f"Content-Type: {DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n{more}"
+        "Connection: close\r\nExpect: 100-continue\r\n\r\n".encode()
+    )
+    return _read_all(sock)
 
 
 def _read_all(sock: socket.socket) -> bytes:
@@ -305,5 +296,5 @@ def test_a_long_hand_over_leaves_the_workers_to_other_requests(tmp_path: Path) -
 def _quietly_hand(proc: ServerProcess, target: str, path: Path) -> None:
     with contextlib.suppress(Exception):  # ends with the server's shutdown
         local_files.hand_over_file(
-            _socket(proc), target, {"Authorization": f"Bearer {proc.token}"}, path, 60
+            proc.socket_path, target, {"Authorization": f"Bearer {proc.token}"}, path, 60
         )

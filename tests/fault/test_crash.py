@@ -296,7 +296,7 @@ class Producer:
         try:
             status, _, payload = await asyncio.to_thread(
                 local.hand_over,
-                str(server.data_dir / "ckpt.sock"),
+                server.socket_path,
                 f"/v1/uploads/{a.upload_id}/files/{name}",
                 self.run.auth,
                 fd,

@@ -90,7 +90,7 @@ async def test_sigterm_stops_a_file_being_handed_over(
     handing = asyncio.ensure_future(
         asyncio.to_thread(
             local.hand_over_file,
-            str(crash_server.data_dir / "ckpt.sock"),
+            crash_server.socket_path,
             f"/v1/uploads/{upload}/files/huge.bin",
             headers,
             sparse,
