@@ -16,29 +16,24 @@ import asyncio
 import contextlib
 import os
 import secrets
-import ssl
-import warnings
 from collections.abc import Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, overload
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from . import local
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources, tensor_layout
-from .connections import LOOPBACK
-from .errors import IntegrityError, InvalidName, MissingChunks, NotFound
+from .endpoint import default_token, file_path, ns_path, tls_from_env, warn_plain_http
+from .errors import IntegrityError, MissingChunks, NotFound
 from .filesink import FileSink
 from .models import Checkpoint, Transfer
 from .options import SaveFields, SaveOptions
 from .progress import Progress
 from .protocol import (
-    ADMIN_TOKEN_FILE,
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
-    DEFAULT_DATA_DIR,
-    DEFAULT_PORT,
     DEFAULT_URL,
     BulkDeleted,
     ChunkingProfile,
@@ -47,6 +42,7 @@ from .protocol import (
     encode_chunk_batch,
 )
 from .remotefile import AsyncRemoteFile, OpeningFile, RangeReader, fetch_range
+from .restore import part_of, restore_targets
 from .transport import RetryPolicy, Transport
 
 if TYPE_CHECKING:
@@ -70,64 +66,6 @@ NOVEL_STREAK = 2
 # goes without its place (the server hashes at most vault.uploads.MAX_REFERENCED_BYTES of
 # references per batch).
 MAX_HELD_BYTES = 1 << 30
-
-
-def is_local_default(url: str) -> bool:
-    """Is `url` the server `ckpt serve` starts by default (loopback, port 8470)?"""
-    parts = urlsplit(url)
-    return (
-        parts.scheme in ("http", "https")
-        and parts.hostname in LOOPBACK
-        and parts.port == DEFAULT_PORT
-    )
-
-
-def default_token(url: str = DEFAULT_URL) -> str | None:
-    """CKPT_TOKEN, else the admin token of a local ./ckpt-data (only for the local default
-    server: that file is the local server's admin secret, and used to be sent to whatever
-    URL was given, plain HTTP included), else None."""
-    token = os.environ.get("CKPT_TOKEN")
-    if token:
-        return token
-    path = Path(DEFAULT_DATA_DIR) / ADMIN_TOKEN_FILE
-    return path.read_text().strip() if is_local_default(url) and path.is_file() else None
-
-
-def warn_plain_http(url: str, token: str | None) -> None:
-    """A bearer token over plain HTTP beyond loopback can be read off the network."""
-    parts = urlsplit(url)
-    if token and parts.scheme == "http" and parts.hostname not in LOOPBACK:
-        warnings.warn(
-            f"sending a token over plain HTTP to {parts.hostname}; use https:// (TLS)",
-            PlainHttpWarning,
-            stacklevel=3,
-        )
-
-
-def tls_from_env() -> ssl.SSLContext | None:
-    """A verifying TLS context when CKPT_CA_FILE (trust this CA too, e.g. a private one)
-    or CKPT_CLIENT_CERT / CKPT_CLIENT_KEY (present a certificate: mTLS) are set; None
-    leaves the default (the system's CAs). Verification is never turned off."""
-    ca = os.environ.get("CKPT_CA_FILE")
-    cert = os.environ.get("CKPT_CLIENT_CERT")
-    if not ca and not cert:
-        return None
-    ctx = ssl.create_default_context(cafile=ca or None)
-    if cert:
-        ctx.load_cert_chain(cert, os.environ.get("CKPT_CLIENT_KEY") or None)
-    return ctx
-
-
-class PlainHttpWarning(UserWarning):
-    """A token is about to travel unencrypted beyond this machine."""
-
-
-def _ns(namespace: str) -> str:
-    """The namespace as a URL path. Segments a URL library would rewrite (`a/../b` becomes
-    `b`) are refused here, since the server never sees what the caller wrote."""
-    if any(seg in ("", ".", "..") for seg in namespace.split("/")):
-        raise InvalidName(f"invalid namespace {namespace!r}: empty, '.' or '..' segment")
-    return quote(namespace, safe="/")
 
 
 @dataclass(frozen=True)
@@ -332,7 +270,7 @@ class AsyncVaultClient:
 
     async def _open_upload(self, namespace: str, opts: SaveOptions) -> UploadSession:
         up = await self._t.json(
-            "POST", f"/v1/namespaces/{_ns(namespace)}/uploads", json_body=opts.wire()
+            "POST", f"/v1/namespaces/{ns_path(namespace)}/uploads", json_body=opts.wire()
         )
         return UploadSession(up["upload_id"], up["namespace"], up["chunking"])
 
@@ -352,7 +290,7 @@ class AsyncVaultClient:
         body = encode_bundle({**opts.wire(), "key": secrets.token_urlsafe(24)}, files)
         rec = await self._t.json(
             "POST",
-            f"/v1/namespaces/{_ns(namespace)}/checkpoints",
+            f"/v1/namespaces/{ns_path(namespace)}/checkpoints",
             data=body,
             headers={"Content-Type": BUNDLE_TYPE},
         )
@@ -388,12 +326,8 @@ class AsyncVaultClient:
     ) -> Checkpoint:
         """Write every file of a checkpoint under `dest`, each verified against its hash."""
         ckpt = await self.get(namespace, ref)
-        root = await asyncio.to_thread(Path(dest).resolve)
+        targets = await asyncio.to_thread(restore_targets, dest, ckpt.files)
         total = sum(int(f["size"]) for f in ckpt.files.values())
-        targets = {name: (root / name).resolve() for name in ckpt.files}
-        for name, target in targets.items():
-            if root not in target.parents:
-                raise IntegrityError(f"file name {name!r} escapes {root}")
         slots = asyncio.Semaphore(FILES_IN_FLIGHT)
         socket = await self._t.local_socket() if self.local_files else None  # asked once
 
@@ -417,9 +351,9 @@ class AsyncVaultClient:
         """One file of `load`: written by the server on this machine if `socket` is its
         local socket, else received over HTTP."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".ckpt-part")
+        partial = part_of(target)
         size = int(info["size"])
-        path = _file_path(ckpt.namespace, ckpt.id, name)
+        path = file_path(ckpt.namespace, ckpt.id, name)
         out = await _create(partial)
         try:
             with out:
@@ -464,18 +398,14 @@ class AsyncVaultClient:
             if growth is not None:
                 await growth.stop()
         bar.update(size - (growth.shown if growth is not None else 0))
-        written = await asyncio.to_thread(os.path.getsize, partial)
-        if answer != {"size": size, "hash": info["hash"]} or written != size:
-            raise IntegrityError(
-                f"{path}: the server wrote {written} bytes, not the file asked for"
-            )
+        await asyncio.to_thread(local.check_restored, path, answer, partial, size, info["hash"])
         return True
 
     async def read_range(
         self, namespace: str, ref: str, name: str, start: int, length: int
     ) -> bytes:
         """`length` bytes of a file from `start` (fewer at the end of the file)."""
-        return await fetch_range(self._t, _file_path(namespace, ref, name), start, length)
+        return await fetch_range(self._t, file_path(namespace, ref, name), start, length)
 
     def open(self, namespace: str, ref: str, name: str) -> OpeningFile:
         """A seekable, read-only file that fetches byte ranges on demand, all from the one
@@ -489,12 +419,12 @@ class AsyncVaultClient:
         ckpt = await self.get(namespace, ref)  # pin the id: every range comes from one checkpoint
         if name not in ckpt.files:
             raise NotFound(f"checkpoint {ckpt.id} has no file {name!r}")
-        path = _file_path(namespace, ckpt.id, name)
+        path = file_path(namespace, ckpt.id, name)
         return RangeReader(self._t, path, int(ckpt.files[name]["size"]))
 
     # -- catalog ----------------------------------------------------------------------
     async def get(self, namespace: str, ref: str = "latest") -> Checkpoint:
-        rec = await self._t.json("GET", f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}")
+        rec = await self._t.json("GET", f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}")
         return Checkpoint.from_wire(rec)
 
     async def namespaces(self) -> list[dict[str, Any]]:
@@ -502,17 +432,17 @@ class AsyncVaultClient:
 
     async def lineage(self, namespace: str, ref: str = "latest") -> list[Checkpoint]:
         out = await self._t.json(
-            "GET", f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/lineage"
+            "GET", f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}/lineage"
         )
         return [Checkpoint.from_wire(r) for r in out["chain"]]
 
     async def manifest(self, namespace: str, ref: str) -> dict[str, Any]:
-        path = f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/manifest"
+        path = f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}/manifest"
         return dict(await self._t.json("GET", path))
 
     async def storage(self, namespace: str, ref: str = "latest") -> dict[str, Any]:
         """How a checkpoint is stored: stored vs logical bytes, by codec and by tier."""
-        path = f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/storage"
+        path = f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}/storage"
         return dict(await self._t.json("GET", path))
 
     async def stats(self, namespaces: bool = False) -> dict[str, Any]:
@@ -523,7 +453,7 @@ class AsyncVaultClient:
     async def _patch(self, namespace: str, checkpoint_id: str, body: dict[str, Any]) -> Checkpoint:
         rec = await self._t.json(
             "PATCH",
-            f"/v1/namespaces/{_ns(namespace)}/checkpoints/{checkpoint_id}",
+            f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{checkpoint_id}",
             json_body=body,
         )
         return Checkpoint.from_wire(rec)
@@ -550,7 +480,7 @@ class AsyncVaultClient:
 
     async def delete(self, namespace: str, checkpoint_id: str) -> None:
         await self._t.request(
-            "DELETE", f"/v1/namespaces/{_ns(namespace)}/checkpoints/{checkpoint_id}"
+            "DELETE", f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{checkpoint_id}"
         )
 
     async def delete_many(
@@ -562,7 +492,7 @@ class AsyncVaultClient:
             {"all": True} if checkpoint_ids is None else {"ids": list(checkpoint_ids)}
         )
         out = await self._t.json(
-            "DELETE", f"/v1/namespaces/{_ns(namespace)}/checkpoints", json_body=body
+            "DELETE", f"/v1/namespaces/{ns_path(namespace)}/checkpoints", json_body=body
         )
         return BulkDeleted.from_wire(out)
 
@@ -576,7 +506,7 @@ class AsyncVaultClient:
     ) -> Checkpoint:
         rec = await self._t.json(
             "POST",
-            f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/fork",
+            f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}/fork",
             json_body={"namespace": target, "metadata": metadata or {}, "tags": tags or []},
         )
         return Checkpoint.from_wire(rec)
@@ -617,12 +547,12 @@ class AsyncVaultClient:
 
     async def policy(self, namespace: str | None = None) -> dict[str, Any]:
         """A namespace's policy, or the default one."""
-        path = f"/v1/namespaces/{_ns(namespace)}/policy" if namespace else "/v1/policy/default"
+        path = f"/v1/namespaces/{ns_path(namespace)}/policy" if namespace else "/v1/policy/default"
         return dict(await self._t.json("GET", path))
 
     async def set_policy(self, namespace: str | None, changes: dict[str, Any]) -> dict[str, Any]:
         """Change some keys of a policy ({"retention": {...}, "tiering": {...}})."""
-        path = f"/v1/namespaces/{_ns(namespace)}/policy" if namespace else "/v1/policy/default"
+        path = f"/v1/namespaces/{ns_path(namespace)}/policy" if namespace else "/v1/policy/default"
         return dict(await self._t.json("PUT", path, json_body=changes))
 
     async def retention(self, dry_run: bool = True, namespace: str | None = None) -> dict[str, Any]:
@@ -686,13 +616,9 @@ class AsyncVaultClient:
             if value is not None:
                 params[key] = value
         out = await self._t.json(
-            "GET", f"/v1/namespaces/{_ns(namespace)}/checkpoints", params=params
+            "GET", f"/v1/namespaces/{ns_path(namespace)}/checkpoints", params=params
         )
         return [Checkpoint.from_wire(r) for r in out["checkpoints"]]
-
-
-def _file_path(namespace: str, ref: str, name: str) -> str:
-    return f"/v1/namespaces/{_ns(namespace)}/checkpoints/{ref}/files/{quote(name)}"
 
 
 async def _create(path: Path) -> IO[bytes]:

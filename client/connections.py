@@ -27,7 +27,6 @@ CONNECT_TIMEOUT = 10.0  # seconds to open a connection; reads wait for the calle
 _TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
 
 Body = Iterable[bytes | bytearray | memoryview]
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})  # host names that stay on this machine
 
 
 class Broken(Exception):

@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from .connections import Broken
+from .errors import IntegrityError
 from .protocol import CONTINUE, DESCRIPTOR_TYPE
 
 # A descriptor's answer comes once the server has read the file: the timeout grows with it.
 SLOWEST_READ = 20e6  # bytes per second assumed of the server reading a handed-over file
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
@@ -49,19 +50,33 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def same_server(path: str, instance: str, timeout: float) -> bool:
-    """Does the socket at `path` lead to the server whose health said `instance`? (The path
-    came from a server reached on loopback, which may be a tunnel to another machine.)"""
-    conn = _UnixConnection(path, timeout)
+def socket_of(health: Any, timeout: float) -> str | None:
+    """The local socket a server's `GET /v1/health` answer (asked on loopback) names, if
+    this process can use it and it leads to that same server (the path came from a server
+    reached on loopback, which may be a tunnel to another machine); else None."""
+    if not isinstance(health, dict):
+        return None
+    path, instance = health.get("local_socket"), health.get("instance")
+    if not isinstance(path, str) or not isinstance(instance, str) or not is_socket(path):
+        return None
+    conn = UnixConnection(path, timeout)
     try:
         conn.request("GET", "/v1/health")
         resp = conn.getresponse()
         answer = json.loads(resp.read()) if resp.status == 200 else {}
     except (OSError, http.client.HTTPException, ValueError):
-        return False
+        return None
     finally:
         conn.close()
-    return isinstance(answer, dict) and answer.get("instance") == instance
+    return path if isinstance(answer, dict) and answer.get("instance") == instance else None
+
+
+def check_restored(what: str, answer: Any, file: Path, size: int, digest: str) -> None:
+    """A restore written by the server ended as asked: its answer names the file's size and
+    hash, and the file has that size (it verified every chunk as it wrote)."""
+    written = os.path.getsize(file)
+    if answer != {"size": size, "hash": digest} or written != size:
+        raise IntegrityError(f"{what}: the server wrote {written} bytes, not the file asked for")
 
 
 class Unsupported(Exception):
@@ -109,7 +124,7 @@ def hand_over(
     `size` bytes, to read or to fill): status, headers and body of the answer. The
     descriptor goes only after the server's `100 Continue`: it takes the socket from its
     HTTP stack first, whose reads would drop it."""
-    conn = _UnixConnection(path, max(timeout, size / SLOWEST_READ))
+    conn = UnixConnection(path, max(timeout, size / SLOWEST_READ))
     try:
         conn.putrequest(method, target, skip_accept_encoding=True)
         for name, value in headers.items():
@@ -129,7 +144,7 @@ def hand_over(
 
 
 def _answer_after_descriptor(
-    conn: _UnixConnection, fd: int, method: str
+    conn: UnixConnection, fd: int, method: str
 ) -> http.client.HTTPResponse:
     """Wait for the server's first answer: on `100 Continue` send the descriptor and read
     the final answer; anything else is the final answer already (a refusal: the server

@@ -28,8 +28,9 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from . import bulkget, local
 from . import connections as wire
-from .connections import LOOPBACK, Broken
+from .connections import Broken
 from .daemonpool import DaemonPool
+from .endpoint import LOOPBACK
 from .errors import ClientError, TransportError, error_from
 from .models import Transfer
 
@@ -241,13 +242,7 @@ class Transport:
             health = await self.json("GET", "/v1/health")
         except (ClientError, TransportError):
             return None
-        if not isinstance(health, dict):
-            return None
-        path, instance = health.get("local_socket"), health.get("instance")
-        if not isinstance(path, str) or not isinstance(instance, str) or not local.is_socket(path):
-            return None
-        usable = await self._on_thread(local.same_server, path, instance, self._conns.timeout)
-        return path if usable else None
+        return await self._on_thread(local.socket_of, health, self._conns.timeout)
 
     async def hand_over(
         self, socket_path: str, path: str, file: Path, *, restore_size: int | None = None

@@ -266,7 +266,7 @@ def test_local_admin_token_goes_only_to_the_local_server(
     )
     assert result.returncode != 0  # the server is not the local default: no token sent
     assert "401" in result.stderr or "token" in result.stderr.lower()
-    from client.aio import PlainHttpWarning, default_token, is_local_default
+    from client.endpoint import PlainHttpWarning, default_token, is_local_default
 
     assert is_local_default("http://127.0.0.1:8470")
     assert not is_local_default(server.url.replace("127.0.0.1", "203.0.113.9"))

@@ -52,8 +52,10 @@ def _safetensors(path: Path, sizes: list[int]) -> bytes:
 def test_health_names_the_socket(vault: VaultClient, server: ServerProcess) -> None:
     health = vault.health()
     assert health["local_socket"] == server.socket_path
-    assert local_files.same_server(server.socket_path, health["instance"], 5)
-    assert not local_files.same_server(server.socket_path, "another-server", 5)
+    assert local_files.socket_of(health, 5) == server.socket_path
+    assert local_files.socket_of({**health, "instance": "another-server"}, 5) is None
+    assert local_files.socket_of({**health, "local_socket": "/nonexistent"}, 5) is None
+    assert local_files.socket_of(["not", "an", "object"], 5) is None
 
 
 def test_a_file_on_disk_is_handed_over_not_sent(

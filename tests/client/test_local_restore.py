@@ -11,14 +11,17 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from client import RetryPolicy, VaultClient, aio
+from client import RetryPolicy, VaultClient, aio, restore
 from client import local as local_files
+from client.errors import IntegrityError
 from client.protocol import DESCRIPTOR_TYPE
 
 from ..serverproc import ServerProcess, free_port
@@ -172,16 +175,15 @@ def _read_all(sock: socket.socket) -> bytes:
     return answer
 
 
-def test_a_server_that_sends_the_bytes_instead_is_told_apart(tmp_path: Path) -> None:
-    """A server from before restores by descriptor answers `100 Continue` and then sends
-    the file as any GET: the client must not read it as an answer (it falls back to
-    HTTP), and must not take a multi-gigabyte body into memory to find out."""
-    path = str(tmp_path / "old.sock")
+@contextlib.contextmanager
+def _socket_server(path: str, answer: bytes) -> Iterator[None]:
+    """A server on the socket at `path` that takes one descriptor request, answers `100
+    Continue`, reads the descriptor's byte and then sends `answer` (and reads what comes)."""
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.listen(1)
 
-    def old_server() -> None:
+    def serve() -> None:
         conn, _ = listener.accept()
         with conn:
             head = b""
@@ -189,26 +191,110 @@ def test_a_server_that_sends_the_bytes_instead_is_told_apart(tmp_path: Path) -> 
                 head += conn.recv(4096)
             conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
             assert conn.recv(1) == b"\0"  # the body, its descriptor dropped (plain recv)
-            conn.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                b"Content-Length: 1073741824\r\n\r\n" + bytes(65536)
-            )
+            conn.sendall(answer)
             with contextlib.suppress(ConnectionResetError):  # it hangs up on an unread body
                 while conn.recv(65536):
                     pass
 
-    thread = threading.Thread(target=old_server)
+    thread = threading.Thread(target=serve)
     thread.start()
-    (tmp_path / "into").write_bytes(b"")
     try:
-        with pytest.raises(local_files.Unsupported):
-            local_files.hand_over_file(
-                path, "/v1/x/files/f", {}, tmp_path / "into", 10, restore_size=1 << 30
-            )
+        yield
     finally:
         thread.join(10)
         listener.close()
+
+
+# A server from before restores by descriptor sends the file as any GET after `100`.
+_BYTES_INSTEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+    b"Content-Length: 1073741824\r\n\r\n" + bytes(65536)
+)
+
+
+def test_a_server_that_sends_the_bytes_instead_is_told_apart(tmp_path: Path) -> None:
+    """A server from before restores by descriptor answers `100 Continue` and then sends
+    the file as any GET: the client must not read it as an answer (it falls back to
+    HTTP), and must not take a multi-gigabyte body into memory to find out."""
+    path = str(tmp_path / "old.sock")
+    (tmp_path / "into").write_bytes(b"")
+    with _socket_server(path, _BYTES_INSTEAD), pytest.raises(local_files.Unsupported):
+        local_files.hand_over_file(
+            path, "/v1/x/files/f", {}, tmp_path / "into", 10, restore_size=1 << 30
+        )
     assert (tmp_path / "into").read_bytes() == b""
+
+
+def test_ckpt_pull_here_starts_no_client(server: ServerProcess, tmp_path: Path) -> None:
+    """`ckpt pull` from a server on this machine has it write the files without starting
+    the event loop and the client (client/restore.py): the same bytes, no part file."""
+    files = {"model.bin": os.urandom(6 * MiB + 5), "opt/state.bin": b"adam " * 300_000}
+    with VaultClient(server.url, server.token, progress=False) as vault:
+        ckpt = vault.save("r/pull", files)
+    before = server.handed_over()
+    out = tmp_path / "out"
+    script = (
+        "import json, sys\n"
+        "from client.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "started = [m for m in ('asyncio', 'client.aio', 'client.transport') if m in sys.modules]\n"
+        "print(json.dumps({'code': code, 'started': started}))\n"
+    )
+    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
+    args = ["pull", "r/pull", "latest", str(out), "--json"]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    *printed, outcome = done.stdout.strip().splitlines()
+    assert json.loads(outcome) == {"code": 0, "started": []}
+    assert json.loads("\n".join(printed))["id"] == ckpt.id
+    for name, data in files.items():
+        assert (out / name).read_bytes() == data, name
+    assert not list(out.rglob("*.ckpt-part"))
+    after = server.handed_over()
+    assert after["restored_files"] - before["restored_files"] == len(files)
+
+
+def test_ckpt_pull_leaves_what_it_cannot_do_here_to_the_client(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A ref that does not exist or a token refused: the client's answer, as everywhere."""
+    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
+    cmd = [sys.executable, "-m", "client.cli", "pull", "r/none", "01M8CVVY3DXSMGQPMK2Q6TXPVP"]
+    missing = subprocess.run(
+        [*cmd, str(tmp_path / "a")], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("ckpt pull: ")
+    assert "does not exist" in missing.stderr
+    refused = subprocess.run(
+        [*cmd, str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        env={**env, "CKPT_TOKEN": "not-a-token"},
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert "ckpt pull: " in refused.stderr
+    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_restore_here_that_cannot_be_done_leaves_nothing(tmp_path: Path) -> None:
+    """The lean pull gives up on a server that sends bytes (the client takes over) and
+    refuses a file the server says it wrote otherwise than asked: no part file either way."""
+    info = {"size": 10, "hash": "ab" * 32}
+    path = str(tmp_path / "s.sock")
+    with _socket_server(path, _BYTES_INSTEAD):
+        assert not restore._restore(path, "/v1/x/files/f", {}, tmp_path / "old", info, 10)
+    assert list(tmp_path.iterdir()) == [tmp_path / "s.sock"]
+    os.unlink(path)
+    other = b'{"size": 10, "hash": "' + b"cd" * 32 + b'"}'
+    wrong = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    with _socket_server(path, wrong % len(other) + other), pytest.raises(IntegrityError):
+        restore._restore(path, "/v1/x/files/f", {}, tmp_path / "new", info, 10)
+    assert list(tmp_path.iterdir()) == [tmp_path / "s.sock"]
 
 
 def test_a_shown_progress_bar_follows_the_file_being_written(tmp_path: Path) -> None:
