@@ -59,16 +59,24 @@ def socket_of(health: Any, timeout: float) -> str | None:
     path, instance = health.get("local_socket"), health.get("instance")
     if not isinstance(path, str) or not isinstance(instance, str) or not is_socket(path):
         return None
-    conn = UnixConnection(path, timeout)
+    answer = get_json(UnixConnection(path, timeout), "/v1/health")
+    return path if isinstance(answer, dict) and answer.get("instance") == instance else None
+
+
+def get_json(
+    conn: http.client.HTTPConnection, target: str, headers: Mapping[str, str] | None = None
+) -> Any:
+    """The JSON of a 200 answer to `GET target` on a fresh connection (closed after), or
+    None for any other answer, a broken connection or a body that is not JSON."""
     try:
-        conn.request("GET", "/v1/health")
+        conn.request("GET", target, headers=dict(headers or {}))
         resp = conn.getresponse()
-        answer = json.loads(resp.read()) if resp.status == 200 else {}
+        body = resp.read()
+        return json.loads(body) if resp.status == 200 else None
     except (OSError, http.client.HTTPException, ValueError):
         return None
     finally:
         conn.close()
-    return path if isinstance(answer, dict) and answer.get("instance") == instance else None
 
 
 def check_restored(what: str, answer: Any, file: Path, size: int, digest: str) -> None:

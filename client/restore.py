@@ -52,10 +52,16 @@ def load_here(
     token = token if token is not None else default_token(url)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     prefix = parts.path.rstrip("/")
-    sock = _local_socket(parts.hostname, parts.port or 80, prefix, timeout)
+    health = local.get_json(
+        http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout),
+        prefix + "/v1/health",
+    )
+    sock = local.socket_of(health, timeout)
+    if sock is None:
+        return None
     path = f"{prefix}/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}"
-    record = None if sock is None else _get(sock, path, headers, timeout)
-    if sock is None or record is None:
+    record = local.get_json(local.UnixConnection(sock, timeout), path, headers)
+    if record is None:
         return None
     ckpt = Checkpoint.from_wire(record)
     targets = restore_targets(dest, ckpt.files)
@@ -114,33 +120,6 @@ def restore_targets(dest: str | os.PathLike[str], files: Mapping[str, Any]) -> d
 def part_of(target: Path) -> Path:
     """The name `target` is restored under until it is complete."""
     return target.with_name(target.name + ".ckpt-part")
-
-
-def _local_socket(host: str, port: int, prefix: str, timeout: float) -> str | None:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", prefix + "/v1/health")
-        resp = conn.getresponse()
-        health = json.loads(resp.read()) if resp.status == 200 else None
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
-    return local.socket_of(health, timeout)
-
-
-def _get(sock: str, target: str, headers: Mapping[str, str], timeout: float) -> Any:
-    """The JSON of a 200 answer to `GET target` on the socket, else None."""
-    conn = local.UnixConnection(sock, timeout)
-    try:
-        conn.request("GET", target, headers=dict(headers))
-        resp = conn.getresponse()
-        body = resp.read()
-        return json.loads(body) if resp.status == 200 else None
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
 
 
 def _restore(
