@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from client.protocol import status_of
+from client.protocol import DESCRIPTOR_TYPE, status_of
 from vault import VaultError
 
 from .observability import request_id
@@ -93,33 +93,43 @@ def error_response(
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except VaultError as e:
+    except (ConnectionResetError, TimeoutError):
+        raise
+    except Exception as e:  # noqa: BLE001 - every error is answered here, bugs included
+        response, close = _answer(request, e)
+    # A client handing a descriptor over waits for `100 Continue` before sending its
+    # one-byte body, so a refusal leaves it unsent: aiohttp would wait 10 s for it.
+    if (close or request.content_type == DESCRIPTOR_TYPE) and request.protocol is not None:
+        response.force_close()
+        await response.prepare(request)  # sent whole, then the connection is dropped
+        await response.write_eof()
+        request.protocol.force_close()
+    return response
+
+
+def _answer(request: web.Request, e: Exception) -> tuple[web.Response, bool]:
+    """The error answer for `e`, and whether the connection must close after it."""
+    if isinstance(e, VaultError):
         response = error_response(e.status, e.code, e.message, e.details())
         if e.status in (429, 503):
             response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return response
-    except ApiError as e:
+        return response, False
+    if isinstance(e, ApiError):
         response = error_response(e.status, e.code, e.message)
         retry_after = getattr(e, "retry_after", None)
         if retry_after is not None:
             response.headers["Retry-After"] = str(retry_after)
-        if e.close_connection and request.protocol is not None:
-            response.force_close()
-            await response.prepare(request)  # sent whole, then the connection is dropped
-            await response.write_eof()
-            request.protocol.force_close()
-        return response
-    except web.HTTPException as e:
+        return response, e.close_connection
+    if isinstance(e, web.HTTPException):
         if e.status < 400:
-            raise
+            raise e
         code = HTTP_CODES.get(e.status, FALLBACK_CLIENT if e.status < 500 else INTERNAL)
         response = error_response(e.status, code, e.reason)
         if "Allow" in e.headers:  # 405: which methods the resource has (RFC 9110 15.5.6)
             response.headers["Allow"] = e.headers["Allow"]
-        return response
-    except (ConnectionResetError, TimeoutError):
-        raise
-    except Exception:
-        rid = request_id(request)
-        log.exception("internal error, request id %s", rid, extra={"request_id": rid})
-        return error_response(500, INTERNAL, f"internal error; the server log has request id {rid}")
+        return response, False
+    rid = request_id(request)
+    log.exception("internal error, request id %s", rid, extra={"request_id": rid})
+    return error_response(
+        500, INTERNAL, f"internal error; the server log has request id {rid}"
+    ), False

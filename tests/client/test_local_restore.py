@@ -151,13 +151,32 @@ def test_a_range_or_tcp_is_refused(vault: VaultClient, server: ServerProcess) ->
     assert b"only be handed over on the local socket" in answer
 
 
-def _ask_to_write(sock: socket.socket, server: ServerProcess, target: str, more: str = "") -> bytes:
+def test_a_refusal_before_100_closes_the_connection(
+    vault: VaultClient, server: ServerProcess
+) -> None:
+    """The client waits for `100 Continue` before it sends the descriptor's byte, so a
+    refusal leaves the body unsent: the server closes after answering instead of waiting
+    for it (aiohttp would linger 10 s), whichever part of it refused (route, auth)."""
+    ckpt = vault.save("r/closed", {"f.bin": b"abc"})
+    missing = f"/v1/namespaces/r/closed/checkpoints/{ckpt.id}/files/nope.bin"
+    for token, status in ((server.token, b"404"), ("not-a-token", b"401")):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(server.socket_path)
+            answer = _ask_to_write(sock, server, missing, token=token)
+            assert answer.startswith(b"HTTP/1.1 " + status), answer[:300]
+            assert sock.recv(1) == b""  # closed; a lingering server times this out
+
+
+def _ask_to_write(
+    sock: socket.socket, server: ServerProcess, target: str, more: str = "", token: str = ""
+) -> bytes:
     """A descriptor GET of `target` (`more`: extra header lines) with no descriptor sent:
     the answer, which must come before one is asked for."""
     sock.sendall(
-        f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+        f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token or server.token}\r\n"
         f"Content-Type: {DESCRIPTOR_TYPE}\r\nContent-Length: 1\r\n{more}"
-        "Connection: close\r\nExpect: 100-continue\r\n\r\n".encode()
+        "Expect: 100-continue\r\n\r\n".encode()
     )
     return _read_all(sock)
 
