@@ -42,7 +42,7 @@ from .protocol import (
     encode_chunk_batch,
 )
 from .remotefile import AsyncRemoteFile, OpeningFile, RangeReader, fetch_range
-from .restore import part_of, restore_targets
+from .restore import FILES_IN_FLIGHT, part_of, restore_targets
 from .transport import RetryPolicy, Transport
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ BATCH_BYTES = PIECE
 MAX_IDS_PER_QUERY = 50_000
 SMALL_SAVE_LIMIT = 4 << 20  # below this, one request does the whole save
 PIECES_IN_FLIGHT = 2  # pieces being sent at once: bounds memory at ~3 x 16 MiB (one cut ahead)
-FILES_IN_FLIGHT = 2  # files of one checkpoint loaded at once (finetune series: +10-15%)
 # After this many pieces in a row with nothing the vault already had, send without asking
 # (bytes on the wire can exceed the changed bytes by at most what a partly known piece
 # holds, and such a piece ends the streak).

@@ -166,7 +166,7 @@ async def put_file(request: web.Request) -> web.Response:
 async def _ingest_descriptor(
     request: web.Request, vault: Vault, upload_id: str, name: str
 ) -> FileEntry:
-    """The file handed over, read into the upload on the worker pool."""
+    """The file handed over, read into the upload on a hand-over thread."""
     domain = principal(request).domain()
 
     def ingest(fd: int, stop: threading.Event) -> FileEntry:

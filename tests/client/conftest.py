@@ -13,22 +13,20 @@ from client import VaultClient
 from ..serverproc import ServerProcess, free_port
 
 
-def running_server(
-    tmp_path_factory: pytest.TempPathFactory, local_socket: bool = False
+@pytest.fixture(scope="module")
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    """A started server in a fresh directory, stopped when the generator is closed."""
+    """A started server in a fresh directory; with its local socket (files handed over
+    by descriptor) when the test module sets `LOCAL_SOCKET = True`."""
     root: Path = tmp_path_factory.mktemp("server")
+    local_socket = bool(getattr(request.module, "LOCAL_SOCKET", False))
     proc = ServerProcess(root / "data", free_port(), root / "server.log", local_socket=local_socket)
     try:
         proc.start()
         yield proc
     finally:
         proc.stop()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from running_server(tmp_path_factory)
 
 
 @pytest.fixture

@@ -9,31 +9,19 @@ import json
 import os
 import socket
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import blake3
-import pytest
 
 from client import VaultClient
 from client import local as local_files
 from client.protocol import DESCRIPTOR_TYPE
 
 from ..serverproc import ServerProcess
-from .conftest import running_server
 
 MiB = 1 << 20
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from running_server(tmp_path_factory, local_socket=True)
-
-
-@pytest.fixture
-def vault(server: ServerProcess) -> Iterator[VaultClient]:
-    with VaultClient(server.url, server.token, progress=False) as client:
-        yield client
+LOCAL_SOCKET = True  # the module's server (conftest) offers its local socket
 
 
 def _safetensors(path: Path, sizes: list[int]) -> bytes:

@@ -25,20 +25,10 @@ from client.errors import IntegrityError
 from client.protocol import DESCRIPTOR_TYPE
 
 from ..serverproc import ServerProcess, free_port
-from .conftest import running_server
 
 MiB = 1 << 20
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from running_server(tmp_path_factory, local_socket=True)
-
-
-@pytest.fixture
-def vault(server: ServerProcess) -> Iterator[VaultClient]:
-    with VaultClient(server.url, server.token, progress=False) as client:
-        yield client
+LOCAL_SOCKET = True  # the module's server (conftest) offers its local socket
 
 
 def test_a_load_on_this_machine_is_written_by_the_server(
