@@ -1,7 +1,15 @@
-"""Tiers besides the hot LMDB store: a local filesystem, or an object store (S3-compatible,
-GCS, Azure) through obstore. Backends implement `vault.tier.Tier`; `open_tier` builds one
-from a URL. Moving chunks between tiers (packs, policies) is not built yet: every chunk
-lives in the hot tier and checkpoint records report tier "hot"."""
+"""Tiers besides the hot LMDB store, and the policy that moves checkpoints between them.
+
+Backends implement `vault.tier.Tier` (a local or mounted filesystem, an object store
+through obstore: S3-compatible, GCS, Azure; memory for tests) and `open_tier` builds one
+from a URL; retries and test faults are wrappers around any of them (`wrappers.py`).
+The policy is here too: a pure plan over `Vault.snapshot()` of which checkpoints leave the
+hot tier and which come back (`policy.py`), a run that applies it through `Vault.content`
+and records each checkpoint's `tier` (`runner.py`), repacking of sparse packs
+(`repack.py`), and GC followed by repack as one maintenance operation (`maintenance.py`).
+How chunks are packed, located and moved is the engine's (`vault/content/`); this package
+never touches LMDB or the writer (tests/test_boundaries_content.py).
+"""
 
 from .backends.local import LocalTier
 from .backends.memory import MemoryTier
