@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from client.protocol import ADMIN_TOKEN_FILE
+from protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault
 from vault.env import make_private
 

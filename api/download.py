@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-from client.protocol import DESCRIPTOR_TYPE
+from protocol import DESCRIPTOR_TYPE
 from vault import FileEntry, InvalidRequest, NotFound, Vault
 from vault.content.reader import Pinned, batches
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from client.protocol import DESCRIPTOR_TYPE, status_of
+from protocol import DESCRIPTOR_TYPE, status_of
 from vault import VaultError
 
 from .observability import request_id

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from client.protocol import parse_size
+from protocol import parse_size
 from vault import InvalidRequest, TooLarge
 
 from .errors import BodyTimeout

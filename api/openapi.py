@@ -2,7 +2,7 @@
 
 Each operation's summary is its handler's docstring; parameters come from the path
 template. The component schemas are derived from the protocol's record dataclasses
-(client/protocol), the same types the server answers with and the client parses with.
+(protocol), the same types the server answers with and the client parses with.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from aiohttp import web
 
-import client.protocol as protocol
+import protocol as protocol
 
 from . import __version__
 

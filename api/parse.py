@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from client.protocol import JSON, VALIDITY_STATES, CommitFile
+from protocol import JSON, VALIDITY_STATES, CommitFile
 from vault import InvalidRequest
 from vault.names import check_chunk_id, check_file_name
 from vault.uploads import MAX_MISSING_QUERY, check_metadata, check_tags

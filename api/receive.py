@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numpy
 from aiohttp import HttpVersion11, web
 
-from client.protocol import CONTINUE, DESCRIPTOR_TYPE
+from protocol import CONTINUE, DESCRIPTOR_TYPE
 from vault import InvalidRequest, TooLarge
 
 from .errors import BodyTimeout

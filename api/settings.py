@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from client.protocol import (
+from protocol import (
     DEFAULT_DATA_DIR,
     DEFAULT_PORT,
     LOCAL_SOCKET_FILE,

@@ -9,7 +9,7 @@ see bench/series.py):
 
 What it does, in one temp dir:
 
-1. starts `python -m client.cli serve` on a free loopback port and polls GET /v1/health;
+1. starts `python -m cli serve` on a free loopback port and polls GET /v1/health;
 2. per series (bench/series.py, generated in a child process so torch's memory does not
    count against the client): writes the checkpoints to disk and times that;
 3. baseline, same run: copies every checkpoint file in 8 MiB writes + fsync (agent state:

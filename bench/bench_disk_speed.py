@@ -18,7 +18,7 @@ What it does, in one temp dir:
    it just freed, which on this VM costs a third of the kernel time of pages new to a
    file (a fresh guest page costs the host a fault), while the vault's data file, like a
    checkpoint, only grows into new pages: the fastest new-file copy is printed too;
-3. starts `python -m client.cli serve` on a loopback port;
+3. starts `python -m cli serve` on a loopback port;
 4. saves: one child process per checkpoint set runs `VaultClient.save` (the series into one
    namespace, each with the previous as parent) and reports the seconds inside `save`, its
    own peak RSS and the bytes it sent: the server is on this machine, so by default the
@@ -276,7 +276,7 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
         start = time.perf_counter()
         for ck, d in zip(saved["ids"], dests, strict=True):
             subprocess.run(
-                [sys.executable, "-m", "client.cli", "--url", server.url, "pull", name, ck, str(d)],
+                [sys.executable, "-m", "cli", "--url", server.url, "pull", name, ck, str(d)],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
@@ -297,7 +297,7 @@ def _restored(sets: list[dict[str, str]], dests: list[Path]) -> bool:
 def cache_bytecode() -> None:
     """Let the processes we start write bytecode caches, and write ours once now."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    modules = "client, client.cli, client.sync, api.serve, vault"
+    modules = "client, cli, client.sync, api.serve, vault"
     subprocess.run([sys.executable, "-c", f"import {modules}"], check=True)
 
 
@@ -330,7 +330,7 @@ def run(args: argparse.Namespace) -> Figures:
             server.stop()
     fig.python_pass_ms = best_of([sys.executable, "-c", "pass"])
     fig.import_client_ms = best_of([sys.executable, "-c", "import client"])
-    fig.ckpt_help_ms = best_of([sys.executable, "-m", "client.cli", "--help"])
+    fig.ckpt_help_ms = best_of([sys.executable, "-m", "cli", "--help"])
     return fig
 
 

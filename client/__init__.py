@@ -6,7 +6,7 @@
         vault.load("runs/exp1", "latest-valid", dest="restore/")
 
 Importing this package stays light: no server dependencies (lmdb, zstandard), and the names
-below load on first use (PEP 562), so the server importing `client.protocol` pulls in no
+below load on first use (PEP 562), so the server importing `protocol` pulls in no
 client machinery.
 """
 
@@ -16,6 +16,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from protocol import ERROR_CODES
+
     from .aio import AsyncVaultClient
     from .errors import (
         ClientError,
@@ -45,7 +47,6 @@ if TYPE_CHECKING:
     )
     from .models import Checkpoint, Transfer
     from .options import SaveFields, SaveOptions
-    from .protocol import ERROR_CODES
     from .sync import VaultClient
     from .transport import RetryPolicy
 

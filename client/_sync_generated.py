@@ -9,13 +9,14 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from protocol import BulkDeleted
+
 from ._sync_base import BlockingClient
 from .aio import SMALL_SAVE_LIMIT, AsyncVaultClient, UploadSession
 from .background import Prepare, SaveHandle
 from .chunking import FileSpec
 from .models import Checkpoint
 from .options import SaveFields
-from .protocol import BulkDeleted
 from .transport import RetryPolicy
 
 if TYPE_CHECKING:

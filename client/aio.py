@@ -22,16 +22,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, overload
 from urllib.parse import quote
 
-from . import local
-from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
-from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources, tensor_layout
-from .endpoint import default_token, file_path, ns_path, tls_from_env, warn_plain_http
-from .errors import IntegrityError, MissingChunks, NotFound
-from .filesink import FileSink
-from .models import Checkpoint, Transfer
-from .options import SaveFields, SaveOptions
-from .progress import Progress
-from .protocol import (
+from protocol import (
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
     DEFAULT_URL,
@@ -41,6 +32,16 @@ from .protocol import (
     encode_bundle,
     encode_chunk_batch,
 )
+
+from . import local
+from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
+from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources, tensor_layout
+from .endpoint import default_token, file_path, ns_path, tls_from_env, warn_plain_http
+from .errors import IntegrityError, MissingChunks, NotFound
+from .filesink import FileSink
+from .models import Checkpoint, Transfer
+from .options import SaveFields, SaveOptions
+from .progress import Progress
 from .remotefile import AsyncRemoteFile, OpeningFile, RangeReader, fetch_range
 from .restore import FILES_IN_FLIGHT, part_of, restore_targets
 from .transport import RetryPolicy, Transport
@@ -536,7 +537,7 @@ class AsyncVaultClient:
 
     async def audit(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest audit log entries (admin): who changed what, when, request id."""
-        out = await self._t.json("GET", f"/v1/admin/audit?limit={int(limit)}")
+        out = await self._t.json("GET", "/v1/admin/audit", params={"limit": str(int(limit))})
         return list(out["entries"])
 
     async def gc(self, dry_run: bool = False) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """What a save reads: the files to send (`Source`, from paths, bytes or file objects) and
-the ids of the chunks cut from them. The cutting itself is `client.protocol.StreamChunker`,
+the ids of the chunks cut from them. The cutting itself is `protocol.StreamChunker`,
 the same code the server ingests with, so chunks dedup across producers."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import IO, Protocol
 
 import blake3
 
-from .protocol import tensor_regions
+from protocol import tensor_regions
 
 FileSpec = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]
 
 
 def tensor_layout(source: Source, min_region: int) -> list[tuple[int, int]]:
-    """Where the tensors lie in `source` (see client/protocol/_layout.py); [] when it is
+    """Where the tensors lie in `source` (see protocol/_layout.py); [] when it is
     not a tensor file or cannot be read twice (a stream is cut with FastCDC throughout)."""
     if source.in_memory is not None:
         return tensor_regions(io.BytesIO(source.in_memory), source.size, min_region)

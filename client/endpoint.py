@@ -12,8 +12,9 @@ import warnings
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from protocol import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_PORT, DEFAULT_URL
+
 from .errors import InvalidName
-from .protocol import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_PORT, DEFAULT_URL
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})  # host names that stay on this machine
 

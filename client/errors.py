@@ -2,14 +2,14 @@
 
 Callers catch what they can act on (`NotFound`, `MissingChunks`, `Unavailable`...) and never
 have to look at HTTP statuses. Which class answers which code is the protocol's error table
-(client/protocol/_errors.py); `_BY_CODE` is built from it, so a code cannot be left out.
+(protocol/_errors.py); `_BY_CODE` is built from it, so a code cannot be left out.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .protocol import ERRORS
+from protocol import ERRORS
 
 
 class ClientError(Exception):

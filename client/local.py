@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from protocol import CONTINUE, DESCRIPTOR_TYPE
+
 from .connections import Broken
 from .errors import IntegrityError
-from .protocol import CONTINUE, DESCRIPTOR_TYPE
 
 # A descriptor's answer comes once the server has read the file: the timeout grows with it.
 SLOWEST_READ = 20e6  # bytes per second assumed of the server reading a handed-over file

@@ -1,6 +1,6 @@
 """What the client hands back: plain dataclasses built from the wire records.
 
-`Checkpoint` is parsed through the protocol's records (`client.protocol.CheckpointRecord`,
+`Checkpoint` is parsed through the protocol's records (`protocol.CheckpointRecord`,
 `TombstoneRecord`), so the client reads exactly the fields the server writes; it keeps its
 dict-shaped `validity` and `files` for callers that index them.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .protocol import JSONObject, LineageEntry, TombstoneRecord, lineage_entry_from_wire
+from protocol import JSONObject, LineageEntry, TombstoneRecord, lineage_entry_from_wire
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from protocol import DEFAULT_URL
+
 from . import local
 from .connections import Broken
 from .endpoint import LOOPBACK, default_token, file_path, ns_path
 from .errors import IntegrityError
 from .models import Checkpoint
-from .protocol import DEFAULT_URL
 
 # Files of one checkpoint loaded, or handed over to save, at once (finetune series: +10-15%).
 FILES_IN_FLIGHT = 2

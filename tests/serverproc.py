@@ -81,7 +81,7 @@ class ServerProcess:
             [
                 sys.executable,
                 "-m",
-                "client.cli",
+                "cli",
                 "serve",
                 "--data",
                 str(self.data_dir),

@@ -1,10 +1,11 @@
-"""Package boundaries and the one error table.
+"""Package floors and the one error table.
 
-The wire contract lives in client/protocol: `vault` and `api` import nothing else of
-`client`, the protocol imports only the standard library (and pyfastcdc in its chunker),
-and every error code the server can emit is in the protocol's table with a specific client
-class. The scans read source (ast), so an import inside a function counts too; the error
-walk imports every module of vault, tiering and api, so a subclass declared anywhere counts.
+The packages stand on floors (docs/DESIGN.md): the wire protocol at the bottom imports only
+the standard library (and pyfastcdc in its chunker); the engine, tiering and the service
+stand on it, the client beside them on the protocol alone, the CLI on top. Every error code
+the server can emit is in the protocol's table with a specific client class. The scans read
+source (ast), so an import inside a function counts too; the error walk imports every module
+of vault, tiering and api, so a subclass declared anywhere counts.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import pkgutil
 import re
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,28 +44,64 @@ def sources(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
-@pytest.mark.parametrize("package", ["vault", "api", "tiering"])
-def test_server_imports_only_the_protocol_of_the_client(package: str) -> None:
-    bad = {
-        f"{path.relative_to(ROOT)}: {module}"
-        for path in sources(package)
-        for module in imported_modules(path)
-        if module.split(".")[0] == "client"
-        and module != "client"
-        and not module.startswith("client.protocol")
-    }
+# Floors, bottom up: what each package may import of ours. The CLI is the top floor; the
+# client stands beside the server on the protocol, never under or over it.
+FLOORS: dict[str, set[str]] = {
+    "protocol": set(),
+    "vault": {"protocol"},
+    "tiering": {"protocol", "vault"},
+    "api": {"protocol", "vault", "tiering"},
+    "client": {"protocol"},
+    "cli": {"protocol", "vault", "tiering", "api", "client"},
+}
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the packages of ours its modules import (ast, so lazy imports count)."""
+    graph: dict[str, set[str]] = {}
+    for package in FLOORS:
+        graph[package] = {
+            module.split(".")[0]
+            for path in sources(package)
+            for module in imported_modules(path)
+            if module.split(".")[0] in FLOORS and module.split(".")[0] != package
+        }
+    return graph
+
+
+def test_no_import_runs_against_the_floors() -> None:
+    graph = package_graph()
+    bad = {f"{p} -> {q}" for p, targets in graph.items() for q in targets - FLOORS[p]}
     assert not bad, sorted(bad)
+
+
+def test_the_package_graph_has_no_cycle() -> None:
+    graph = package_graph()
+    done: set[str] = set()
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in path, " -> ".join((*path, node))
+        if node not in done:
+            for nxt in sorted(graph[node]):
+                visit(nxt, (*path, node))
+            done.add(node)
+
+    for package in graph:
+        visit(package, ())
+
+
+def test_every_package_of_ours_is_on_a_floor() -> None:
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert packages - {"tests", "bench"} == set(FLOORS)
 
 
 def test_protocol_imports_only_the_standard_library() -> None:
     allowed_third_party = {"_chunking.py": {"pyfastcdc"}}
     bad = set()
-    for path in sources("client/protocol"):
+    for path in sources("protocol"):
         for module in imported_modules(path):
             top = module.split(".")[0]
-            if module.startswith("client.protocol") or top == "__future__":
-                continue
-            if top in sys.stdlib_module_names:
+            if top in {"protocol", "__future__"} or top in sys.stdlib_module_names:
                 continue
             if top in allowed_third_party.get(path.name, set()):
                 continue
@@ -107,7 +142,7 @@ def server_codes() -> set[str]:
 
 
 def test_every_server_error_class_is_in_the_table_with_its_status() -> None:
-    from client.protocol import ERROR_SPECS
+    from protocol import ERROR_SPECS
 
     for cls in server_error_classes():
         spec = ERROR_SPECS.get(cls.code)  # type: ignore[attr-defined]
@@ -118,7 +153,7 @@ def test_every_server_error_class_is_in_the_table_with_its_status() -> None:
 
 def test_every_code_the_server_can_emit_maps_to_its_own_client_class() -> None:
     from client.errors import _BY_CODE, ClientError
-    from client.protocol import ERROR_SPECS
+    from protocol import ERROR_SPECS
 
     codes = server_codes()
     assert {"key_unavailable", "unauthorized", "forbidden", "internal"} <= codes
@@ -133,7 +168,7 @@ def test_every_code_the_server_can_emit_maps_to_its_own_client_class() -> None:
 
 def test_every_aiohttp_status_mapping_agrees_with_the_table() -> None:
     from api.errors import HTTP_CODES
-    from client.protocol import ERROR_CODES
+    from protocol import ERROR_CODES
 
     for status, code in HTTP_CODES.items():
         if status != 405:  # method not allowed is answered as a bad request, keeping 405
@@ -141,14 +176,14 @@ def test_every_aiohttp_status_mapping_agrees_with_the_table() -> None:
 
 
 def test_table_lists_no_code_the_server_cannot_emit() -> None:
-    from client.protocol import ERROR_CODES
+    from protocol import ERROR_CODES
 
     assert set(ERROR_CODES) == server_codes()
 
 
 def test_docs_error_table_matches_the_protocol() -> None:
     """docs/API.md's "Errors" table has one row per code, with the table's status."""
-    from client.protocol import ERROR_CODES
+    from protocol import ERROR_CODES
 
     text = (ROOT / "docs" / "API.md").read_text()
     section = text[text.index("## Errors") :]

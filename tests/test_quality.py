@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["vault", "tiering", "api", "client"]
+PACKAGES = ["protocol", "vault", "tiering", "api", "client", "cli"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -41,8 +41,8 @@ def test_mypy_strict() -> None:
         "tiering",
         "api",
         "client",
-        "client.protocol",
-        "client.cli",
+        "protocol",
+        "cli",
         "api.serve",
         "api.routes",
         "client.torch",
@@ -101,7 +101,7 @@ def test_the_client_imports_no_aiohttp_even_connected() -> None:
     """`import client` and `ckpt pull` stay fast: the client's HTTP is the standard
     library's (client/connections.py), and aiohttp is the server's alone."""
     code = (
-        "import sys, client.cli, client.remotefile, client.fsspec; "
+        "import sys, cli, client.remotefile, client.fsspec; "
         "from client import VaultClient; "
         "VaultClient('http://127.0.0.1:9', progress=False).close(); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp'); "
@@ -113,7 +113,7 @@ def test_the_client_imports_no_aiohttp_even_connected() -> None:
 
 def test_client_does_not_import_server_dependencies() -> None:
     code = (
-        "import sys, client, client.cli; "
+        "import sys, client, cli; "
         "bad = {'lmdb', 'zstandard', 'vault', 'api', 'aiohttp.web'} & set(sys.modules); "
         "print(sorted(bad)); sys.exit(1 if bad else 0)"
     )
@@ -138,7 +138,7 @@ def test_vault_imports_none_of_our_other_packages_but_the_protocol() -> None:
     code = (
         "import sys, vault; "
         "bad = {m for m in sys.modules if m.split('.')[0] in ('api', 'client', 'tiering')"
-        " and m != 'client' and not m.startswith('client.protocol')}; "
+        " and m != 'client' and not m.startswith('protocol')}; "
         "print(sorted(bad)); sys.exit(1 if bad else 0)"
     )
     result = run("-c", code)

@@ -1,7 +1,7 @@
 """The server's chunking profiles and how a requested profile is checked.
 
 The chunker itself (`ChunkingProfile`, `StreamChunker`) is the wire protocol's, in
-client/protocol, so server ingest and client saves cut with the same code; this module owns
+protocol, so server ingest and client saves cut with the same code; this module owns
 only what the server decides: the named profiles, the default, and the accepted ranges.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 
-from client.protocol import ChunkingProfile, StreamChunker, tensor_regions
+from protocol import ChunkingProfile, StreamChunker, tensor_regions
 
 from .errors import InvalidRequest
 
@@ -24,7 +24,7 @@ _MAX_RANGE = (1024, 16 << 20)
 SMALL = ChunkingProfile("small", min_size=512, avg_size=1536, max_size=8192)
 # Tensors: large chunks keep per-chunk overhead (catalog entry, hash, LMDB page rounding) low,
 # and tensors of torch.save and safetensors files are cut in 256 KiB pieces from their start,
-# so compaction finds each piece's previous version (client/protocol/_layout.py).
+# so compaction finds each piece's previous version (protocol/_layout.py).
 LARGE = ChunkingProfile(
     "large", min_size=16384, avg_size=49152, max_size=262144, tensor_pieces=262144
 )

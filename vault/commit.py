@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import lmdb
 
-from client.protocol import CommitFile
+from protocol import CommitFile
 
 from .content.reader import Reader
 from .create import Draft, create

@@ -19,7 +19,7 @@ from typing import Any
 
 import blake3
 
-from client.protocol import decode_bundle, encode_bundle
+from protocol import decode_bundle, encode_bundle
 
 from .chunking import ChunkingProfile, cut_whole
 from .create import Draft, create, ensure_namespace

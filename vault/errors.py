@@ -1,7 +1,7 @@
 """The engine's error tree.
 
 Every error a caller can act on is a subclass of `VaultError` carrying the stable wire `code`
-it maps to and the HTTP status the protocol's error table (client/protocol) gives that code;
+it maps to and the HTTP status the protocol's error table (protocol) gives that code;
 api/ turns them into JSON in exactly one middleware. Corruption
 is its own branch (`ChunkCorrupt`), never a not-found, so that a damaged chunk is never
 mistaken for an absent one.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client.protocol import status_of
+from protocol import status_of
 
 
 class VaultError(Exception):

@@ -11,7 +11,7 @@ hashed, in order, are exactly the file's list, so what a client claims about pos
 can waste this work but never change a hash: anything else (a gap, a resend, a chunk the
 vault already had and was not sent) leaves the commit to read the file as before. A batch
 may name chunks of the file the vault already has instead of carrying them (references,
-client/protocol/_bodies.py: a torch.save file repeats the weights its safetensors sibling
+protocol/_bodies.py: a torch.save file repeats the weights its safetensors sibling
 sent); those are hashed from the store here, on the worker, rather than at the commit.
 """
 

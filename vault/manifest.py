@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from client.protocol import ChunkSpan, ManifestFile
+from protocol import ChunkSpan, ManifestFile
 
 _FILE_HEAD = struct.Struct("<Q32sI")
 _CHUNK = struct.Struct("<32sI")

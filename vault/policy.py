@@ -13,8 +13,8 @@ from typing import Any
 
 import lmdb
 
-import client.protocol as protocol
-from client.protocol import format_duration
+import protocol as protocol
+from protocol import format_duration
 
 from .errors import InvalidRequest
 

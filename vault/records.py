@@ -3,7 +3,7 @@
 Stored as JSON in LMDB: small, self-describing, and easy to extend with new fields without a
 migration; the large part of a checkpoint, its manifest, has its own binary form. This is the
 storage form (float times, scrub's `previous` state, `promoted_at`); what the API answers is
-the protocol's record (client/protocol), built by `to_protocol`.
+the protocol's record (protocol), built by `to_protocol`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from client import protocol
-from client.protocol import VALIDITY_STATES, JSONObject
+import protocol
+from protocol import VALIDITY_STATES, JSONObject
 
 from .chunking import ChunkingProfile
 from .clock import rfc3339

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from client.protocol import JSON, CommitFile
+from protocol import JSON, CommitFile
 
 from . import backup, prune, scrub
 from . import compact as compaction

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from client.protocol import BulkDeleted, Manifest, NamespaceEntry, decode_bundle
+from protocol import BulkDeleted, Manifest, NamespaceEntry, decode_bundle
 from vault import InvalidRequest
 
 from .. import parse

@@ -8,7 +8,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from client.protocol import DESCRIPTOR_TYPE, FileStored, UploadOpened, decode_chunk_batch
+from protocol import DESCRIPTOR_TYPE, FileStored, UploadOpened, decode_chunk_batch
 from vault import FileEntry, InvalidRequest, UploadSession, Vault
 from vault.clock import rfc3339
 from vault.domains import Domain

@@ -19,7 +19,7 @@ from ..serverproc import ServerProcess
 def ckpt(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
     result = subprocess.run(
-        [sys.executable, "-m", "client.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -103,7 +103,7 @@ def test_second_server_on_one_data_dir_is_refused(server: ServerProcess) -> None
         [
             sys.executable,
             "-m",
-            "client.cli",
+            "cli",
             "serve",
             "--data",
             str(server.data_dir),
@@ -257,7 +257,7 @@ def test_local_admin_token_goes_only_to_the_local_server(
     (tmp_path / "ckpt-data" / "admin.token").write_text(server.token + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
     result = subprocess.run(
-        [sys.executable, "-m", "client.cli", "--url", server.url, "ls", "--json"],
+        [sys.executable, "-m", "cli", "--url", server.url, "ls", "--json"],
         capture_output=True,
         text=True,
         env=env,

@@ -22,7 +22,7 @@ from ..unit.vault.helpers import stream_save
 def ckpt(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
     return subprocess.run(
-        [sys.executable, "-m", "client.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -15,7 +15,7 @@ import blake3
 
 from client import VaultClient
 from client import local as local_files
-from client.protocol import DESCRIPTOR_TYPE
+from protocol import DESCRIPTOR_TYPE
 
 from ..serverproc import ServerProcess
 
@@ -26,7 +26,7 @@ LOCAL_SOCKET = True  # the module's server (conftest) offers its local socket
 
 def _safetensors(path: Path, sizes: list[int]) -> bytes:
     """A safetensors file of random float32 tensors of these byte sizes: its tensors are
-    cut on their own (client/protocol/_layout.py), which both paths must do alike."""
+    cut on their own (protocol/_layout.py), which both paths must do alike."""
     header, offset = {}, 0
     for i, n in enumerate(sizes):
         header[f"t{i}"] = {"dtype": "F32", "shape": [n // 4], "data_offsets": [offset, offset + n]}

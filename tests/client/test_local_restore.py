@@ -22,7 +22,7 @@ import pytest
 from client import RetryPolicy, VaultClient, aio, restore
 from client import local as local_files
 from client.errors import IntegrityError
-from client.protocol import DESCRIPTOR_TYPE
+from protocol import DESCRIPTOR_TYPE
 
 from ..serverproc import ServerProcess, free_port
 
@@ -244,7 +244,7 @@ def test_ckpt_pull_here_starts_no_client(server: ServerProcess, tmp_path: Path) 
     out = tmp_path / "out"
     script = (
         "import json, sys\n"
-        "from client.cli import main\n"
+        "from cli import main\n"
         "code = main(sys.argv[1:])\n"
         "started = [m for m in ('asyncio', 'client.aio', 'client.transport') if m in sys.modules]\n"
         "print(json.dumps({'code': code, 'started': started}))\n"
@@ -270,7 +270,7 @@ def test_ckpt_pull_leaves_what_it_cannot_do_here_to_the_client(
 ) -> None:
     """A ref that does not exist or a token refused: the client's answer, as everywhere."""
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
-    cmd = [sys.executable, "-m", "client.cli", "pull", "r/none", "01M8CVVY3DXSMGQPMK2Q6TXPVP"]
+    cmd = [sys.executable, "-m", "cli", "pull", "r/none", "01M8CVVY3DXSMGQPMK2Q6TXPVP"]
     missing = subprocess.run(
         [*cmd, str(tmp_path / "a")], capture_output=True, text=True, env=env, timeout=60
     )

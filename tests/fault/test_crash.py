@@ -40,7 +40,7 @@ from pyfastcdc import FastCDC
 
 from client import local
 from client.connections import Broken
-from client.protocol import encode_bundle
+from protocol import encode_bundle
 
 from ..serverproc import ServerProcess
 

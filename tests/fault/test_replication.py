@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from client.protocol import BUNDLE_TYPE, encode_bundle
+from protocol import BUNDLE_TYPE, encode_bundle
 from tiering import open_tier
 from vault import CheckpointRecord, Vault
 from vault.errors import ReplicaNotFound
@@ -243,7 +243,7 @@ def _cli_restore(data: Path, config: Path) -> None:
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "client.cli", "catalog", "restore", "replica:cold"]
+        [sys.executable, "-m", "cli", "catalog", "restore", "replica:cold"]
         + ["--data", str(data), "--config", str(config), "--json"],
         capture_output=True,
         text=True,

@@ -37,7 +37,7 @@ import pytest
 from aiohttp import web
 
 from api.routes import setup_routes
-from client.protocol import BUNDLE_TYPE, encode_bundle
+from protocol import BUNDLE_TYPE, encode_bundle
 from tiering import open_tier
 from vault import Vault
 from vault.replication import restore_replica
@@ -280,7 +280,7 @@ def _ckpt(server: ServerProcess, *args: str) -> tuple[int, Any]:
     """`ckpt ... --json` against `server`, as an operator runs it: (exit code, the JSON
     printed, or stderr)."""
     out = subprocess.run(
-        [sys.executable, "-m", "client.cli", "--url", server.url, "--token", server.token]
+        [sys.executable, "-m", "cli", "--url", server.url, "--token", server.token]
         + [*args, "--json"],
         capture_output=True,
         text=True,

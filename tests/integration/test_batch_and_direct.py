@@ -6,7 +6,7 @@ import os
 
 import blake3
 
-from client.protocol import BUNDLE_TYPE, CHUNK_BATCH_TYPE, encode_bundle, encode_chunk_batch
+from protocol import BUNDLE_TYPE, CHUNK_BATCH_TYPE, encode_bundle, encode_chunk_batch
 
 from ..conftest import Api, hexhash
 

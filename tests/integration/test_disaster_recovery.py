@@ -88,7 +88,7 @@ async def test_catalog_backup_destroy_restore(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "client.cli",
+        "cli",
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -110,6 +110,6 @@ async def test_catalog_backup_destroy_restore(
 
 
 def _bundle(state: bytes) -> bytes:
-    from client.protocol import encode_bundle
+    from protocol import encode_bundle
 
     return encode_bundle({"chunking": "small"}, [("state.json", state)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from client.protocol import encode_bundle
+from protocol import encode_bundle
 
 from ..conftest import Api
 

@@ -15,7 +15,7 @@ from typing import Any
 from api import Settings, create_app
 from api.keys import BODY_READERS, RECEIVERS, SETTINGS, VAULT
 from api.routes.admin import on_this_machine
-from client.protocol import CHUNK_BATCH_TYPE, DESCRIPTOR_TYPE, encode_chunk_batch
+from protocol import CHUNK_BATCH_TYPE, DESCRIPTOR_TYPE, encode_chunk_batch
 from vault import FakeClock
 from vault.frame import chunk_id
 

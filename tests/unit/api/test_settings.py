@@ -58,7 +58,7 @@ def test_bad_settings_name_the_key(
 def test_config_show_command(tmp_path: Path) -> None:
     cfg = write(tmp_path, '[storage]\nmax_chunk_size = "8MiB"\n')
     out = subprocess.run(
-        [sys.executable, "-m", "client.cli", "config", "show", "--config", str(cfg), "--json"],
+        [sys.executable, "-m", "cli", "config", "show", "--config", str(cfg), "--json"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -69,7 +69,7 @@ def test_config_show_command(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "client.cli",
+            "cli",
             "config",
             "show",
             "--config",

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save as save_safetensors
 
-from client.protocol import ChunkingProfile, StreamChunker, tensor_regions
+from protocol import ChunkingProfile, StreamChunker, tensor_regions
 from vault.chunking import LARGE, cut_whole
 
 PIECE = 4096

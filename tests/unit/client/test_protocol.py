@@ -8,7 +8,7 @@ import random
 import pytest
 
 from client.models import Checkpoint
-from client.protocol import (
+from protocol import (
     CheckpointRecord,
     ChunkingProfile,
     ChunkSpan,

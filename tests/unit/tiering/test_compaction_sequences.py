@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save as save_safetensors
 
-from client.protocol import CommitFile, StreamChunker, tensor_regions
+from protocol import CommitFile, StreamChunker, tensor_regions
 from tiering import MemoryTier
 from tiering.runner import run_tiering
 from vault import FakeClock, Vault, VaultConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from client.protocol import CommitFile
+from protocol import CommitFile
 from vault import CheckpointRecord, Vault
 from vault.content import HotFrame
 from vault.content.chunks import seq_key

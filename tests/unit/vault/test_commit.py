@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from client.protocol import CommitFile
+from protocol import CommitFile
 from vault import (
     CheckpointNotFound,
     Conflict,

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from client.protocol import CommitFile
+from protocol import CommitFile
 from vault import CheckpointNotFound, Conflict, FakeClock, MissingChunks, Vault
 
 from .helpers import read_file, stream_save

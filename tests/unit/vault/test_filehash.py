@@ -8,7 +8,7 @@ import os
 import blake3
 import pytest
 
-from client.protocol import CommitFile
+from protocol import CommitFile
 from vault import Vault
 from vault import uploads as vault_uploads
 from vault.errors import InvalidRequest

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from client.protocol import (
+from protocol import (
     CHUNK_RECORD_HEAD,
     CHUNK_REFERENCE,
     decode_chunk_batch,

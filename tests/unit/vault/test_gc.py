@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from client.protocol import CommitFile
+from protocol import CommitFile
 from vault import ChunkCorrupt, MissingChunks, Vault
 from vault.clock import FakeClock
 from vault.content.chunks import seq_key

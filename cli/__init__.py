@@ -1,7 +1,9 @@
 """The `ckpt` command: producer and operator commands over HTTP, and `serve`.
 
 Every command takes `--json` (machine output on stdout), prints tables for people otherwise,
-exits 0 on success and 1 with one line on stderr on failure (2 for usage errors).
+exits 0 on success and 1 with one line on stderr on failure (2 for usage errors). The
+commands that run the engine here (`serve`, the offline ones) import the server only when run:
+on a client-only install (`pip install .`) they name the extra to install instead.
 """
 
 from __future__ import annotations
@@ -9,8 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import ClientError
+from client.errors import ClientError
+
 from . import admin, catalog, checkpoints, keys, lifecycle, serve, standby
+
+# What `pip install '.[server]'` adds: a command that needs one of these runs the engine here.
+SERVER_PACKAGES = frozenset(
+    {"aiohttp", "cryptography", "lmdb", "numcodecs", "numpy", "obstore", "prometheus_client"}
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +42,15 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except ClientError as e:
         print(f"ckpt {args.command}: {e.message}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in SERVER_PACKAGES:
+            raise
+        print(
+            f"ckpt {args.command}: this command runs the server, which is not installed "
+            f"(no module {e.name!r}): pip install 'checkpoint-vault[server]'",
+            file=sys.stderr,
+        )
         return 1
     except (OSError, ValueError) as e:
         print(f"ckpt {args.command}: {e}", file=sys.stderr)

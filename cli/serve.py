@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..protocol import DEFAULT_DATA_DIR, DEFAULT_PORT
+from protocol import DEFAULT_DATA_DIR, DEFAULT_PORT
 
 
 def register(sub: Any) -> None:

@@ -1,6 +1,6 @@
 """Where a client finds a server by default, and where `ckpt serve` keeps its data.
 
-Shared so `ckpt serve` (client/cli) and the server's settings (api/settings.py) agree.
+Shared so `ckpt serve` (cli) and the server's settings (api/settings.py) agree.
 """
 
 from __future__ import annotations

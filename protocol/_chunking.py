@@ -5,7 +5,7 @@ cuts the same bytes at the same places, so the server advertises the profile on 
 (`ChunkingProfile.to_wire`) and clients cut with exactly it. FastCDC restarts its rolling hash
 at every cut, which is what lets `StreamChunker` chunk an unbounded stream piece by piece: the
 last chunk of a piece is carried into the next one, and the cuts come out exactly as if the
-whole stream had been in memory. This is the only module of client/protocol that imports
+whole stream had been in memory. This is the only module of protocol that imports
 outside the standard library (pyfastcdc, a client dependency).
 """
 
