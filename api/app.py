@@ -13,7 +13,6 @@ import functools
 import logging
 import os
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
@@ -21,24 +20,21 @@ from aiohttp import web
 from protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault
 from vault.env import make_private
+from vault.runtime import PoolSizes, Runtime
 
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
-from .download import SENDER_THREADS
 from .engine import open_vault
 from .errors import error_middleware
 from .keys import (
     BODY_READERS,
     CLOCK,
-    HANDOVERS,
     INSTANCE,
     JOBS,
     LIMITER,
     METRICS,
-    POOL,
-    RECEIVERS,
-    SENDERS,
+    RUNTIME,
     SETTINGS,
     TOKENS,
     VAULT,
@@ -52,7 +48,7 @@ from .observability import (
 )
 from .promotion import promotion_context
 from .ratelimit import RateLimiter
-from .receive import HANDOVER_THREADS, RECEIVER_THREADS, close_taken
+from .receive import close_taken
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
 from .scheduler import maintenance_context
@@ -77,14 +73,16 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     make_private(settings.data_dir)  # 0700 and its files 0600, whatever the umask
-    pool = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="vault-io")
-    vault = await asyncio.get_running_loop().run_in_executor(
-        pool, functools.partial(open_vault, settings, app[CLOCK])
-    )
-    app[POOL] = pool
-    app[SENDERS] = ThreadPoolExecutor(SENDER_THREADS, thread_name_prefix="vault-send")
-    app[RECEIVERS] = ThreadPoolExecutor(RECEIVER_THREADS, thread_name_prefix="vault-receive")
-    app[HANDOVERS] = ThreadPoolExecutor(HANDOVER_THREADS, thread_name_prefix="vault-handover")
+    runtime = Runtime(PoolSizes(io=settings.worker_threads))
+    loop = asyncio.get_running_loop()
+    try:
+        vault = await loop.run_in_executor(
+            runtime.io, functools.partial(open_vault, settings, app[CLOCK], runtime)
+        )
+    except BaseException:
+        runtime.close()
+        raise
+    app[RUNTIME] = runtime
     app[VAULT] = vault
     if vault.writable:  # a standby's tokens are the primary's (replicated)
         _bootstrap_admin(vault, settings.data_dir)
@@ -93,24 +91,17 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        # Off the loop: a download's pin is let go by a callback on the loop, and closing
-        # the environments waits for every pin; blocking the loop here hung the shutdown.
-        await asyncio.get_running_loop().run_in_executor(
-            None,
-            _close,
-            vault,
-            app[TOKENS].take_uses(),
-            [app[SENDERS], app[RECEIVERS], app[HANDOVERS], pool],
-        )
+        # On a thread of its own, not the loop: a download's pin is let go by a callback
+        # on the loop, and closing the environments waits for every pin.
+        uses = app[TOKENS].take_uses()
+        await asyncio.wrap_future(runtime.close_in_thread(functools.partial(_close, vault, uses)))
 
 
-def _close(vault: Vault, uses: dict[str, float], pools: list[ThreadPoolExecutor]) -> None:
-    """Senders end within PIN_SECONDS of a stalled client; receivers were woken, and files
-    handed over told to stop, when shutdown aborted the handlers reading bodies; then the
-    engine calls, then the vault."""
+def _close(vault: Vault, uses: dict[str, float]) -> None:
+    """The engine's part of the runtime's shutdown order (vault/runtime.py): by now the
+    request pools have finished (senders within PIN_SECONDS of a stalled client; receivers
+    woken and hand-overs told to stop when shutdown aborted the handlers)."""
     vault.tokens.record_use(uses)
-    for pool in pools:
-        pool.shutdown(wait=True)
     vault.close()
 
 

@@ -40,13 +40,12 @@ from vault.content.reader import Pinned, batches
 
 from .errors import InvalidRange
 from .http import json_response, run
-from .keys import SENDERS, VAULT
+from .keys import RUNTIME, VAULT
 from .promotion import PROMOTIONS
 from .receive import with_descriptor
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 PIN_SECONDS = 10.0  # longest a client may make no progress while pages are held for it
-SENDER_THREADS = 128  # downloads sending at once (threads start on demand); more wait
 _BEYOND = 1 << 63  # stands for any position written with more digits than a size can have
 
 
@@ -245,7 +244,7 @@ async def _send_from_thread(
         raise
     src = batch.file.fileno() if isinstance(batch, Pinned) else -1
     loop = asyncio.get_running_loop()
-    sending = loop.run_in_executor(request.app[SENDERS], _blocking_send, out, src, pieces)
+    sending = loop.run_in_executor(request.app[RUNTIME].send, _blocking_send, out, src, pieces)
 
     def done(_: asyncio.Future[None]) -> None:
         out.close()

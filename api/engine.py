@@ -11,12 +11,16 @@ from __future__ import annotations
 from tiering import open_tier
 from tiering.wrappers import RetryingTier
 from vault import Clock, Keyring, Vault
+from vault.runtime import Runtime
 
 from .settings import Settings
 
 
-def open_vault(settings: Settings, clock: Clock | None = None) -> Vault:
-    """Open (creating if needed) the vault of `settings.data_dir`; blocking.
+def open_vault(
+    settings: Settings, clock: Clock | None = None, runtime: Runtime | None = None
+) -> Vault:
+    """Open (creating if needed) the vault of `settings.data_dir`; blocking. `runtime`: the
+    service's (api/app.py); the offline commands let the vault make its own.
 
     Raises the engine's "in use" error (`VaultInUse`) if another process has it open.
     """
@@ -35,4 +39,5 @@ def open_vault(settings: Settings, clock: Clock | None = None) -> Vault:
         keyring,
         settings.replication,
         settings.following,
+        runtime,
     )

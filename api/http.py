@@ -17,7 +17,7 @@ from protocol import parse_size
 from vault import InvalidRequest, TooLarge
 
 from .errors import BodyTimeout
-from .keys import BODY_READERS, POOL, SETTINGS
+from .keys import BODY_READERS, RUNTIME, SETTINGS
 
 T = TypeVar("T")
 
@@ -31,7 +31,7 @@ async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: 
     """Run blocking engine work on the worker pool, off the event loop."""
     loop = asyncio.get_running_loop()
     call = functools.partial(fn, *args, **kwargs)
-    return await loop.run_in_executor(request.app[POOL], call)
+    return await loop.run_in_executor(request.app[RUNTIME].io, call)
 
 
 JSON_BODY = web.RequestKey("json_body", dict)

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from .keys import JOBS, POOL, VAULT
+from .keys import JOBS, RUNTIME, VAULT
 from .observability import timed
 
 T = TypeVar("T")
@@ -48,4 +48,4 @@ async def run_job(
             recorded.update(numbers(result))
             return result
 
-    return await asyncio.get_running_loop().run_in_executor(app[POOL], held)
+    return await asyncio.get_running_loop().run_in_executor(app[RUNTIME].io, held)

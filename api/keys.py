@@ -8,11 +8,10 @@ cleanup context.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from aiohttp import web
 
 from vault import Clock, Vault
+from vault.runtime import Runtime
 
 from .auth import TokenCache
 from .bodies import BodyReaders
@@ -23,11 +22,7 @@ from .settings import Settings
 SETTINGS = web.AppKey("settings", Settings)
 INSTANCE = web.AppKey("instance", str)  # random per start: tells servers on one machine apart
 VAULT = web.AppKey("vault", Vault)
-POOL = web.AppKey("pool", ThreadPoolExecutor)  # bounded worker threads for engine calls
-SENDERS = web.AppKey("senders", ThreadPoolExecutor)  # threads copying download bodies out
-RECEIVERS = web.AppKey("receivers", ThreadPoolExecutor)  # threads taking large bodies in
-# Threads reading and writing files handed over by descriptor (api/receive.py)
-HANDOVERS = web.AppKey("handovers", ThreadPoolExecutor)
+RUNTIME = web.AppKey("runtime", Runtime)  # every pool and thread (vault/runtime.py)
 TOKENS = web.AppKey("tokens", TokenCache)
 CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
@@ -42,9 +37,7 @@ __all__ = [
     "JOBS",
     "LIMITER",
     "METRICS",
-    "POOL",
-    "RECEIVERS",
-    "HANDOVERS",
+    "RUNTIME",
     "SETTINGS",
     "TOKENS",
     "VAULT",

@@ -15,7 +15,7 @@ from aiohttp import web
 from tiering.runner import promote_checkpoint, wants_promotion
 from vault import CheckpointRecord
 
-from .keys import JOBS, POOL, VAULT
+from .keys import JOBS, RUNTIME, VAULT
 from .observability import timed
 
 log = logging.getLogger("ckpt.tiering")
@@ -40,7 +40,7 @@ class Promotions:
         try:
             with timed(app[JOBS], "promotion"):
                 result = await loop.run_in_executor(
-                    app[POOL], promote_checkpoint, app[VAULT], record.namespace, record.id
+                    app[RUNTIME].io, promote_checkpoint, app[VAULT], record.namespace, record.id
                 )
         except Exception:  # a tier outage, say: the next read tries again
             log.exception("promotion of %s failed", record.id)

@@ -35,17 +35,9 @@ from vault import InvalidRequest, TooLarge
 
 from .errors import BodyTimeout
 from .http import read_writable_body, reading_body
-from .keys import HANDOVERS, RECEIVERS, SETTINGS
+from .keys import RUNTIME, SETTINGS
 
 THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's reads
-# Bodies received at once (threads start on demand); more wait their turn, in the kernel's
-# socket buffers. Apart from the download senders, so stalled uploads cannot hold up reads.
-RECEIVER_THREADS = 64
-# Files handed over by descriptor read or written at once (each holds a few 8 MiB pieces
-# or 4 MiB batches); more wait their turn. Their own threads: a file takes a thread for as
-# long as it takes to read or write, and on the worker pool a few large ones would leave
-# every other request waiting for them.
-HANDOVER_THREADS = 8
 T = TypeVar("T")
 _TAKEN = web.RequestKey("body_taken", bool)  # its connection ends with its answer
 
@@ -111,7 +103,9 @@ async def with_descriptor(request: web.Request, job: Callable[[int, threading.Ev
     fd = await receive_descriptor(request)
     stop = threading.Event()
     try:
-        working = asyncio.get_running_loop().run_in_executor(request.app[HANDOVERS], job, fd, stop)
+        working = asyncio.get_running_loop().run_in_executor(
+            request.app[RUNTIME].handover, job, fd, stop
+        )
     except BaseException:  # not scheduled (shutting down): nobody else will close it
         os.close(fd)
         raise
@@ -148,7 +142,7 @@ async def _on_receiver(request: web.Request, fn: Callable[..., T], *args: Any) -
     assert request.transport is not None
     sock: socket.socket = request.transport.get_extra_info("socket").dup()
     loop = asyncio.get_running_loop()
-    receiving = loop.run_in_executor(request.app[RECEIVERS], fn, sock, *args)
+    receiving = loop.run_in_executor(request.app[RUNTIME].receive, fn, sock, *args)
     receiving.add_done_callback(lambda _: sock.close())
     try:
         return await asyncio.shield(receiving)

@@ -51,7 +51,7 @@ def deliver_descriptor(
             try:
                 if writing is not None:
                     pos = writing.result()
-                writing = store.storers.submit(_write, fd, batch, pos)
+                writing = store.runtime.store.submit(_write, fd, batch, pos)
             except BaseException:
                 _release(batch)
                 raise

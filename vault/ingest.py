@@ -147,7 +147,7 @@ def ingest_descriptor(
             if len(storing) == STORING:
                 listing.extend(storing.popleft().result())
             if cut:
-                storing.append(store.storers.submit(name_and_store, cut))
+                storing.append(store.runtime.store.submit(name_and_store, cut))
             file_hash.update(piece)  # while the pieces are named and stored
             size += len(piece)
             if final:

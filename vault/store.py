@@ -1,12 +1,15 @@
-"""The parts every engine operation needs, opened together and closed together."""
+"""The parts every engine operation needs, opened together and closed together.
+
+Threads come from the runtime (vault/runtime.py): the writer's and the syncer's, and the
+pools that decode chains and store handed-over pieces. A store opened without a runtime
+makes its own and closes it; the service passes the process's runtime and closes it itself.
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .catalog import TAG_INDEX_BUILT, Catalog
@@ -18,6 +21,7 @@ from .domains import NSREFS_BUILT
 from .env import CATALOG_DBS, FRAME_DBS, Env
 from .ids import IdGenerator
 from .journal import JOURNAL_DIR
+from .runtime import Runtime
 from .seal import Keyring
 from .syncer import DURABLE_FILE, Syncer, recover
 from .tier import Tier
@@ -37,24 +41,14 @@ class Store:
     ids: IdGenerator
     tiers: Mapping[str, Tier]  # by name; hot (LMDB) is not among them
     keyring: Keyring | None  # seals what goes to other tiers; None: stored plain
+    # The process's pools and dedicated threads; `owns_runtime`: made by `open`, closed by
+    # `close` (a vault opened without a service).
+    runtime: Runtime
+    owns_runtime: bool = False
     # With replication on: waits (up to the seconds given) until the replica holds every
     # change committed so far; False on timeout. Pack deletion waits on it (no replica may
     # name a deleted pack). None: no replica to wait for.
     replica_barrier: Callable[[float], bool] | None = None
-    # Decodes delta chains of one read batch side by side (zstd and numpy release the GIL):
-    # one core decodes a chain 8 deep at ~150 MB/s.
-    decoders: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(
-            max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="ckpt-decode"
-        )
-    )
-
-    # Stores the pieces of files handed over by descriptor while the next piece is cut
-    # (vault/ingest.py): long-lived, so the malloc arena each thread gets is reused rather
-    # than one more kept per file.
-    storers: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(4, thread_name_prefix="ckpt-store")
-    )
 
     @classmethod
     def open(
@@ -64,7 +58,10 @@ class Store:
         config: VaultConfig,
         tiers: Mapping[str, Tier] | None = None,
         keyring: Keyring | None = None,
+        runtime: Runtime | None = None,
     ) -> Store:
+        own = runtime is None
+        rt = runtime if runtime is not None else Runtime()
         env_dirs = [path / "catalog", path / "frames"]
         durable = path / DURABLE_FILE
         with ExitStack() as undo:  # closes what was opened if a later step fails
@@ -77,9 +74,12 @@ class Store:
             # The syncer starts first: what opening writes directly (keys, indexes built for
             # older catalogs) is committed over a pinned, durable state, and made durable
             # before the writer starts.
-            syncer = Syncer(durable, [catalog_env, frames_env], path / JOURNAL_DIR)
+            if own:
+                undo.callback(rt.close)
+            syncer = Syncer(durable, [catalog_env, frames_env], path / JOURNAL_DIR, rt.thread)
             undo.callback(syncer.close)
-            store = cls._parts(catalog_env, frames_env, syncer, clock, config, tiers, keyring)
+            store = cls._parts(catalog_env, frames_env, syncer, clock, config, tiers, keyring, rt)
+            store.owns_runtime = own
             undo.pop_all()
             return store
 
@@ -93,6 +93,7 @@ class Store:
         config: VaultConfig,
         tiers: Mapping[str, Tier] | None,
         keyring: Keyring | None,
+        runtime: Runtime,
     ) -> Store:
         if keyring is not None:
             _remember_keys(catalog_env, keyring)
@@ -113,7 +114,9 @@ class Store:
         return cls(
             catalog_env=catalog_env,
             frames_env=frames_env,
-            writer=Writer(catalog_env, frames_env, syncer, journaling=config.save_journal),
+            writer=Writer(
+                catalog_env, frames_env, syncer, runtime.thread, journaling=config.save_journal
+            ),
             counters=counters,
             chunks=chunks,
             catalog=catalog,
@@ -122,6 +125,7 @@ class Store:
             ids=IdGenerator(_newest_id(catalog_env)),
             tiers=dict(tiers or {}),
             keyring=keyring,
+            runtime=runtime,
         )
 
     def take_over(self) -> None:
@@ -134,8 +138,12 @@ class Store:
         return int(self.clock.now() * 1000)
 
     def close(self) -> None:
-        self.decoders.shutdown(wait=True)
-        self.storers.shutdown(wait=True)
+        """With its own runtime: the runtime's order (vault/runtime.py), this as its last
+        step; with the service's, the service's runtime closed the pools already."""
+        if self.owns_runtime:
+            self.owns_runtime = False
+            self.runtime.close(self.close)
+            return
         self.writer.close()  # and its syncer: everything committed is durable
         self.catalog_env.close()
         self.frames_env.close()

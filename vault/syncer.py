@@ -55,6 +55,7 @@ from .env import DATA_FILE, Env
 from .errors import Conflict, Unavailable
 from .files import fsync_dir
 from .journal import Journal, discard_journal
+from .runtime import Spawn
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ class Syncer:
     `envs` are opened unsynced and recovered (`recover`) by the caller; whatever was
     written to them before this is made the first durable state here."""
 
-    def __init__(self, path: Path, envs: Sequence[Env], journal_dir: Path) -> None:
+    def __init__(self, path: Path, envs: Sequence[Env], journal_dir: Path, spawn: Spawn) -> None:
         self._path = path
         self._envs = list(envs)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -196,8 +197,7 @@ class Syncer:
         self._make_durable(first.metas, [b""] * len(self._envs), first.journal)
         if found is None:  # a new durable file: its directory entry must last too
             fsync_dir(path.parent)
-        self._thread = threading.Thread(target=self._run, name="vault-syncer", daemon=True)
-        self._thread.start()
+        self._thread = spawn("vault-syncer", self._run)
 
     @property
     def failure(self) -> BaseException | None:

@@ -55,6 +55,7 @@ from .prune import RetentionResult
 from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
+from .runtime import Runtime
 from .scrub import ScrubReport
 from .seal import Keyring
 from .snapshot import Snapshot, snapshot
@@ -94,12 +95,16 @@ class Vault:
         keyring: Keyring | None = None,
         replication: ReplicationConfig | None = None,
         follow: FollowConfig | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
         """`follow`: open as a standby of that tier's replica; `replication` is then what
-        the vault replicates with once promoted (default: async, to the followed tier)."""
+        the vault replicates with once promoted (default: async, to the followed tier).
+        `runtime`: the process's threads (vault/runtime.py); None: the vault's own."""
         self.config = config or VaultConfig()
         self.path = Path(path)
-        self.store = Store.open(self.path, clock or SystemClock(), self.config, tiers, keyring)
+        self.store = Store.open(
+            self.path, clock or SystemClock(), self.config, tiers, keyring, runtime
+        )
         self.maintenance = MaintenanceLock.of(self.path)
         make_private(self.path)
         self.replication: Replicator | None = None

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ import lmdb
 
 from .env import Env
 from .journal import Journal
+from .runtime import Spawn
 from .syncer import Syncer
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class WriterStats:
 
 class Writer:
     def __init__(
-        self, catalog: Env, frames: Env, syncer: Syncer, *, journaling: bool = True
+        self, catalog: Env, frames: Env, syncer: Syncer, spawn: Spawn, *, journaling: bool = True
     ) -> None:
         self._catalog = catalog
         self._frames = frames
@@ -124,8 +124,7 @@ class Writer:
         self._last_plain = 0  # the newest batch not acknowledged by the journal
         self.journaling = journaling  # off by configuration, or once an append failed
         self.stats = WriterStats()
-        self._thread = threading.Thread(target=self._run, name="vault-writer", daemon=True)
-        self._thread.start()
+        self._thread = spawn("vault-writer", self._run)
 
     def submit(
         self,

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from api import Settings, create_app
-from api.keys import BODY_READERS, RECEIVERS, SETTINGS, VAULT
+from api.keys import BODY_READERS, RUNTIME, SETTINGS, VAULT
 from api.routes.admin import on_this_machine
 from protocol import CHUNK_BATCH_TYPE, DESCRIPTOR_TYPE, encode_chunk_batch
 from vault import FakeClock
@@ -124,7 +124,7 @@ async def test_shutdown_wakes_a_receiver_waiting_on_a_stalled_client(api: Api) -
     writer.close()
     assert not answer.startswith(b"HTTP/1.1 2"), answer[:200]
     started = time.perf_counter()
-    await asyncio.wait_for(asyncio.to_thread(app[RECEIVERS].shutdown, True), 10)
+    await asyncio.wait_for(asyncio.to_thread(app[RUNTIME].receive.shutdown, True), 10)
     assert time.perf_counter() - started < 5
     # Requests are refused now (shutting down): ask the engine what the upload holds.
     ids = [chunk_id(c).hex() for c in chunks]

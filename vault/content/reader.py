@@ -156,7 +156,7 @@ class Reader:
         # A few slices, not a task per chunk: submitting costs about what hashing 64 KiB does.
         step = -(-len(cids) // DECODE_SLICES)
         slices = [cids[i : i + step] for i in range(0, len(cids), step)]
-        done = self._s.decoders.map(lambda part: [one(cid) for cid in part], slices)
+        done = self._s.runtime.decode.map(lambda part: [one(cid) for cid in part], slices)
         return [plain for part in done for plain in part]
 
     def _fetch_bases(self, known: dict[bytes, tuple[ChunkMeta | None, bytes | None]]) -> None:

@@ -139,8 +139,7 @@ class Follower:
             self._failed(e)  # serve what is here (consistent); the thread keeps trying
         if self._pos is None or self._pos.applying:  # a promotion has not named its replica
             raise ReplicaNotFound(f"the replica in tier {tier.name} is being promoted; retry")
-        self._thread = threading.Thread(target=self._loop, name="vault-standby", daemon=True)
-        self._thread.start()
+        self._thread = store.runtime.thread("vault-standby", self._loop)
 
     def watch(self, fn: Callable[[set[str]], None]) -> None:
         """Call `fn(catalog databases changed)` from the follower's thread after each change
@@ -299,8 +298,7 @@ class Follower:
                 out = self._promote()
         except BaseException:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="vault-standby", daemon=True)
-            self._thread.start()
+            self._thread = self._s.runtime.thread("vault-standby", self._loop)
             raise
         return {**out, "seconds": round(time.monotonic() - started, 3)}
 

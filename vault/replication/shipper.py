@@ -149,12 +149,11 @@ class Replicator:
         self.shipped_bytes = 0
         self.last_error: str | None = None
         self._check_fence_at_start()
+        spawn = store.runtime.thread
         self._threads = [
-            threading.Thread(target=self._ship_loop, name="vault-replica-log", daemon=True),
-            threading.Thread(target=self._base_loop, name="vault-replica-base", daemon=True),
+            spawn("vault-replica-log", self._ship_loop),
+            spawn("vault-replica-base", self._base_loop),
         ]
-        for t in self._threads:
-            t.start()
 
     # -- writer side (the writer thread) -----------------------------------------------
     def record(self, w: WriteTxn) -> tuple[WriteTxn, Recording]:

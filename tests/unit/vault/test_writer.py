@@ -9,6 +9,7 @@ import pytest
 
 from vault import VaultError
 from vault.env import FRAME_DBS, Env
+from vault.runtime import Runtime
 from vault.syncer import Syncer
 from vault.writer import Writer, WriteTxn
 
@@ -28,9 +29,9 @@ def frames(tmp_path: Path) -> Iterator[Env]:
 
 
 def _writer(env: Env, frames: Env) -> Writer:
-    return Writer(
-        env, frames, Syncer(env.path.parent / "durable", [env, frames], env.path.parent / "journal")
-    )
+    spawn = Runtime().thread
+    syncer = Syncer(env.path.parent / "durable", [env, frames], env.path.parent / "journal", spawn)
+    return Writer(env, frames, syncer, spawn)
 
 
 def test_failing_op_does_not_spoil_its_batch(env: Env, frames: Env) -> None:
