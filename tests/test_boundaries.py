@@ -213,9 +213,10 @@ def _public_functions(path: Path) -> list[tuple[str, ast.FunctionDef | ast.Async
         for node in body:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 walk(node.body, f"{prefix}{node.name}.")
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if not node.name.startswith("_"):
-                    out.append((prefix + node.name, node))
+            elif isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef)
+            ) and not node.name.startswith("_"):
+                out.append((prefix + node.name, node))
 
     walk(ast.parse(path.read_text(), str(path)).body, "")
     return out
