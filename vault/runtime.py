@@ -48,7 +48,7 @@ THREADS: tuple[ThreadKind, ...] = (
         "listings, commits, GC, compaction...)",
         "`worker_threads` (default 4)",
         "LMDB reads, the writer's acknowledgement",
-        "finishes the calls under way; the handlers were cancelled after `shutdown_timeout`",
+        "finishes the calls under way (a maintenance run included), takes no new one",
     ),
     ThreadKind(
         "vault-send",
