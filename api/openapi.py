@@ -37,6 +37,7 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.FileStored,
     protocol.CommitFile,
     protocol.ErrorBody,
+    protocol.GcReport,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -83,6 +84,10 @@ def record_schema(cls: type[Any]) -> dict[str, Any]:
         properties[f.name] = {**type_schema(hints[f.name]), **f.metadata.get("schema", {})}
         if not f.metadata.get("optional"):
             required.append(f.name)
+    # Figures the record computes from its fields and puts on the wire (protocol/_admin.py).
+    derived: dict[str, Any] = getattr(cls, "DERIVED", {})
+    properties.update(derived)
+    required.extend(derived)
     return {"type": "object", "required": required, "properties": properties}
 
 
@@ -142,6 +147,7 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "open_upload": ("201", _ref("UploadOpened")),
     "put_file": ("201", _ref("FileStored")),
     "commit": ("2XX", _ref("Written")),
+    "gc": ("200", _ref("GcReport")),
 }
 # Routes answering 204 and no body, by handler name.
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})

@@ -44,7 +44,7 @@ def _jobs(
         }
 
     def gc() -> dict[str, Any]:
-        return gc_and_repack(vault)
+        return gc_and_repack(vault).to_wire()
 
     def scrub() -> dict[str, Any]:
         report = vault.verify(rate=scrub_rate or None)

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from protocol import GcReport
+
 from .connect import connect
 from .output import emit_json, human_bytes, table
 
@@ -202,12 +204,12 @@ def gc(args: argparse.Namespace) -> int:
         with connect(args) as vault:
             report = vault.gc(args.dry_run)
     if args.json:
-        emit_json(report)
+        emit_json(report.to_wire())
     else:
         verb = "would free" if args.dry_run else "freed"
         print(
-            f"{verb} {report['chunks_deleted']} chunks, {human_bytes(report['bytes_freed'])}; "
-            f"{report['uploads_expired']} expired uploads removed"
+            f"{verb} {report.chunks_deleted} chunks, {human_bytes(report.bytes_freed)}; "
+            f"{report.uploads_expired} expired uploads removed"
         )
     return 0
 
@@ -227,7 +229,7 @@ def compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gc_offline(data_dir: Path, config: Path | None, dry_run: bool) -> dict[str, Any]:
+def _gc_offline(data_dir: Path, config: Path | None, dry_run: bool) -> GcReport:
     """GC, then repack when the config has tiers: what the schedule and the route run."""
     from tiering.maintenance import gc_and_repack
 

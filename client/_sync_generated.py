@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from protocol import BulkDeleted
+from protocol import BulkDeleted, GcReport
 
 from ._sync_base import BlockingClient
 from .aio import SMALL_SAVE_LIMIT, AsyncVaultClient, UploadSession
@@ -228,7 +228,8 @@ class VaultClient(BlockingClient):
         """The newest audit log entries (admin): who changed what, when, request id."""
         return self._run(self.aio.audit(limit))
 
-    def gc(self, dry_run: bool = False) -> dict[str, Any]:
+    def gc(self, dry_run: bool = False) -> GcReport:
+        """Collect expired uploads and unreferenced chunks (admin); with tiers, repack."""
         return self._run(self.aio.gc(dry_run))
 
     def policy(self, namespace: str | None = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from protocol import (
     DEFAULT_URL,
     BulkDeleted,
     ChunkingProfile,
+    GcReport,
     StreamChunker,
     encode_bundle,
     encode_chunk_batch,
@@ -540,10 +541,10 @@ class AsyncVaultClient:
         out = await self._t.json("GET", "/v1/admin/audit", params={"limit": str(int(limit))})
         return list(out["entries"])
 
-    async def gc(self, dry_run: bool = False) -> dict[str, Any]:
-        return dict(
-            await self._t.json("POST", "/v1/admin/gc", params={"dry_run": str(dry_run).lower()})
-        )
+    async def gc(self, dry_run: bool = False) -> GcReport:
+        """Collect expired uploads and unreferenced chunks (admin); with tiers, repack."""
+        params = {"dry_run": str(dry_run).lower()}
+        return GcReport.from_wire(await self._t.json("POST", "/v1/admin/gc", params=params))
 
     async def policy(self, namespace: str | None = None) -> dict[str, Any]:
         """A namespace's policy, or the default one."""

@@ -1,14 +1,23 @@
 """The wire contract of Checkpoint Vault, owned by the client and imported by the server.
 
 Everything both sides must agree on lives here, written once: the JSON records
-(`_records`), the error table (`_errors`), the binary bodies (`_bodies`), the duration and
-size grammar (`_units`), FastCDC chunking (`_chunking`) and
-where tensors lie in a file (`_layout`) and the service defaults
-(`_defaults`). Standard library only, except pyfastcdc in `_chunking`, so the client can ship
-it without server dependencies; `vault/` and `api/` may import nothing else of `client`
-(tests/test_boundaries.py).
+(`_records`) and the admin answers (`_admin`, converted by `_wire`), the error table
+(`_errors`), the binary bodies (`_bodies`), the duration and size grammar (`_units`),
+FastCDC chunking (`_chunking`), where tensors lie in a file (`_layout`) and the service
+defaults (`_defaults`). Standard library only, except pyfastcdc in `_chunking`, so the
+client can ship it without server dependencies; `vault/` and `api/` may import nothing
+else of `client` (tests/test_boundaries.py).
 """
 
+from ._admin import (
+    CheckReport,
+    CompactReport,
+    Drift,
+    GcReport,
+    RetentionPlan,
+    RetentionReport,
+    VerifyReport,
+)
 from ._bodies import (
     BUNDLE_HEAD,
     BUNDLE_MAGIC,
@@ -57,6 +66,13 @@ from ._records import (
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "CheckReport",
+    "CompactReport",
+    "Drift",
+    "GcReport",
+    "RetentionPlan",
+    "RetentionReport",
+    "VerifyReport",
     "tensor_regions",
     "ADMIN_TOKEN_FILE",
     "LOCAL_SOCKET_FILE",

@@ -12,29 +12,30 @@ which must not own what an offline tool would also call.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
+from dataclasses import replace
 
+from protocol import GcReport
 from vault import Vault
 
 from .repack import repack
 from .runner import repack_threshold
 
 
-def gc_and_repack(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
+def gc_and_repack(vault: Vault, dry_run: bool = False) -> GcReport:
     """`Vault.gc`, then (tiers configured, not a dry run) a repack at the default policy's
     `repack_below`; both under one hold of the maintenance lock, waiting for it.
 
-    Returns the GC report's fields, plus `packs_rewritten` and `pack_bytes_freed` when it
+    Returns the GC report, with `packs_rewritten` and `pack_bytes_freed` set when it
     repacked.
     """
     with vault.maintenance.hold("gc"):
-        result: dict[str, Any] = asdict(vault.gc(dry_run))
+        report = vault.gc(dry_run)
         if vault.tiers and not dry_run:
             packs = repack(vault, repack_threshold(vault))
-            result["packs_rewritten"] = packs.rewritten
-            result["pack_bytes_freed"] = packs.dead_bytes_freed
-    return result
+            report = replace(
+                report, packs_rewritten=packs.rewritten, pack_bytes_freed=packs.dead_bytes_freed
+            )
+    return report
 
 
 __all__ = ["gc_and_repack"]

@@ -26,7 +26,6 @@ from .errors import (
     VaultError,
     VaultInUse,
 )
-from .gc import GcReport
 from .maintenance import MaintenanceLock
 from .manifest import FileEntry
 from .records import CheckpointRecord, NamespaceRecord, UploadSession
@@ -47,7 +46,6 @@ __all__ = [
     "FakeClock",
     "FileEntry",
     "CompactReport",
-    "GcReport",
     "HashMismatch",
     "InvalidName",
     "InvalidRequest",

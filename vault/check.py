@@ -16,9 +16,11 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from protocol import GcReport
+
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline
-from .gc import GcReport, delete_unreferenced
+from .gc import delete_unreferenced
 from .store import Store
 from .writer import WriteTxn
 

@@ -10,7 +10,7 @@ it, so a commit or a missing query that lands in between always wins.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from protocol import GcReport
 
 from .content.chunks import ChunkMeta
 from .idempotency import IdempotencyKeys
@@ -19,15 +19,6 @@ from .uploads import Uploads
 from .writer import WriteTxn
 
 DELETE_BATCH = 2048
-
-
-@dataclass
-class GcReport:
-    chunks_deleted: int = 0
-    bytes_freed: int = 0
-    uploads_expired: int = 0
-    keys_expired: int = 0  # idempotency keys of one-request saves
-    dry_run: bool = False
 
 
 def _collectable(meta: ChunkMeta, now_ms: int, grace_ms: int) -> bool:

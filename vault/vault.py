@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from protocol import JSON, CommitFile
+from protocol import JSON, CommitFile, GcReport
 
 from . import backup, prune, scrub
 from . import compact as compaction
@@ -44,7 +44,7 @@ from .direct import DirectSaver
 from .domains import Domain
 from .env import make_private
 from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
-from .gc import GcReport, collect
+from .gc import collect
 from .ingest import FileIngest, ingest_descriptor
 from .lifecycle import Lifecycle
 from .maintenance import MaintenanceLock

@@ -96,9 +96,9 @@ async def gc(request: web.Request) -> web.Response:
         request.app,
         "gc",
         lambda: gc_and_repack(vault, dry_run),
-        lambda r: {"chunks_deleted": r["chunks_deleted"], "bytes_freed": r["bytes_freed"]},
+        lambda r: {"chunks_deleted": r.chunks_deleted, "bytes_freed": r.bytes_freed},
     )
-    return json_response(result)
+    return json_response(result.to_wire())
 
 
 async def check(request: web.Request) -> web.Response:

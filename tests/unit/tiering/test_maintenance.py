@@ -53,8 +53,9 @@ def test_gc_and_repack_without_tiers_is_plain_gc(tmp_path: Path) -> None:
         vault.delete("ns", rec.id)
         vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
         result = gc_and_repack(vault)
-        assert result["chunks_deleted"] > 0
-        assert "packs_rewritten" not in result
+        assert result.chunks_deleted > 0
+        assert result.packs_rewritten is None
+        assert "packs_rewritten" not in result.to_wire()
         assert not vault.maintenance.held
     finally:
         vault.close()

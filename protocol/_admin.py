@@ -1,0 +1,220 @@
+"""The answers of the admin and maintenance routes, one dataclass each.
+
+The engine returns these (vault/, tiering/), the service serialises them once with
+`to_wire` (api/routes/admin.py, and the schedule's log line), the client parses them with
+`from_wire`, and api/openapi.py derives their schemas. The JSON of each is exactly what the
+routes have always answered.
+
+The maintenance reports (GC, check, verify, compaction) are not frozen: the engine fills
+one in as it goes, counter by counter, and hands it back when done; nothing changes it
+after. Figures derived from fields (`ok`, `saved_bytes`, `mb_per_s`) are computed, not
+stored, and listed in `DERIVED` (name -> JSON schema) so the OpenAPI document names them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ._wire import record_of, wire_of
+
+_OPTIONAL: dict[str, Any] = {"optional": True}
+
+
+def _optional(default: Any = None) -> Any:
+    """A field that is left out of the JSON when None."""
+    return field(default=default, metadata=_OPTIONAL)
+
+
+@dataclass
+class GcReport:
+    """POST /v1/admin/gc: what garbage collection removed (or would, on a dry run); with
+    tiers, what the repack after it rewrote."""
+
+    chunks_deleted: int = 0
+    bytes_freed: int = 0
+    uploads_expired: int = 0
+    keys_expired: int = 0  # idempotency keys of one-request saves
+    dry_run: bool = False
+    packs_rewritten: int | None = _optional()  # tiers configured, not a dry run
+    pack_bytes_freed: int | None = _optional()
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> GcReport:
+        return record_of(cls, d, "gc report")
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A reference count that disagrees with the manifests: of a chunk or of a stored file
+    entry (vault/entries.py), one of the two named."""
+
+    refs: int
+    expected: int
+    chunk: str | None = _optional()
+    entry: str | None = _optional()
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        # The subject first, as the check has always listed it.
+        subject = {"chunk": self.chunk} if self.chunk is not None else {"entry": self.entry}
+        return {**subject, "refs": self.refs, "expected": self.expected}
+
+    @classmethod
+    def from_wire(cls, d: object) -> Drift:
+        return record_of(cls, d, "drift")
+
+
+@dataclass
+class CheckReport:
+    """POST /v1/admin/check: reference counts recomputed from the manifests, what
+    disagrees, and (repair=true) how many things were fixed."""
+
+    checkpoints: int = 0
+    chunks: int = 0
+    drift: list[Drift] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    orphan_frames: int = 0
+    domain_drift: int = 0  # dedup-domain index entries a recount changes (vault/domains.py)
+    bases_kept: int = 0  # unreferenced chunks kept because a delta needs them
+    stale_links: int = 0  # delta links of chunks no longer stored
+    repaired: int = 0
+
+    DERIVED: ClassVar[dict[str, Any]] = {"ok": {"type": "boolean"}}
+
+    @property
+    def ok(self) -> bool:
+        return not (self.drift or self.missing or self.damaged or self.domain_drift)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**wire_of(self), "ok": self.ok}
+
+    @classmethod
+    def from_wire(cls, d: object) -> CheckReport:
+        return record_of(cls, d, "check report")
+
+
+@dataclass
+class VerifyReport:
+    """POST /v1/admin/verify (the scrub): chunks re-read and checked against their ids,
+    the corrupt ones, and the checkpoints that became invalid or healed."""
+
+    chunks_checked: int = 0
+    bytes_checked: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    checkpoints_invalidated: list[str] = field(default_factory=list)
+    checkpoints_healed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    DERIVED: ClassVar[dict[str, Any]] = {"mb_per_s": {"type": "number"}}
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_checked / self.seconds / 1e6 if self.seconds else 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**wire_of(self), "mb_per_s": round(self.mb_per_s, 1)}
+
+    @classmethod
+    def from_wire(cls, d: object) -> VerifyReport:
+        return record_of(cls, d, "verify report")
+
+
+@dataclass
+class CompactReport:
+    """POST /v1/admin/compact: checkpoints re-encoded as deltas against their successors
+    (or byte-grouped), and what it saved."""
+
+    checkpoints: int = 0  # compacted against their successor in this run
+    chunks_recoded: int = 0
+    deltas: int = 0
+    grouped: int = 0
+    bytes_before: int = 0  # stored bytes of the recoded chunks, before
+    bytes_after: int = 0  # and after
+    bytes_read: int = 0  # plaintext read (chunks and bases)
+    skipped: int = 0  # changed or damaged while being encoded; the next run retries
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0  # of the whole process (the writer's commits included)
+    namespaces: list[str] = field(default_factory=list)
+
+    DERIVED: ClassVar[dict[str, Any]] = {"saved_bytes": {"type": "integer"}}
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.bytes_before - self.bytes_after
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**wire_of(self), "saved_bytes": self.saved_bytes}
+
+    @classmethod
+    def from_wire(cls, d: object) -> CompactReport:
+        return record_of(cls, d, "compact report")
+
+
+@dataclass(frozen=True)
+class RetentionPlan:
+    """One namespace's retention plan: each kept id with its reasons, the ids to delete,
+    and the bytes deleting them frees."""
+
+    keep: dict[str, list[str]] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+    reclaimable_bytes: int = 0
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> RetentionPlan:
+        return record_of(cls, d, "retention plan")
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """POST /v1/admin/retention: the plan per namespace and, applied, what was deleted.
+    `delete`, `keep` and `reclaimable_bytes` are the namespaces' together."""
+
+    dry_run: bool
+    namespaces: dict[str, RetentionPlan] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+
+    DERIVED: ClassVar[dict[str, Any]] = {
+        "delete": {"type": "array", "items": {"type": "string"}},
+        "keep": {"type": "array", "items": {"type": "string"}},
+        "reclaimable_bytes": {"type": "integer"},
+    }
+
+    @property
+    def delete(self) -> list[str]:
+        return [i for p in self.namespaces.values() for i in p.delete]
+
+    @property
+    def keep(self) -> list[str]:
+        return [i for p in self.namespaces.values() for i in p.keep]
+
+    @property
+    def reclaimable_bytes(self) -> int:
+        return sum(p.reclaimable_bytes for p in self.namespaces.values())
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "delete": self.delete,
+            "keep": self.keep,
+            "reclaimable_bytes": self.reclaimable_bytes,
+            "deleted": self.deleted,
+            "namespaces": {ns: p.to_wire() for ns, p in self.namespaces.items()},
+        }
+
+    @classmethod
+    def from_wire(cls, d: object) -> RetentionReport:
+        return record_of(cls, d, "retention report")
