@@ -38,6 +38,7 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.CommitFile,
     protocol.ErrorBody,
     protocol.GcReport,
+    protocol.CompactReport,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -148,6 +149,7 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "put_file": ("201", _ref("FileStored")),
     "commit": ("2XX", _ref("Written")),
     "gc": ("200", _ref("GcReport")),
+    "compact": ("200", _ref("CompactReport")),
 }
 # Routes answering 204 and no body, by handler name.
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})

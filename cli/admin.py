@@ -218,13 +218,13 @@ def compact(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         report = vault.compact(args.namespace, args.rate)
     if args.json:
-        emit_json(report)
+        emit_json(report.to_wire())
     else:
         print(
-            f"compacted {report['checkpoints']} checkpoints: {report['chunks_recoded']} chunks "
-            f"re-encoded ({report['deltas']} deltas, {report['grouped']} grouped), "
-            f"{human_bytes(report['saved_bytes'])} saved in {report['seconds']:.1f} s "
-            f"({report['cpu_seconds']:.1f} CPU s)"
+            f"compacted {report.checkpoints} checkpoints: {report.chunks_recoded} chunks "
+            f"re-encoded ({report.deltas} deltas, {report.grouped} grouped), "
+            f"{human_bytes(report.saved_bytes)} saved in {report.seconds:.1f} s "
+            f"({report.cpu_seconds:.1f} CPU s)"
         )
     return 0
 

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from protocol import BulkDeleted, GcReport
+from protocol import BulkDeleted, CompactReport, GcReport
 
 from ._sync_base import BlockingClient
 from .aio import SMALL_SAVE_LIMIT, AsyncVaultClient, UploadSession
@@ -246,7 +246,7 @@ class VaultClient(BlockingClient):
     def verify(self, namespace: str | None = None, sample: float = 1.0) -> dict[str, Any]:
         return self._run(self.aio.verify(namespace, sample))
 
-    def compact(self, namespace: str | None = None, rate: str | None = None) -> dict[str, Any]:
+    def compact(self, namespace: str | None = None, rate: str | None = None) -> CompactReport:
         """Re-encode older checkpoints into deltas and byte-grouped frames; returns when
         done. `rate`: most bytes read per second, e.g. "50MB" (default: unpaced)."""
         return self._run(self.aio.compact(namespace, rate))

@@ -28,6 +28,7 @@ from protocol import (
     DEFAULT_URL,
     BulkDeleted,
     ChunkingProfile,
+    CompactReport,
     GcReport,
     StreamChunker,
     encode_bundle,
@@ -568,9 +569,7 @@ class AsyncVaultClient:
             params["namespace"] = namespace
         return dict(await self._t.json("POST", "/v1/admin/verify", params=params))
 
-    async def compact(
-        self, namespace: str | None = None, rate: str | None = None
-    ) -> dict[str, Any]:
+    async def compact(self, namespace: str | None = None, rate: str | None = None) -> CompactReport:
         """Re-encode older checkpoints into deltas and byte-grouped frames; returns when
         done. `rate`: most bytes read per second, e.g. "50MB" (default: unpaced)."""
         params = {}
@@ -578,7 +577,9 @@ class AsyncVaultClient:
             params["namespace"] = namespace
         if rate:
             params["rate"] = rate
-        return dict(await self._t.json("POST", "/v1/admin/compact", params=params))
+        return CompactReport.from_wire(
+            await self._t.json("POST", "/v1/admin/compact", params=params)
+        )
 
     async def tiering(self, dry_run: bool = True) -> dict[str, Any]:
         return dict(

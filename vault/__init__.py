@@ -6,7 +6,6 @@ No HTTP here; api/ wraps `Vault`. Public names are re-exported below.
 from .check import CheckReport
 from .chunking import DEFAULT_PROFILE, PROFILES, ChunkingProfile, StreamChunker
 from .clock import Clock, FakeClock, SystemClock
-from .compact import CompactReport
 from .config import VaultConfig
 from .errors import (
     CheckpointNotFound,
@@ -45,7 +44,6 @@ __all__ = [
     "Conflict",
     "FakeClock",
     "FileEntry",
-    "CompactReport",
     "HashMismatch",
     "InvalidName",
     "InvalidRequest",

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import lmdb
+
+from protocol import CompactReport
 
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline
@@ -56,25 +58,6 @@ MIN_SAVING_FRACTION = 16  # keep a new frame only if it saves >= 1/16 of the sto
 # short chains and sparse ones (where it does) get small deltas.
 DEPTH_COST = 0.05
 BATCH_BYTES = 8 << 20  # plaintext read, encoded and switched per writer transaction
-
-
-@dataclass
-class CompactReport:
-    checkpoints: int = 0  # compacted against their successor in this run
-    chunks_recoded: int = 0
-    deltas: int = 0
-    grouped: int = 0
-    bytes_before: int = 0  # stored bytes of the recoded chunks, before
-    bytes_after: int = 0  # and after
-    bytes_read: int = 0  # plaintext read (chunks and bases)
-    skipped: int = 0  # changed or damaged while being encoded; the next run retries
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0  # of the whole process (the writer's commits included)
-    namespaces: list[str] = field(default_factory=list)
-
-    @property
-    def saved_bytes(self) -> int:
-        return self.bytes_before - self.bytes_after
 
 
 @dataclass(frozen=True)

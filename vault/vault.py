@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from protocol import JSON, CommitFile, GcReport
+from protocol import JSON, CommitFile, CompactReport, GcReport
 
 from . import backup, prune, scrub
 from . import compact as compaction
@@ -556,7 +556,7 @@ class Vault:
         namespace: str | None = None,
         rate: float | None = None,
         progress: compaction.Progress | None = None,
-    ) -> compaction.CompactReport:
+    ) -> CompactReport:
         """Re-encode older checkpoints' chunks as deltas against their successors (or
         byte-grouped), at most `rate` B/s read; see vault/compact.py."""
         if rate is not None and rate <= 0:

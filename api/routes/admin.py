@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
-from vault import CompactReport, InvalidRequest
+from vault import InvalidRequest
 from vault.clock import rfc3339
 from vault.policy import parse_duration
 from vault.tokens import scope_warnings
@@ -156,11 +156,7 @@ async def compact(request: web.Request) -> web.Response:
         lambda: vault.compact(namespace, rate),
         lambda r: {"saved_bytes": r.saved_bytes, "cpu_seconds": r.cpu_seconds},
     )
-    return json_response(compact_wire(report))
-
-
-def compact_wire(report: CompactReport) -> dict[str, object]:
-    return {**asdict(report), "saved_bytes": report.saved_bytes}
+    return json_response(report.to_wire())
 
 
 async def tiering(request: web.Request) -> web.Response:
