@@ -39,6 +39,9 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.ErrorBody,
     protocol.GcReport,
     protocol.CompactReport,
+    protocol.CheckReport,
+    protocol.Drift,
+    protocol.VerifyReport,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -150,6 +153,8 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "commit": ("2XX", _ref("Written")),
     "gc": ("200", _ref("GcReport")),
     "compact": ("200", _ref("CompactReport")),
+    "check": ("200", _ref("CheckReport")),
+    "verify": ("200", _ref("VerifyReport")),
 }
 # Routes answering 204 and no body, by handler name.
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from protocol import CheckReport
+
 from .connect import connect
 from .output import emit_json, human_bytes, table
 
@@ -238,14 +240,14 @@ def verify(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         out = vault.verify(args.namespace, args.sample)
     if args.json:
-        emit_json(out)
+        emit_json(out.to_wire())
     else:
         print(
-            f"checked {out['chunks_checked']} chunks ({human_bytes(out['bytes_checked'])}) "
-            f"at {out['mb_per_s']} MB/s; corrupt {len(out['corrupt'])}, invalidated "
-            f"{len(out['checkpoints_invalidated'])}, healed {len(out['checkpoints_healed'])}"
+            f"checked {out.chunks_checked} chunks ({human_bytes(out.bytes_checked)}) "
+            f"at {out.mb_per_s:.1f} MB/s; corrupt {len(out.corrupt)}, invalidated "
+            f"{len(out.checkpoints_invalidated)}, healed {len(out.checkpoints_healed)}"
         )
-    return 1 if out["corrupt"] else 0
+    return 1 if out.corrupt else 0
 
 
 def check(args: argparse.Namespace) -> int:
@@ -255,27 +257,24 @@ def check(args: argparse.Namespace) -> int:
         with connect(args) as vault:
             out = vault.check(args.repair)
     if args.json:
-        emit_json(out)
+        emit_json(out.to_wire())
     else:
         print(
-            f"{'ok' if out['ok'] else 'PROBLEMS'}: {out['checkpoints']} checkpoints, "
-            f"{out['chunks']} chunks; drift {len(out['drift'])}, missing "
-            f"{len(out['missing'])}, damaged {len(out['damaged'])}, orphans "
-            f"{len(out['orphans'])}, unnamed frames {out['orphan_frames']}"
-            + (f"; repaired {out['repaired']}" if args.repair else "")
+            f"{'ok' if out.ok else 'PROBLEMS'}: {out.checkpoints} checkpoints, "
+            f"{out.chunks} chunks; drift {len(out.drift)}, missing "
+            f"{len(out.missing)}, damaged {len(out.damaged)}, orphans "
+            f"{len(out.orphans)}, unnamed frames {out.orphan_frames}"
+            + (f"; repaired {out.repaired}" if args.repair else "")
         )
-    return 0 if out["ok"] else 1
+    return 0 if out.ok else 1
 
 
-def _check_offline(data_dir: Path, config: Path | None, repair: bool) -> dict[str, Any]:
+def _check_offline(data_dir: Path, config: Path | None, repair: bool) -> CheckReport:
     """The engine's check on a stopped server's data dir (refused while a server has it)."""
-    from dataclasses import asdict
-
     from .offline import open_offline
 
     vault = open_offline("check", data_dir, config)
     try:
-        report = vault.check(repair)
+        return vault.check(repair)
     finally:
         vault.close()
-    return {**asdict(report), "ok": report.ok}

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from protocol import BulkDeleted, CompactReport, GcReport
+from protocol import BulkDeleted, CheckReport, CompactReport, GcReport, VerifyReport
 
 from ._sync_base import BlockingClient
 from .aio import SMALL_SAVE_LIMIT, AsyncVaultClient, UploadSession
@@ -243,7 +243,8 @@ class VaultClient(BlockingClient):
     def retention(self, dry_run: bool = True, namespace: str | None = None) -> dict[str, Any]:
         return self._run(self.aio.retention(dry_run, namespace))
 
-    def verify(self, namespace: str | None = None, sample: float = 1.0) -> dict[str, Any]:
+    def verify(self, namespace: str | None = None, sample: float = 1.0) -> VerifyReport:
+        """Re-read chunks (a `sample` fraction) and check them against their ids (admin)."""
         return self._run(self.aio.verify(namespace, sample))
 
     def compact(self, namespace: str | None = None, rate: str | None = None) -> CompactReport:
@@ -262,7 +263,8 @@ class VaultClient(BlockingClient):
         the replica has, fences the old primary, replicates and takes writes."""
         return self._run(self.aio.promote())
 
-    def check(self, repair: bool = False) -> dict[str, Any]:
+    def check(self, repair: bool = False) -> CheckReport:
+        """Recompute reference counts from the manifests (admin); `repair` fixes them."""
         return self._run(self.aio.check(repair))
 
     def list(

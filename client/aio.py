@@ -27,10 +27,12 @@ from protocol import (
     CHUNK_BATCH_TYPE,
     DEFAULT_URL,
     BulkDeleted,
+    CheckReport,
     ChunkingProfile,
     CompactReport,
     GcReport,
     StreamChunker,
+    VerifyReport,
     encode_bundle,
     encode_chunk_batch,
 )
@@ -563,11 +565,12 @@ class AsyncVaultClient:
             params["namespace"] = namespace
         return dict(await self._t.json("POST", "/v1/admin/retention", params=params))
 
-    async def verify(self, namespace: str | None = None, sample: float = 1.0) -> dict[str, Any]:
+    async def verify(self, namespace: str | None = None, sample: float = 1.0) -> VerifyReport:
+        """Re-read chunks (a `sample` fraction) and check them against their ids (admin)."""
         params = {"sample": str(sample)}
         if namespace:
             params["namespace"] = namespace
-        return dict(await self._t.json("POST", "/v1/admin/verify", params=params))
+        return VerifyReport.from_wire(await self._t.json("POST", "/v1/admin/verify", params=params))
 
     async def compact(self, namespace: str | None = None, rate: str | None = None) -> CompactReport:
         """Re-encode older checkpoints into deltas and byte-grouped frames; returns when
@@ -597,10 +600,10 @@ class AsyncVaultClient:
         the replica has, fences the old primary, replicates and takes writes."""
         return dict(await self._t.json("POST", "/v1/admin/promote"))
 
-    async def check(self, repair: bool = False) -> dict[str, Any]:
-        return dict(
-            await self._t.json("POST", "/v1/admin/check", params={"repair": str(repair).lower()})
-        )
+    async def check(self, repair: bool = False) -> CheckReport:
+        """Recompute reference counts from the manifests (admin); `repair` fixes them."""
+        params = {"repair": str(repair).lower()}
+        return CheckReport.from_wire(await self._t.json("POST", "/v1/admin/check", params=params))
 
     # Named like the builtin, so it comes last: annotations above must see the builtin.
     async def list(

@@ -3,7 +3,6 @@
 No HTTP here; api/ wraps `Vault`. Public names are re-exported below.
 """
 
-from .check import CheckReport
 from .chunking import DEFAULT_PROFILE, PROFILES, ChunkingProfile, StreamChunker
 from .clock import Clock, FakeClock, SystemClock
 from .config import VaultConfig
@@ -36,7 +35,6 @@ __all__ = [
     "DEFAULT_PROFILE",
     "PROFILES",
     "ChunkCorrupt",
-    "CheckReport",
     "CheckpointNotFound",
     "CheckpointRecord",
     "ChunkingProfile",

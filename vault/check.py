@@ -14,34 +14,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-from protocol import GcReport
+from protocol import CheckReport, Drift, GcReport
 
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline
 from .gc import delete_unreferenced
 from .store import Store
 from .writer import WriteTxn
-
-
-@dataclass
-class CheckReport:
-    checkpoints: int = 0
-    chunks: int = 0
-    drift: list[dict[str, object]] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    damaged: list[str] = field(default_factory=list)
-    orphans: list[str] = field(default_factory=list)
-    orphan_frames: int = 0
-    domain_drift: int = 0  # dedup-domain index entries a recount changes (vault/domains.py)
-    bases_kept: int = 0  # unreferenced chunks kept because a delta needs them
-    stale_links: int = 0  # delta links of chunks no longer stored
-    repaired: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not (self.drift or self.missing or self.damaged or self.domain_drift)
 
 
 def check(store: Store, repair: bool = False) -> CheckReport:
@@ -87,7 +67,7 @@ def check(store: Store, repair: bool = False) -> CheckReport:
     for cid, meta in stored.items():
         want = expected.get(cid, 0)
         if meta.refs != want:
-            report.drift.append({"chunk": cid.hex(), "refs": meta.refs, "expected": want})
+            report.drift.append(Drift(meta.refs, want, chunk=cid.hex()))
         if want == 0 and cid in needed:
             report.bases_kept += 1
         elif want == 0:
@@ -106,7 +86,7 @@ def _repair_all(
         report.repaired += store.writer.run(lambda w: store.catalog.build_nsrefs(w.catalog))
     if stale or baseless:
         report.repaired += _repair_links(store, stale, baseless)
-    chunk_drift = {bytes.fromhex(str(d["chunk"])) for d in report.drift if "chunk" in d}
+    chunk_drift = {bytes.fromhex(d.chunk) for d in report.drift if d.chunk is not None}
     if chunk_drift:
         report.repaired += _repair(store, chunk_drift)
     if report.orphans:
@@ -169,12 +149,10 @@ def _repair_links(store: Store, stale: list[bytes], baseless: set[bytes]) -> int
     return store.writer.run(op)
 
 
-def _entry_drift(
-    stored: Iterator[tuple[bytes, int]], expected: Counter[bytes]
-) -> list[dict[str, object]]:
+def _entry_drift(stored: Iterator[tuple[bytes, int]], expected: Counter[bytes]) -> list[Drift]:
     have = dict(stored)
     return [
-        {"entry": d.hex(), "refs": have.get(d, 0), "expected": expected.get(d, 0)}
+        Drift(have.get(d, 0), expected.get(d, 0), entry=d.hex())
         for d in sorted(set(have) | set(expected))
         if have.get(d, 0) != expected.get(d, 0)
     ]

@@ -13,7 +13,8 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+from protocol import VerifyReport
 
 from .content.chunks import ChunkMeta
 from .content.reader import Reader
@@ -26,29 +27,15 @@ from .writer import WriteTxn
 BATCH = 256
 
 
-@dataclass
-class ScrubReport:
-    chunks_checked: int = 0
-    bytes_checked: int = 0
-    corrupt: list[str] = field(default_factory=list)
-    checkpoints_invalidated: list[str] = field(default_factory=list)
-    checkpoints_healed: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes_checked / self.seconds / 1e6 if self.seconds else 0.0
-
-
 def verify(
     store: Store,
     namespace: str | None = None,
     sample: float = 1.0,
     rate: float | None = None,
     seed: int | None = None,
-) -> ScrubReport:
+) -> VerifyReport:
     """Check chunks (all, a namespace's, or a random `sample` fraction) at most `rate` B/s."""
-    report = ScrubReport()
+    report = VerifyReport()
     start = time.monotonic()
     rng = random.Random(seed)
     damaged: list[bytes] = []
@@ -80,7 +67,7 @@ def _candidates(store: Store, namespace: str | None) -> Iterable[bytes]:
     return sorted(chunks)
 
 
-def _check_batch(store: Store, cids: list[bytes], report: ScrubReport) -> list[bytes]:
+def _check_batch(store: Store, cids: list[bytes], report: VerifyReport) -> list[bytes]:
     reader = Reader(store)
     metas, frames = reader.frames(cids)
     plain, damaged = reader.decoded(cids, metas, frames)  # a delta decodes its whole chain
@@ -97,7 +84,7 @@ def _check_batch(store: Store, cids: list[bytes], report: ScrubReport) -> list[b
     return sorted(damaged)
 
 
-def _pace(report: ScrubReport, start: float, rate: float | None) -> None:
+def _pace(report: VerifyReport, start: float, rate: float | None) -> None:
     if rate:
         ahead = report.bytes_checked / rate - (time.monotonic() - start)
         if ahead > 0:

@@ -25,14 +25,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from protocol import JSON, CommitFile, CompactReport, GcReport
+from protocol import JSON, CheckReport, CommitFile, CompactReport, GcReport, VerifyReport
 
 from . import backup, prune, scrub
 from . import compact as compaction
 from .audit import AuditLog
 from .bulk import BulkDeleted, delete_many
 from .catalog import Catalog
-from .check import CheckReport, check
+from .check import check
 from .chunking import ChunkingProfile
 from .clock import Clock, SystemClock
 from .commit import Committer
@@ -56,7 +56,6 @@ from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
 from .runtime import Runtime
-from .scrub import ScrubReport
 from .seal import Keyring
 from .snapshot import Snapshot, snapshot
 from .store import Store
@@ -539,7 +538,7 @@ class Vault:
 
     def verify(
         self, namespace: str | None = None, sample: float = 1.0, rate: float | None = None
-    ) -> ScrubReport:
+    ) -> VerifyReport:
         if not 0.0 < sample <= 1.0:
             raise InvalidRequest("sample must be a fraction in (0, 1]")
         with self.maintenance.hold("verify"):

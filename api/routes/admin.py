@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection
-from dataclasses import asdict
 from pathlib import Path
 
 from aiohttp import web
@@ -107,7 +106,7 @@ async def check(request: web.Request) -> web.Response:
     vault = request.app[VAULT]
     repair = query_bool(request, "repair", False)
     report = await run_job(request.app, "check", lambda: vault.check(repair), lambda r: {})
-    return json_response({**asdict(report), "ok": report.ok})
+    return json_response(report.to_wire())
 
 
 async def retention(request: web.Request) -> web.Response:
@@ -140,7 +139,7 @@ async def verify(request: web.Request) -> web.Response:
         lambda: vault.verify(namespace, sample),
         lambda r: {"bytes_checked": r.bytes_checked, "corrupt": len(r.corrupt)},
     )
-    return json_response({**asdict(report), "mb_per_s": round(report.mb_per_s, 1)})
+    return json_response(report.to_wire())
 
 
 async def compact(request: web.Request) -> web.Response:

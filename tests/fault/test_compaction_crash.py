@@ -60,7 +60,7 @@ def read_all(server: ServerProcess, saved: dict[str, bytes]) -> None:
             with c.open(NS, ckpt_id, "model.safetensors") as f:
                 assert f.read() == data, ckpt_id
         report = c.check()
-    assert report["ok"], report
+    assert report.ok, report
 
 
 def test_sigkill_during_compaction_loses_nothing(crash_server: ServerProcess) -> None:

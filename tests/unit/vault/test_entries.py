@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from protocol import Drift
 from vault import FakeClock, Vault, entries
 from vault.entries import COPY, MAX_DEPTH, OWN, Body, diff, entry_digest
 from vault.manifest import FileEntry, distinct_chunks, encode_manifest
@@ -127,7 +128,7 @@ def test_check_repairs_entry_counts(vault: Vault) -> None:
     digest = entry_digest(files["h"])
     s.writer.run(lambda w: s.catalog.entries.set_refs(w.catalog, digest, 5, s.now_ms()))
     report = vault.check()
-    assert {"entry": digest.hex(), "refs": 5, "expected": 1} in report.drift
+    assert Drift(refs=5, expected=1, entry=digest.hex()) in report.drift
     assert vault.check(repair=True).repaired >= 1
     assert vault.check().ok
     assert read_file(vault, "a/t", rec.id, "h") == _history(25)

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from protocol import CommitFile
+from protocol import CommitFile, Drift
 from vault import ChunkCorrupt, MissingChunks, Vault
 from vault.clock import FakeClock
 from vault.content.chunks import seq_key
@@ -88,7 +88,7 @@ def test_check_reports_and_repairs_drift(vault: Vault) -> None:
     vault.store.writer.run(corrupt_count)
     report = vault.check()
     assert not report.ok
-    assert report.drift == [{"chunk": victim.hex(), "refs": 5, "expected": 1}]
+    assert report.drift == [Drift(refs=5, expected=1, chunk=victim.hex())]
     assert vault.check(repair=True).repaired == 1
     assert vault.check().ok
 
