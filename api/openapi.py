@@ -42,6 +42,11 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.CheckReport,
     protocol.Drift,
     protocol.VerifyReport,
+    protocol.RetentionReport,
+    protocol.RetentionPlan,
+    protocol.PolicyRecord,
+    protocol.RetentionRules,
+    protocol.KeepBestRule,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -155,6 +160,9 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "compact": ("200", _ref("CompactReport")),
     "check": ("200", _ref("CheckReport")),
     "verify": ("200", _ref("VerifyReport")),
+    "retention": ("200", _ref("RetentionReport")),
+    "get_policy": ("200", _ref("PolicyRecord")),
+    "put_policy": ("200", _ref("PolicyRecord")),
 }
 # Routes answering 204 and no body, by handler name.
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})

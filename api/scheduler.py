@@ -39,8 +39,8 @@ def _jobs(
         result = vault.retention(dry_run=False)
         return {
             "deleted": len(result.deleted),
-            "kept": sum(len(p.keep) for p in result.plans),
-            "reclaimable_bytes": sum(p.reclaimable_bytes for p in result.plans),
+            "kept": len(result.keep),
+            "reclaimable_bytes": result.reclaimable_bytes,
         }
 
     def gc() -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from protocol import CheckReport
+from protocol import CheckReport, PolicyRecord, RetentionReport
 
 from .connect import connect
 from .output import emit_json, human_bytes, table
@@ -124,39 +124,42 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
     return {"retention": rules}
 
 
-def _print_policy(policy: dict[str, Any]) -> None:
-    table(
-        ["rule", "value"], [[k, v] for k, v in policy["retention"].items() if v not in (None, [])]
-    )
+def _print_policy(policy: PolicyRecord) -> None:
+    rules = policy.retention.to_wire()
+    table(["rule", "value"], [[k, v] for k, v in rules.items() if v not in (None, [])])
 
 
 def retention(args: argparse.Namespace) -> int:
     with connect(args) as vault:
-        if args.action == "get":
-            out: dict[str, Any] = vault.policy(args.namespace)
-        elif args.action == "set":
-            out = vault.set_policy(args.namespace, _changes(args))
-        else:
-            out = vault.retention(args.action == "plan", args.namespace)
+        if args.action in ("get", "set"):
+            policy = (
+                vault.policy(args.namespace)
+                if args.action == "get"
+                else vault.set_policy(args.namespace, _changes(args))
+            )
+            if args.json:
+                emit_json(policy.to_wire())
+            else:
+                _print_policy(policy)
+            return 0
+        report = vault.retention(args.action == "plan", args.namespace)
     if args.json:
-        emit_json(out)
-    elif args.action in ("get", "set"):
-        _print_policy(out)
+        emit_json(report.to_wire())
     else:
-        _print_plan(out, applied=args.action == "apply")
+        _print_plan(report, applied=args.action == "apply")
     return 0
 
 
-def _print_plan(out: dict[str, Any], applied: bool) -> None:
+def _print_plan(report: RetentionReport, applied: bool) -> None:
     rows = []
-    for ns, plan in sorted(out["namespaces"].items()):
-        rows += [[ns, cid, "keep", ", ".join(why)] for cid, why in plan["keep"].items()]
-        rows += [[ns, cid, "deleted" if applied else "delete", ""] for cid in plan["delete"]]
+    for ns, plan in sorted(report.namespaces.items()):
+        rows += [[ns, cid, "keep", ", ".join(why)] for cid, why in plan.keep.items()]
+        rows += [[ns, cid, "deleted" if applied else "delete", ""] for cid in plan.delete]
     table(["namespace", "checkpoint", "action", "kept because"], rows)
     verb = "freed once GC runs" if applied else "would be freed"
     print(
-        f"\n{len(out['delete'])} to delete, {len(out['keep'])} kept; "
-        f"{human_bytes(out['reclaimable_bytes'])} {verb}"
+        f"\n{len(report.delete)} to delete, {len(report.keep)} kept; "
+        f"{human_bytes(report.reclaimable_bytes)} {verb}"
     )
 
 
@@ -191,10 +194,10 @@ def _stage(text: str) -> dict[str, str]:
 def tiering(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         if args.action == "get":
-            out: dict[str, Any] = vault.policy(args.namespace)["tiering"]
+            out: dict[str, Any] = vault.policy(args.namespace).tiering
         elif args.action == "set":
             changes = _tiering_changes(args)
-            out = vault.set_policy(args.namespace, {"tiering": changes})["tiering"]
+            out = vault.set_policy(args.namespace, {"tiering": changes}).tiering
         elif args.action == "status":
             out = vault.stats()["tiers"]
         else:

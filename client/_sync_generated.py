@@ -9,7 +9,15 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from protocol import BulkDeleted, CheckReport, CompactReport, GcReport, VerifyReport
+from protocol import (
+    BulkDeleted,
+    CheckReport,
+    CompactReport,
+    GcReport,
+    PolicyRecord,
+    RetentionReport,
+    VerifyReport,
+)
 
 from ._sync_base import BlockingClient
 from .aio import SMALL_SAVE_LIMIT, AsyncVaultClient, UploadSession
@@ -232,15 +240,16 @@ class VaultClient(BlockingClient):
         """Collect expired uploads and unreferenced chunks (admin); with tiers, repack."""
         return self._run(self.aio.gc(dry_run))
 
-    def policy(self, namespace: str | None = None) -> dict[str, Any]:
+    def policy(self, namespace: str | None = None) -> PolicyRecord:
         """A namespace's policy, or the default one."""
         return self._run(self.aio.policy(namespace))
 
-    def set_policy(self, namespace: str | None, changes: dict[str, Any]) -> dict[str, Any]:
+    def set_policy(self, namespace: str | None, changes: dict[str, Any]) -> PolicyRecord:
         """Change some keys of a policy ({"retention": {...}, "tiering": {...}})."""
         return self._run(self.aio.set_policy(namespace, changes))
 
-    def retention(self, dry_run: bool = True, namespace: str | None = None) -> dict[str, Any]:
+    def retention(self, dry_run: bool = True, namespace: str | None = None) -> RetentionReport:
+        """Plan retention (admin) or, not a dry run, apply exactly that plan."""
         return self._run(self.aio.retention(dry_run, namespace))
 
     def verify(self, namespace: str | None = None, sample: float = 1.0) -> VerifyReport:

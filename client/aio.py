@@ -31,6 +31,8 @@ from protocol import (
     ChunkingProfile,
     CompactReport,
     GcReport,
+    PolicyRecord,
+    RetentionReport,
     StreamChunker,
     VerifyReport,
     encode_bundle,
@@ -549,21 +551,25 @@ class AsyncVaultClient:
         params = {"dry_run": str(dry_run).lower()}
         return GcReport.from_wire(await self._t.json("POST", "/v1/admin/gc", params=params))
 
-    async def policy(self, namespace: str | None = None) -> dict[str, Any]:
+    async def policy(self, namespace: str | None = None) -> PolicyRecord:
         """A namespace's policy, or the default one."""
         path = f"/v1/namespaces/{ns_path(namespace)}/policy" if namespace else "/v1/policy/default"
-        return dict(await self._t.json("GET", path))
+        return PolicyRecord.from_wire(await self._t.json("GET", path))
 
-    async def set_policy(self, namespace: str | None, changes: dict[str, Any]) -> dict[str, Any]:
+    async def set_policy(self, namespace: str | None, changes: dict[str, Any]) -> PolicyRecord:
         """Change some keys of a policy ({"retention": {...}, "tiering": {...}})."""
         path = f"/v1/namespaces/{ns_path(namespace)}/policy" if namespace else "/v1/policy/default"
-        return dict(await self._t.json("PUT", path, json_body=changes))
+        return PolicyRecord.from_wire(await self._t.json("PUT", path, json_body=changes))
 
-    async def retention(self, dry_run: bool = True, namespace: str | None = None) -> dict[str, Any]:
+    async def retention(
+        self, dry_run: bool = True, namespace: str | None = None
+    ) -> RetentionReport:
+        """Plan retention (admin) or, not a dry run, apply exactly that plan."""
         params = {"dry_run": str(dry_run).lower()}
         if namespace:
             params["namespace"] = namespace
-        return dict(await self._t.json("POST", "/v1/admin/retention", params=params))
+        out = await self._t.json("POST", "/v1/admin/retention", params=params)
+        return RetentionReport.from_wire(out)
 
     async def verify(self, namespace: str | None = None, sample: float = 1.0) -> VerifyReport:
         """Re-read chunks (a `sample` fraction) and check them against their ids (admin)."""

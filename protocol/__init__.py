@@ -14,8 +14,11 @@ from ._admin import (
     CompactReport,
     Drift,
     GcReport,
+    KeepBestRule,
+    PolicyRecord,
     RetentionPlan,
     RetentionReport,
+    RetentionRules,
     VerifyReport,
 )
 from ._bodies import (
@@ -70,6 +73,9 @@ __all__ = [
     "CompactReport",
     "Drift",
     "GcReport",
+    "KeepBestRule",
+    "PolicyRecord",
+    "RetentionRules",
     "RetentionPlan",
     "RetentionReport",
     "VerifyReport",

@@ -218,3 +218,65 @@ class RetentionReport:
     @classmethod
     def from_wire(cls, d: object) -> RetentionReport:
         return record_of(cls, d, "retention report")
+
+
+@dataclass(frozen=True)
+class KeepBestRule:
+    """Keep the `n` checkpoints best by a numeric metadata key (`mode` min or max)."""
+
+    metric: str
+    mode: str = field(metadata={"schema": {"enum": ["min", "max"]}})
+    n: int
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> KeepBestRule:
+        return record_of(cls, d, "keep_best")
+
+
+@dataclass(frozen=True)
+class RetentionRules:
+    """A policy's retention rules as stored and answered; a rule that is null is off.
+    `keep_within` is a duration ("1w", "36h")."""
+
+    keep_last: int | None = None
+    keep_hourly: int | None = None
+    keep_daily: int | None = None
+    keep_weekly: int | None = None
+    keep_monthly: int | None = None
+    keep_within: str | None = None
+    keep_tags: list[str] = field(default_factory=list)
+    keep_best: KeepBestRule | None = None
+    keep_valid_min: int = 1
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> RetentionRules:
+        return record_of(cls, d, "retention")
+
+
+@dataclass(frozen=True)
+class PolicyRecord:
+    """GET/PUT .../policy: a namespace's (or the default) retention rules and tiering
+    settings. The tiering settings are the keys the operator set, checked by the server
+    (tiering/policy.py reads them), kept as given."""
+
+    retention: RetentionRules = field(default_factory=RetentionRules)
+    tiering: dict[str, Any] = field(default_factory=dict)
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> PolicyRecord:
+        return record_of(cls, d, "policy")

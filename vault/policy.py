@@ -8,7 +8,7 @@ apply; a policy with no rule at all keeps everything.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import lmdb
@@ -124,15 +124,15 @@ class Retention:
             counts or self.keep_within is not None or bool(self.keep_tags) or bool(self.keep_best)
         )
 
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {r: getattr(self, r) for r in COUNT_RULES}
-        out["keep_within"] = (
-            format_duration(self.keep_within) if self.keep_within is not None else None
+    def to_record(self) -> protocol.RetentionRules:
+        best = self.keep_best
+        return protocol.RetentionRules(
+            **{r: getattr(self, r) for r in COUNT_RULES},
+            keep_within=format_duration(self.keep_within) if self.keep_within is not None else None,
+            keep_tags=list(self.keep_tags),
+            keep_best=protocol.KeepBestRule(best.metric, best.mode, best.n) if best else None,
+            keep_valid_min=self.keep_valid_min,
         )
-        out["keep_tags"] = list(self.keep_tags)
-        out["keep_best"] = asdict(self.keep_best) if self.keep_best else None
-        out["keep_valid_min"] = self.keep_valid_min
-        return out
 
     def updated(self, changes: Any) -> Retention:
         """This policy with the keys in `changes` replaced (null clears a rule)."""
@@ -179,8 +179,9 @@ class Policy:
     retention: Retention = field(default_factory=Retention)
     tiering: dict[str, Any] = field(default_factory=dict)  # as given, checked keys
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"retention": self.retention.to_wire(), "tiering": dict(self.tiering)}
+    def to_record(self) -> protocol.PolicyRecord:
+        """The policy as the routes answer it (and as it is stored)."""
+        return protocol.PolicyRecord(self.retention.to_record(), dict(self.tiering))
 
     def updated(self, body: Any) -> Policy:
         if not isinstance(body, dict) or set(body) - {"retention", "tiering"}:
@@ -197,7 +198,7 @@ class Policy:
         return Policy(retention, tiering)
 
     def to_json(self) -> bytes:
-        return json.dumps(self.to_wire()).encode()
+        return json.dumps(self.to_record().to_wire()).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | memoryview) -> Policy:

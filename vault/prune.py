@@ -9,9 +9,10 @@ or deleted since the plan was made is skipped, never forced.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import lmdb
+
+from protocol import RetentionReport
 
 from .errors import CheckpointNotFound
 from .manifest import distinct_chunks
@@ -24,21 +25,9 @@ from .writer import WriteTxn
 DELETE_BATCH = 256
 
 
-@dataclass
-class RetentionResult:
-    plans: list[NamespacePlan]
-    deleted: list[str]
-    dry_run: bool
-
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "dry_run": self.dry_run,
-            "delete": [i for p in self.plans for i in p.delete],
-            "keep": [i for p in self.plans for i in p.keep],
-            "reclaimable_bytes": sum(p.reclaimable_bytes for p in self.plans),
-            "deleted": self.deleted,
-            "namespaces": {p.namespace: p.to_wire() for p in self.plans},
-        }
+def report(plans: list[NamespacePlan], deleted: list[str], dry_run: bool) -> RetentionReport:
+    """The answer of a retention run: each namespace's plan, and what was deleted."""
+    return RetentionReport(dry_run, {p.namespace: p.to_record() for p in plans}, deleted)
 
 
 def live_records(store: Store, txn: lmdb.Transaction, ns: str) -> list[CheckpointRecord]:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from protocol import RetentionPlan
+
 from .policy import Retention
 from .records import CheckpointRecord
 
@@ -23,12 +25,8 @@ class NamespacePlan:
     delete: list[str] = field(default_factory=list)
     reclaimable_bytes: int = 0
 
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "keep": self.keep,
-            "delete": self.delete,
-            "reclaimable_bytes": self.reclaimable_bytes,
-        }
+    def to_record(self) -> RetentionPlan:
+        return RetentionPlan(self.keep, self.delete, self.reclaimable_bytes)
 
 
 def _utc(ts: float) -> datetime:

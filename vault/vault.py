@@ -25,7 +25,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from protocol import JSON, CheckReport, CommitFile, CompactReport, GcReport, VerifyReport
+from protocol import (
+    JSON,
+    CheckReport,
+    CommitFile,
+    CompactReport,
+    GcReport,
+    RetentionReport,
+    VerifyReport,
+)
 
 from . import backup, prune, scrub
 from . import compact as compaction
@@ -51,7 +59,6 @@ from .maintenance import MaintenanceLock
 from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
 from .policy import Policies, Policy
-from .prune import RetentionResult
 from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
 from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
@@ -529,12 +536,12 @@ class Vault:
         return self.store.writer.run(op)
 
     # -- maintenance (each holds the maintenance lock) --------------------------------
-    def retention(self, dry_run: bool = True, namespace: str | None = None) -> RetentionResult:
+    def retention(self, dry_run: bool = True, namespace: str | None = None) -> RetentionReport:
         """Plan retention for one or every namespace; unless dry_run, apply that plan."""
         with self.maintenance.hold("retention"):
             plans = prune.plan(self.store, self._policies, namespace)
             deleted = [] if dry_run else prune.apply(self.store, plans)
-        return RetentionResult(plans, deleted, dry_run)
+        return prune.report(plans, deleted, dry_run)
 
     def verify(
         self, namespace: str | None = None, sample: float = 1.0, rate: float | None = None

@@ -216,7 +216,8 @@ async def get_policy(request: web.Request) -> web.Response:
     """A namespace's retention and tiering policy (its own, without the default merged)."""
     require_admin(request)
     ns = request.match_info.get("ns")
-    return json_response((await run(request, request.app[VAULT].policy, ns)).to_wire())
+    policy = await run(request, request.app[VAULT].policy, ns)
+    return json_response(policy.to_record().to_wire())
 
 
 async def put_policy(request: web.Request) -> web.Response:
@@ -224,7 +225,8 @@ async def put_policy(request: web.Request) -> web.Response:
     require_admin(request)
     ns = request.match_info.get("ns")
     body = await json_body(request)
-    return json_response((await run(request, request.app[VAULT].set_policy, ns, body)).to_wire())
+    policy = await run(request, request.app[VAULT].set_policy, ns, body)
+    return json_response(policy.to_record().to_wire())
 
 
 async def create_token(request: web.Request) -> web.Response:

@@ -102,8 +102,9 @@ def test_plan_then_apply_deletes_exactly_the_plan(vault: Vault, clock: FakeClock
     vault.patch("ns", ids[0], pinned=True)
     vault.set_policy("ns", {"retention": {"keep_last": 2}})
     plan = vault.retention(dry_run=True)
+    assert plan.delete == [ids[3], ids[2], ids[1]]
     assert plan.to_wire()["delete"] == [ids[3], ids[2], ids[1]]
-    assert plan.plans[0].reclaimable_bytes > 0
+    assert plan.reclaimable_bytes > 0
     assert len(vault.checkpoints("ns")[0]) == 6  # a dry run changes nothing
     stored = vault.stats()["stored_bytes"]
     done = vault.retention(dry_run=False)
@@ -111,7 +112,7 @@ def test_plan_then_apply_deletes_exactly_the_plan(vault: Vault, clock: FakeClock
     assert [r.id for r in vault.checkpoints("ns")[0]] == [ids[5], ids[4], ids[0]]
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     freed = vault.gc().bytes_freed
-    assert freed == plan.plans[0].reclaimable_bytes
+    assert freed == plan.reclaimable_bytes
     assert vault.stats()["stored_bytes"] == stored - freed
     assert vault.check().ok
 
@@ -121,8 +122,8 @@ def test_policy_put_merges_and_default_applies(vault: Vault) -> None:
     vault.set_policy(None, {"retention": {"keep_last": 5, "keep_within": "7d"}})
     vault.set_policy("a", {"retention": {"keep_daily": 3}})
     vault.set_policy("a", {"retention": {"keep_tags": ["keep"]}, "tiering": {"target": "cold"}})
-    pol = vault.policy("a").to_wire()
+    pol = vault.policy("a").to_record().to_wire()
     assert pol["retention"]["keep_daily"] == 3
     assert pol["retention"]["keep_tags"] == ["keep"]
     assert pol["tiering"] == {"target": "cold"}
-    assert vault.policy(None).to_wire()["retention"]["keep_within"] == "1w"
+    assert vault.policy(None).to_record().retention.keep_within == "1w"
