@@ -13,14 +13,26 @@ from client import VaultClient
 from ..serverproc import ServerProcess, free_port
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module that sets `BOTH_TRANSPORTS = True` runs each test that takes `server` twice:
+    against a server with its default, the local socket on (files on disk handed over by
+    descriptor, as `ckpt push` on the server's machine does), and with it off (every byte
+    over HTTP, as from another machine). The `server` fixture reads the choice as its param."""
+    if getattr(metafunc.module, "BOTH_TRANSPORTS", False) and "server" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "server", [True, False], ids=["socket", "http"], indirect=True, scope="module"
+        )
+
+
 @pytest.fixture(scope="module")
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """A started server in a fresh directory; with its local socket (files handed over
-    by descriptor) when the test module sets `LOCAL_SOCKET = True`."""
+    by descriptor) when the test module sets `LOCAL_SOCKET = True`, or as parametrized
+    under `BOTH_TRANSPORTS`."""
     root: Path = tmp_path_factory.mktemp("server")
-    local_socket = bool(getattr(request.module, "LOCAL_SOCKET", False))
+    local_socket = bool(getattr(request, "param", getattr(request.module, "LOCAL_SOCKET", False)))
     proc = ServerProcess(root / "data", free_port(), root / "server.log", local_socket=local_socket)
     try:
         proc.start()

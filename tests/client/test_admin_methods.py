@@ -24,9 +24,13 @@ from client.errors import ClientError
 
 from ..serverproc import ServerProcess, free_port
 
+BOTH_TRANSPORTS = True  # conftest: the module's server with its local socket on, and off
+
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     """A server with a `[server] backup_dir` (where online catalog backups may go), no GC
     grace (an unreferenced chunk goes at the next GC) and no scheduled maintenance, so what
     the tests see is what they did."""
@@ -38,7 +42,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "[maintenance]\nretention_interval = 0\ngc_interval = 0\nscrub_interval = 0\n"
         "tiering_interval = 0\nbackup_interval = 0\ncompact_interval = 0\n"
     )
-    proc = ServerProcess(root / "data", free_port(), root / "server.log", config)
+    local_socket = bool(getattr(request, "param", False))
+    proc = ServerProcess(
+        root / "data", free_port(), root / "server.log", config, local_socket=local_socket
+    )
     try:
         proc.start()
         yield proc

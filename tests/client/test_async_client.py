@@ -12,6 +12,8 @@ from client import AsyncVaultClient, NotFound
 
 from ..serverproc import ServerProcess
 
+BOTH_TRANSPORTS = True  # conftest: a server with its local socket on, and off
+
 
 async def test_open_is_a_seekable_async_file(server: ServerProcess) -> None:
     data = random.Random(7).randbytes(9 << 20)

@@ -15,6 +15,8 @@ from client import VaultClient
 
 from ..serverproc import ServerProcess
 
+BOTH_TRANSPORTS = True  # conftest: each test against a server with its local socket on, and off
+
 
 def ckpt(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
@@ -81,6 +83,21 @@ def test_push_pull_and_catalog_commands(server: ServerProcess, tmp_path: Path) -
     js(server, "unpin", "cli/run", first_id)
     assert js(server, "rm", "cli/run", first_id)["deleted"] is True
     assert [r["id"] for r in js(server, "ls", "cli/run")] == [second["id"]]
+
+
+def test_push_hands_a_file_over_when_the_server_offers_its_socket(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """With the server's default (its local socket on), `ckpt push` on the server's machine
+    hands a file past the one-request size over by descriptor; with the socket off, its
+    bytes go over HTTP. The checkpoint reads back the same either way."""
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(6 << 20))
+    before = server.handed_over().get("files", 0)
+    pushed = js(server, "push", "cli/handed", str(big))
+    assert server.handed_over().get("files", 0) - before == (1 if server.local_socket else 0)
+    js(server, "pull", "cli/handed", pushed["id"], str(tmp_path / "out"))
+    assert (tmp_path / "out" / "big.bin").read_bytes() == big.read_bytes()
 
 
 def test_operator_commands(server: ServerProcess, tmp_path: Path) -> None:

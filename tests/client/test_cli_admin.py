@@ -23,13 +23,14 @@ from vault.seal import BLOB_MAGIC
 from ..serverproc import ServerProcess, free_port
 from .test_cli import ckpt, js
 
+BOTH_TRANSPORTS = True  # conftest: the module's server with its local socket on, and off
 QUIET = (  # no scheduled maintenance: what a test sees is what it ran
     "[maintenance]\nretention_interval = 0\ngc_interval = 0\nscrub_interval = 0\n"
     "tiering_interval = 0\nbackup_interval = 0\ncompact_interval = 0\n"
 )
 
 
-def configured_server(root: Path, extra: str = "") -> ServerProcess:
+def configured_server(root: Path, extra: str = "", local_socket: bool = False) -> ServerProcess:
     """A (not yet started) server over `root`, with a local directory tier `cold` at
     `root/cold`, a `backup_dir` at `root/backups` and `extra` config lines."""
     (root / "backups").mkdir(parents=True, exist_ok=True)
@@ -38,12 +39,17 @@ def configured_server(root: Path, extra: str = "") -> ServerProcess:
         f'[server]\nbackup_dir = "{root / "backups"}"\n'
         f'[tiers.cold]\nurl = "file://{root / "cold"}"\n' + QUIET + extra
     )
-    return ServerProcess(root / "data", free_port(), root / "server.log", config)
+    return ServerProcess(
+        root / "data", free_port(), root / "server.log", config, local_socket=local_socket
+    )
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = configured_server(tmp_path_factory.mktemp("cli-admin"))
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    local_socket = bool(getattr(request, "param", False))
+    proc = configured_server(tmp_path_factory.mktemp("cli-admin"), local_socket=local_socket)
     try:
         proc.start()
         yield proc

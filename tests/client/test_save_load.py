@@ -16,6 +16,8 @@ from client import Checkpoint, IntegrityError, InvalidName, NotFound, VaultClien
 
 from ..serverproc import ServerProcess
 
+BOTH_TRANSPORTS = False  # these tests count what a save sends over HTTP: the socket off only
+
 
 def test_small_save_is_one_request_and_round_trips(vault: VaultClient, tmp_path: Path) -> None:
     before = vault.transfer.requests
