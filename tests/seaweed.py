@@ -81,13 +81,24 @@ class SeaweedFS:
                     ) from None
 
     def _start_once(self) -> None:
+        """One start: spawn `weed` and wait until it serves. Any failure on the way (no
+        binary, an exit, never ready) leaves nothing behind: no process, no open log."""
+        binary = weed_binary()
         data = self.root / "weed"
         data.mkdir(parents=True, exist_ok=True)
         self._log = open(self.root / "weed.log", "ab")  # noqa: SIM115 - closed in stop()
+        try:
+            self._spawn(binary, data)
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, binary: str, data: Path) -> None:
         p, g = self.ports, self.grpc
         self._proc = subprocess.Popen(
             [
-                "weed",
+                binary,
                 "server",
                 f"-dir={data}",
                 "-ip=127.0.0.1",
@@ -118,7 +129,6 @@ class SeaweedFS:
                 "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             },
         )
-        self._wait_ready()
 
     def _wait_ready(self) -> None:
         """Until a put into a fresh bucket succeeds (that also creates the bucket)."""
@@ -129,11 +139,7 @@ class SeaweedFS:
         last: Exception | None = None
         for _ in range(READY_ATTEMPTS):
             if self._proc is None or self._proc.poll() is not None:
-                self._proc = None
-                if self._log is not None:
-                    self._log.close()
-                    self._log = None
-                raise _DiedStarting
+                raise _DiedStarting  # _start_once reaps it and closes the log
             try:
                 tier.put("ready", b"1")
                 return
