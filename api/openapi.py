@@ -47,6 +47,12 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.PolicyRecord,
     protocol.RetentionRules,
     protocol.KeepBestRule,
+    protocol.TieringReport,
+    protocol.TierPlan,
+    protocol.PromotePlan,
+    protocol.HotBytes,
+    protocol.RepackSummary,
+    protocol.MoveSummary,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -163,6 +169,7 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "retention": ("200", _ref("RetentionReport")),
     "get_policy": ("200", _ref("PolicyRecord")),
     "put_policy": ("200", _ref("PolicyRecord")),
+    "tiering": ("200", _ref("TieringReport")),
 }
 # Routes answering 204 and no body, by handler name.
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})

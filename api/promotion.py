@@ -45,7 +45,7 @@ class Promotions:
         except Exception:  # a tier outage, say: the next read tries again
             log.exception("promotion of %s failed", record.id)
         else:
-            log.info("promoted %s: %s chunks", record.id, result["chunks"])
+            log.info("promoted %s: %s chunks", record.id, result.moved.chunks)
 
     async def drain(self) -> None:
         if self._running:

@@ -71,8 +71,8 @@ def _jobs(
     def tiering() -> dict[str, Any]:
         result = run_tiering(vault)
         return {
-            "bytes_moved": sum(m["bytes"] for m in result["moved"].values()),
-            "retiered": len(result["retiered"]),
+            "bytes_moved": sum(m.bytes for m in (result.moved or {}).values()),
+            "retiered": len(result.retiered or ()),
         }
 
     def catalog_backup() -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from protocol import CheckReport, PolicyRecord, RetentionReport
+from protocol import CheckReport, PolicyRecord, RetentionReport, TieringReport
 
 from .connect import connect
 from .output import emit_json, human_bytes, table
@@ -201,7 +201,12 @@ def tiering(args: argparse.Namespace) -> int:
         elif args.action == "status":
             out = vault.stats()["tiers"]
         else:
-            out = vault.tiering(dry_run=args.action == "plan")
+            report = vault.tiering(dry_run=args.action == "plan")
+            if args.json:
+                emit_json(report.to_wire())
+            else:
+                _print_tiering(report)
+            return 0
     if args.json:
         emit_json(out)
     elif args.action == "status":
@@ -209,34 +214,33 @@ def tiering(args: argparse.Namespace) -> int:
             ["tier", "chunks", "bytes"],
             [[t, v["chunks"], human_bytes(v["bytes"])] for t, v in out.items()],
         )
-    elif args.action in ("plan", "run"):
-        table(
-            ["tier", "checkpoints", "chunks", "bytes"],
-            [
-                [t, len(v["checkpoints"]), v["chunks"], human_bytes(v["bytes"])]
-                for t, v in out["tiers"].items()
-            ],
-        )
-        for t, m in out.get("moved", {}).items():
-            print(
-                f"moved to {t}: {m['chunks']} chunks in {m['packs']} packs, "
-                f"{human_bytes(m['bytes'])} at {m['mb_per_s']} MB/s"
-            )
-        promote = out.get("promoted") or out["promote"]
-        print(f"back to hot: {promote['chunks']} chunks, {human_bytes(promote['bytes'])}")
-        if out["by_watermark"]:
-            print(f"demoted early for hot capacity: {len(out['by_watermark'])} checkpoints")
-        rp = out["repack"]
-        if "rewritten" in rp:
-            print(
-                f"repacked {rp['rewritten']} packs, deleted {rp['deleted']}, "
-                f"freed {human_bytes(rp['dead_bytes_freed'])}"
-            )
-        else:
-            print(f"to repack: {rp['packs']} packs, {human_bytes(rp['dead_bytes'])} dead")
     else:
         table(["key", "value"], [[k, v] for k, v in out.items()])
     return 0
+
+
+def _print_tiering(report: TieringReport) -> None:
+    table(
+        ["tier", "checkpoints", "chunks", "bytes"],
+        [[t, len(v.checkpoints), v.chunks, human_bytes(v.bytes)] for t, v in report.tiers.items()],
+    )
+    for t, m in (report.moved or {}).items():
+        print(
+            f"moved to {t}: {m.chunks} chunks in {m.packs} packs, "
+            f"{human_bytes(m.bytes)} at {m.mb_per_s} MB/s"
+        )
+    back = report.promoted or report.promote
+    print(f"back to hot: {back.chunks} chunks, {human_bytes(back.bytes)}")
+    if report.by_watermark:
+        print(f"demoted early for hot capacity: {len(report.by_watermark)} checkpoints")
+    rp = report.repack
+    if rp.rewritten is not None:
+        print(
+            f"repacked {rp.rewritten} packs, deleted {rp.deleted}, "
+            f"freed {human_bytes(rp.dead_bytes_freed)}"
+        )
+    else:
+        print(f"to repack: {rp.packs} packs, {human_bytes(rp.dead_bytes)} dead")
 
 
 def verify(args: argparse.Namespace) -> int:

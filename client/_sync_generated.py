@@ -16,6 +16,7 @@ from protocol import (
     GcReport,
     PolicyRecord,
     RetentionReport,
+    TieringReport,
     VerifyReport,
 )
 
@@ -261,7 +262,8 @@ class VaultClient(BlockingClient):
         done. `rate`: most bytes read per second, e.g. "50MB" (default: unpaced)."""
         return self._run(self.aio.compact(namespace, rate))
 
-    def tiering(self, dry_run: bool = True) -> dict[str, Any]:
+    def tiering(self, dry_run: bool = True) -> TieringReport:
+        """Plan (dry run) or run demotion of old checkpoints' chunks to the tiers (admin)."""
         return self._run(self.aio.tiering(dry_run))
 
     def catalog_backup(self, to: str | None = None) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from protocol import (
     PolicyRecord,
     RetentionReport,
     StreamChunker,
+    TieringReport,
     VerifyReport,
     encode_bundle,
     encode_chunk_batch,
@@ -590,11 +591,11 @@ class AsyncVaultClient:
             await self._t.json("POST", "/v1/admin/compact", params=params)
         )
 
-    async def tiering(self, dry_run: bool = True) -> dict[str, Any]:
-        return dict(
-            await self._t.json(
-                "POST", "/v1/admin/tiering", params={"dry_run": str(dry_run).lower()}
-            )
+    async def tiering(self, dry_run: bool = True) -> TieringReport:
+        """Plan (dry run) or run demotion of old checkpoints' chunks to the tiers (admin)."""
+        params = {"dry_run": str(dry_run).lower()}
+        return TieringReport.from_wire(
+            await self._t.json("POST", "/v1/admin/tiering", params=params)
         )
 
     async def catalog_backup(self, to: str | None = None) -> dict[str, Any]:

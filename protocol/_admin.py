@@ -280,3 +280,137 @@ class PolicyRecord:
     @classmethod
     def from_wire(cls, d: object) -> PolicyRecord:
         return record_of(cls, d, "policy")
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """What a tiering run moves (or would) to one tier: chunks (of which some come from a
+    warmer tier rather than hot), their stored bytes, and the checkpoints they belong to."""
+
+    chunks: int
+    from_other_tiers: int
+    bytes: int
+    checkpoints: list[str] = field(default_factory=list)
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> TierPlan:
+        return record_of(cls, d, "tier plan")
+
+
+@dataclass(frozen=True)
+class PromotePlan:
+    """Packed chunks a tiering run brings back hot (a rule holds their checkpoints hot)."""
+
+    chunks: int
+    bytes: int
+    checkpoints: list[str] = field(default_factory=list)
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> PromotePlan:
+        return record_of(cls, d, "promote plan")
+
+
+@dataclass(frozen=True)
+class HotBytes:
+    """Stored bytes on the hot disk now, and after the plan."""
+
+    bytes: int
+    bytes_after: int
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> HotBytes:
+        return record_of(cls, d, "hot")
+
+
+@dataclass(frozen=True)
+class RepackSummary:
+    """Packs rewritten or deleted. Planned (a dry run): the packs under the `below` live
+    fraction and their dead bytes. Done: what was rewritten, deleted, written and freed.
+    Also what moving packed chunks on to a colder tier did (no `below` there)."""
+
+    packs: int  # planned: sparse packs; done: packs in the tiers
+    below: float | None = _optional()
+    dead_bytes: int | None = _optional()  # planned only
+    rewritten: int | None = _optional()
+    deleted: int | None = _optional()
+    new_packs: int | None = _optional()
+    chunks_moved: int | None = _optional()
+    dead_bytes_freed: int | None = _optional()
+    seconds: float | None = _optional()
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = wire_of(self)
+        if self.below is not None:  # first, as the route has always answered it
+            wire = {"below": self.below, **wire}
+        return wire
+
+    @classmethod
+    def from_wire(cls, d: object) -> RepackSummary:
+        return record_of(cls, d, "repack")
+
+
+@dataclass(frozen=True)
+class MoveSummary:
+    """Chunks moved between the hot disk and a tier, and how fast; a move to a tier also
+    says what carrying packed chunks on from warmer tiers did (`from_other_tiers`)."""
+
+    chunks: int
+    bytes: int
+    packs: int
+    skipped: int
+    seconds: float
+    mb_per_s: float
+    from_other_tiers: RepackSummary | None = _optional()
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> MoveSummary:
+        return record_of(cls, d, "move")
+
+
+@dataclass(frozen=True)
+class TieringReport:
+    """POST /v1/admin/tiering: the plan (per target tier, early demotions for hot
+    capacity, chunks coming back hot, hot bytes before and after) and the repack; when run
+    (not a dry run), also what moved where, what came back and which checkpoints' `tier`
+    changed."""
+
+    dry_run: bool
+    tiers: dict[str, TierPlan]
+    by_watermark: list[str]  # demoted early for hot capacity
+    promote: PromotePlan
+    hot: HotBytes
+    repack: RepackSummary
+    moved: dict[str, MoveSummary] | None = _optional()
+    promoted: MoveSummary | None = _optional()
+    retiered: list[str] | None = _optional()
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> TieringReport:
+        return record_of(cls, d, "tiering report")

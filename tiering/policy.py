@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from protocol import HotBytes, PromotePlan, RepackSummary, TieringReport, TierPlan
 from vault import Vault
 from vault.content import Packed
 from vault.content.chunks import ChunkMeta
@@ -63,25 +64,24 @@ class TieringPlan:
     hot_bytes: int = 0
     hot_bytes_after: int = 0
 
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "tiers": {
-                t: {
-                    "chunks": len(self.moves.get(t, ())) + len(self.transfers.get(t, ())),
-                    "from_other_tiers": len(self.transfers.get(t, ())),
-                    "bytes": self.sizes.get(t, 0),
-                    "checkpoints": self.checkpoints.get(t, []),
-                }
+    def report(self, dry_run: bool, repack: RepackSummary) -> TieringReport:
+        """The plan as a tiering run answers it (a dry run: all it answers)."""
+        return TieringReport(
+            dry_run=dry_run,
+            tiers={
+                t: TierPlan(
+                    chunks=len(self.moves.get(t, ())) + len(self.transfers.get(t, ())),
+                    from_other_tiers=len(self.transfers.get(t, ())),
+                    bytes=self.sizes.get(t, 0),
+                    checkpoints=self.checkpoints.get(t, []),
+                )
                 for t in sorted(set(self.moves) | set(self.transfers))
             },
-            "by_watermark": self.by_watermark,
-            "promote": {
-                "chunks": len(self.promote),
-                "bytes": self.promote_bytes,
-                "checkpoints": self.promote_checkpoints,
-            },
-            "hot": {"bytes": self.hot_bytes, "bytes_after": self.hot_bytes_after},
-        }
+            by_watermark=self.by_watermark,
+            promote=PromotePlan(len(self.promote), self.promote_bytes, self.promote_checkpoints),
+            hot=HotBytes(self.hot_bytes, self.hot_bytes_after),
+            repack=repack,
+        )
 
 
 class _Planner:

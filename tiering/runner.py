@@ -9,8 +9,9 @@ a chunk only if the chunk is still where it was read."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, replace
 
+from protocol import MoveSummary, RepackSummary, TieringReport
 from vault import CheckpointRecord, Vault
 from vault.content import MoveReport, Packed
 from vault.content.chunks import ChunkMeta
@@ -23,30 +24,40 @@ from .policy import plan
 
 
 @maintenance_operation("tiering")
-def run_tiering(vault: Vault, dry_run: bool = False) -> dict[str, Any]:
+def run_tiering(vault: Vault, dry_run: bool = False) -> TieringReport:
     tiering_plan = plan(vault, vault.clock.now())
-    out: dict[str, Any] = {"dry_run": dry_run, **tiering_plan.to_wire()}
     below = repack_threshold(vault)
     if dry_run:
         sparse = repack.plan(vault, below)
-        out["repack"] = {
-            "below": below,
-            "packs": len(sparse),
-            "dead_bytes": sum(p.size - p.live_bytes for p in sparse),
-        }
-        return out
-    moved = {}
+        dead = sum(p.size - p.live_bytes for p in sparse)
+        return tiering_plan.report(True, RepackSummary(len(sparse), below, dead_bytes=dead))
+    moved: dict[str, MoveSummary] = {}
     for target, chunks in tiering_plan.moves.items():
         if chunks:
             moved[target] = _summary(vault.content.demote(target, sorted(chunks)))
     for target, items in tiering_plan.transfers.items():
         report = repack.move_packed(vault, target, sorted(items, key=_by_place))
-        moved.setdefault(target, _summary(MoveReport()))["from_other_tiers"] = report.to_wire()
-    out["moved"] = moved
-    out["promoted"] = _summary(vault.content.promote(sorted(tiering_plan.promote)))
-    out["retiered"] = retier(vault)
-    out["repack"] = {"below": below, **repack.repack(vault, below).to_wire()}
-    return out
+        move = moved.get(target) or _summary(MoveReport())
+        moved[target] = replace(move, from_other_tiers=_repacked(report))
+    promoted = _summary(vault.content.promote(sorted(tiering_plan.promote)))
+    retiered = retier(vault)
+    repacked = _repacked(repack.repack(vault, below), below)
+    return replace(
+        tiering_plan.report(False, repacked), moved=moved, promoted=promoted, retiered=retiered
+    )
+
+
+def _repacked(report: repack.RepackReport, below: float | None = None) -> RepackSummary:
+    return RepackSummary(
+        packs=report.packs,
+        below=below,
+        rewritten=report.rewritten,
+        deleted=report.deleted,
+        new_packs=report.new_packs,
+        chunks_moved=report.chunks_moved,
+        dead_bytes_freed=report.dead_bytes_freed,
+        seconds=round(report.seconds, 3),
+    )
 
 
 def repack_threshold(vault: Vault) -> float:
@@ -62,15 +73,15 @@ def _by_place(item: tuple[bytes, Packed]) -> tuple[str, str, int]:
     return item[1].tier, item[1].key, item[1].offset
 
 
-def _summary(report: MoveReport) -> dict[str, Any]:
-    return {
-        "chunks": report.chunks_moved,
-        "bytes": report.bytes_moved,
-        "packs": report.packs,
-        "skipped": report.skipped,
-        "seconds": round(report.seconds, 3),
-        "mb_per_s": round(report.mb_per_s, 1),
-    }
+def _summary(report: MoveReport) -> MoveSummary:
+    return MoveSummary(
+        chunks=report.chunks_moved,
+        bytes=report.bytes_moved,
+        packs=report.packs,
+        skipped=report.skipped,
+        seconds=round(report.seconds, 3),
+        mb_per_s=round(report.mb_per_s, 1),
+    )
 
 
 def wants_promotion(vault: Vault, ns: str, record: CheckpointRecord) -> bool:
@@ -81,14 +92,24 @@ def wants_promotion(vault: Vault, ns: str, record: CheckpointRecord) -> bool:
         return bool(snap.policy_for(ns).tiering.get("promote_on_read", False))
 
 
-def promote_checkpoint(vault: Vault, ns: str, ckpt_id: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Promoted:
+    """One checkpoint promoted on read: what came back hot, and whether its `tier`
+    changed (`retiered` holds its id if so)."""
+
+    checkpoint: str
+    moved: MoveSummary
+    retiered: list[str]
+
+
+def promote_checkpoint(vault: Vault, ns: str, ckpt_id: str) -> Promoted:
     """Promotion on read: note the read (the checkpoint ages from it, so the next tiering
     run leaves it hot for `demote_after`), then bring its packed chunks back."""
     chunks = vault.note_promoted(ns, ckpt_id)
     with vault.snapshot() as snap:
         packed = [c for c in chunks if _place(snap.chunk(c)) not in ("hot", None)]
     report = vault.content.promote(sorted(packed))
-    return {"checkpoint": ckpt_id, **_summary(report), "retiered": retier(vault, [ckpt_id])}
+    return Promoted(ckpt_id, _summary(report), retier(vault, [ckpt_id]))
 
 
 def _place(meta: ChunkMeta | None) -> str | None:

@@ -167,9 +167,9 @@ async def tiering(request: web.Request) -> web.Response:
         request.app,
         "tiering",
         lambda: run_tiering(vault, dry_run),
-        lambda r: {"bytes_moved": sum(m["bytes"] for m in r.get("moved", {}).values())},
+        lambda r: {"bytes_moved": sum(m.bytes for m in (r.moved or {}).values())},
     )
-    return json_response(result)
+    return json_response(result.to_wire())
 
 
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

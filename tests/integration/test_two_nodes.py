@@ -62,8 +62,9 @@ def test_shared_object_store_no_cross_node_dedup(
         with VaultClient(proc.url, proc.token, progress=False) as client:
             ids.append(client.save("shared/run", {"model.bin": data}).id)
             client.set_policy(None, {"tiering": {"target": "cold", "keep_hot_last": 0}})
-            moved = client.tiering(dry_run=False)["moved"]["cold"]
-            assert moved["bytes"] >= len(data)
+            moved = client.tiering(dry_run=False).moved
+            assert moved is not None
+            assert moved["cold"].bytes >= len(data)
     stored = {}
     for _, prefix in nodes:
         tier = open_tier("cold", f"s3://vault/{prefix}", seaweed.options())

@@ -39,17 +39,18 @@ def test_old_checkpoints_move_and_read_back(tiered: Vault, cold: FaultyTier) -> 
         "ns", {"tiering": {"target": "cold", "demote_after": "7d", "keep_hot_last": 1}}
     )
     plan = run_tiering(tiered, dry_run=True)
-    assert sorted(plan["tiers"]["cold"]["checkpoints"]) == sorted(r.id for r in old)
+    assert sorted(plan.tiers["cold"].checkpoints) == sorted(r.id for r in old)
     frames_before = tiered.stats()["chunks"]
     result = run_tiering(tiered)
-    moved = result["moved"]["cold"]
-    assert moved["chunks"] > 0
-    assert moved["packs"] >= 1
+    assert result.moved is not None
+    moved = result.moved["cold"]
+    assert moved.chunks > 0
+    assert moved.packs >= 1
     assert {tiered.get("ns", r.id).tier for r in old} == {"mixed"}  # `shared` stays hot
     assert tiered.get("ns", new.id).tier == "hot"  # shares `shared` chunks: they stay hot
     stats = tiered.stats()
     assert stats["chunks"] == frames_before  # moved, not copied or lost
-    assert stats["tiers"]["cold"]["chunks"] == moved["chunks"]
+    assert stats["tiers"]["cold"]["chunks"] == moved.chunks
     assert stats["tiers"]["hot"]["chunks"] + stats["tiers"]["cold"]["chunks"] == stats["chunks"]
     assert stats["tiers"]["hot"]["bytes"] + stats["tiers"]["cold"]["bytes"] == stats["stored_bytes"]
     for rec in old:

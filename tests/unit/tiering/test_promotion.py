@@ -53,9 +53,10 @@ def test_policy_change_brings_packed_chunks_back(vault: Vault) -> None:
     assert _tiers(vault, "ns", saved) == ["cold", "cold", "cold", "hot"]
     vault.set_policy("ns", {"tiering": {"keep_hot_last": 3}})
     plan = run_tiering(vault, dry_run=True)
-    assert sorted(plan["promote"]["checkpoints"]) == sorted(r.id for r, _ in saved[1:3])
+    assert sorted(plan.promote.checkpoints) == sorted(r.id for r, _ in saved[1:3])
     done = run_tiering(vault)
-    assert done["promoted"]["chunks"] == plan["promote"]["chunks"] > 0
+    assert done.promoted is not None
+    assert done.promoted.chunks == plan.promote.chunks > 0
     assert _tiers(vault, "ns", saved) == ["cold", "hot", "hot", "hot"]
     stats = vault.stats()
     assert stats["tiers"]["hot"]["chunks"] + stats["tiers"]["cold"]["chunks"] == stats["chunks"]
@@ -79,7 +80,7 @@ def test_promotion_on_read_holds_the_checkpoint_hot_for_demote_after(vault: Vaul
     old, data = saved[0]
     assert vault.get("ns", old.id).tier == "cold"
     result = promote_checkpoint(vault, "ns", old.id)
-    assert result["chunks"] > 0
+    assert result.moved.chunks > 0
     assert vault.get("ns", old.id).tier == "hot"
     assert read_file(vault, "ns", old.id, "w") == data
     run_tiering(vault)  # read just now: it stays hot, though created 3 days ago
@@ -93,16 +94,16 @@ def test_promotion_on_read_holds_the_checkpoint_hot_for_demote_after(vault: Vaul
 def test_high_watermark_demotes_oldest_first_down_to_the_low_mark(vault: Vault) -> None:
     saved = _save_days(vault, "ns", 6, size=100_000)  # ~600 kB hot, all young enough
     vault.set_policy("ns", {"tiering": {"target": "cold", "demote_after": "30d"}})
-    assert run_tiering(vault, dry_run=True)["tiers"] == {}
+    assert run_tiering(vault, dry_run=True).tiers == {}
     vault.set_policy(
         None, {"tiering": {"hot_high_watermark": 450_000, "hot_low_watermark": 250_000}}
     )
     plan = run_tiering(vault, dry_run=True)
-    assert plan["by_watermark"] == [r.id for r, _ in saved[:4]]  # oldest first, to <= low
+    assert plan.by_watermark == [r.id for r, _ in saved[:4]]  # oldest first, to <= low
     run_tiering(vault)
     assert _tiers(vault, "ns", saved) == ["cold"] * 4 + ["hot"] * 2
     assert vault.stats()["tiers"]["hot"]["bytes"] <= 250_000
-    assert run_tiering(vault, dry_run=True)["by_watermark"] == []  # below the high mark now
+    assert run_tiering(vault, dry_run=True).by_watermark == []  # below the high mark now
     for rec, data in saved:
         assert read_file(vault, "ns", rec.id, "w") == data
 

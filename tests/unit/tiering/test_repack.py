@@ -89,8 +89,9 @@ def test_promotion_leaves_dead_bytes_that_a_tiering_run_repacks(
     run_tiering(vault)
     vault.set_policy("ns", {"tiering": {"keep_hot_last": 2}})  # two come back hot
     done = run_tiering(vault)
-    assert done["promoted"]["chunks"] > 0
-    assert done["repack"]["rewritten"] == 1  # a third of the pack is live
+    assert done.promoted is not None
+    assert done.promoted.chunks > 0
+    assert done.repack.rewritten == 1  # a third of the pack is live
     assert [vault.get("ns", r.id).tier for r, _ in saved] == ["cold", "hot", "hot"]
     for rec, data in saved:
         assert read_file(vault, "ns", rec.id, "w") == data

@@ -57,9 +57,13 @@ def test_chunks_move_on_from_warm_to_cold(vault: Vault, tiers: dict[str, MemoryT
     assert [vault.get("ns", r.id).tier for r, _ in saved] == ["warm", "warm", "warm"]
     clock.advance(5 * DAY)  # the oldest is now 8 days old, the others 7 and 6
     plan = run_tiering(vault, dry_run=True)
-    assert plan["tiers"]["cold"]["from_other_tiers"] > 0
+    assert plan.tiers["cold"].from_other_tiers > 0
     done = run_tiering(vault)
-    assert done["moved"]["cold"]["from_other_tiers"]["chunks_moved"] > 0
+    assert done.moved is not None
+    carried = done.moved["cold"].from_other_tiers
+    assert carried is not None
+    assert carried.chunks_moved is not None
+    assert carried.chunks_moved > 0
     assert [vault.get("ns", r.id).tier for r, _ in saved] == ["cold", "cold", "warm"]
     for rec, data in saved:
         assert read_file(vault, "ns", rec.id, "w") == data
