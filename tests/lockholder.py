@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,9 +50,12 @@ class LockHolder:
                 pipe.close()
 
 
+WAIT_LIMIT = 30.0  # seconds for a thread to block on the lock: a bound, never a pace
+
+
 def assert_waits_for_holder(vault: Vault, operation: Callable[[], Any]) -> None:
-    """`operation` does not finish while another process holds the vault's lock, and does
-    once it lets go."""
+    """`operation` waits for the vault's lock while another process holds it (the lock
+    counts it among its waiters, and it has not finished), and finishes once it lets go."""
     holder = LockHolder(vault.path / "maintenance.lock")
     outcome: list[BaseException | None] = []
 
@@ -68,9 +70,9 @@ def assert_waits_for_holder(vault: Vault, operation: Callable[[], Any]) -> None:
     t = threading.Thread(target=call)
     try:
         t.start()
-        time.sleep(0.3)
-        assert t.is_alive(), "ran while another process held the lock"
-        assert not outcome
+        waiting = vault.maintenance.wait_for_waiters(1, WAIT_LIMIT)
+        assert waiting, f"never waited for the lock: {outcome or 'still running'}"
+        assert not outcome, "finished while another process held the lock"
     finally:
         holder.release()
         t.join(30)

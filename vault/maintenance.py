@@ -21,6 +21,11 @@ which takes it again, and a caller that must not wait (the schedule) takes it wi
 `timeout=None` waits as long as it takes; `timeout=0` does not wait; otherwise waits up to
 that many seconds. Giving up raises `MaintenanceBusy` (409 `conflict`). Waiting blocks the
 calling thread: async callers run operations on a worker thread, never on the event loop.
+
+The lock counts the threads of this process waiting for it (for either half), and a caller
+can block until that many wait (`wait_for_waiters`): how a test knows an operation is
+blocked on the lock, where sleeping and finding it unfinished would prove nothing. The
+owner slot's condition is notified to all, since such a caller waits on it too.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class MaintenanceLock:
         self._depth = 0
         self._operation = ""
         self._file: IO[bytes] | None = None
+        self._waiters = 0  # threads of this process blocked in _acquire, either half
 
     @classmethod
     def of(cls, vault_dir: Path) -> MaintenanceLock:
@@ -61,6 +67,30 @@ class MaintenanceLock:
         """Some thread of this process holds it (other processes are not asked)."""
         with self._cond:
             return self._owner is not None
+
+    @property
+    def waiters(self) -> int:
+        """How many threads of this process wait for the lock right now."""
+        with self._cond:
+            return self._waiters
+
+    def wait_for_waiters(self, count: int, timeout: float) -> bool:
+        """Block until at least `count` threads of this process wait for the lock (True),
+        or `timeout` seconds pass (False)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._waiters >= count, timeout)
+
+    @contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """Count the calling thread among the waiters while it waits."""
+        with self._cond:
+            self._waiters += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._waiters -= 1
 
     @contextmanager
     def hold(self, operation: str, timeout: float | None = None) -> Iterator[None]:
@@ -85,14 +115,19 @@ class MaintenanceLock:
                         f"{operation}: maintenance is busy ({self._operation} is running "
                         "in this process); retry later"
                     )
-                self._cond.wait(left)
+                self._waiters += 1
+                self._cond.notify_all()
+                try:
+                    self._cond.wait(left)
+                finally:
+                    self._waiters -= 1
             self._owner, self._depth, self._operation = me, 1, operation
         try:
             self._file = self._flock(operation, deadline)
         except BaseException:
             with self._cond:
                 self._owner, self._depth, self._operation = None, 0, ""
-                self._cond.notify()
+                self._cond.notify_all()
             raise
 
     def _release(self) -> None:
@@ -105,22 +140,14 @@ class MaintenanceLock:
                 self._file.close()
                 self._file = None
             self._owner, self._operation = None, ""
-            self._cond.notify()
+            self._cond.notify_all()
 
     def _flock(self, operation: str, deadline: float | None) -> IO[bytes]:
         """The cross-process half, taken by the thread that owns the in-process half."""
         f = open(self.path, "a+b")  # noqa: SIM115 - closed by _release
         try:
-            if deadline is None:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            else:
-                while not _try_flock(f):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise MaintenanceBusy(
-                            f"{operation}: maintenance is busy ({_holder(f)}); retry later"
-                        )
-                    time.sleep(min(POLL, left))  # polling: flock has no timeout of its own
+            if not _try_flock(f):
+                self._wait_for_flock(f, operation, deadline)
             f.truncate(0)
             f.write(f"{os.getpid()} {operation}\n".encode())
             f.flush()
@@ -128,6 +155,23 @@ class MaintenanceLock:
             f.close()
             raise
         return f
+
+    def _wait_for_flock(self, f: IO[bytes], operation: str, deadline: float | None) -> None:
+        """Another process holds the lock: wait for it, counted among the waiters, as
+        `deadline` says (None: as long as it takes; passed: not at all)."""
+        if deadline is not None and deadline <= time.monotonic():
+            raise MaintenanceBusy(f"{operation}: maintenance is busy ({_holder(f)}); retry later")
+        with self._waiting():
+            if deadline is None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+                return
+            while not _try_flock(f):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise MaintenanceBusy(
+                        f"{operation}: maintenance is busy ({_holder(f)}); retry later"
+                    )
+                time.sleep(min(POLL, left))  # polling: flock has no timeout of its own
 
 
 def _try_flock(f: IO[bytes]) -> bool:

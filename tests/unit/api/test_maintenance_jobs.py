@@ -110,7 +110,7 @@ async def test_routes_wait_for_maintenance_and_the_schedule_skips(
     try:
         assert await asyncio.to_thread(held.wait, 10)
         route = asyncio.ensure_future(api.json("POST", "/v1/admin/gc"))
-        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(vault.maintenance.wait_for_waiters, 1, 30)  # blocked
         assert not route.done(), "the route ran while maintenance was busy"
         assert (await api.json("GET", "/v1/health"))["status"] == "ok"  # the loop is free
         with pytest.raises(MaintenanceBusy, match="verify is running"):
@@ -145,7 +145,11 @@ async def test_a_scheduled_job_that_finds_maintenance_busy_is_skipped(
     t.start()
     try:
         assert await asyncio.to_thread(held.wait, 10)
-        await asyncio.sleep(0.5)  # several gc intervals
+        for _ in range(200):  # bounded: until the schedule has tried gc and given up
+            if "maintenance gc skipped" in caplog.text:
+                break
+            await asyncio.sleep(0.05)
+        assert app[VAULT].maintenance.waiters == 0  # a scheduled job never waits
         assert ("gc", "ok") not in app[JOBS].runs
         assert ("gc", "error") not in app[JOBS].runs
         assert "maintenance gc skipped: gc: maintenance is busy (check --repair" in caplog.text

@@ -53,7 +53,8 @@ def test_a_waiting_thread_runs_when_the_holder_is_done(tmp_path: Path) -> None:
     with lock.hold("first"):
         waiter = threading.Thread(target=_hold_and_note, args=(lock, order))
         waiter.start()
-        time.sleep(0.2)
+        assert lock.wait_for_waiters(1, 10)  # it is blocked on the lock, not merely late
+        assert order == []
         order.append("first done")
     waiter.join(10)
     assert order == ["first done", "second"]
@@ -62,6 +63,42 @@ def test_a_waiting_thread_runs_when_the_holder_is_done(tmp_path: Path) -> None:
 def _hold_and_note(lock: MaintenanceLock, order: list[str]) -> None:
     with lock.hold("second"):
         order.append("second")
+
+
+def test_the_lock_counts_its_waiters(tmp_path: Path) -> None:
+    """Threads blocked on either half are counted while they wait; one that will not wait
+    (timeout=0) never is, and a waiter that gives up or gets the lock is no longer."""
+    lock = MaintenanceLock.of(tmp_path)
+    assert lock.waiters == 0
+    assert not lock.wait_for_waiters(1, 0)
+    with lock.hold("first"):
+        tried: list[str] = []
+        refused = threading.Thread(target=_try_at_once, args=(lock, tried))
+        refused.start()
+        refused.join(10)
+        assert tried == ["refused"]
+        assert lock.waiters == 0
+        waiter = threading.Thread(target=_hold_and_note, args=(lock, []))
+        waiter.start()
+        assert lock.wait_for_waiters(1, 10)
+        assert lock.waiters == 1
+    waiter.join(10)
+    assert lock.waiters == 0
+    holder = LockHolder(lock.path)  # the other process's half: a waiter too, till it gives up
+    try:
+        with pytest.raises(MaintenanceBusy), lock.hold("polls", timeout=0.1):
+            pass
+        assert lock.waiters == 0
+    finally:
+        holder.release()
+
+
+def _try_at_once(lock: MaintenanceLock, out: list[str]) -> None:
+    try:
+        with lock.hold("at once", timeout=0):
+            out.append("held")
+    except MaintenanceBusy:
+        out.append("refused")
 
 
 def test_reentrant_in_one_thread(tmp_path: Path) -> None:
