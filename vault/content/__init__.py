@@ -9,6 +9,7 @@ the engine through `Chunks` and `Reader`, never through the tables behind a loca
 | `packs.py` | pack objects and their indexes: build, upload, ranged reads, delete |
 | `reader.py` | the one read path: find, fetch (coalesced pack reads), verify, flag damaged |
 | `moves.py` | demote, promote, move between packs, pack usage, deleting unreferenced packs |
+| `parts.py` | what this package needs of the store (a Protocol; the store is never imported) |
 """
 
 from .location import HotFrame, Inline, Location, Packed

@@ -28,17 +28,14 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..errors import InvalidRequest
 from ..frame import seal_frame
 from ..writer import WriteTxn
 from .location import Location, Packed
 from .packs import PACK_PREFIX, PACK_TARGET, PackBuilder, delete_pack, pack_key, upload
+from .parts import ContentParts
 from .reader import Reader
-
-if TYPE_CHECKING:  # the store holds the chunk table this package defines
-    from ..store import Store
 
 READ_BATCH = 256
 REPLICA_WAIT = 30.0  # seconds a pack deletion waits for the replica to pass its switch
@@ -77,7 +74,7 @@ class PackUsage:
 
 
 class Mover:
-    def __init__(self, store: Store, reader: Reader) -> None:
+    def __init__(self, store: ContentParts, reader: Reader) -> None:
         self._s = store
         self._reader = reader
 

@@ -17,7 +17,7 @@ as damaged.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 import blake3
 import lmdb
@@ -30,9 +30,7 @@ from ..writer import WriteTxn
 from .chunks import ChunkMeta
 from .location import HotFrame, Inline, Packed
 from .packs import read_frames
-
-if TYPE_CHECKING:  # the store holds the chunk table this package defines
-    from ..store import Store
+from .parts import ContentParts
 
 
 def _base(frame: bytes | None) -> bytes | None:
@@ -47,7 +45,7 @@ Plain = bytes | memoryview
 
 
 class Reader:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ContentParts) -> None:
         self._s = store
 
     def frames(self, cids: Sequence[bytes]) -> tuple[list[ChunkMeta | None], list[bytes | None]]:
