@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from vault import CheckpointRecord, Clock, InvalidName, Token
+from vault import Clock, InvalidName, StoredCheckpoint, Token
 from vault.names import check_namespace
 from vault.tokens import verify
 
@@ -101,7 +101,7 @@ def require(request: web.Request, action: str, ns: str) -> None:
         raise Forbidden(f"token {p.name!r} may not {action} namespace {ns!r}")
 
 
-def visible_record(request: web.Request, rec: CheckpointRecord) -> dict[str, Any]:
+def visible_record(request: web.Request, rec: StoredCheckpoint) -> dict[str, Any]:
     """What a change answers: the whole record to a caller that may read its namespace;
     to a write-only (append-only) token only the id of what it wrote, since metadata, file
     names, sizes and hashes (an `inherit` commit lists the parent's) are what GET refuses."""

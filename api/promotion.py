@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from tiering.runner import promote_checkpoint, wants_promotion
-from vault import CheckpointRecord
+from vault import StoredCheckpoint
 
 from .keys import JOBS, RUNTIME, VAULT
 from .observability import timed
@@ -25,7 +25,7 @@ class Promotions:
     def __init__(self) -> None:
         self._running: dict[str, asyncio.Task[None]] = {}
 
-    def after_read(self, app: web.Application, record: CheckpointRecord) -> None:
+    def after_read(self, app: web.Application, record: StoredCheckpoint) -> None:
         """Called on every file read; cheap unless the checkpoint has cold bytes."""
         if record.tier == "hot" or record.id in self._running or not app[VAULT].writable:
             return
@@ -35,7 +35,7 @@ class Promotions:
         self._running[record.id] = task
         task.add_done_callback(lambda _: self._running.pop(record.id, None))
 
-    async def _promote(self, app: web.Application, record: CheckpointRecord) -> None:
+    async def _promote(self, app: web.Application, record: StoredCheckpoint) -> None:
         loop = asyncio.get_running_loop()
         try:
             with timed(app[JOBS], "promotion"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from protocol import MoveSummary, RepackSummary, TieringReport
-from vault import CheckpointRecord, Vault
+from vault import StoredCheckpoint, Vault
 from vault.content import MoveReport, Packed
 from vault.content.chunks import ChunkMeta
 from vault.maintenance import maintenance_operation
@@ -84,7 +84,7 @@ def _summary(report: MoveReport) -> MoveSummary:
     )
 
 
-def wants_promotion(vault: Vault, ns: str, record: CheckpointRecord) -> bool:
+def wants_promotion(vault: Vault, ns: str, record: StoredCheckpoint) -> bool:
     """A read of this checkpoint should bring its bytes back hot (policy promote_on_read)."""
     if record.tier == "hot":
         return False

@@ -26,7 +26,7 @@ from .errors import (
 )
 from .maintenance import MaintenanceLock
 from .manifest import FileEntry
-from .records import CheckpointRecord, NamespaceRecord, UploadSession
+from .records import NamespaceRecord, StoredCheckpoint, UploadSession
 from .seal import Keyring
 from .tokens import Token
 from .vault import Vault
@@ -36,7 +36,7 @@ __all__ = [
     "PROFILES",
     "ChunkCorrupt",
     "CheckpointNotFound",
-    "CheckpointRecord",
+    "StoredCheckpoint",
     "ChunkingProfile",
     "Clock",
     "Conflict",

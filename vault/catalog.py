@@ -30,7 +30,7 @@ from .manifest import (
     distinct_chunks,
     encode_entry_refs,
 )
-from .records import CheckpointRecord, NamespaceRecord
+from .records import NamespaceRecord, StoredCheckpoint
 
 LATEST = "latest"
 LATEST_VALID = "latest-valid"
@@ -124,16 +124,16 @@ class Catalog:
             ok = cur.next()
 
     # -- checkpoints ------------------------------------------------------------------
-    def record(self, txn: lmdb.Transaction, cid: str) -> CheckpointRecord | None:
+    def record(self, txn: lmdb.Transaction, cid: str) -> StoredCheckpoint | None:
         raw = txn.get(cid.encode(), db=self._records)
         if raw is None:
             return None
-        rec = CheckpointRecord.from_json(recordpack.unpack(raw))
+        rec = StoredCheckpoint.from_json(recordpack.unpack(raw))
         if rec.files_elided and not rec.is_tombstone:
             rec.files = self._file_infos(txn, cid)
         return rec
 
-    def put_record(self, txn: lmdb.Transaction, rec: CheckpointRecord, new: bool = False) -> None:
+    def put_record(self, txn: lmdb.Transaction, rec: StoredCheckpoint, new: bool = False) -> None:
         """Store a record (`new`: a checkpoint id never stored, so possibly an append).
 
         Its `files` (names, sizes, hashes: ~60% of a packed agent record, the hashes being
@@ -198,7 +198,7 @@ class Catalog:
         start = _tag_key(ns, tag, before) if before else _tag_key(ns, tag, "\x7f")
         yield from _newest_first(txn.cursor(db=self._tags), _tag_key(ns, tag), start)
 
-    def retag(self, txn: lmdb.Transaction, rec: CheckpointRecord, tags: list[str]) -> None:
+    def retag(self, txn: lmdb.Transaction, rec: StoredCheckpoint, tags: list[str]) -> None:
         """Replace a live checkpoint's tags, index included (the caller stores the record)."""
         for tag in rec.tags:
             txn.delete(_tag_key(rec.namespace, tag, rec.id), db=self._tags)
@@ -220,14 +220,14 @@ class Catalog:
         self._counters.add(txn, TAG_INDEX_BUILT, 1)
         return n
 
-    def latest(self, txn: lmdb.Transaction, ns: str, valid_only: bool) -> CheckpointRecord | None:
+    def latest(self, txn: lmdb.Transaction, ns: str, valid_only: bool) -> StoredCheckpoint | None:
         for cid in self.ids(txn, ns):
             rec = self.record(txn, cid)
             if rec is not None and (not valid_only or rec.validity.state != "invalid"):
                 return rec
         return None
 
-    def resolve(self, txn: lmdb.Transaction, ns: str, ref: str) -> CheckpointRecord:
+    def resolve(self, txn: lmdb.Transaction, ns: str, ref: str) -> StoredCheckpoint:
         """A live checkpoint of `ns` by id, `latest` or `latest-valid`."""
         if ref in (LATEST, LATEST_VALID):
             self.require_namespace(txn, ns)
@@ -241,7 +241,7 @@ class Catalog:
             raise CheckpointNotFound(f"checkpoint {ref!r} {state} in namespace {ns!r}")
         return rec
 
-    def lineage(self, txn: lmdb.Transaction, rec: CheckpointRecord) -> list[CheckpointRecord]:
+    def lineage(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> list[StoredCheckpoint]:
         chain = [rec]
         seen = {rec.id}
         while chain[-1].parent and len(chain) < MAX_LINEAGE:
@@ -264,9 +264,9 @@ class Catalog:
         files: dict[str, FileEntry],
         now: float,
         created_by: str | None = None,
-    ) -> CheckpointRecord:
+    ) -> StoredCheckpoint:
         """Build the record of a new checkpoint with these files and make it visible."""
-        rec = CheckpointRecord(
+        rec = StoredCheckpoint(
             id=cid,
             namespace=ns,
             parent=parent,
@@ -283,7 +283,7 @@ class Catalog:
     def add(
         self,
         txn: lmdb.Transaction,
-        rec: CheckpointRecord,
+        rec: StoredCheckpoint,
         files: dict[str, FileEntry],
         now_ms: int,
     ) -> None:
@@ -307,7 +307,7 @@ class Catalog:
         self._counters.add(txn, "checkpoints", 1)
         self._counters.add(txn, "logical_bytes", rec.size)
 
-    def remove(self, txn: lmdb.Transaction, rec: CheckpointRecord, now: float) -> None:
+    def remove(self, txn: lmdb.Transaction, rec: StoredCheckpoint, now: float) -> None:
         """Replace a checkpoint by its tombstone and drop its references."""
         if rec.is_tombstone:
             raise InvalidRequest(f"checkpoint {rec.id} is already deleted")
@@ -332,7 +332,7 @@ class Catalog:
         self._counters.add(txn, "checkpoints", -1)
         self._counters.add(txn, "logical_bytes", -rec.size)
 
-    def _delta_bases(self, txn: lmdb.Transaction, rec: CheckpointRecord) -> dict[str, bytes]:
+    def _delta_bases(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> dict[str, bytes]:
         """Entries a new checkpoint's files may be stored as deltas of: the same names in
         its parent, else in the namespace's latest checkpoint (an agent saving without
         naming a parent); only manifests of entry references qualify."""

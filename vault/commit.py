@@ -36,7 +36,7 @@ from .errors import (
 )
 from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
-from .records import CheckpointRecord, UploadSession
+from .records import StoredCheckpoint, UploadSession
 from .store import Store
 from .uploads import Uploads
 
@@ -87,7 +87,7 @@ class Committer:
 
     def commit(
         self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
-    ) -> tuple[CheckpointRecord, bool]:
+    ) -> tuple[StoredCheckpoint, bool]:
         """Commit an upload; returns the record and whether this call created it. Listed
         chunks count only if stored inside the caller's `domain` or sent by this session
         (vault/domains.py); others are `missing_chunks`, and no size or hash of them is
@@ -133,7 +133,7 @@ class Committer:
                 self._hashed.update(how)
         return made
 
-    def _existing(self, txn: lmdb.Transaction, session: UploadSession) -> CheckpointRecord:
+    def _existing(self, txn: lmdb.Transaction, session: UploadSession) -> StoredCheckpoint:
         rec = self._s.catalog.record(txn, session.committed or "")
         if rec is None:
             raise Conflict(f"upload {session.id} was committed but its checkpoint is gone")
@@ -175,7 +175,7 @@ class Committer:
 
     def _apply(
         self, txn: lmdb.Transaction, upload_id: str, listed: dict[str, FileEntry]
-    ) -> tuple[CheckpointRecord, bool]:
+    ) -> tuple[StoredCheckpoint, bool]:
         session = self._uploads.get(txn, upload_id)
         if session.committed:
             return self._existing(txn, session), False

@@ -21,7 +21,7 @@ import lmdb
 from . import quotas
 from .errors import Conflict, MissingChunks
 from .manifest import FileEntry, distinct_chunks
-from .records import CheckpointRecord, NamespaceRecord
+from .records import NamespaceRecord, StoredCheckpoint
 from .store import Store
 
 
@@ -64,7 +64,7 @@ def create(
     draft: Draft,
     now: float,
     sound: Container[bytes] = (),
-) -> CheckpointRecord:
+) -> StoredCheckpoint:
     """Make the checkpoint visible (writer thread, inside the caller's transaction).
     `sound`: chunks this same transaction found usable or stored already (a one-request
     save's), which need no second look."""

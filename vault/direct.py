@@ -28,7 +28,7 @@ from .frame import Encoder, chunk_id
 from .idempotency import IdempotencyKeys, check_key
 from .manifest import FileEntry
 from .names import check_file_name
-from .records import CheckpointRecord
+from .records import StoredCheckpoint
 from .store import Store, store_all
 from .uploads import check_metadata, check_new_checkpoint, check_tags
 from .writer import WriteTxn
@@ -66,7 +66,7 @@ class DirectSaver:
         chunking: Any = None,
         key: str | None = None,
         by: str | None = None,
-    ) -> tuple[CheckpointRecord, bool]:
+    ) -> tuple[StoredCheckpoint, bool]:
         """Create a checkpoint from in-memory files; returns (record, created)."""
         wanted = self._check(ns, files, parent, inherit, key, chunking)
         metadata, tags = check_metadata(metadata), check_tags(tags)
@@ -80,7 +80,7 @@ class DirectSaver:
         request = _Save(ns, files, parent, inherit, metadata, tags, key, by, profile)
         return self._submit(request).result()
 
-    def replay(self, record: bytes) -> Future[tuple[CheckpointRecord, bool]]:
+    def replay(self, record: bytes) -> Future[tuple[StoredCheckpoint, bool]]:
         """Apply a save-journal record again (at open, vault/journal.py): the same save,
         with the id, time and parent it was given; (record, False) if the catalog holds
         it already. ValueError if the record is not one `save` wrote."""
@@ -104,13 +104,13 @@ class DirectSaver:
 
     def _submit(
         self, s: _Save, given: tuple[str, float] | None = None
-    ) -> Future[tuple[CheckpointRecord, bool]]:
+    ) -> Future[tuple[StoredCheckpoint, bool]]:
         """Cut and hash here, then queue the writer transaction. `given`: the id and time
         of a journal record applied again (not journaled a second time)."""
         fields = _fields(s.profile)  # here, not in the writer thread every save waits on
         entries, items = self._cut(s.files, s.profile)
 
-        def op(w: WriteTxn) -> tuple[CheckpointRecord, bool]:
+        def op(w: WriteTxn) -> tuple[StoredCheckpoint, bool]:
             txn = w.catalog
             if given is not None and (known := self._s.catalog.record(txn, given[0])):
                 return known, False
@@ -132,7 +132,7 @@ class DirectSaver:
                 self._keys.remember(txn, s.key, rec, now)
             return rec, True
 
-        def journal(result: tuple[CheckpointRecord, bool]) -> bytes | None:
+        def journal(result: tuple[StoredCheckpoint, bool]) -> bytes | None:
             rec, created = result
             if not created:
                 return None

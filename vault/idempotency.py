@@ -20,7 +20,7 @@ import blake3
 import lmdb
 
 from .errors import Conflict, InvalidRequest
-from .records import CheckpointRecord
+from .records import StoredCheckpoint
 from .store import Store
 
 _KEY = re.compile(r"[A-Za-z0-9_-]{16,64}")
@@ -50,7 +50,7 @@ class IdempotencyKeys:
         self._s = store
         self._db = store.catalog_env.db["idempotency"]
 
-    def replay(self, txn: lmdb.Transaction, key: str, ns: str) -> CheckpointRecord | None:
+    def replay(self, txn: lmdb.Transaction, key: str, ns: str) -> StoredCheckpoint | None:
         """The checkpoint an earlier save with this key made, if any."""
         raw = txn.get(_stored_key(key), db=self._db)
         if raw is not None:
@@ -64,7 +64,7 @@ class IdempotencyKeys:
             raise Conflict(f"idempotency key {key!r} is in use by another request")
         return rec
 
-    def remember(self, txn: lmdb.Transaction, key: str, rec: CheckpointRecord, now: float) -> None:
+    def remember(self, txn: lmdb.Transaction, key: str, rec: StoredCheckpoint, now: float) -> None:
         entry = _EXPIRY.pack(now + self._s.config.upload_ttl) + rec.id.encode()
         txn.put(_stored_key(key), entry, db=self._db)
 

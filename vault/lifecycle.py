@@ -14,7 +14,7 @@ from .create import Draft, create, ensure_namespace
 from .errors import Conflict, InvalidRequest, NotPermitted
 from .manifest import distinct_chunks
 from .names import check_namespace
-from .records import VALIDITY_STATES, CheckpointRecord, Validity
+from .records import VALIDITY_STATES, StoredCheckpoint, Validity
 from .store import Store
 from .uploads import check_metadata, check_tags
 from .writer import WriteTxn
@@ -32,7 +32,7 @@ def parse_validity(value: Any, source: str, now: float) -> Validity:
 
 
 def _check_append_only(
-    rec: CheckpointRecord, by: str | None, validity: bool, tags: list[str] | None
+    rec: StoredCheckpoint, by: str | None, validity: bool, tags: list[str] | None
 ) -> None:
     if (validity or tags is not None) and (rec.created_by is None or rec.created_by != by):
         raise NotPermitted(
@@ -61,7 +61,7 @@ class Lifecycle:
         tags: Any = None,
         by: str | None = None,
         append_only: bool = False,
-    ) -> CheckpointRecord:
+    ) -> StoredCheckpoint:
         """Set validity, pinned or tags. `append_only` (a token without delete): validity
         and tags only on checkpoints `by` created, and tags only added, never removed;
         otherwise a write token could strip `release` (retention then deletes it) or mark
@@ -72,7 +72,7 @@ class Lifecycle:
         if pinned is not None and not isinstance(pinned, bool):
             raise InvalidRequest("pinned must be true or false")
 
-        def op(w: WriteTxn) -> CheckpointRecord:
+        def op(w: WriteTxn) -> StoredCheckpoint:
             txn = w.catalog
             rec = self._catalog.resolve(txn, ns, cid)
             if append_only:
@@ -100,14 +100,14 @@ class Lifecycle:
 
     def fork(
         self, ns: str, ref: str, target: Any, metadata: Any, tags: Any, by: str | None = None
-    ) -> CheckpointRecord:
+    ) -> StoredCheckpoint:
         if not isinstance(target, str):
             raise InvalidRequest("fork needs a target namespace")
         check_namespace(target)
         metadata = check_metadata(metadata)
         tags = check_tags(tags)
 
-        def op(w: WriteTxn) -> CheckpointRecord:
+        def op(w: WriteTxn) -> StoredCheckpoint:
             txn = w.catalog
             now = self._s.clock.now()
             src = self._catalog.resolve(txn, ns, ref)

@@ -17,7 +17,7 @@ from protocol import RetentionReport
 from .errors import CheckpointNotFound
 from .manifest import distinct_chunks
 from .policy import Policies
-from .records import CheckpointRecord
+from .records import StoredCheckpoint
 from .retention import NamespacePlan, plan_namespace
 from .store import Store
 from .writer import WriteTxn
@@ -30,7 +30,7 @@ def report(plans: list[NamespacePlan], deleted: list[str], dry_run: bool) -> Ret
     return RetentionReport(dry_run, {p.namespace: p.to_record() for p in plans}, deleted)
 
 
-def live_records(store: Store, txn: lmdb.Transaction, ns: str) -> list[CheckpointRecord]:
+def live_records(store: Store, txn: lmdb.Transaction, ns: str) -> list[StoredCheckpoint]:
     out = []
     for cid in store.catalog.ids(txn, ns):
         rec = store.catalog.record(txn, cid)

@@ -18,7 +18,7 @@ from protocol import VALIDITY_STATES, JSONObject
 from .chunking import ChunkingProfile
 from .clock import rfc3339
 
-__all__ = ["VALIDITY_STATES", "CheckpointRecord", "NamespaceRecord", "UploadSession", "Validity"]
+__all__ = ["VALIDITY_STATES", "StoredCheckpoint", "NamespaceRecord", "UploadSession", "Validity"]
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Validity:
 
 
 @dataclass
-class CheckpointRecord:
+class StoredCheckpoint:
     id: str
     namespace: str
     parent: str | None
@@ -69,7 +69,7 @@ class CheckpointRecord:
         return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes | memoryview) -> CheckpointRecord:
+    def from_json(cls, raw: bytes | memoryview) -> StoredCheckpoint:
         d = json.loads(bytes(raw))
         d["validity"] = Validity(**d["validity"])
         if "files" not in d:

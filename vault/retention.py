@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from protocol import RetentionPlan
 
 from .policy import Retention
-from .records import CheckpointRecord
+from .records import StoredCheckpoint
 
 
 @dataclass
@@ -42,7 +42,7 @@ _BUCKETS: dict[str, Callable[[datetime], tuple[int, ...]]] = {
 
 
 def plan_namespace(
-    ns: str, records: Sequence[CheckpointRecord], policy: Retention, now: float
+    ns: str, records: Sequence[StoredCheckpoint], policy: Retention, now: float
 ) -> NamespacePlan:
     """`records`: live checkpoints, newest first."""
     plan = NamespacePlan(ns)
@@ -58,22 +58,22 @@ def plan_namespace(
     return plan
 
 
-Kept = Iterator[tuple[CheckpointRecord, str]]
+Kept = Iterator[tuple[StoredCheckpoint, str]]
 
 
-def _pinned(records: Sequence[CheckpointRecord], policy: Retention, now: float) -> Kept:
+def _pinned(records: Sequence[StoredCheckpoint], policy: Retention, now: float) -> Kept:
     return ((r, "pinned") for r in records if r.pinned)
 
 
-def _no_rules(records: Sequence[CheckpointRecord], policy: Retention, now: float) -> Kept:
+def _no_rules(records: Sequence[StoredCheckpoint], policy: Retention, now: float) -> Kept:
     return ((r, "no retention rules") for r in records if not policy.has_rules)
 
 
-def _last(records: Sequence[CheckpointRecord], policy: Retention, now: float) -> Kept:
+def _last(records: Sequence[StoredCheckpoint], policy: Retention, now: float) -> Kept:
     return ((r, "last") for r in records[: policy.keep_last or 0])
 
 
-def _buckets(records: Sequence[CheckpointRecord], policy: Retention, now: float) -> Kept:
+def _buckets(records: Sequence[StoredCheckpoint], policy: Retention, now: float) -> Kept:
     for rule, bucket_of in _BUCKETS.items():
         n = getattr(policy, rule) or 0
         seen: set[tuple[int, ...]] = set()
@@ -86,18 +86,18 @@ def _buckets(records: Sequence[CheckpointRecord], policy: Retention, now: float)
                 yield rec, rule.removeprefix("keep_")
 
 
-def _within(records: Sequence[CheckpointRecord], policy: Retention, now: float) -> Kept:
+def _within(records: Sequence[StoredCheckpoint], policy: Retention, now: float) -> Kept:
     if policy.keep_within is None:
         return iter(())
     cutoff = now - policy.keep_within
     return ((r, "within") for r in records if r.created_at >= cutoff)
 
 
-def _tags(records: Sequence[CheckpointRecord], policy: Retention, now: float) -> Kept:
+def _tags(records: Sequence[StoredCheckpoint], policy: Retention, now: float) -> Kept:
     return ((r, f"tag:{t}") for t in policy.keep_tags for r in records if t in r.tags)
 
 
-def _best(records: Sequence[CheckpointRecord], policy: Retention, now: float) -> Kept:
+def _best(records: Sequence[StoredCheckpoint], policy: Retention, now: float) -> Kept:
     best = policy.keep_best
     if best is None or not best.n:
         return iter(())
@@ -106,7 +106,7 @@ def _best(records: Sequence[CheckpointRecord], policy: Retention, now: float) ->
     return ((r, f"best:{best.metric}") for _, r in scored[: best.n])
 
 
-def _valid_min(records: Sequence[CheckpointRecord], policy: Retention, now: float) -> Kept:
+def _valid_min(records: Sequence[StoredCheckpoint], policy: Retention, now: float) -> Kept:
     valid = [r for r in records if r.validity.state != "invalid"]
     return ((r, "valid_min") for r in valid[: policy.keep_valid_min])
 

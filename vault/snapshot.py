@@ -17,7 +17,7 @@ import lmdb
 from .content.chunks import ChunkMeta
 from .manifest import FileEntry
 from .policy import Policies, Policy
-from .records import CheckpointRecord
+from .records import StoredCheckpoint
 from .store import Store
 
 
@@ -38,7 +38,7 @@ class Snapshot:
         """The policy in force for `ns`: its own, else the default."""
         return self._policies.effective(self._txn, ns)
 
-    def live_records(self, ns: str) -> list[CheckpointRecord]:
+    def live_records(self, ns: str) -> list[StoredCheckpoint]:
         """A namespace's live checkpoints, newest first."""
         out = []
         for cid in self._s.catalog.ids(self._txn, ns):
@@ -47,7 +47,7 @@ class Snapshot:
                 out.append(rec)
         return out
 
-    def record(self, ckpt_id: str) -> CheckpointRecord | None:
+    def record(self, ckpt_id: str) -> StoredCheckpoint | None:
         return self._s.catalog.record(self._txn, ckpt_id)
 
     def manifest(self, ckpt_id: str) -> dict[str, FileEntry]:

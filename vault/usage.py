@@ -19,7 +19,7 @@ from .content.location import Packed
 from .content.reader import MAX_CHAIN
 from .manifest import distinct_chunks
 from .prune import live_records
-from .records import CheckpointRecord
+from .records import StoredCheckpoint
 from .store import Store
 
 
@@ -74,7 +74,7 @@ def _measure(chunks: Chunks, txn: lmdb.Transaction, cids: Iterable[bytes], usage
                 usage.add(base_meta, 0)
 
 
-def checkpoint_usage(store: Store, txn: lmdb.Transaction, rec: CheckpointRecord) -> Usage:
+def checkpoint_usage(store: Store, txn: lmdb.Transaction, rec: StoredCheckpoint) -> Usage:
     files = store.catalog.manifest(txn, rec.id)
     usage = Usage(logical_bytes=sum(f.size for f in files.values()))
     _measure(store.chunks, txn, sorted(distinct_chunks(files)), usage)

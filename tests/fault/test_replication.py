@@ -36,7 +36,7 @@ import pytest
 
 from protocol import BUNDLE_TYPE, encode_bundle
 from tiering import open_tier
-from vault import CheckpointRecord, Vault
+from vault import StoredCheckpoint, Vault
 from vault.errors import ReplicaNotFound
 from vault.replication import restore_replica
 from vault.tokens import verify
@@ -171,7 +171,7 @@ def _verify(
     return present
 
 
-def _listed(vault: Vault, ns: str) -> Iterator[CheckpointRecord]:
+def _listed(vault: Vault, ns: str) -> Iterator[StoredCheckpoint]:
     before: str | None = None
     while True:
         page, before = vault.checkpoints(ns, limit=1000, before=before)

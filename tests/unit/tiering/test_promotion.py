@@ -11,7 +11,7 @@ import pytest
 
 from tiering import MemoryTier
 from tiering.runner import promote_checkpoint, run_tiering
-from vault import CheckpointRecord, FakeClock, InvalidRequest, Vault, VaultConfig
+from vault import FakeClock, InvalidRequest, StoredCheckpoint, Vault, VaultConfig
 
 from ..vault.helpers import read_file, stream_save
 
@@ -29,7 +29,7 @@ def vault(tmp_path: Path) -> Iterator[Vault]:
 
 def _save_days(
     vault: Vault, ns: str, n: int, size: int = 200_000
-) -> list[tuple[CheckpointRecord, bytes]]:
+) -> list[tuple[StoredCheckpoint, bytes]]:
     """n checkpoints of unrelated bytes, one a day, oldest first."""
     rng = random.Random(ns)
     out = []
@@ -40,7 +40,7 @@ def _save_days(
     return out
 
 
-def _tiers(vault: Vault, ns: str, saved: list[tuple[CheckpointRecord, bytes]]) -> list[str]:
+def _tiers(vault: Vault, ns: str, saved: list[tuple[StoredCheckpoint, bytes]]) -> list[str]:
     return [vault.get(ns, rec.id).tier for rec, _ in saved]
 
 

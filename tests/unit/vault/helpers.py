@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol import CommitFile
-from vault import CheckpointRecord, Vault
+from vault import StoredCheckpoint, Vault
 from vault.content import HotFrame
 from vault.content.chunks import seq_key
 from vault.frame import chunk_id
@@ -14,7 +14,7 @@ from vault.writer import WriteTxn
 
 def client_save(
     vault: Vault, ns: str, files: dict[str, bytes], chunk_size: int = 1000, **opts: Any
-) -> CheckpointRecord:
+) -> StoredCheckpoint:
     """Cut each file into fixed `chunk_size`-byte chunks, send the missing ones, commit the
     listing."""
     session, _ = vault.open_upload(ns, **opts)
@@ -32,7 +32,7 @@ def client_save(
     return record
 
 
-def stream_save(vault: Vault, ns: str, files: dict[str, bytes], **opts: Any) -> CheckpointRecord:
+def stream_save(vault: Vault, ns: str, files: dict[str, bytes], **opts: Any) -> StoredCheckpoint:
     """Let the engine chunk each file, fed in 100 kB pieces."""
     session, _ = vault.open_upload(ns, **opts)
     for name, data in files.items():

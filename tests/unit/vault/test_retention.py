@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from vault import Vault
 from vault.clock import FakeClock
 from vault.policy import KeepBest, Retention
-from vault.records import CheckpointRecord, Validity
+from vault.records import StoredCheckpoint, Validity
 from vault.retention import plan_namespace
 
 from .helpers import stream_save
@@ -17,13 +17,13 @@ def ts(*args: int) -> float:
     return datetime(*args, tzinfo=timezone.utc).timestamp()
 
 
-def rec(i: int, at: float, **kw: object) -> CheckpointRecord:
+def rec(i: int, at: float, **kw: object) -> StoredCheckpoint:
     base: dict[str, object] = {"metadata": {}, "tags": [], "files": {}, "size": 0}
     base.update(kw)
-    return CheckpointRecord(id=f"c{i:03d}", namespace="ns", parent=None, created_at=at, **base)  # type: ignore[arg-type]
+    return StoredCheckpoint(id=f"c{i:03d}", namespace="ns", parent=None, created_at=at, **base)  # type: ignore[arg-type]
 
 
-def kept(records: list[CheckpointRecord], policy: Retention, now: float = 0.0) -> set[str]:
+def kept(records: list[StoredCheckpoint], policy: Retention, now: float = 0.0) -> set[str]:
     return set(plan_namespace("ns", records, policy, now).keep)
 
 
