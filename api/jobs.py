@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from aiohttp import web
 
@@ -22,13 +22,22 @@ from .observability import timed
 T = TypeVar("T")
 
 
+class Report(Protocol):
+    """What a maintenance job answers: a protocol record (protocol/_admin.py)."""
+
+    def to_wire(self) -> Mapping[str, object]: ...
+
+
 def numeric(result: Mapping[str, object]) -> dict[str, float]:
-    """The numbers of a job's result, for the job log."""
-    return {
-        k: float(v)
-        for k, v in result.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
+    """The numbers of a job's answer (its record's JSON), for the job log; a list counts
+    by its length (ids deleted, checkpoints retiered)."""
+    out: dict[str, float] = {}
+    for k, v in result.items():
+        if isinstance(v, list):
+            out[k] = float(len(v))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+    return out
 
 
 async def run_job(

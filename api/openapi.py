@@ -53,6 +53,7 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.HotBytes,
     protocol.RepackSummary,
     protocol.MoveSummary,
+    protocol.CatalogBackup,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -170,6 +171,7 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "get_policy": ("200", _ref("PolicyRecord")),
     "put_policy": ("200", _ref("PolicyRecord")),
     "tiering": ("200", _ref("TieringReport")),
+    "catalog_backup": ("201", _ref("CatalogBackup")),
 }
 # Routes answering 204 and no body, by handler name.
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})

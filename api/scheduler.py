@@ -6,7 +6,8 @@ functions the admin routes and offline `ckpt` commands call); the schedule only 
 time. Jobs run one at a time on the worker pool and never wait for the lock: a job that finds
 maintenance busy (an operator's run through an admin route, say) is skipped, logged, and
 tried again after its interval. Each logs a one-line JSON summary. An interval of 0
-disables a job. The scrub and compaction read at most `maintenance.scrub_rate` and
+disables a job. Each job answers the same record its admin route does, and the log line
+is that record's JSON. The scrub and compaction read at most `maintenance.scrub_rate` and
 `maintenance.compact_rate` bytes per second so they never starve producers.
 """
 
@@ -18,73 +19,36 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from aiohttp import web
 
+from protocol import CompactReport
 from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import MaintenanceBusy, Vault
 
-from .jobs import numeric, run_job
+from .jobs import Report, numeric, run_job
 from .keys import SETTINGS, VAULT
 
 log = logging.getLogger("ckpt.maintenance")
 
 
-def _jobs(
-    vault: Vault, scrub_rate: float, compact_rate: float
-) -> dict[str, Callable[[], dict[str, Any]]]:
-    def retention() -> dict[str, Any]:
-        result = vault.retention(dry_run=False)
-        return {
-            "deleted": len(result.deleted),
-            "kept": len(result.keep),
-            "reclaimable_bytes": result.reclaimable_bytes,
-        }
+def _jobs(vault: Vault, scrub_rate: float, compact_rate: float) -> dict[str, Callable[[], Report]]:
+    """Each job is the engine operation the admin route calls, answering its record."""
 
-    def gc() -> dict[str, Any]:
-        return gc_and_repack(vault).to_wire()
-
-    def scrub() -> dict[str, Any]:
-        report = vault.verify(rate=scrub_rate or None)
-        return {
-            "chunks_checked": report.chunks_checked,
-            "corrupt": len(report.corrupt),
-            "corrupt_ids": report.corrupt,
-            "invalidated": report.checkpoints_invalidated,
-            "healed": report.checkpoints_healed,
-            "mb_per_s": round(report.mb_per_s, 1),
-        }
-
-    def compact() -> dict[str, Any]:
+    def compact() -> CompactReport:
         report = vault.compact(rate=compact_rate or None)
         if report.chunks_recoded or not vault.last_usage:
             vault.usage()  # the per-namespace figures /metrics shows
-        return {
-            "checkpoints": report.checkpoints,
-            "chunks_recoded": report.chunks_recoded,
-            "saved_bytes": report.saved_bytes,
-            "cpu_seconds": round(report.cpu_seconds, 2),
-        }
-
-    def tiering() -> dict[str, Any]:
-        result = run_tiering(vault)
-        return {
-            "bytes_moved": sum(m.bytes for m in (result.moved or {}).values()),
-            "retiered": len(result.retiered or ()),
-        }
-
-    def catalog_backup() -> dict[str, Any]:
-        return vault.catalog_backup(None)
+        return report
 
     return {
-        "retention": retention,
-        "gc": gc,
-        "scrub": scrub,
+        "retention": lambda: vault.retention(dry_run=False),
+        "gc": lambda: gc_and_repack(vault),
+        "scrub": lambda: vault.verify(rate=scrub_rate or None),
         "compact": compact,
-        "tiering": tiering,
-        "catalog_backup": catalog_backup,
+        "tiering": lambda: run_tiering(vault),
+        "catalog_backup": lambda: vault.catalog_backup(None),
     }
 
 
@@ -108,10 +72,10 @@ async def _loop(app: web.Application) -> None:
         due[name] = time.monotonic() + intervals[name]
 
 
-async def _run(app: web.Application, name: str, job: Callable[[], dict[str, Any]]) -> None:
+async def _run(app: web.Application, name: str, job: Callable[[], Report]) -> None:
     started = time.monotonic()
     try:
-        result = await run_job(app, name, job, numeric, timeout=0)
+        result = await run_job(app, name, job, lambda r: numeric(r.to_wire()), timeout=0)
     except MaintenanceBusy as e:
         log.info("maintenance %s skipped: %s", name, e)
     except Exception:
@@ -121,7 +85,7 @@ async def _run(app: web.Application, name: str, job: Callable[[], dict[str, Any]
             "maintenance %s done in %.1fs: %s",
             name,
             time.monotonic() - started,
-            json.dumps(result, default=str),
+            json.dumps(result.to_wire()),
         )
 
 

@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "backup":
         with connect(args) as vault:
-            out = vault.catalog_backup(args.dest)
+            out = vault.catalog_backup(args.dest).to_wire()
     else:
         from vault import VaultError
 
@@ -86,7 +86,8 @@ def _restore(
             raise SystemExit(1)
         tier = open_tier(name, spec["url"], {k: v for k, v in spec.items() if k != "url"})
         if src.startswith("replica:"):
-            return {"from": src, **restore_replica(tier, data / "vault", keyring, until)}
+            restored = restore_replica(tier, data / "vault", keyring, until)
+            return {"from": src, **restored.to_wire()}
         key, raw = latest_backup(tier)
         origin = f"{name}:{key}"
     else:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from protocol import (
     BulkDeleted,
+    CatalogBackup,
     CheckReport,
     CompactReport,
     GcReport,
@@ -266,7 +267,9 @@ class VaultClient(BlockingClient):
         """Plan (dry run) or run demotion of old checkpoints' chunks to the tiers (admin)."""
         return self._run(self.aio.tiering(dry_run))
 
-    def catalog_backup(self, to: str | None = None) -> dict[str, Any]:
+    def catalog_backup(self, to: str | None = None) -> CatalogBackup:
+        """A consistent copy of the catalog (admin), to tier `to` or a file name in the
+        server's backup_dir (None: the last tier)."""
         return self._run(self.aio.catalog_backup(to))
 
     def promote(self) -> dict[str, Any]:

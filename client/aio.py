@@ -27,6 +27,7 @@ from protocol import (
     CHUNK_BATCH_TYPE,
     DEFAULT_URL,
     BulkDeleted,
+    CatalogBackup,
     CheckReport,
     ChunkingProfile,
     CompactReport,
@@ -598,9 +599,12 @@ class AsyncVaultClient:
             await self._t.json("POST", "/v1/admin/tiering", params=params)
         )
 
-    async def catalog_backup(self, to: str | None = None) -> dict[str, Any]:
+    async def catalog_backup(self, to: str | None = None) -> CatalogBackup:
+        """A consistent copy of the catalog (admin), to tier `to` or a file name in the
+        server's backup_dir (None: the last tier)."""
         params = {"to": to} if to else None
-        return dict(await self._t.json("POST", "/v1/admin/catalog/backup", params=params))
+        out = await self._t.json("POST", "/v1/admin/catalog/backup", params=params)
+        return CatalogBackup.from_wire(out)
 
     async def promote(self) -> dict[str, Any]:
         """Turn the standby this client talks to into the primary (admin): it applies all

@@ -10,6 +10,7 @@ else of `client` (tests/test_boundaries.py).
 """
 
 from ._admin import (
+    CatalogBackup,
     CheckReport,
     CompactReport,
     Drift,
@@ -20,6 +21,7 @@ from ._admin import (
     PolicyRecord,
     PromotePlan,
     RepackSummary,
+    ReplicaRestored,
     RetentionPlan,
     RetentionReport,
     RetentionRules,
@@ -75,6 +77,8 @@ from ._records import (
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "CatalogBackup",
+    "ReplicaRestored",
     "CheckReport",
     "CompactReport",
     "Drift",

@@ -414,3 +414,48 @@ class TieringReport:
     @classmethod
     def from_wire(cls, d: object) -> TieringReport:
         return record_of(cls, d, "tiering report")
+
+
+@dataclass(frozen=True)
+class CatalogBackup:
+    """POST /v1/admin/catalog/backup (201): where the copy went (a tier and its key, or a
+    path in the server's backup_dir), its size, and whether it is sealed."""
+
+    tier: str | None = _optional()
+    key: str | None = _optional()
+    path: str | None = _optional()
+    bytes: int = 0
+    sealed: bool = False
+    seconds: float = 0.0
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> CatalogBackup:
+        return record_of(cls, d, "catalog backup")
+
+
+@dataclass(frozen=True)
+class ReplicaRestored:
+    """`ckpt catalog restore replica:NAME`: a data dir rebuilt from a tier's continuous
+    replica, the base copy of one epoch and generation plus the log segments after it."""
+
+    epoch: int
+    generation: str
+    base_segment: int
+    segments: int  # log segments replayed
+    batches: int  # commit batches replayed
+    through: float | None  # commit time (Unix) of the last batch replayed
+    seconds: float
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> ReplicaRestored:
+        return record_of(cls, d, "replica restore")

@@ -23,8 +23,10 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+
+from protocol import CatalogBackup
 
 from .content.chunks import settle_restored
 from .env import CATALOG_DBS, Env
@@ -52,7 +54,7 @@ def backup_catalog(store: Store, dest: Path) -> int:
     return dest.stat().st_size
 
 
-def backup_to(store: Store, scratch: Path, to: str | None) -> dict[str, Any]:
+def backup_to(store: Store, scratch: Path, to: str | None) -> CatalogBackup:
     """Back up to tier `to`, or to the absolute path `to`, or (None) to the last tier.
 
     The copy is made in `scratch` (a directory on the vault's file system) first, sealed
@@ -77,22 +79,23 @@ def backup_to(store: Store, scratch: Path, to: str | None) -> dict[str, Any]:
         where = _place(tiers, target, tmp)
     finally:
         tmp.unlink(missing_ok=True)
-    return {
-        **where,
-        "bytes": size,
-        "sealed": store.keyring is not None,
-        "seconds": round(time.monotonic() - started, 3),
-    }
+    return replace(
+        where,
+        bytes=size,
+        sealed=store.keyring is not None,
+        seconds=round(time.monotonic() - started, 3),
+    )
 
 
-def _place(tiers: Mapping[str, Tier], target: str, tmp: Path) -> dict[str, Any]:
+def _place(tiers: Mapping[str, Tier], target: str, tmp: Path) -> CatalogBackup:
+    """Store the copy; what it answers says where (the figures are filled in after)."""
     if target in tiers:
         key = f"catalog/{time.strftime('%Y%m%dt%H%M%S', time.gmtime())}-{os.getpid()}.mdb"
         tiers[target].put(key, tmp.read_bytes())
         tiers[target].put(LATEST, key.encode())
-        return {"tier": target, "key": key}
+        return CatalogBackup(tier=target, key=key)
     os.replace(tmp, target)
-    return {"path": target}
+    return CatalogBackup(path=target)
 
 
 def latest_backup(tier: Tier) -> tuple[str, bytes]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from protocol import (
     JSON,
+    CatalogBackup,
     CheckReport,
     CommitFile,
     CompactReport,
@@ -60,7 +61,7 @@ from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
 from .policy import Policies, Policy
 from .quotas import usage as quota_usage
-from .records import VALIDITY_STATES, CheckpointRecord, NamespaceRecord, UploadSession
+from .records import VALIDITY_STATES, NamespaceRecord, StoredCheckpoint, UploadSession
 from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
 from .runtime import Runtime
 from .seal import Keyring
@@ -347,7 +348,7 @@ class Vault:
         upload_id: str,
         files: Mapping[str, CommitFile] | None = None,
         domain: Domain = None,
-    ) -> tuple[CheckpointRecord, bool]:
+    ) -> tuple[StoredCheckpoint, bool]:
         """Commit an upload: the files streamed through it plus those listed here (their
         chunks stored inside `domain` or sent by this upload)."""
         return self._committer.commit(upload_id, files, domain)
@@ -364,7 +365,7 @@ class Vault:
         chunking: Chunking | None = None,
         key: str | None = None,
         by: str | None = None,
-    ) -> tuple[CheckpointRecord, bool]:
+    ) -> tuple[StoredCheckpoint, bool]:
         """One-shot save of small, in-memory files (see vault/direct.py)."""
         return self._direct.save(
             ns,
@@ -405,14 +406,14 @@ class Vault:
         before: str | None = None,
         tag: str | None = None,
         validity: str | None = None,
-    ) -> tuple[list[CheckpointRecord], str | None]:
+    ) -> tuple[list[StoredCheckpoint], str | None]:
         """Live checkpoints newest first, and the cursor for the next page (or None)."""
         check_namespace(ns)
         if not 1 <= limit <= MAX_LIST:
             raise InvalidRequest(f"limit must be 1 to {MAX_LIST}")
         if validity is not None and validity not in VALIDITY_STATES:
             raise InvalidRequest(f"validity must be one of {', '.join(VALIDITY_STATES)}")
-        out: list[CheckpointRecord] = []
+        out: list[StoredCheckpoint] = []
         with self.store.catalog_env.read() as txn:
             self.catalog.require_namespace(txn, ns)
             ids = (
@@ -431,16 +432,16 @@ class Vault:
                 out.append(rec)
         return out, None
 
-    def get(self, ns: str, ref: str) -> CheckpointRecord:
+    def get(self, ns: str, ref: str) -> StoredCheckpoint:
         with self.store.catalog_env.read() as txn:
             return self.catalog.resolve(txn, ns, ref)
 
-    def manifest(self, ns: str, ref: str) -> tuple[CheckpointRecord, dict[str, FileEntry]]:
+    def manifest(self, ns: str, ref: str) -> tuple[StoredCheckpoint, dict[str, FileEntry]]:
         with self.store.catalog_env.read() as txn:
             rec = self.catalog.resolve(txn, ns, ref)
             return rec, self.catalog.manifest(txn, rec.id)
 
-    def lineage(self, ns: str, ref: str) -> list[CheckpointRecord]:
+    def lineage(self, ns: str, ref: str) -> list[StoredCheckpoint]:
         with self.store.catalog_env.read() as txn:
             return self.catalog.lineage(txn, self.catalog.resolve(txn, ns, ref))
 
@@ -462,7 +463,7 @@ class Vault:
         tags: Sequence[str] | None = None,
         by: str | None = None,
         append_only: bool = False,
-    ) -> CheckpointRecord:
+    ) -> StoredCheckpoint:
         """Set validity ({"state", "reason"}), pinned or tags; None leaves one unchanged.
         `append_only`: the caller (token `by`) may not delete (vault/lifecycle.py)."""
         return self.lifecycle.patch(
@@ -502,7 +503,7 @@ class Vault:
         metadata: Mapping[str, JSON] | None = None,
         tags: Sequence[str] | None = None,
         by: str | None = None,
-    ) -> CheckpointRecord:
+    ) -> StoredCheckpoint:
         return self.lifecycle.fork(ns, ref, target, _obj(metadata), _seq(tags), by)
 
     # -- policies ---------------------------------------------------------------------
@@ -592,7 +593,7 @@ class Vault:
         with self.maintenance.hold("check --repair" if repair else "check"):
             return check(self.store, repair)
 
-    def catalog_backup(self, to: str | None = None) -> dict[str, Any]:
+    def catalog_backup(self, to: str | None = None) -> CatalogBackup:
         """Back the catalog up to tier `to`, an absolute path, or (None) the last tier;
         sealed when a keyring is configured (vault/backup.py)."""
         with self.maintenance.hold("catalog backup"):

@@ -207,9 +207,9 @@ async def catalog_backup(request: web.Request) -> web.Response:
         request.app,
         "catalog_backup",
         lambda: vault.catalog_backup(to),
-        lambda r: {"bytes": r["bytes"]},
+        lambda r: {"bytes": r.bytes},
     )
-    return json_response(result, status=201)
+    return json_response(result.to_wire(), status=201)
 
 
 async def get_policy(request: web.Request) -> web.Response:

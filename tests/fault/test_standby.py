@@ -171,7 +171,7 @@ def test_standby_follows_takes_over_and_fences_the_old_primary(
     assert (status, out["role"]) == (0, "standby"), out
     status, out = _ckpt(standby, "promote")
     assert status == 0, out
-    assert out["epoch"] == 1
+    assert out.epoch == 1
     assert out["role"] == "primary"
     print(f"{mode}: {len(log)} attempts, {sum(a.checkpoint is not None for a in log)} acked")
     new_primary = standby
@@ -318,7 +318,7 @@ def _replica_is_the_new_primary(
     holds alone (acknowledged from its disk after the promotion, or never replicated)."""
     tier = open_tier("cold", f"s3://vault/standby-{mode}-{SEED}", seaweed.options())
     out = restore_replica(tier, target / "vault")
-    assert out["epoch"] == 1
+    assert out.epoch == 1
     restored = Vault(target / "vault")
     try:
         for ns in ("fault-0", "fault-1", "after", "steady"):

@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import lmdb
 import zstandard
+
+from protocol import ReplicaRestored
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
 from ..errors import Conflict, ObjectNotFound
@@ -58,7 +59,7 @@ class Built:
 
 def restore_replica(
     tier: Tier, vault_dir: Path, keyring: Keyring | None = None, until: float | None = None
-) -> dict[str, Any]:
+) -> ReplicaRestored:
     """Make the empty `vault_dir` the replica in `tier` (offline, like a catalog restore).
     The data dir takes the replica's epoch: a server started on it writes under that epoch
     (and is fenced at once if a promotion has claimed a newer one meanwhile)."""
@@ -93,15 +94,15 @@ def restore_replica(
             finally:
                 catalog.close()
                 frames.close()
-    return {
-        "epoch": current.epoch,
-        "generation": current.generation,
-        "base_segment": current.base_segment,
-        "segments": built.next_segment - current.base_segment,
-        "batches": built.batches,
-        "through": built.last,
-        "seconds": round(time.monotonic() - started, 3),
-    }
+    return ReplicaRestored(
+        epoch=current.epoch,
+        generation=current.generation,
+        base_segment=current.base_segment,
+        segments=built.next_segment - current.base_segment,
+        batches=built.batches,
+        through=built.last,
+        seconds=round(time.monotonic() - started, 3),
+    )
 
 
 def open_envs(root: Path) -> tuple[Env, Env]:

@@ -18,6 +18,7 @@ from api.jobs import run_job
 from api.keys import JOBS, VAULT
 from api.scheduler import _jobs
 from api.settings import Maintenance
+from protocol import GcReport
 from tiering import MemoryTier
 from tiering.runner import run_tiering
 from vault import FakeClock, MaintenanceBusy, Vault, VaultConfig
@@ -38,9 +39,11 @@ def test_scheduled_gc_repacks_what_it_freed(tmp_path: Path) -> None:
             vault.delete("ns", rec.id)
         vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
         result = _jobs(vault, 0.0, 0.0)["gc"]()
-        assert result["chunks_deleted"] > 0
-        assert result["packs_rewritten"] == 1
-        assert result["pack_bytes_freed"] > 300_000
+        assert isinstance(result, GcReport)
+        assert result.chunks_deleted > 0
+        assert result.packs_rewritten == 1
+        assert result.pack_bytes_freed is not None
+        assert result.pack_bytes_freed > 300_000
         assert vault.stats()["tiers"]["cold"]["bytes"] == sum(
             len(cold.get(k)) for k in cold.list("packs/") if not k.endswith(".idx")
         )

@@ -56,7 +56,7 @@ def test_restore_reads_back_everything_committed(tmp_path: Path) -> None:
         vault.close()
 
     out = restore_replica(tier, tmp_path / "restored")
-    assert out["batches"] > 0
+    assert out.batches > 0
     restored = Vault(tmp_path / "restored")
     try:
         listed = {r.id for r in restored.checkpoints("ns", limit=100)[0]}
