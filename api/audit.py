@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from vault.audit import AuditEntry
+from protocol import AuditEntry
 
 from .auth import PRINCIPAL
 from .errors import Handler

@@ -54,6 +54,9 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.RepackSummary,
     protocol.MoveSummary,
     protocol.CatalogBackup,
+    protocol.TokenRecord,
+    protocol.TokenIssued,
+    protocol.AuditEntry,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -172,6 +175,13 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "put_policy": ("200", _ref("PolicyRecord")),
     "tiering": ("200", _ref("TieringReport")),
     "catalog_backup": ("201", _ref("CatalogBackup")),
+    "create_token": ("201", _ref("TokenIssued")),
+    "rotate_token": ("201", _ref("TokenIssued")),
+    "list_tokens": ("200", _listing("tokens", _ref("TokenRecord"))),
+    "audit_log": (
+        "200",
+        _listing("entries", _ref("AuditEntry"), next={"type": ["string", "null"]}),
+    ),
 }
 # Routes answering 204 and no body, by handler name.
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})

@@ -70,7 +70,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("compact", help="re-encode older checkpoints as deltas (returns when done)")
     p.add_argument("--namespace", default=None, help="only this namespace")
-    p.add_argument("--rate", default=None, help="most bytes read per second, e.g. 50MB")
+    p.add_argument("--rate", default=None, help="most bytes read per second, e.g. 50MiB")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=compact)
 
@@ -83,21 +83,11 @@ def audit(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         entries = vault.audit(args.limit)
     if args.json:
-        emit_json(entries)
+        emit_json([e.to_wire() for e in entries])
         return 0
     table(
         ["at", "token", "action", "target", "status", "request id"],
-        [
-            [
-                _when(e["at"]),
-                e["token"],
-                e["action"],
-                e["target"],
-                e["status"],
-                e["request_id"],
-            ]
-            for e in entries
-        ],
+        [[_when(e.at), e.token, e.action, e.target, e.status, e.request_id] for e in entries],
     )
     return 0
 
@@ -162,31 +152,26 @@ def stats(args: argparse.Namespace) -> int:
 
 def tokens(args: argparse.Namespace) -> int:
     with connect(args) as vault:
-        if args.action == "create":
-            out: Any = vault.create_token(args.name, args.scope, args.expires)
-            for warning in out.get("warnings", []):
+        out: Any
+        if args.action in ("create", "rotate"):
+            issued = (
+                vault.create_token(args.name, args.scope, args.expires)
+                if args.action == "create"
+                else vault.rotate_token(args.name, args.grace)
+            )
+            for warning in issued.warnings or []:
                 print(f"warning: {warning}", file=sys.stderr)
             if not args.json:
-                print(out["token"])
-        elif args.action == "rotate":
-            out = vault.rotate_token(args.name, args.grace)
-            if not args.json:
-                print(out["token"])
+                print(issued.token)
+            out = issued.to_wire()
         elif args.action == "ls":
-            out = vault.tokens()
+            listed = vault.tokens()
             if not args.json:
                 table(
                     ["name", "scopes", "expires", "last used"],
-                    [
-                        [
-                            t["name"],
-                            t["scopes"],
-                            _when(t.get("expires_at")),
-                            _when(t.get("last_used")),
-                        ]
-                        for t in out
-                    ],
+                    [[t.name, t.scopes, _when(t.expires_at), _when(t.last_used)] for t in listed],
                 )
+            out = [t.to_wire() for t in listed]
         else:
             vault.revoke_token(args.name)
             out = {"name": args.name, "revoked": True}

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from protocol import (
+    AuditEntry,
     BulkDeleted,
     CatalogBackup,
     CheckReport,
@@ -18,6 +19,8 @@ from protocol import (
     PolicyRecord,
     RetentionReport,
     TieringReport,
+    TokenIssued,
+    TokenRecord,
     VerifyReport,
 )
 
@@ -218,23 +221,22 @@ class VaultClient(BlockingClient):
     def health(self) -> dict[str, Any]:
         return self._run(self.aio.health())
 
-    def create_token(
-        self, name: str, scopes: list[str], expires: str | None = None
-    ) -> dict[str, Any]:
+    def create_token(self, name: str, scopes: list[str], expires: str | None = None) -> TokenIssued:
         """A new token (admin); `expires` a duration like "30d" (None: never)."""
         return self._run(self.aio.create_token(name, scopes, expires))
 
-    def rotate_token(self, name: str, grace: str = "1h") -> dict[str, Any]:
+    def rotate_token(self, name: str, grace: str = "1h") -> TokenIssued:
         """A new secret for `name` (admin); the old one works for `grace` more."""
         return self._run(self.aio.rotate_token(name, grace))
 
-    def tokens(self) -> list[dict[str, Any]]:
+    def tokens(self) -> list[TokenRecord]:
+        """Every token (admin), never a secret; one entry per secret while rotating."""
         return self._run(self.aio.tokens())
 
     def revoke_token(self, name: str) -> None:
         self._run(self.aio.revoke_token(name))
 
-    def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+    def audit(self, limit: int = 100) -> list[AuditEntry]:
         """The newest audit log entries (admin): who changed what, when, request id."""
         return self._run(self.aio.audit(limit))
 
@@ -260,7 +262,7 @@ class VaultClient(BlockingClient):
 
     def compact(self, namespace: str | None = None, rate: str | None = None) -> CompactReport:
         """Re-encode older checkpoints into deltas and byte-grouped frames; returns when
-        done. `rate`: most bytes read per second, e.g. "50MB" (default: unpaced)."""
+        done. `rate`: most bytes read per second, e.g. "50MiB" (default: unpaced)."""
         return self._run(self.aio.compact(namespace, rate))
 
     def tiering(self, dry_run: bool = True) -> TieringReport:

@@ -26,6 +26,7 @@ from protocol import (
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
     DEFAULT_URL,
+    AuditEntry,
     BulkDeleted,
     CatalogBackup,
     CheckReport,
@@ -36,6 +37,8 @@ from protocol import (
     RetentionReport,
     StreamChunker,
     TieringReport,
+    TokenIssued,
+    TokenRecord,
     VerifyReport,
     encode_bundle,
     encode_chunk_batch,
@@ -525,28 +528,30 @@ class AsyncVaultClient:
 
     async def create_token(
         self, name: str, scopes: list[str], expires: str | None = None
-    ) -> dict[str, Any]:
+    ) -> TokenIssued:
         """A new token (admin); `expires` a duration like "30d" (None: never)."""
         body: dict[str, Any] = {"name": name, "scopes": scopes}
         if expires is not None:
             body["expires"] = expires
-        return dict(await self._t.json("POST", "/v1/admin/tokens", json_body=body))
+        return TokenIssued.from_wire(await self._t.json("POST", "/v1/admin/tokens", json_body=body))
 
-    async def rotate_token(self, name: str, grace: str = "1h") -> dict[str, Any]:
+    async def rotate_token(self, name: str, grace: str = "1h") -> TokenIssued:
         """A new secret for `name` (admin); the old one works for `grace` more."""
         path = f"/v1/admin/tokens/{quote(name)}/rotate"
-        return dict(await self._t.json("POST", path, json_body={"grace": grace}))
+        return TokenIssued.from_wire(await self._t.json("POST", path, json_body={"grace": grace}))
 
-    async def tokens(self) -> list[dict[str, Any]]:
-        return list((await self._t.json("GET", "/v1/admin/tokens"))["tokens"])
+    async def tokens(self) -> list[TokenRecord]:
+        """Every token (admin), never a secret; one entry per secret while rotating."""
+        out = await self._t.json("GET", "/v1/admin/tokens")
+        return [TokenRecord.from_wire(t) for t in out["tokens"]]
 
     async def revoke_token(self, name: str) -> None:
         await self._t.request("DELETE", f"/v1/admin/tokens/{quote(name)}")
 
-    async def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def audit(self, limit: int = 100) -> list[AuditEntry]:
         """The newest audit log entries (admin): who changed what, when, request id."""
         out = await self._t.json("GET", "/v1/admin/audit", params={"limit": str(int(limit))})
-        return list(out["entries"])
+        return [AuditEntry.from_wire(e) for e in out["entries"]]
 
     async def gc(self, dry_run: bool = False) -> GcReport:
         """Collect expired uploads and unreferenced chunks (admin); with tiers, repack."""
@@ -582,7 +587,7 @@ class AsyncVaultClient:
 
     async def compact(self, namespace: str | None = None, rate: str | None = None) -> CompactReport:
         """Re-encode older checkpoints into deltas and byte-grouped frames; returns when
-        done. `rate`: most bytes read per second, e.g. "50MB" (default: unpaced)."""
+        done. `rate`: most bytes read per second, e.g. "50MiB" (default: unpaced)."""
         params = {}
         if namespace:
             params["namespace"] = namespace

@@ -10,6 +10,7 @@ else of `client` (tests/test_boundaries.py).
 """
 
 from ._admin import (
+    AuditEntry,
     CatalogBackup,
     CheckReport,
     CompactReport,
@@ -27,6 +28,8 @@ from ._admin import (
     RetentionRules,
     TieringReport,
     TierPlan,
+    TokenIssued,
+    TokenRecord,
     VerifyReport,
 )
 from ._bodies import (
@@ -77,6 +80,9 @@ from ._records import (
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "AuditEntry",
+    "TokenIssued",
+    "TokenRecord",
     "CatalogBackup",
     "ReplicaRestored",
     "CheckReport",

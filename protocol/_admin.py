@@ -459,3 +459,78 @@ class ReplicaRestored:
     @classmethod
     def from_wire(cls, d: object) -> ReplicaRestored:
         return record_of(cls, d, "replica restore")
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A token as GET /v1/admin/tokens lists it: never its secret. Times are Unix seconds;
+    a token being rotated is listed once per secret."""
+
+    name: str
+    scopes: list[str]
+    created_at: float
+    expires_at: float | None = None  # None: never
+    last_used: float | None = None  # as last flushed from the server's memory
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> TokenRecord:
+        return record_of(cls, d, "token")
+
+
+@dataclass(frozen=True)
+class TokenIssued:
+    """POST /v1/admin/tokens and .../rotate (201): the token and its secret, in this
+    answer only; a new token also gets warnings about scopes that match more than they
+    seem to."""
+
+    name: str
+    scopes: list[str]
+    created_at: float
+    expires_at: float | None
+    last_used: float | None
+    token: str  # the secret
+    warnings: list[str] | None = _optional()  # create only
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def of(cls, record: TokenRecord, secret: str, warnings: list[str] | None = None) -> TokenIssued:
+        return cls(
+            record.name, record.scopes, record.created_at, record.expires_at,
+            record.last_used, secret, warnings,
+        )  # fmt: skip
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> TokenIssued:
+        return record_of(cls, d, "token")
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One audit log entry (GET /v1/admin/audit): who changed what, when, with what."""
+
+    at: float  # Unix seconds
+    token: str  # token name (never the secret)
+    action: str  # "METHOD /route/template"
+    target: str  # the path as requested, with its query
+    status: int
+    request_id: str
+    # The request body's fields, bounded (PATCH, policy, tokens): arbitrary JSON.
+    details: dict[str, Any] = field(default_factory=dict)
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> AuditEntry:
+        return record_of(cls, d, "audit entry")

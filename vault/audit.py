@@ -16,8 +16,8 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-from dataclasses import asdict, dataclass
-from typing import Any
+
+from protocol import AuditEntry
 
 from .errors import InvalidRequest
 from .store import Store
@@ -25,20 +25,6 @@ from .store import Store
 _KEY = struct.Struct(">QI")
 MAX_LIST = 1000
 MAX_DETAIL_BYTES = 2048  # of the request body summary kept per entry
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    at: float  # seconds since the epoch
-    token: str  # token name (never the secret)
-    action: str  # "METHOD /route/template"
-    target: str  # the path as requested, with its query
-    status: int
-    request_id: str
-    details: dict[str, Any]  # the JSON body's fields, bounded (PATCH, policy, tokens)
-
-    def to_wire(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class AuditLog:
@@ -51,7 +37,7 @@ class AuditLog:
         details = entry.details
         if len(json.dumps(details)) > MAX_DETAIL_BYTES:
             details = {"truncated": True, "keys": sorted(details)[:50]}
-        raw = json.dumps({**asdict(entry), "details": details}).encode()
+        raw = json.dumps({**entry.to_wire(), "details": details}).encode()
         key = _KEY.pack(int(entry.at * 1000), next(self._seq) & 0xFFFFFFFF)
         self._s.writer.run(lambda w: w.catalog.put(key, raw, db=self._db))
 

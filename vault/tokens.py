@@ -15,6 +15,8 @@ import re
 import secrets
 from dataclasses import asdict, dataclass, replace
 
+from protocol import TokenRecord
+
 from .errors import Conflict, InvalidName, InvalidRequest, NotFound
 from .store import Store
 from .writer import WriteTxn
@@ -33,14 +35,11 @@ class Token:
     expires_at: float | None = None  # refused from then on (401); None: never
     last_used: float | None = None  # as last flushed from the server's memory
 
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "scopes": list(self.scopes),
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "last_used": self.last_used,
-        }
+    def to_record(self) -> TokenRecord:
+        """The token as the admin routes show it: never its secret or key id."""
+        return TokenRecord(
+            self.name, list(self.scopes), self.created_at, self.expires_at, self.last_used
+        )
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

@@ -15,6 +15,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from protocol import TokenIssued
 from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import InvalidRequest
@@ -242,8 +243,8 @@ async def create_token(request: web.Request) -> web.Response:
         parse_duration(expires, "expires") if expires is not None else None,
     )
     await run(request, refresh_tokens, request.app)
-    warnings = scope_warnings(token.scopes)
-    return json_response({**token.to_wire(), "token": secret, "warnings": warnings}, status=201)
+    issued = TokenIssued.of(token.to_record(), secret, scope_warnings(token.scopes))
+    return json_response(issued.to_wire(), status=201)
 
 
 async def rotate_token(request: web.Request) -> web.Response:
@@ -255,7 +256,7 @@ async def rotate_token(request: web.Request) -> web.Response:
         request, request.app[VAULT].tokens.rotate, request.match_info["name"], grace
     )
     await run(request, refresh_tokens, request.app)
-    return json_response({**token.to_wire(), "token": secret}, status=201)
+    return json_response(TokenIssued.of(token.to_record(), secret).to_wire(), status=201)
 
 
 async def list_tokens(request: web.Request) -> web.Response:
@@ -265,7 +266,7 @@ async def list_tokens(request: web.Request) -> web.Response:
     tokens = request.app[VAULT].tokens
     await run(request, tokens.record_use, request.app[TOKENS].take_uses())
     listed = await run(request, tokens.all)
-    return json_response({"tokens": [t.to_wire() for t in listed]})
+    return json_response({"tokens": [t.to_record().to_wire() for t in listed]})
 
 
 async def revoke_token(request: web.Request) -> web.Response:

@@ -54,7 +54,10 @@ def server(
 
 
 def wire(answer: Any) -> Any:
-    """An admin answer as its wire JSON, whether the client gave a dict or a record."""
+    """An admin answer as its wire JSON, whether the client gave a dict or a record (or a
+    list of either)."""
+    if isinstance(answer, list):
+        return [wire(a) for a in answer]
     to_wire = getattr(answer, "to_wire", None)
     return to_wire() if callable(to_wire) else answer
 

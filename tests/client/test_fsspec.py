@@ -337,7 +337,7 @@ def test_read_scope_limits_what_is_visible(
     server: ServerProcess, vault: VaultClient, saved: Saved
 ) -> None:
     vault.save("fs-secret/x", {"k": b"secret"})
-    token = vault.create_token("fsspec-reader", ["read:fs/*"])["token"]
+    token = vault.create_token("fsspec-reader", ["read:fs/*"]).token
     reader = VaultFileSystem(endpoint_url=server.url, token=token, skip_instance_cache=True)
     try:
         assert "fs-secret" not in reader.ls("", detail=False)
