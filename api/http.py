@@ -184,14 +184,14 @@ def query_bool(request: web.Request, name: str, default: bool) -> bool:
 
 
 def query_size(request: web.Request, name: str) -> float | None:
-    """A byte count or rate such as `50MB` (the config's size grammar); None when absent."""
+    """A byte count or rate such as `50MiB` (the config's size grammar); None when absent."""
     raw = request.query.get(name)
     if not raw:
         return None
     try:
         value = parse_size(raw)
     except ValueError:
-        raise InvalidRequest(f"query parameter {name} must be a size such as 50MB") from None
+        raise InvalidRequest(f"query parameter {name} must be a size such as 50MiB") from None
     if value <= 0:
         raise InvalidRequest(f"query parameter {name} must be positive")
     return float(value)

@@ -1,10 +1,12 @@
-"""A separate process that holds a vault's maintenance lock until its stdin closes.
+"""A separate process that holds a vault's maintenance lock until its stdin closes, and
+a probe of who holds a lock now.
 
 Run as `python -m tests.lockholder <lock file>`; it prints `held` once it holds the lock.
 """
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import threading
@@ -77,6 +79,24 @@ def assert_waits_for_holder(vault: Vault, operation: Callable[[], Any]) -> None:
         holder.release()
         t.join(30)
     assert outcome == [None]
+
+
+def holder_of(lock_file: Path) -> str | None:
+    """What holds the maintenance lock at `lock_file` right now, as its holder wrote it
+    ("<pid> <operation>"), or None when nothing does: how a fault test knows its kill
+    landed during an operation. A shared probe: it never keeps a holder waiting longer than
+    this call, and never holds the lock past it."""
+    try:
+        f = open(lock_file, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return None
+    with f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f.read(200).decode(errors="replace").strip()
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return None
 
 
 def main() -> None:

@@ -107,6 +107,16 @@ def test_catalog_backup_into_backup_dir_and_the_tier(server: ServerProcess, tmp_
     assert report["checkpoints"] >= 1  # the one pushed here, and the module's others
 
 
+def test_compact_rate_in_the_size_grammar(server: ServerProcess, tmp_path: Path) -> None:
+    """`--rate` takes the config's sizes (binary units); a decimal one is refused with an
+    example that works (the help and the error said 50MB, which the grammar refuses)."""
+    js(server, "push", "cli/rate", str(_file(tmp_path, "one.bin", 1000)))
+    assert js(server, "compact", "--namespace", "cli/rate", "--rate", "50MiB")["checkpoints"] == 0
+    refused = ckpt(server, "compact", "--rate", "50MB", ok=False)
+    assert refused.returncode == 1
+    assert "such as 50MiB" in refused.stderr
+
+
 def _file(root: Path, name: str, size: int) -> Path:
     path = root / name
     path.write_bytes(os.urandom(size))

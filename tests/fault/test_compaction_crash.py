@@ -4,8 +4,11 @@ started.
 
 Each round saves another version of a model (safetensors, every float changed a little, so
 the previous version has deltas to find), starts `POST /v1/admin/compact` and kills the
-server at a seeded random moment: in paced rounds (`rate`) the kill lands while compaction
-is reading, in the others anywhere up to its end, switches included.
+server at a seeded random moment after it took the maintenance lock for compaction: in
+paced rounds (`rate`) the kill lands while compaction reads or sleeps between batches, in
+the others anywhere up to its end, switches included. A kill counts as
+landed when the server held the maintenance lock for compaction at that moment and the
+request died with it; at least the paced half must land. An error answer fails the test.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ from __future__ import annotations
 import os
 import random
 import threading
+from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save
 
 from client import VaultClient
-from client.errors import ClientError
+from client.errors import ClientError, TransportError
 from client.transport import RetryPolicy
 
+from ..lockholder import holder_of
 from .conftest import ServerProcess
 
 SEED = int(os.environ.get("CRASH_SEED", "20261123"))
@@ -30,8 +35,10 @@ NS = "crash/compact"
 
 def versions(count: int, seed: int) -> list[bytes]:
     rng = np.random.default_rng(seed)
-    a = rng.standard_normal((384, 512)).astype(np.float32)
-    b = rng.standard_normal((256, 256)).astype(np.float16)
+    # 10 MiB: past one compaction batch (vault/compact.py BATCH_BYTES, 8 MiB), so a paced
+    # run sleeps between batches and a kill can land between two switches.
+    a = rng.standard_normal((1024, 2048)).astype(np.float32)
+    b = rng.standard_normal((1024, 1024)).astype(np.float16)
     out = []
     for _ in range(count):
         out.append(save({"a": a, "b": b}))
@@ -40,18 +47,35 @@ def versions(count: int, seed: int) -> list[bytes]:
     return out
 
 
-def compact_in_background(server: ServerProcess, rate: str | None) -> threading.Thread:
+def compact_in_background(
+    server: ServerProcess, rate: str | None, outcome: list[str]
+) -> threading.Thread:
+    """Compact on a thread; `outcome` gets "killed" (the connection died with the server),
+    "finished", or the error answer the server gave, which fails the test."""
+
     def run() -> None:
         try:
             once = RetryPolicy(attempts=1)
             with VaultClient(server.url, server.token, progress=False, retry=once) as c:
                 c.compact(NS, rate)
-        except (ClientError, OSError):
-            pass  # killed under it: the point of the test
+        except (TransportError, OSError):
+            outcome.append("killed")
+        except ClientError as e:
+            outcome.append(f"answered {e.status}: {e}")
+        else:
+            outcome.append("finished")
 
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+def wait_until_compacting(lock: Path, pid: int | None, worker: threading.Thread) -> None:
+    """Until the server holds the maintenance lock for compaction (or the run ended)."""
+    for _ in range(2000):  # bounded; the join paces the probes and notices the end
+        if holder_of(lock) == f"{pid} compact" or not worker.is_alive():
+            return
+        worker.join(0.005)
 
 
 def read_all(server: ServerProcess, saved: dict[str, bytes]) -> None:
@@ -75,18 +99,28 @@ def test_sigkill_during_compaction_loses_nothing(crash_server: ServerProcess) ->
 
     save_version(0)
     save_version(1)
+    lock = crash_server.data_dir / "vault" / "maintenance.lock"
+    landed = 0  # rounds whose kill hit a compaction in progress
     for r in range(ROUNDS):
         save_version(r + 2)
         paced = r % 2 == 0
-        worker = compact_in_background(crash_server, "2MB" if paced else None)
-        threading.Event().wait(rng.uniform(0.05, 1.5 if paced else 0.25))  # the kill moment
+        outcome: list[str] = []
+        pid = crash_server.pid
+        worker = compact_in_background(crash_server, "4MiB" if paced else None, outcome)
+        wait_until_compacting(lock, pid, worker)
+        threading.Event().wait(rng.uniform(0.0, 1.5 if paced else 0.25))  # the kill moment
+        held = holder_of(lock)
         crash_server.kill()
         worker.join(timeout=60)
         assert not worker.is_alive()
+        assert outcome in (["killed"], ["finished"]), outcome  # never an error answer
+        landed += outcome == ["killed"] and held == f"{pid} compact"
         crash_server.restart()
         read_all(crash_server, saved)
+    print(f"CRASH_SEED={SEED}: {landed} of {ROUNDS} kills landed during compaction")
+    assert landed >= ROUNDS // 2, (landed, SEED)  # the paced rounds, at least
     with VaultClient(crash_server.url, crash_server.token, progress=False) as c:
         report = c.compact(NS)
         stats = c.stats()
-    assert stats["codecs"]["delta"]["chunks"] > 0, (report, SEED)
+    assert stats.codecs["delta"].chunks > 0, (report, SEED)
     read_all(crash_server, saved)
