@@ -20,7 +20,7 @@ _MAX_RANGE = (1024, 16 << 20)
 
 
 # Agent state is re-serialized whole at every step; only small chunks line up with the
-# unchanged messages (docs/DESIGN.md "Chunking profiles" has the measurements).
+# unchanged messages (bench/README.md, "History from DESIGN.md", has the measurements).
 SMALL = ChunkingProfile("small", min_size=512, avg_size=1536, max_size=8192)
 # Tensors: large chunks keep per-chunk overhead (catalog entry, hash, LMDB page rounding) low,
 # and tensors of torch.save and safetensors files are cut in 256 KiB pieces from their start,

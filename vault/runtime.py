@@ -46,7 +46,7 @@ THREADS: tuple[ThreadKind, ...] = (
         True,
         "engine calls of request handlers and maintenance (records, "
         "listings, commits, GC, compaction...)",
-        "`worker_threads` (default 4)",
+        "`worker_threads` (default 16)",
         "LMDB reads, the writer's acknowledgement",
         "finishes the calls under way (a maintenance run included), takes no new one",
     ),
@@ -144,7 +144,8 @@ THREADS: tuple[ThreadKind, ...] = (
 @dataclass(frozen=True)
 class PoolSizes:
     """How many threads each pool may start (its bound; threads start on demand, and more
-    work waits its turn); the service fills `io` from settings (`worker_threads`)."""
+    work waits its turn); the service fills `io` from settings (`worker_threads`, 16 by
+    default), a vault opened without the service keeps 4."""
 
     io: int = 4
     # Downloads sending at once.
