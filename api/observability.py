@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from protocol import ReplicationStatus, StandbyStatus
 from vault import Vault
 
 REQUEST_ID = web.RequestKey("request_id", str)
@@ -155,36 +156,35 @@ class _EngineCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         o = self._vault().observe()
-        yield _gauge("ckpt_logical_bytes", "Bytes of all live checkpoints", o["logical_bytes"])
-        yield _gauge("ckpt_stored_bytes", "Bytes of stored chunk frames", o["stored_bytes"])
-        yield _gauge("ckpt_chunks", "Stored chunks", o["chunks"])
-        yield _gauge("ckpt_checkpoints", "Live checkpoints", o["checkpoints"])
-        yield _gauge("ckpt_dedup_ratio", "Logical over stored bytes", o["dedup_ratio"] or 0)
+        s = o.stats
+        yield _gauge("ckpt_logical_bytes", "Bytes of all live checkpoints", s.logical_bytes)
+        yield _gauge("ckpt_stored_bytes", "Bytes of stored chunk frames", s.stored_bytes)
+        yield _gauge("ckpt_chunks", "Stored chunks", s.chunks)
+        yield _gauge("ckpt_checkpoints", "Live checkpoints", s.checkpoints)
+        yield _gauge("ckpt_dedup_ratio", "Logical over stored bytes", s.dedup_ratio or 0)
         yield _gauge(
-            "ckpt_upload_sessions", "Upload sessions (open or retained)", o["upload_sessions"]
+            "ckpt_upload_sessions", "Upload sessions (open or retained)", o.upload_sessions
         )
-        yield _gauge(
-            "ckpt_writer_queue_depth", "Operations waiting for the writer", o["writer_queue"]
-        )
+        yield _gauge("ckpt_writer_queue_depth", "Operations waiting for the writer", o.writer_queue)
         tier_bytes = GaugeMetricFamily("ckpt_tier_bytes", "Stored bytes by tier", labels=["tier"])
         tier_chunks = GaugeMetricFamily("ckpt_tier_chunks", "Chunks by tier", labels=["tier"])
-        for tier, t in o["tiers"].items():
-            tier_bytes.add_metric([tier], t["bytes"])
-            tier_chunks.add_metric([tier], t["chunks"])
+        for tier, t in s.tiers.items():
+            tier_bytes.add_metric([tier], t.bytes)
+            tier_chunks.add_metric([tier], t.chunks)
         yield tier_bytes
         yield tier_chunks
         yield _by_kind(
             "ckpt_codec_bytes",
             "Recoded chunks by codec",
             "codec",
-            o["codecs"].items(),
+            s.codecs.items(),
             {"stored": "bytes", "plain": "plain"},
         )
         yield _by_kind(
             "ckpt_namespace_bytes",
             "Bytes by namespace, as of the last usage scan (after each compaction)",
             "namespace",
-            o["namespace_usage"].items(),
+            o.namespace_usage.items(),
             {"logical": "logical_bytes", "stored": "stored_bytes"},
         )
         per_token = GaugeMetricFamily(
@@ -192,7 +192,7 @@ class _EngineCollector(Collector):
             "Open upload sessions and their new bytes, per token",
             labels=["token", "kind"],
         )
-        for kind, values in o["uploads_by_token"].items():
+        for kind, values in o.uploads_by_token.items():
             for token, value in values.items():
                 per_token.add_metric([token, kind], value)
         yield per_token
@@ -200,17 +200,16 @@ class _EngineCollector(Collector):
             "ckpt_quota_bytes",
             "Logical bytes under a quota",
             "glob",
-            ((q["glob"], q) for q in o["quotas"]),
+            ((q.glob, q) for q in s.quotas),
             {"used": "used", "limit": "limit"},
         )
         yield _by_kind(
             "ckpt_lmdb_map_bytes",
             "LMDB map use",
             "env",
-            o["maps"].items(),
+            o.maps.items(),
             {"used": "used", "size": "size"},
         )
-        w = o["writer"]
         for name in (
             "batches",
             "ops",
@@ -223,22 +222,22 @@ class _EngineCollector(Collector):
             "journal_bytes",
         ):
             yield CounterMetricFamily(
-                f"ckpt_writer_{name}", f"Writer {name} since start", value=w[name]
+                f"ckpt_writer_{name}", f"Writer {name} since start", value=getattr(o.writer, name)
             )
         yield _gauge(
             "ckpt_save_journal_on",
             "1 while one-request saves may be acknowledged by their journal record",
-            float(o["save_journal"]),
+            float(o.save_journal),
         )
         hashes = CounterMetricFamily(
             "ckpt_commit_file_hashes",
             "Committed files by how their hash was proven (read_back: a pass over the file)",
             labels=["how"],
         )
-        for how, n in o["commit_file_hashes"].items():
+        for how, n in o.commit_file_hashes.items():
             hashes.add_metric([how], n)
         yield hashes
-        for what, n in o["handed_over"].items():
+        for what, n in o.handed_over.items():
             restored = what.startswith("restored_")
             counted = "Files" if what.endswith("files") else "Bytes of files"
             purpose = "to restore into" if restored else "to save from"
@@ -252,19 +251,19 @@ class _EngineCollector(Collector):
             "Seconds since the newest (valid) checkpoint",
             labels=["namespace", "which"],
         )
-        for ns, (newest, valid) in o["recovery_seconds"].items():
+        for ns, (newest, valid) in o.recovery_seconds.items():
             if newest is not None:
                 rpo.add_metric([ns, "newest"], newest)
             if valid is not None:
                 rpo.add_metric([ns, "valid"], valid)
         yield rpo
-        yield from _replication_metrics(o["replication"])
-        yield from _standby_metrics(o["standby"])
+        yield from _replication_metrics(s.replication)
+        yield from _standby_metrics(s.standby)
         role = GaugeMetricFamily(
             "ckpt_role", "This server's role (1 for the current one)", labels=["role"]
         )
         for name in ("primary", "standby", "fenced"):
-            role.add_metric([name], 1.0 if o["role"] == name else 0.0)
+            role.add_metric([name], 1.0 if s.role == name else 0.0)
         yield role
         yield from self._job_metrics()
 
@@ -293,18 +292,19 @@ def _by_kind(
     name: str,
     doc: str,
     label: str,
-    items: Iterable[tuple[str, Mapping[str, Any]]],
+    items: Iterable[tuple[str, object]],
     kinds: Mapping[str, str],
 ) -> GaugeMetricFamily:
-    """A gauge labelled (`label`, kind): per item, one sample per kind (kind -> field)."""
+    """A gauge labelled (`label`, kind): per item (a record), one sample per kind (kind ->
+    the record's field)."""
     gauge = GaugeMetricFamily(name, doc, labels=[label, "kind"])
-    for key, values in items:
-        for kind, key_of in kinds.items():
-            gauge.add_metric([key, kind], values[key_of])
+    for key, record in items:
+        for kind, field_name in kinds.items():
+            gauge.add_metric([key, kind], getattr(record, field_name))
     return gauge
 
 
-def _replication_metrics(r: dict[str, Any] | None) -> Iterator[Any]:
+def _replication_metrics(r: ReplicationStatus | None) -> Iterator[Any]:
     """Lag of the continuous replica (vault/replication/), if on: alert on lag_seconds above
     the budget; failures counts uploads that failed (the store down), each retried."""
     if r is None:
@@ -312,51 +312,50 @@ def _replication_metrics(r: dict[str, Any] | None) -> Iterator[Any]:
     yield _gauge(
         "ckpt_replication_lag_seconds",
         "Age of the oldest commit the replica lacks (0: caught up)",
-        r["lag_seconds"],
+        r.lag_seconds,
     )
-    yield _gauge(
-        "ckpt_replication_lag_bytes", "Bytes of log queued for the replica", r["lag_bytes"]
-    )
-    yield _gauge("ckpt_replication_lag_budget_seconds", "Configured lag budget", r["lag_budget"])
-    yield from _quantiles(r, "lag", "ckpt_replication_lag", "commit-to-replica time")
+    yield _gauge("ckpt_replication_lag_bytes", "Bytes of log queued for the replica", r.lag_bytes)
+    yield _gauge("ckpt_replication_lag_budget_seconds", "Configured lag budget", r.lag_budget)
+    yield from _quantiles(r.lag_p50, r.lag_p99, "ckpt_replication_lag", "commit-to-replica time")
     for name in ("segments", "bases", "shipped_bytes", "failures", "overflows"):
         yield CounterMetricFamily(
-            f"ckpt_replication_{name}", f"Replication {name} since start", value=r[name]
+            f"ckpt_replication_{name}", f"Replication {name} since start", value=getattr(r, name)
         )
-    yield _gauge("ckpt_replication_epoch", "Epoch this primary replicates under", r["epoch"])
+    yield _gauge("ckpt_replication_epoch", "Epoch this primary replicates under", r.epoch)
     yield _gauge(
         "ckpt_replication_fenced",
         "1 once a promotion past this primary's epoch was found: it refuses writes",
-        1.0 if r["fenced_by"] is not None else 0.0,
+        1.0 if r.fenced_by is not None else 0.0,
     )
 
 
-def _standby_metrics(s: dict[str, Any] | None) -> Iterator[Any]:
+def _standby_metrics(s: StandbyStatus | None) -> Iterator[Any]:
     """A standby's distance from its replica (vault/replication/follow.py), if one."""
     if s is None:
         return
-    if s["lag_seconds"] is not None:
+    if s.lag_seconds is not None:
         yield _gauge(
             "ckpt_standby_lag_seconds",
             "Seconds since the standby last held everything its replica held",
-            s["lag_seconds"],
+            s.lag_seconds,
         )
     yield from _quantiles(
-        s, "apply_lag", "ckpt_standby_apply_lag", "time from commit on the primary to applied"
+        s.apply_lag_p50,
+        s.apply_lag_p99,
+        "ckpt_standby_apply_lag",
+        "time from commit on the primary to applied",
     )
     for name in ("segments", "batches", "rebases", "failures"):
         yield CounterMetricFamily(
-            f"ckpt_standby_{name}", f"Standby {name} since start", value=s[name]
+            f"ckpt_standby_{name}", f"Standby {name} since start", value=getattr(s, name)
         )
 
 
-def _quantiles(status: dict[str, Any], key: str, name: str, what: str) -> Iterator[Any]:
-    """p50 and p99 gauges of `status[key_p50]`, `status[key_p99]` (absent before samples)."""
-    for q in ("p50", "p99"):
-        if status[f"{key}_{q}"] is not None:
-            yield _gauge(
-                f"{name}_{q}_seconds", f"{q} of {what} over recent batches", status[f"{key}_{q}"]
-            )
+def _quantiles(p50: float | None, p99: float | None, name: str, what: str) -> Iterator[Any]:
+    """p50 and p99 gauges (absent before samples)."""
+    for q, value in (("p50", p50), ("p99", p99)):
+        if value is not None:
+            yield _gauge(f"{name}_{q}_seconds", f"{q} of {what} over recent batches", value)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

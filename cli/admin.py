@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol import GcReport
+from protocol import GcReport, StatsReport
 
 from .connect import connect
 from .output import emit_json, human_bytes, table
@@ -96,42 +96,9 @@ def stats(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         s = vault.stats(namespaces=args.namespaces)
     if args.json:
-        emit_json(s)
+        emit_json(s.to_wire())
         return 0
-    rows = [
-        ["checkpoints", s["checkpoints"]],
-        ["namespaces", s["namespaces"]],
-        ["chunks", s["chunks"]],
-        ["logical", human_bytes(s["logical_bytes"])],
-        ["stored", human_bytes(s["stored_bytes"])],
-        ["dedup ratio", s["dedup_ratio"]],
-    ]
-    for codec, c in s.get("codecs", {}).items():
-        rows.append([f"{codec} (recoded)", f"{c['chunks']} chunks, {human_bytes(c['bytes'])}"])
-    for q in s.get("quotas", []):
-        rows.append(
-            [f"quota {q['glob']}", f"{human_bytes(q['used'])} of {human_bytes(q['limit'])}"]
-        )
-    r = s.get("replication")
-    if r:
-        rows.append(
-            [
-                f"replica ({r['mode']} to {r['tier']})",
-                f"lag {r['lag_seconds']} s, {human_bytes(r['lag_bytes'])} queued "
-                f"(budget {r['lag_budget']} s)" + (", base pending" if r["base_pending"] else ""),
-            ]
-        )
-        if r["last_error"] and r["lag_seconds"] > r["lag_budget"]:
-            rows.append(["replica error", r["last_error"]])
-        if r.get("fenced_by") is not None:
-            rows.append(["fenced", f"epoch {r['fenced_by']} was promoted: writes refused"])
-    sb = s.get("standby")
-    if sb:
-        lag = "unknown" if sb["lag_seconds"] is None else f"{sb['lag_seconds']} s"
-        rows.append([f"standby of {sb['tier']}", f"{sb['state']}, epoch {sb['epoch']}, lag {lag}"])
-        if sb["last_error"]:
-            rows.append(["standby error", sb["last_error"]])
-    table(["figure", "value"], rows)
+    table(["figure", "value"], _stats_rows(s))
     if args.namespaces:
         print()
         table(
@@ -139,15 +106,50 @@ def stats(args: argparse.Namespace) -> int:
             [
                 [
                     ns,
-                    human_bytes(u["logical_bytes"]),
-                    human_bytes(u["stored_bytes"]),
-                    u["ratio"],
-                    u["max_chain"],
+                    human_bytes(u.logical_bytes),
+                    human_bytes(u.stored_bytes),
+                    u.ratio,
+                    u.max_chain,
                 ]
-                for ns, u in sorted(s["by_namespace"].items())
+                for ns, u in sorted((s.by_namespace or {}).items())
             ],
         )
     return 0
+
+
+def _stats_rows(s: StatsReport) -> list[list[Any]]:
+    rows: list[list[Any]] = [
+        ["checkpoints", s.checkpoints],
+        ["namespaces", s.namespaces],
+        ["chunks", s.chunks],
+        ["logical", human_bytes(s.logical_bytes)],
+        ["stored", human_bytes(s.stored_bytes)],
+        ["dedup ratio", s.dedup_ratio],
+    ]
+    for codec, c in s.codecs.items():
+        rows.append([f"{codec} (recoded)", f"{c.chunks} chunks, {human_bytes(c.bytes)}"])
+    for q in s.quotas:
+        rows.append([f"quota {q.glob}", f"{human_bytes(q.used)} of {human_bytes(q.limit)}"])
+    r = s.replication
+    if r:
+        rows.append(
+            [
+                f"replica ({r.mode} to {r.tier})",
+                f"lag {r.lag_seconds} s, {human_bytes(r.lag_bytes)} queued "
+                f"(budget {r.lag_budget} s)" + (", base pending" if r.base_pending else ""),
+            ]
+        )
+        if r.last_error and r.lag_seconds > r.lag_budget:
+            rows.append(["replica error", r.last_error])
+        if r.fenced_by is not None:
+            rows.append(["fenced", f"epoch {r.fenced_by} was promoted: writes refused"])
+    sb = s.standby
+    if sb:
+        lag = "unknown" if sb.lag_seconds is None else f"{sb.lag_seconds} s"
+        rows.append([f"standby of {sb.tier}", f"{sb.state}, epoch {sb.epoch}, lag {lag}"])
+        if sb.last_error:
+            rows.append(["standby error", sb.last_error])
+    return rows
 
 
 def tokens(args: argparse.Namespace) -> int:

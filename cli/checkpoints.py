@@ -187,10 +187,14 @@ def ls(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     with connect(args, progress=None if not args.json else False) as vault:
         ckpt = vault.get(args.namespace, args.ref)
-        storage = vault.storage(args.namespace, ckpt.id) if args.storage or not args.json else {}
+        storage = vault.storage(args.namespace, ckpt.id) if args.storage or not args.json else None
     if args.json:
-        emit_json({**ckpt.to_wire(), "storage": storage} if args.storage else ckpt.to_wire())
+        if storage is not None:
+            emit_json({**ckpt.to_wire(), "storage": storage.to_wire()})
+        else:
+            emit_json(ckpt.to_wire())
         return 0
+    assert storage is not None  # fetched whenever the output is not JSON
     _print_records([ckpt])
     print()
     table(
@@ -198,13 +202,13 @@ def show(args: argparse.Namespace) -> int:
         [[n, human_bytes(f["size"]), f["hash"]] for n, f in sorted(ckpt.files.items())],
     )
     codecs = ", ".join(
-        f"{codec} {human_bytes(c['bytes'])} ({c['chunks']} chunks)"
-        for codec, c in sorted(storage["codecs"].items())
+        f"{codec} {human_bytes(c.bytes)} ({c.chunks} chunks)"
+        for codec, c in sorted(storage.codecs.items())
     )
     print(
-        f"\nstored: {human_bytes(storage['stored_bytes'])} for "
-        f"{human_bytes(storage['logical_bytes'])} ({storage['ratio']}x): {codecs or 'nothing'}; "
-        f"longest delta chain {storage['max_chain']}"
+        f"\nstored: {human_bytes(storage.stored_bytes)} for "
+        f"{human_bytes(storage.logical_bytes)} ({storage.ratio}x): {codecs or 'nothing'}; "
+        f"longest delta chain {storage.max_chain}"
     )
     if ckpt.metadata:
         print("\nmetadata: " + json.dumps(ckpt.metadata, sort_keys=True))

@@ -199,7 +199,7 @@ def tiering(args: argparse.Namespace) -> int:
             changes = _tiering_changes(args)
             out = vault.set_policy(args.namespace, {"tiering": changes}).tiering
         elif args.action == "status":
-            out = vault.stats()["tiers"]
+            out = {t: v.to_wire() for t, v in vault.stats().tiers.items()}
         else:
             report = vault.tiering(dry_run=args.action == "plan")
             if args.json:

@@ -40,11 +40,11 @@ def promote(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         out = vault.promote()
     if args.json:
-        emit_json(out)
+        emit_json(out.to_wire())
     else:
         print(
-            f"promoted: epoch {out['epoch']}, {out['role']}; the old primary is fenced "
-            f"(caught up through segment {out['fence']} of {out['generation']}, "
-            f"{out['seconds']} s)"
+            f"promoted: epoch {out.epoch}, {out.role}; the old primary is fenced "
+            f"(caught up through segment {out.fence} of {out.generation}, "
+            f"{out.seconds} s)"
         )
     return 0

@@ -17,10 +17,13 @@ from protocol import (
     CompactReport,
     GcReport,
     PolicyRecord,
+    Promotion,
     RetentionReport,
+    StatsReport,
     TieringReport,
     TokenIssued,
     TokenRecord,
+    Usage,
     VerifyReport,
 )
 
@@ -174,11 +177,11 @@ class VaultClient(BlockingClient):
     def manifest(self, namespace: str, ref: str) -> dict[str, Any]:
         return self._run(self.aio.manifest(namespace, ref))
 
-    def storage(self, namespace: str, ref: str = "latest") -> dict[str, Any]:
+    def storage(self, namespace: str, ref: str = "latest") -> Usage:
         """How a checkpoint is stored: stored vs logical bytes, by codec and by tier."""
         return self._run(self.aio.storage(namespace, ref))
 
-    def stats(self, namespaces: bool = False) -> dict[str, Any]:
+    def stats(self, namespaces: bool = False) -> StatsReport:
         """Storage totals; `namespaces=True` adds each namespace's stored and logical bytes."""
         return self._run(self.aio.stats(namespaces))
 
@@ -274,7 +277,7 @@ class VaultClient(BlockingClient):
         server's backup_dir (None: the last tier)."""
         return self._run(self.aio.catalog_backup(to))
 
-    def promote(self) -> dict[str, Any]:
+    def promote(self) -> Promotion:
         """Turn the standby this client talks to into the primary (admin): it applies all
         the replica has, fences the old primary, replicates and takes writes."""
         return self._run(self.aio.promote())

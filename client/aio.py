@@ -34,11 +34,14 @@ from protocol import (
     CompactReport,
     GcReport,
     PolicyRecord,
+    Promotion,
     RetentionReport,
+    StatsReport,
     StreamChunker,
     TieringReport,
     TokenIssued,
     TokenRecord,
+    Usage,
     VerifyReport,
     encode_bundle,
     encode_chunk_batch,
@@ -451,15 +454,15 @@ class AsyncVaultClient:
         path = f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}/manifest"
         return dict(await self._t.json("GET", path))
 
-    async def storage(self, namespace: str, ref: str = "latest") -> dict[str, Any]:
+    async def storage(self, namespace: str, ref: str = "latest") -> Usage:
         """How a checkpoint is stored: stored vs logical bytes, by codec and by tier."""
         path = f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}/storage"
-        return dict(await self._t.json("GET", path))
+        return Usage.from_wire(await self._t.json("GET", path))
 
-    async def stats(self, namespaces: bool = False) -> dict[str, Any]:
+    async def stats(self, namespaces: bool = False) -> StatsReport:
         """Storage totals; `namespaces=True` adds each namespace's stored and logical bytes."""
         params = {"namespaces": "true"} if namespaces else None
-        return dict(await self._t.json("GET", "/v1/stats", params=params))
+        return StatsReport.from_wire(await self._t.json("GET", "/v1/stats", params=params))
 
     async def _patch(self, namespace: str, checkpoint_id: str, body: dict[str, Any]) -> Checkpoint:
         rec = await self._t.json(
@@ -611,10 +614,10 @@ class AsyncVaultClient:
         out = await self._t.json("POST", "/v1/admin/catalog/backup", params=params)
         return CatalogBackup.from_wire(out)
 
-    async def promote(self) -> dict[str, Any]:
+    async def promote(self) -> Promotion:
         """Turn the standby this client talks to into the primary (admin): it applies all
         the replica has, fences the old primary, replicates and takes writes."""
-        return dict(await self._t.json("POST", "/v1/admin/promote"))
+        return Promotion.from_wire(await self._t.json("POST", "/v1/admin/promote"))
 
     async def check(self, repair: bool = False) -> CheckReport:
         """Recompute reference counts from the manifests (admin); `repair` fixes them."""

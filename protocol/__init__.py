@@ -1,18 +1,19 @@
-"""The wire contract of Checkpoint Vault, owned by the client and imported by the server.
+"""The wire contract of Checkpoint Vault: the ground floor, under the server and the client.
 
 Everything both sides must agree on lives here, written once: the JSON records
 (`_records`) and the admin answers (`_admin`, converted by `_wire`), the error table
 (`_errors`), the binary bodies (`_bodies`), the duration and size grammar (`_units`),
 FastCDC chunking (`_chunking`), where tensors lie in a file (`_layout`) and the service
-defaults (`_defaults`). Standard library only, except pyfastcdc in `_chunking`, so the
-client can ship it without server dependencies; `vault/` and `api/` may import nothing
-else of `client` (tests/test_boundaries.py).
+defaults (`_defaults`). Standard library only, except pyfastcdc in `_chunking`, and it
+imports nothing of ours: the engine, the service and the client all stand on it, the client
+without the server's dependencies (tests/test_boundaries.py).
 """
 
 from ._admin import (
     AuditEntry,
     CatalogBackup,
     CheckReport,
+    CodecShare,
     CompactReport,
     Drift,
     GcReport,
@@ -21,15 +22,22 @@ from ._admin import (
     MoveSummary,
     PolicyRecord,
     PromotePlan,
+    Promotion,
+    QuotaUse,
     RepackSummary,
     ReplicaRestored,
+    ReplicationStatus,
     RetentionPlan,
     RetentionReport,
     RetentionRules,
+    StandbyStatus,
+    StatsReport,
     TieringReport,
     TierPlan,
+    TierTotals,
     TokenIssued,
     TokenRecord,
+    Usage,
     VerifyReport,
 )
 from ._bodies import (
@@ -80,6 +88,14 @@ from ._records import (
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "CodecShare",
+    "Usage",
+    "TierTotals",
+    "QuotaUse",
+    "ReplicationStatus",
+    "StandbyStatus",
+    "StatsReport",
+    "Promotion",
     "AuditEntry",
     "TokenIssued",
     "TokenRecord",

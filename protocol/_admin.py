@@ -534,3 +534,204 @@ class AuditEntry:
     @classmethod
     def from_wire(cls, d: object) -> AuditEntry:
         return record_of(cls, d, "audit entry")
+
+
+@dataclass
+class CodecShare:
+    """Chunks of one codec: how many, their stored (frame) bytes and plaintext bytes."""
+
+    chunks: int = 0
+    bytes: int = 0  # stored (frame) bytes
+    plain: int = 0  # plaintext bytes
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> CodecShare:
+        return record_of(cls, d, "codec share")
+
+
+@dataclass
+class Usage:
+    """GET .../storage, and each namespace of GET /v1/stats?namespaces=true: the bytes a
+    set of checkpoints holds, the chunks (and delta bases) it needs, by codec and by tier.
+    Not frozen: the engine adds chunk after chunk as it measures."""
+
+    logical_bytes: int = 0  # the files' sizes
+    stored_bytes: int = 0  # frames at rest for the distinct chunks (and bases they need)
+    chunks: int = 0
+    max_chain: int = 0  # most deltas one read of these chunks decodes
+    codecs: dict[str, CodecShare] = field(default_factory=dict)
+    tiers: dict[str, int] = field(default_factory=dict)  # stored bytes by tier ("hot")
+
+    DERIVED: ClassVar[dict[str, Any]] = {"ratio": {"type": ["number", "null"]}}
+
+    @property
+    def ratio(self) -> float | None:
+        """Logical over stored bytes (None when nothing is stored)."""
+        return round(self.logical_bytes / self.stored_bytes, 3) if self.stored_bytes else None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**wire_of(self), "ratio": self.ratio}
+
+    @classmethod
+    def from_wire(cls, d: object) -> Usage:
+        return record_of(cls, d, "usage")
+
+
+@dataclass(frozen=True)
+class TierTotals:
+    """Chunks in one place (`hot`, or a tier's name) and their stored bytes."""
+
+    chunks: int
+    bytes: int
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> TierTotals:
+        return record_of(cls, d, "tier totals")
+
+
+@dataclass(frozen=True)
+class QuotaUse:
+    """A configured quota: the namespaces it covers (a glob), its limit and the logical
+    bytes they hold."""
+
+    glob: str
+    limit: int
+    used: int
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> QuotaUse:
+        return record_of(cls, d, "quota")
+
+
+@dataclass(frozen=True)
+class ReplicationStatus:
+    """A primary's continuous replica (vault/replication/shipper.py): where, how far
+    behind (`lag_seconds` against `lag_budget`), and counters since start."""
+
+    tier: str
+    mode: str = field(metadata={"schema": {"enum": ["async", "sync"]}})
+    epoch: int
+    fenced_by: int | None  # the epoch that fenced this primary, once found
+    generation: str
+    lag_seconds: float
+    lag_bytes: int
+    lag_budget: float
+    queued_batches: int
+    base_pending: bool
+    lag_p50: float | None
+    lag_p99: float | None
+    batches: int
+    restorable_batch: int
+    segments: int
+    bases: int
+    shipped_bytes: int
+    failures: int
+    overflows: int
+    last_error: str | None
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> ReplicationStatus:
+        return record_of(cls, d, "replication")
+
+
+@dataclass(frozen=True)
+class StandbyStatus:
+    """A standby following a replica (vault/replication/follow.py): its position, how long
+    since it last held everything the replica held, and counters since start."""
+
+    tier: str
+    state: str
+    epoch: int | None
+    generation: str | None
+    next_segment: int | None
+    poll_interval: float
+    lag_seconds: float | None  # None until the first poll that found nothing newer
+    applied_through: float | None  # commit time of the last batch applied
+    apply_lag_p50: float | None
+    apply_lag_p99: float | None
+    segments: int
+    batches: int
+    rebases: int
+    polls: int
+    failures: int
+    last_error: str | None
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> StandbyStatus:
+        return record_of(cls, d, "standby")
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    """GET /v1/stats: storage totals, by tier and recoded codec; quotas; this server's
+    role and its replica or standby; with `namespaces=true`, each namespace's usage."""
+
+    logical_bytes: int
+    stored_bytes: int
+    chunks: int
+    checkpoints: int
+    namespaces: int
+    dedup_ratio: float | None
+    tiers: dict[str, TierTotals]
+    codecs: dict[str, CodecShare]
+    map_size: int
+    quotas: list[QuotaUse]
+    role: str = field(metadata={"schema": {"enum": ["primary", "standby", "fenced"]}})
+    replication: ReplicationStatus | None
+    standby: StandbyStatus | None
+    by_namespace: dict[str, Usage] | None = _optional()
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> StatsReport:
+        return record_of(cls, d, "stats")
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """POST /v1/admin/promote: the epoch this server claimed (fencing the old primary),
+    the replica generation and log segment it took over at, and its role now."""
+
+    epoch: int
+    generation: str
+    fence: int  # the first log segment of the new epoch
+    seconds: float
+    role: str = "primary"
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> Promotion:
+        return record_of(cls, d, "promotion")

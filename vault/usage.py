@@ -10,9 +10,10 @@ checkpoint whose delta needs them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 
 import lmdb
+
+from protocol import CodecShare, Usage
 
 from .content.chunks import ChunkMeta, Chunks
 from .content.location import Packed
@@ -23,39 +24,17 @@ from .records import StoredCheckpoint
 from .store import Store
 
 
-@dataclass
-class CodecShare:
-    chunks: int = 0
-    bytes: int = 0  # stored (frame) bytes
-    plain: int = 0  # plaintext bytes
-
-
-@dataclass
-class Usage:
-    logical_bytes: int = 0  # the files' sizes
-    stored_bytes: int = 0  # frames at rest for the distinct chunks (and bases they need)
-    chunks: int = 0
-    max_chain: int = 0  # most deltas one read of these chunks decodes
-    codecs: dict[str, CodecShare] = field(default_factory=dict)
-    tiers: dict[str, int] = field(default_factory=dict)  # stored bytes by tier ("hot")
-
-    def add(self, meta: ChunkMeta, depth: int) -> None:
-        self.chunks += 1
-        self.stored_bytes += meta.stored
-        share = self.codecs.setdefault(meta.codec, CodecShare())
-        share.chunks += 1
-        share.bytes += meta.stored
-        share.plain += meta.size
-        tier = meta.where.tier if isinstance(meta.where, Packed) else "hot"
-        self.tiers[tier] = self.tiers.get(tier, 0) + meta.stored
-        self.max_chain = max(self.max_chain, depth)
-
-    def to_wire(self) -> dict[str, object]:
-        out = asdict(self)
-        out["ratio"] = (
-            round(self.logical_bytes / self.stored_bytes, 3) if self.stored_bytes else None
-        )
-        return out
+def _add(usage: Usage, meta: ChunkMeta, depth: int) -> None:
+    """Count one chunk (read through `depth` deltas) into `usage`."""
+    usage.chunks += 1
+    usage.stored_bytes += meta.stored
+    share = usage.codecs.setdefault(meta.codec, CodecShare())
+    share.chunks += 1
+    share.bytes += meta.stored
+    share.plain += meta.size
+    tier = meta.where.tier if isinstance(meta.where, Packed) else "hot"
+    usage.tiers[tier] = usage.tiers.get(tier, 0) + meta.stored
+    usage.max_chain = max(usage.max_chain, depth)
 
 
 def _measure(chunks: Chunks, txn: lmdb.Transaction, cids: Iterable[bytes], usage: Usage) -> None:
@@ -66,12 +45,12 @@ def _measure(chunks: Chunks, txn: lmdb.Transaction, cids: Iterable[bytes], usage
             continue
         seen.add(cid)
         chain = chunks.chain(txn, cid, MAX_CHAIN) if meta.delta else [cid]
-        usage.add(meta, len(chain) - 1)
+        _add(usage, meta, len(chain) - 1)
         for base in chain[1:]:  # bases no checkpoint references are kept for this one
             base_meta = chunks.meta(txn, base)
             if base_meta is not None and base_meta.refs == 0 and base not in seen:
                 seen.add(base)
-                usage.add(base_meta, 0)
+                _add(usage, base_meta, 0)
 
 
 def checkpoint_usage(store: Store, txn: lmdb.Transaction, rec: StoredCheckpoint) -> Usage:

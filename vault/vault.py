@@ -21,7 +21,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,16 @@ from protocol import (
     JSON,
     CatalogBackup,
     CheckReport,
+    CodecShare,
     CommitFile,
     CompactReport,
     GcReport,
+    Promotion,
+    QuotaUse,
     RetentionReport,
+    StatsReport,
+    TierTotals,
+    Usage,
     VerifyReport,
 )
 
@@ -53,6 +59,7 @@ from .direct import DirectSaver
 from .domains import Domain
 from .env import make_private
 from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
+from .gauges import MapUse, NamespaceBytes, Observation
 from .gc import collect
 from .ingest import FileIngest, ingest_descriptor
 from .lifecycle import Lifecycle
@@ -70,7 +77,7 @@ from .store import Store
 from .tier import Tier
 from .tokens import Tokens
 from .uploads import OPEN_UPLOADS_BY, PENDING_BYTES_BY, Uploads
-from .usage import Usage, checkpoint_usage, namespace_usage
+from .usage import checkpoint_usage, namespace_usage
 from .writer import WriteTxn
 
 log = logging.getLogger(__name__)
@@ -227,7 +234,7 @@ class Vault:
         if refusal is not None:
             raise refusal()
 
-    def promote(self) -> dict[str, Any]:
+    def promote(self) -> Promotion:
         """Turn this standby into the primary: apply everything the replica has, claim the
         next epoch (fencing the old primary), replicate to the same tier under it, accept
         writes (vault/replication/follow.py, layout.py)."""
@@ -240,7 +247,7 @@ class Vault:
             self.store.take_over()
             self._replicate(self._replicate_as)
             self.store.writer.refuse(None)
-        return {**out, "role": self.role}
+        return replace(out, role=self.role)
 
     def close(self) -> None:
         """Idempotent: a second call does nothing."""
@@ -600,7 +607,7 @@ class Vault:
             return backup.backup_to(self.store, self.path, to)
 
     # -- monitoring -------------------------------------------------------------------
-    def observe(self) -> dict[str, Any]:
+    def observe(self) -> Observation:
         """Gauges for monitoring: storage, sessions, maps, writer, recovery points."""
         now = self.store.clock.now()
         recovery: dict[str, tuple[float | None, float | None]] = {}
@@ -617,36 +624,35 @@ class Vault:
                     now - newest.created_at if newest else None,
                     now - valid.created_at if valid else None,
                 )
-        return {
-            **self.stats(),
-            "upload_sessions": sessions,
-            "uploads_by_token": by_token,
-            "maps": {
-                name: {"used": env.used_bytes(), "size": env.map_size()}
+        return Observation(
+            stats=self.stats(),
+            upload_sessions=sessions,
+            uploads_by_token=by_token,
+            maps={
+                name: MapUse(env.used_bytes(), env.map_size())
                 for name, env in (
                     ("catalog", self.store.catalog_env),
                     ("frames", self.store.frames_env),
                 )
             },
-            "writer": asdict(self.store.writer.stats),
-            "save_journal": self.store.writer.journal_on(),
-            "commit_file_hashes": self._committer.file_hashes(),
-            "handed_over": self.handed_over(),
-            "writer_queue": self.store.writer.queue_depth(),
-            "replication": self.replication.status() if self.replication else None,
-            "recovery_seconds": recovery,
-            "namespace_usage": {
-                ns: {"logical_bytes": u.logical_bytes, "stored_bytes": u.stored_bytes}
+            writer=replace(self.store.writer.stats),  # a copy: the writer goes on counting
+            save_journal=self.store.writer.journal_on(),
+            commit_file_hashes=self._committer.file_hashes(),
+            handed_over=self.handed_over(),
+            writer_queue=self.store.writer.queue_depth(),
+            recovery_seconds=recovery,
+            namespace_usage={
+                ns: NamespaceBytes(u.logical_bytes, u.stored_bytes)
                 for ns, u in self.last_usage.items()
             },
-        }
+        )
 
     def backup_catalog(self, dest: Path) -> int:
         """A consistent, compacted, plain copy of the catalog at `dest`; returns its size."""
         with self.maintenance.hold("catalog backup"):
             return backup.backup_catalog(self.store, dest)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StatsReport:
         with self.store.catalog_env.read() as txn:
             c = self.store.counters
             logical = c.get(txn, "logical_bytes")
@@ -657,25 +663,21 @@ class Vault:
             tiers = self.store.chunks.tier_totals(txn, self.store.tiers)
             codecs = self.store.chunks.codec_totals(txn)
             quota_use = [
-                {
-                    "glob": q.glob,
-                    "limit": q.logical_bytes,
-                    "used": quota_usage(txn, self.catalog, q),
-                }
+                QuotaUse(q.glob, q.logical_bytes, quota_usage(txn, self.catalog, q))
                 for q in self.config.quotas
             ]
-        return {
-            "logical_bytes": logical,
-            "stored_bytes": stored,
-            "chunks": chunks,
-            "checkpoints": checkpoints,
-            "namespaces": namespaces,
-            "dedup_ratio": round(logical / stored, 4) if stored else None,
-            "tiers": tiers,
-            "codecs": codecs,
-            "map_size": self.store.catalog_env.map_size(),
-            "quotas": quota_use,
-            "role": self.role,
-            "replication": self.replication.status() if self.replication else None,
-            "standby": self.standby.status() if self.standby else None,
-        }
+        return StatsReport(
+            logical_bytes=logical,
+            stored_bytes=stored,
+            chunks=chunks,
+            checkpoints=checkpoints,
+            namespaces=namespaces,
+            dedup_ratio=round(logical / stored, 4) if stored else None,
+            tiers={t: TierTotals(v["chunks"], v["bytes"]) for t, v in tiers.items()},
+            codecs={c: CodecShare(**v) for c, v in codecs.items()},
+            map_size=self.store.catalog_env.map_size(),
+            quotas=quota_use,
+            role=self.role,
+            replication=self.replication.status() if self.replication else None,
+            standby=self.standby.status() if self.standby else None,
+        )

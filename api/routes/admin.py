@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 from aiohttp import web
@@ -45,7 +46,7 @@ async def health(request: web.Request) -> web.Response:
     if socket is not None and on_this_machine(request.remote):
         out["local_socket"] = str(socket)  # a client on this machine may hand files over
     if vault.standby is not None:
-        out["lag_seconds"] = vault.standby.status()["lag_seconds"]
+        out["lag_seconds"] = vault.standby.status().lag_seconds
     return json_response(out)
 
 
@@ -61,7 +62,7 @@ async def promote(request: web.Request) -> web.Response:
     epoch (which fences the old primary), then replicate to the same tier and take writes."""
     require_admin(request)
     vault = request.app[VAULT]
-    return json_response(await run(request, vault.promote))
+    return json_response((await run(request, vault.promote)).to_wire())
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -79,11 +80,10 @@ async def stats(request: web.Request) -> web.Response:
     of every manifest)."""
     require_admin(request)
     vault = request.app[VAULT]
-    out = await run(request, vault.stats)
+    report = await run(request, vault.stats)
     if query_bool(request, "namespaces", False):
-        usage = await run(request, vault.usage)
-        out["by_namespace"] = {ns: u.to_wire() for ns, u in usage.items()}
-    return json_response(out)
+        report = replace(report, by_namespace=await run(request, vault.usage))
+    return json_response(report.to_wire())
 
 
 async def gc(request: web.Request) -> web.Response:

@@ -431,9 +431,9 @@ def test_copy_prune_and_delete_threads(saver: VaultSaver, vault: VaultClient) ->
     a, b = thread(), thread()
     for turn in range(3):
         graph.invoke(ask(turn), {**a, "metadata": {"run_id": f"run-{turn}"}})
-    stored = vault.stats()["stored_bytes"]
+    stored = vault.stats().stored_bytes
     saver.copy_thread(a["configurable"]["thread_id"], b["configurable"]["thread_id"])
-    assert vault.stats()["stored_bytes"] == stored  # forks share chunks: nothing copied
+    assert vault.stats().stored_bytes == stored  # forks share chunks: nothing copied
     copied = [t.checkpoint for t in saver.list(b)]
     assert copied == [t.checkpoint for t in saver.list(a)]
     assert len(copied) == 15
@@ -488,8 +488,8 @@ def test_a_hundred_chat_turns_dedup_to_under_two_megabytes(
         graph.invoke(ask(turn), cfg)
     after = vault.stats()
     assert len(graph.get_state(cfg).values["messages"]) == 200
-    logical = after["logical_bytes"] - before["logical_bytes"]
-    stored = after["stored_bytes"] - before["stored_bytes"]
+    logical = after.logical_bytes - before.logical_bytes
+    stored = after.stored_bytes - before.stored_bytes
     assert logical > 20_000_000  # the history is re-serialized whole at every step
     assert stored < 2_000_000, (stored, logical)
 

@@ -236,7 +236,7 @@ def test_catalog_calls(vault: VaultClient) -> None:
     assert [c.id for c in vault.list("c/cat")] == [a.id]
     with pytest.raises(NotFound):
         vault.get("c/cat", b.id)
-    assert vault.stats()["checkpoints"] >= 1
+    assert vault.stats().checkpoints >= 1
 
 
 def test_load_refuses_bytes_that_do_not_match(vault: VaultClient, tmp_path: Path) -> None:

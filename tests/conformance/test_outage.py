@@ -81,15 +81,15 @@ def test_store_stopped_mid_run_then_restarted(seaweed: SeaweedFS, tmp_path: Path
         chunks = [c for c, _ in files["w"].chunks]
         with pytest.raises(TierUnavailable):
             vault.content.demote("cold", chunks, pack_target=300_000)
-        tiers = vault.stats()["tiers"]
-        assert 0 < tiers["cold"]["chunks"] < len(set(chunks))  # two packs switched, no more
+        tiers = vault.stats().tiers
+        assert 0 < tiers["cold"].chunks < len(set(chunks))  # two packs switched, no more
         assert vault.check().ok
         with pytest.raises(TierUnavailable):
             read_file(vault, "ns", rec.id, "w")  # part of it is in the stopped store
         server.start()
         assert read_file(vault, "ns", rec.id, "w") == data
         vault.content.demote("cold", chunks, pack_target=300_000)  # the rerun finishes the move
-        assert vault.stats()["tiers"]["hot"]["chunks"] == 0
+        assert vault.stats().tiers["hot"].chunks == 0
         assert read_file(vault, "ns", rec.id, "w") == data
         assert vault.check().ok
     finally:

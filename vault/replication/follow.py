@@ -42,7 +42,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+
+from protocol import Promotion, StandbyStatus
 
 from ..errors import PromotionConflict, ReplicaNotFound
 from ..store import Store
@@ -286,7 +287,7 @@ class Follower:
                 log.exception("standby watcher failed")
 
     # -- promotion -----------------------------------------------------------------------
-    def promote(self) -> dict[str, Any]:
+    def promote(self) -> Promotion:
         """Make the replica's newest state this vault's and claim the next epoch (see the
         module docstring). The caller then starts replicating under it (the epoch file
         names it) and accepts writes. On failure the standby goes on following."""
@@ -300,9 +301,11 @@ class Follower:
             self._stop.clear()
             self._thread = self._s.runtime.thread("vault-standby", self._loop)
             raise
-        return {**out, "seconds": round(time.monotonic() - started, 3)}
+        epoch, generation, fence = out
+        return Promotion(epoch, generation, fence, round(time.monotonic() - started, 3))
 
-    def _promote(self) -> dict[str, Any]:
+    def _promote(self) -> tuple[int, str, int]:
+        """Claim the epoch and take over; returns (epoch, generation, fence segment)."""
         known = self._pos.epoch if self._pos is not None else 0
         if self._claimed is None or newest_epoch(self._tier, known) != self._claimed[1]:
             while self._poll():  # not a retry of this process's own claim: catch up first
@@ -333,35 +336,35 @@ class Follower:
         write_local_epoch(self._dir, epoch)
         (self._dir / POSITION).unlink()
         self.state = "promoted"
-        return {"epoch": epoch, "generation": pos.generation, "fence": end}
+        return epoch, pos.generation, end
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
 
     # -- observers -----------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StandbyStatus:
         pos = self._pos
         lags = sorted(list(self._lags))
-        return {
-            "tier": self.config.tier,
-            "state": self.state,
-            "epoch": pos.epoch if pos else None,
-            "generation": pos.generation if pos else None,
-            "next_segment": pos.next_segment if pos else None,
-            "poll_interval": self.config.poll_interval,
-            "lag_seconds": (
+        return StandbyStatus(
+            tier=self.config.tier,
+            state=self.state,
+            epoch=pos.epoch if pos else None,
+            generation=pos.generation if pos else None,
+            next_segment=pos.next_segment if pos else None,
+            poll_interval=self.config.poll_interval,
+            lag_seconds=(
                 round(max(0.0, time.time() - self.caught_up_at), 3)
                 if self.caught_up_at is not None
                 else None
             ),
-            "applied_through": self.applied_through,
-            "apply_lag_p50": quantile(lags, 0.5),
-            "apply_lag_p99": quantile(lags, 0.99),
-            "segments": self.segments,
-            "batches": self.batches,
-            "rebases": self.rebases,
-            "polls": self.polls,
-            "failures": self.failures,
-            "last_error": self.last_error,
-        }
+            applied_through=self.applied_through,
+            apply_lag_p50=quantile(lags, 0.5),
+            apply_lag_p99=quantile(lags, 0.99),
+            segments=self.segments,
+            batches=self.batches,
+            rebases=self.rebases,
+            polls=self.polls,
+            failures=self.failures,
+            last_error=self.last_error,
+        )

@@ -56,6 +56,8 @@ from typing import Any
 
 import zstandard
 
+from protocol import ReplicationStatus
+
 from ..env import CATALOG_DBS, FRAME_DBS, Env
 from ..errors import Fenced, ObjectExists
 from ..store import Store
@@ -261,35 +263,35 @@ class Replicator:
             self._cond.notify_all()
 
     # -- observers -----------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReplicationStatus:
         """Lag and counters for /metrics and `ckpt stats`."""
         now = time.time()
         with self._cond:
             oldest = self._pending[0][1] if self._pending else None
             lag = max(0.0, now - oldest) if oldest is not None else 0.0
             lags = sorted(self._lags)
-            return {
-                "tier": self.config.tier,
-                "mode": self.config.mode,
-                "epoch": self.epoch,
-                "fenced_by": self.fenced_by,
-                "generation": self._gen,
-                "lag_seconds": round(lag, 3),
-                "lag_bytes": self._queued_bytes,
-                "lag_budget": self.config.lag_budget,
-                "queued_batches": len(self._pending),
-                "base_pending": not self._base_ready,
-                "lag_p50": quantile(lags, 0.5),
-                "lag_p99": quantile(lags, 0.99),
-                "batches": self._batch,
-                "restorable_batch": self._restorable,
-                "segments": self.segments,
-                "bases": self.bases,
-                "shipped_bytes": self.shipped_bytes,
-                "failures": self.failures,
-                "overflows": self.overflows,
-                "last_error": self.last_error,
-            }
+            return ReplicationStatus(
+                tier=self.config.tier,
+                mode=self.config.mode,
+                epoch=self.epoch,
+                fenced_by=self.fenced_by,
+                generation=self._gen,
+                lag_seconds=round(lag, 3),
+                lag_bytes=self._queued_bytes,
+                lag_budget=self.config.lag_budget,
+                queued_batches=len(self._pending),
+                base_pending=not self._base_ready,
+                lag_p50=quantile(lags, 0.5),
+                lag_p99=quantile(lags, 0.99),
+                batches=self._batch,
+                restorable_batch=self._restorable,
+                segments=self.segments,
+                bases=self.bases,
+                shipped_bytes=self.shipped_bytes,
+                failures=self.failures,
+                overflows=self.overflows,
+                last_error=self.last_error,
+            )
 
     def wait_restorable(self, timeout: float) -> bool:
         """Wait until every batch committed so far is in the replica; False on timeout."""

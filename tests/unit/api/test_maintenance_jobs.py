@@ -44,7 +44,7 @@ def test_scheduled_gc_repacks_what_it_freed(tmp_path: Path) -> None:
         assert result.packs_rewritten == 1
         assert result.pack_bytes_freed is not None
         assert result.pack_bytes_freed > 300_000
-        assert vault.stats()["tiers"]["cold"]["bytes"] == sum(
+        assert vault.stats().tiers["cold"].bytes == sum(
             len(cold.get(k)) for k in cold.list("packs/") if not k.endswith(".idx")
         )
     finally:

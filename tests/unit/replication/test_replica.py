@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol import ReplicationStatus
 from tiering.backends.local import LocalTier
 from tiering.wrappers import FaultyTier
 from vault import Conflict, Vault
@@ -21,6 +22,13 @@ from vault.tier import Tier
 from ..vault.helpers import client_save, read_file
 
 DEADLINE = 20.0  # seconds any wait for the replica may take
+
+
+def replication_of(vault: Vault) -> ReplicationStatus:
+    """The replication status in `vault`'s stats (it replicates)."""
+    status = vault.stats().replication
+    assert status is not None
+    return status
 
 
 def _open(path: Path, tier: Tier, **opts: object) -> Vault:
@@ -49,9 +57,9 @@ def test_restore_reads_back_everything_committed(tmp_path: Path) -> None:
         vault.delete("ns", deleted)
         del saved[deleted]
         _wait_caught_up(vault)
-        status = vault.stats()["replication"]
-        assert status["lag_seconds"] == 0.0
-        assert status["lag_bytes"] == 0
+        status = replication_of(vault)
+        assert status.lag_seconds == 0.0
+        assert status.lag_bytes == 0
     finally:
         vault.close()
 
@@ -81,13 +89,13 @@ def test_outage_grows_lag_then_catches_up(tmp_path: Path) -> None:
         ids = [client_save(vault, "ns", {"a": os.urandom(5000)}).id for _ in range(5)]
         assert vault.replication is not None
         assert not vault.replication.wait_restorable(0.3)
-        status = vault.stats()["replication"]
-        assert status["lag_bytes"] > 0
-        assert status["lag_seconds"] > 0.2
-        assert status["failures"] > 0
+        status = replication_of(vault)
+        assert status.lag_bytes > 0
+        assert status.lag_seconds > 0.2
+        assert status.failures > 0
         tier.fail_next = 0  # back
         _wait_caught_up(vault)
-        assert vault.stats()["replication"]["lag_bytes"] == 0
+        assert replication_of(vault).lag_bytes == 0
     finally:
         vault.close()
     restore_replica(tier, tmp_path / "restored")
@@ -107,10 +115,10 @@ def test_overflow_drops_the_backlog_for_a_new_base(tmp_path: Path) -> None:
         ids = [client_save(vault, "ns", {"a": os.urandom(9000)}).id for _ in range(4)]
         assert vault.replication is not None
         status = vault.replication.status()
-        assert status["overflows"] >= 1
-        assert status["lag_bytes"] <= 20_000
-        assert status["base_pending"]
-        assert status["lag_seconds"] > 0
+        assert status.overflows >= 1
+        assert status.lag_bytes <= 20_000
+        assert status.base_pending
+        assert status.lag_seconds > 0
         tier.fail_next = 0
         _wait_caught_up(vault)
         gens = {k.split("/")[1] for k in tier.list("replica/") if k != "replica/current"}
@@ -133,7 +141,7 @@ def test_sync_acknowledges_once_replicated(tmp_path: Path) -> None:
         for _ in range(3):
             client_save(vault, "ns", {"a": os.urandom(3000)})
             status = vault.replication.status()
-            assert status["restorable_batch"] == status["batches"]
+            assert status.restorable_batch == status.batches
     finally:
         vault.close()
 
@@ -173,25 +181,25 @@ def test_clean_restart_and_restore_continue_the_generation(tmp_path: Path) -> No
     a = client_save(vault, "ns", {"a": b"one"}).id
     _wait_caught_up(vault)
     assert vault.replication is not None
-    gen = vault.replication.status()["generation"]
+    gen = vault.replication.status().generation
     vault.close()
     vault = _open(tmp_path / "primary", tier)  # clean restart: same generation, no base
     b = client_save(vault, "ns", {"a": b"two"}).id
     _wait_caught_up(vault)
     assert vault.replication is not None
     status = vault.replication.status()
-    assert (status["generation"], status["bases"]) == (gen, 0)
+    assert (status.generation, status.bases) == (gen, 0)
     # the old primary is not closed: a restored copy that writes too must not share the log
     restore_replica(tier, tmp_path / "restored")
     restored = _open(tmp_path / "restored", tier)
     try:
         assert restored.replication is not None
-        assert restored.replication.status()["generation"] == gen  # continued after restore
+        assert restored.replication.status().generation == gen  # continued after restore
         client_save(vault, "ns", {"a": b"three"})  # the old primary takes the next segment
         _wait_caught_up(vault)
         c = client_save(restored, "ns", {"a": b"four"}).id  # finds it taken: a new generation
         _wait_caught_up(restored)
-        assert restored.replication.status()["generation"] != gen
+        assert restored.replication.status().generation != gen
     finally:
         restored.close()
         vault.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol import ReplicationStatus, StandbyStatus
 from tiering.backends.local import LocalTier
 from tiering.wrappers import FaultyTier
 from vault import Conflict, Vault
@@ -41,6 +42,20 @@ from ..vault.helpers import client_save, read_file
 
 DEADLINE = 20.0  # seconds any wait for the replica or the standby may take
 POLL = 0.02  # the standby's poll interval here
+
+
+def standby_of(vault: Vault) -> StandbyStatus:
+    """The standby status in `vault`'s stats (it is a standby)."""
+    status = vault.stats().standby
+    assert status is not None
+    return status
+
+
+def replication_of(vault: Vault) -> ReplicationStatus:
+    """The replication status in `vault`'s stats (it replicates)."""
+    status = vault.stats().replication
+    assert status is not None
+    return status
 
 
 def wait_for(ok: Callable[[], bool], what: str) -> None:
@@ -114,11 +129,11 @@ def test_standby_follows_reads_and_refuses_writes(pair: tuple[Vault, Vault]) -> 
     with pytest.raises(ReadOnlyStandby):
         s.set_policy("ns", {"retention": {"keep_last": 1}})
     after = s.stats()
-    assert (after["checkpoints"], after["chunks"]) == (before["checkpoints"], before["chunks"])
-    wait_for(lambda: s.stats()["standby"]["batches"] > 0, "the log's batches to be counted")
-    status = s.stats()["standby"]
-    assert status["epoch"] == 0
-    assert status["lag_seconds"] is not None
+    assert (after.checkpoints, after.chunks) == (before.checkpoints, before.chunks)
+    wait_for(lambda: standby_of(s).batches > 0, "the log's batches to be counted")
+    status = standby_of(s)
+    assert status.epoch == 0
+    assert status.lag_seconds is not None
     assert s.check().ok
 
 
@@ -127,7 +142,7 @@ def test_promotion_fences_the_old_primary(pair: tuple[Vault, Vault], tier: Local
     acked = client_save(p, "ns", {"a": b"before"}).id
     caught_up(p)
     out = s.promote()
-    assert (out["epoch"], out["role"], s.role) == (1, "primary", "primary")
+    assert (out.epoch, out.role, s.role) == (1, "primary", "primary")
     assert tier.head(fence_key(1)) is not None
     assert json.loads((s.path / EPOCH_FILE).read_text())["epoch"] == 1
     assert not (s.path / POSITION).exists()
@@ -140,7 +155,7 @@ def test_promotion_fences_the_old_primary(pair: tuple[Vault, Vault], tier: Local
     wait_for(lambda: p.role == "fenced", "the old primary to find the fence")
     with pytest.raises(Fenced):
         client_save(p, "ns", {"a": b"refused"})
-    assert p.stats()["replication"]["fenced_by"] == 1
+    assert replication_of(p).fenced_by == 1
     new = client_save(s, "ns", {"a": b"on the new primary"}).id
     caught_up(s)
     restored = Vault(_restored(tier, s.path.parent / "restored"))
@@ -207,7 +222,7 @@ def test_segments_past_the_fence_point_are_never_read(tmp_path: Path, tier: Loca
             new = client_save(s, "ns", {"a": b"new primary"}).id
             caught_up(s)
             wait_for(
-                lambda: other.stats()["standby"]["epoch"] == 1 and new in ids(other),
+                lambda: standby_of(other).epoch == 1 and new in ids(other),
                 "the second standby to follow epoch 1",
             )
             assert not stale & ids(other)
@@ -257,7 +272,7 @@ def test_a_promotion_that_died_does_not_block_the_next(
     p, s = pair
     tier.put(fence_key(1), b"{}", if_absent=True)  # claimed, then its server died
     wait_for(lambda: p.role == "fenced" or _saved_fenced(p), "the claim to fence the primary")
-    assert s.promote()["epoch"] == 2
+    assert s.promote().epoch == 2
     assert read_current(tier, 2) is not None
     client_save(s, "ns", {"a": b"the next promotion"})
 
@@ -278,12 +293,12 @@ def test_new_generation_rebuilds_the_standby(pair: tuple[Vault, Vault], tier: Lo
     with contextlib.closing(primary(p.path, tier)) as p2:
         rec = client_save(p2, "ns", {"a": b"new generation"})
         caught_up(p2)
-        gen = p2.stats()["replication"]["generation"]
+        gen = replication_of(p2).generation
         wait_for(
-            lambda: s.stats()["standby"]["generation"] == gen and rec.id in ids(s),
+            lambda: standby_of(s).generation == gen and rec.id in ids(s),
             "the standby to rebuild on the new generation",
         )
-        assert s.stats()["standby"]["rebases"] >= 2  # the first sync, then this one
+        assert standby_of(s).rebases >= 2  # the first sync, then this one
         assert read_file(s, "ns", rec.id, "a") == b"new generation"
         assert s.check().ok
 
@@ -297,11 +312,11 @@ def test_overflow_on_the_primary_rebuilds_the_standby(tmp_path: Path, tier: Loca
         with contextlib.closing(standby(tmp_path / "s", tier)) as s:
             faulty.fail_next = 10**9  # the store is down for the primary only
             dropped = {client_save(p, "ns", {"a": os.urandom(9000)}).id for _ in range(4)}
-            assert p.stats()["replication"]["overflows"] >= 1
+            assert replication_of(p).overflows >= 1
             faulty.fail_next = 0
             caught_up(p)  # a new generation's base holds what the queue dropped
             wait_for(
-                lambda: s.stats()["standby"]["rebases"] >= 2 and dropped <= ids(s),
+                lambda: standby_of(s).rebases >= 2 and dropped <= ids(s),
                 "the standby to rebuild from the new base",
             )
             assert ids(s) == ids(p)
@@ -320,7 +335,7 @@ def test_crash_mid_apply_rebuilds_at_start(
     (path / POSITION).write_text(json.dumps({**position, "applying": True}))  # killed mid-way
     again = standby(path, tier)
     try:
-        assert again.stats()["standby"]["rebases"] == 1
+        assert standby_of(again).rebases == 1
         assert ids(again) == ids(p)
         assert again.check().ok
     finally:

@@ -128,6 +128,6 @@ def test_a_mixed_sequence_stores_deltas_that_survive_tiering(tmp_path: Path) -> 
     try:
         ops = ["save", "compact", "tier", "save", "compact", "promote", "delete", "gc", "compact"]
         run(vault, clock, ops, 3)
-        assert vault.stats()["codecs"]["delta"]["chunks"] > 0
+        assert vault.stats().codecs["delta"].chunks > 0
     finally:
         vault.close()

@@ -40,7 +40,7 @@ def test_old_checkpoints_move_and_read_back(tiered: Vault, cold: FaultyTier) -> 
     )
     plan = run_tiering(tiered, dry_run=True)
     assert sorted(plan.tiers["cold"].checkpoints) == sorted(r.id for r in old)
-    frames_before = tiered.stats()["chunks"]
+    frames_before = tiered.stats().chunks
     result = run_tiering(tiered)
     assert result.moved is not None
     moved = result.moved["cold"]
@@ -49,10 +49,10 @@ def test_old_checkpoints_move_and_read_back(tiered: Vault, cold: FaultyTier) -> 
     assert {tiered.get("ns", r.id).tier for r in old} == {"mixed"}  # `shared` stays hot
     assert tiered.get("ns", new.id).tier == "hot"  # shares `shared` chunks: they stay hot
     stats = tiered.stats()
-    assert stats["chunks"] == frames_before  # moved, not copied or lost
-    assert stats["tiers"]["cold"]["chunks"] == moved.chunks
-    assert stats["tiers"]["hot"]["chunks"] + stats["tiers"]["cold"]["chunks"] == stats["chunks"]
-    assert stats["tiers"]["hot"]["bytes"] + stats["tiers"]["cold"]["bytes"] == stats["stored_bytes"]
+    assert stats.chunks == frames_before  # moved, not copied or lost
+    assert stats.tiers["cold"].chunks == moved.chunks
+    assert stats.tiers["hot"].chunks + stats.tiers["cold"].chunks == stats.chunks
+    assert stats.tiers["hot"].bytes + stats.tiers["cold"].bytes == stats.stored_bytes
     for rec in old:
         _, files = tiered.manifest("ns", rec.id)
         assert read_file(tiered, "ns", rec.id, "w") == b"".join(

@@ -59,13 +59,13 @@ def test_policy_change_brings_packed_chunks_back(vault: Vault) -> None:
     assert done.promoted.chunks == plan.promote.chunks > 0
     assert _tiers(vault, "ns", saved) == ["cold", "hot", "hot", "hot"]
     stats = vault.stats()
-    assert stats["tiers"]["hot"]["chunks"] + stats["tiers"]["cold"]["chunks"] == stats["chunks"]
+    assert stats.tiers["hot"].chunks + stats.tiers["cold"].chunks == stats.chunks
     for rec, data in saved:
         assert read_file(vault, "ns", rec.id, "w") == data
     vault.set_policy("ns", {"tiering": {"target": None}})  # no target: everything comes home
     run_tiering(vault)
     assert _tiers(vault, "ns", saved) == ["hot"] * 4
-    assert vault.stats()["tiers"]["cold"]["chunks"] == 0
+    assert vault.stats().tiers["cold"].chunks == 0
     report = vault.check()
     assert report.ok
     assert report.orphan_frames == 0
@@ -102,7 +102,7 @@ def test_high_watermark_demotes_oldest_first_down_to_the_low_mark(vault: Vault) 
     assert plan.by_watermark == [r.id for r, _ in saved[:4]]  # oldest first, to <= low
     run_tiering(vault)
     assert _tiers(vault, "ns", saved) == ["cold"] * 4 + ["hot"] * 2
-    assert vault.stats()["tiers"]["hot"]["bytes"] <= 250_000
+    assert vault.stats().tiers["hot"].bytes <= 250_000
     assert run_tiering(vault, dry_run=True).by_watermark == []  # below the high mark now
     for rec, data in saved:
         assert read_file(vault, "ns", rec.id, "w") == data

@@ -53,7 +53,7 @@ def test_gc_then_repack_keeps_only_live_bytes(vault: Vault, cold: MemoryTier) ->
     assert (report.rewritten, report.deleted, report.new_packs) == (1, 1, 1)
     (new_pack,) = _packs(cold)
     assert new_pack != old_pack
-    assert len(cold.get(new_pack)) == vault.stats()["tiers"]["cold"]["bytes"]
+    assert len(cold.get(new_pack)) == vault.stats().tiers["cold"].bytes
     assert report.dead_bytes_freed == sparse.size - sparse.live_bytes
     rec, data = saved[3]
     assert read_file(vault, "ns", rec.id, "w") == data
@@ -96,4 +96,4 @@ def test_promotion_leaves_dead_bytes_that_a_tiering_run_repacks(
     for rec, data in saved:
         assert read_file(vault, "ns", rec.id, "w") == data
     stats = vault.stats()
-    assert stats["tiers"]["cold"]["bytes"] == sum(len(cold.get(k)) for k in _packs(cold))
+    assert stats.tiers["cold"].bytes == sum(len(cold.get(k)) for k in _packs(cold))

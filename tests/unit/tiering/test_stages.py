@@ -71,9 +71,9 @@ def test_chunks_move_on_from_warm_to_cold(vault: Vault, tiers: dict[str, MemoryT
     run_tiering(vault)  # the last one follows; the warm packs it leaves are deleted
     assert [vault.get("ns", r.id).tier for r, _ in saved] == ["cold"] * 3
     assert _packs(tiers["warm"]) == []
-    stats = vault.stats()["tiers"]
-    assert stats["warm"]["chunks"] == 0
-    assert stats["cold"]["chunks"] + stats["hot"]["chunks"] == vault.stats()["chunks"]
+    stats = vault.stats().tiers
+    assert stats["warm"].chunks == 0
+    assert stats["cold"].chunks + stats["hot"].chunks == vault.stats().chunks
     for rec, data in saved:
         assert read_file(vault, "ns", rec.id, "w") == data
     assert vault.check().ok

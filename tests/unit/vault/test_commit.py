@@ -42,7 +42,7 @@ def test_commit_is_idempotent(vault: Vault) -> None:
     assert created
     assert not created_again
     assert first.id == again.id
-    assert vault.stats()["checkpoints"] == 1
+    assert vault.stats().checkpoints == 1
 
 
 def test_nothing_is_visible_before_commit_or_after_abort(vault: Vault) -> None:
@@ -168,9 +168,9 @@ def test_listing_pages_newest_first_with_filters(vault: Vault) -> None:
 def test_fork_shares_chunks_and_counts_references(vault: Vault) -> None:
     data = os.urandom(300_000)
     src = stream_save(vault, "a", {"f": data})
-    stored = vault.stats()["stored_bytes"]
+    stored = vault.stats().stored_bytes
     fork = vault.fork("a", src.id, "b/child", metadata={"why": "experiment"})
-    assert vault.stats()["stored_bytes"] == stored
+    assert vault.stats().stored_bytes == stored
     assert fork.parent == src.id
     assert fork.namespace == "b/child"
     vault.delete("a", src.id)

@@ -61,9 +61,9 @@ def depth(vault: Vault, cid: bytes) -> int:
 def test_compaction_shrinks_older_checkpoints_and_every_one_reads_back(vault: Vault) -> None:
     files = fp32_series(5)
     ids = save_series(vault, "ns", files)
-    before = vault.stats()["stored_bytes"]
+    before = vault.stats().stored_bytes
     report = vault.compact()
-    after = vault.stats()["stored_bytes"]
+    after = vault.stats().stored_bytes
     assert report.checkpoints == 4
     assert report.deltas > 0
     assert after < before * 0.8
@@ -93,9 +93,9 @@ def test_chains_stay_within_the_bound(vault: Vault, series: str) -> None:
         _, m = vault.manifest("ns", ckpt)
         assert max(depth(vault, c) for c, _ in m["w.bin"].chunks) <= MAX_CHAIN
         assert read_file(vault, "ns", ckpt, "w.bin") == data
-    codecs = vault.stats()["codecs"]
-    assert codecs["delta"]["chunks"] > 0
-    assert codecs["grouped"]["chunks"] == 0  # no keyframe was needed
+    codecs = vault.stats().codecs
+    assert codecs["delta"].chunks > 0
+    assert codecs["grouped"].chunks == 0  # no keyframe was needed
     assert vault.check().ok
 
 

@@ -68,7 +68,7 @@ def test_idempotency_keys_replay_then_expire_with_gc(vault: Vault, clock: FakeCl
     assert again.id == first.id
     with pytest.raises(Conflict):
         vault.save("elsewhere", {"s": b"state"}, key=key)
-    assert vault.observe()["upload_sessions"] == 0  # keys are not sessions
+    assert vault.observe().upload_sessions == 0  # keys are not sessions
     clock.advance(vault.config.upload_ttl + 1)
     assert vault.gc().keys_expired == 1
     third, created_third = vault.save("ns", {"s": b"state"}, key=key)

@@ -106,7 +106,7 @@ def test_files_past_the_bound_drop_the_oldest(vault: Vault) -> None:
 
 
 def _hashed(vault: Vault) -> dict[str, int]:
-    hashed: dict[str, int] = vault.observe()["commit_file_hashes"]
+    hashed: dict[str, int] = vault.observe().commit_file_hashes
     return hashed
 
 

@@ -23,8 +23,8 @@ def test_dedup_stores_repeated_chunks_once(vault: Vault) -> None:
     edited = data[:1_000_000] + b"x" * 1000 + data[1_001_000:]
     stream_save(vault, "ns", {"f": edited})
     after = vault.stats()
-    assert after["chunks"] - before["chunks"] <= 3
-    assert after["stored_bytes"] - before["stored_bytes"] < 300_000
+    assert after.chunks - before.chunks <= 3
+    assert after.stored_bytes - before.stored_bytes < 300_000
 
 
 def test_gc_waits_for_grace_and_expiry(vault: Vault, clock: FakeClock) -> None:
@@ -35,8 +35,8 @@ def test_gc_waits_for_grace_and_expiry(vault: Vault, clock: FakeClock) -> None:
     report = vault.gc()
     assert report.chunks_deleted > 0
     assert report.uploads_expired == 1
-    assert vault.stats()["chunks"] == 0
-    assert vault.stats()["stored_bytes"] == 0
+    assert vault.stats().chunks == 0
+    assert vault.stats().stored_bytes == 0
     assert vault.check().ok
 
 
@@ -144,7 +144,7 @@ def test_one_request_saves_store_inline_and_gc_collects_them(
     with vault.store.catalog_env.read() as txn:
         assert sum(1 for _ in txn.cursor(db=vault.store.catalog_env.db["inline_frames"])) == 0
     assert vault.check().ok
-    assert vault.stats()["stored_bytes"] == 0
+    assert vault.stats().stored_bytes == 0
 
 
 def test_inline_frames_are_appended_so_their_pages_fill(vault: Vault) -> None:
@@ -211,4 +211,4 @@ def test_repair_drops_unreserved_orphans_but_not_reserved_ones(
     vault.abort(session.id)
     clock.advance(vault.config.upload_ttl + 1)
     assert vault.check(repair=True).repaired == 3
-    assert vault.stats()["chunks"] == 0
+    assert vault.stats().chunks == 0

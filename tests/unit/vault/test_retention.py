@@ -106,14 +106,14 @@ def test_plan_then_apply_deletes_exactly_the_plan(vault: Vault, clock: FakeClock
     assert plan.to_wire()["delete"] == [ids[3], ids[2], ids[1]]
     assert plan.reclaimable_bytes > 0
     assert len(vault.checkpoints("ns")[0]) == 6  # a dry run changes nothing
-    stored = vault.stats()["stored_bytes"]
+    stored = vault.stats().stored_bytes
     done = vault.retention(dry_run=False)
     assert done.deleted == [ids[3], ids[2], ids[1]]
     assert [r.id for r in vault.checkpoints("ns")[0]] == [ids[5], ids[4], ids[0]]
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     freed = vault.gc().bytes_freed
     assert freed == plan.reclaimable_bytes
-    assert vault.stats()["stored_bytes"] == stored - freed
+    assert vault.stats().stored_bytes == stored - freed
     assert vault.check().ok
 
 

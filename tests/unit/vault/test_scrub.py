@@ -46,7 +46,7 @@ def test_verify_finds_flipped_bytes_invalidates_and_heals(tmp_path: Path) -> Non
     assert sorted(report.checkpoints_invalidated) == sorted(
         [first.id, second.id, producer_marked.id]
     )
-    assert report.chunks_checked == vault.stats()["chunks"]
+    assert report.chunks_checked == vault.stats().chunks
     rec = vault.get("ns", first.id)
     assert rec.validity.state == "invalid"
     assert rec.validity.reason == f"corrupt chunk {victim_id.hex()}"
