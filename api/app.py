@@ -50,6 +50,7 @@ from .promotion import promotion_context
 from .ratelimit import RateLimiter
 from .receive import close_taken
 from .roles import follow_tokens, read_only_middleware
+from .samples import sampling_context
 from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
@@ -131,5 +132,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app.cleanup_ctx.append(_vault_context)
     app.cleanup_ctx.append(maintenance_context)
     app.cleanup_ctx.append(promotion_context)
+    app.cleanup_ctx.append(sampling_context)
     setup_routes(app)
     return app

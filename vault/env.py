@@ -57,6 +57,7 @@ CATALOG_DBS = (
     b"audit",  # time (ms, u64 BE) + sequence (u32) -> audit entry JSON (vault/audit.py)
     b"keys",  # encryption key id (2 bytes, big endian) -> check value of that key
     b"inline_frames",  # sequence number (u64 BE) -> frame, for chunks of one-request saves
+    b"samples",  # time (ms, u64 BE) -> storage sample JSON (vault/samples.py)
     # new tables go last: replication logs name a table by its place in this list
 )
 MIN_MAP_SIZE = 1 << 20

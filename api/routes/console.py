@@ -1,0 +1,63 @@
+"""What the web console asks that no other route answers: who a token is (so the page offers
+only what its scopes allow), and storage samples over time (so it can draw them).
+
+Both work for any token: `whoami` tells a caller only about itself; the history shows vault
+totals to admin tokens only (as `GET /v1/stats` does) and, of each sample's namespaces,
+only those the token may read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from vault import InvalidRequest
+
+from ..auth import principal
+from ..http import json_response, query_int, run
+from ..samples import SAMPLE_INTERVAL, SAMPLES
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """The calling token's name and scopes, and whether it is an admin."""
+    who = principal(request)
+    return json_response({"name": who.name, "scopes": list(who.scopes), "admin": who.is_admin})
+
+
+def _query_since(request: web.Request) -> float | None:
+    raw = request.query.get("since")
+    if raw is None:
+        return None
+    try:
+        since = float(raw)
+    except ValueError:
+        raise InvalidRequest("query parameter since must be epoch seconds") from None
+    if not 0 <= since < 1e12:  # also refuses nan and inf
+        raise InvalidRequest("query parameter since must be epoch seconds")
+    return since
+
+
+async def stats_history(request: web.Request) -> web.Response:
+    """Storage samples (logical, stored, on-disk bytes; per namespace at usage scans),
+    oldest first."""
+    who = principal(request)
+    samples = await run(
+        request,
+        request.app[SAMPLES].history,
+        since=_query_since(request),
+        limit=query_int(request, "limit", 1000),
+    )
+    out: list[dict[str, Any]] = []
+    for s in samples:
+        wire = s.to_wire()
+        if not who.is_admin:  # vault-wide totals are admin figures (GET /v1/stats)
+            wire.update(logical_bytes=None, stored_bytes=None, disk_bytes=None)
+        wire["namespaces"] = {ns: b for ns, b in wire["namespaces"].items() if who.may("read", ns)}
+        out.append(wire)
+    return json_response({"samples": out, "interval": SAMPLE_INTERVAL})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/whoami", whoami)
+    app.router.add_get("/v1/stats/history", stats_history)
