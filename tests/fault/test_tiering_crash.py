@@ -5,7 +5,6 @@ and a second run finishes the move."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import random
 import secrets
@@ -46,8 +45,10 @@ async def test_sigkill_during_tiering_run(tmp_path: Path, seaweed: SeaweedFS) ->
             for name, data in files.items():
                 async with http.post("/v1/namespaces/tc/uploads", json={}) as resp:
                     up = (await resp.json())["upload_id"]
-                async with http.put(f"/v1/uploads/{up}/files/{name}", data=io.BytesIO(data)):
-                    pass
+                async with http.put(
+                    f"/v1/uploads/{up}/files/{name}", data=io.BytesIO(data)
+                ) as resp:
+                    assert resp.status < 300, await resp.text()
                 async with http.post(f"/v1/uploads/{up}/commit", json={}) as resp:
                     ids[name] = (await resp.json())["id"]
             async with http.put(
@@ -67,8 +68,15 @@ async def test_sigkill_during_tiering_run(tmp_path: Path, seaweed: SeaweedFS) ->
             async with http.post("/v1/namespaces/barrier/uploads", json={}) as resp:
                 assert resp.status == 201, await resp.text()
             server.kill()
-            with contextlib.suppress(aiohttp.ClientError):  # the run died with the server
-                (await run).release()
+            answered: int | None = None  # the run's status, if it answered before the kill
+            try:
+                response = await run
+            except aiohttp.ClientError:
+                pass  # the run died with the server: the kill landed in it
+            else:
+                answered = response.status
+                response.release()
+            assert answered is None, f"the run answered {answered} before the kill"
         server.start()
         headers = {"Authorization": f"Bearer {server.token}"}
         async with aiohttp.ClientSession(server.url, headers=headers) as http:
@@ -83,12 +91,14 @@ async def test_sigkill_during_tiering_run(tmp_path: Path, seaweed: SeaweedFS) ->
                     assert resp.status == 200
                     assert await resp.read() == data, name
             async with http.post("/v1/admin/check?repair=true") as resp:
+                assert resp.status == 200, await resp.text()
                 report = await resp.json()
             assert report["ok"], report
             assert report["drift"] == []
             async with http.post("/v1/admin/tiering?dry_run=false") as resp:
                 assert resp.status == 200
             async with http.post("/v1/admin/check") as resp:
+                assert resp.status == 200, await resp.text()
                 clean = await resp.json()
             assert clean["ok"]
             assert clean["orphan_frames"] == 0
