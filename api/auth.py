@@ -10,11 +10,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from protocol import CheckpointWritten, LineageEntry
 from vault import Clock, InvalidName, StoredCheckpoint, Token
 from vault.names import check_namespace
 from vault.tokens import verify
@@ -23,6 +23,9 @@ from .errors import Forbidden, Handler, Unauthorized
 from .ratelimit import RateLimiter
 
 PUBLIC_PATHS = frozenset({"/v1/health"})
+# The web console's page and static files (api/routes/ui.py): they hold no data, and a
+# browser fetching a script cannot add a token; every API call the page makes carries one.
+PUBLIC_PREFIXES = ("/ui/",)
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,13 @@ def require(request: web.Request, action: str, ns: str) -> None:
         raise Forbidden(f"token {p.name!r} may not {action} namespace {ns!r}")
 
 
-def visible_record(request: web.Request, rec: StoredCheckpoint) -> dict[str, Any]:
+def visible_record(request: web.Request, rec: StoredCheckpoint) -> LineageEntry | CheckpointWritten:
     """What a change answers: the whole record to a caller that may read its namespace;
     to a write-only (append-only) token only the id of what it wrote, since metadata, file
     names, sizes and hashes (an `inherit` commit lists the parent's) are what GET refuses."""
     if principal(request).may("read", rec.namespace):
-        return rec.to_wire()
-    return {"id": rec.id, "namespace": rec.namespace}
+        return rec.to_protocol()
+    return CheckpointWritten(rec.id, rec.namespace)
 
 
 def require_admin(request: web.Request) -> None:
@@ -134,7 +137,7 @@ def auth_middleware(
 ) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in PUBLIC_PATHS:
+        if request.path not in PUBLIC_PATHS and not request.path.startswith(PUBLIC_PREFIXES):
             who = request.app[cache_key].authenticate(request.headers.get("Authorization"))
             if not who.is_admin:
                 request.app[limiter_key].take(who.name)

@@ -65,6 +65,8 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.StandbyStatus,
     protocol.Usage,
     protocol.Promotion,
+    protocol.Health,
+    protocol.CheckpointWritten,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -75,7 +77,7 @@ _PRIMITIVES: dict[object, dict[str, Any]] = {
 _REF = "#/components/schemas/"
 
 
-def type_schema(hint: object) -> dict[str, Any]:
+def _type_schema(hint: object) -> dict[str, Any]:
     """The JSON schema of a protocol type hint: primitives, `X | None`, list, dict, records;
     `Any` (the protocol's `JSON`) is any JSON value."""
     if hint is Any:
@@ -88,27 +90,27 @@ def type_schema(hint: object) -> dict[str, Any]:
     if origin in (Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
         if len(inner) != 1:
-            return {"anyOf": [type_schema(a) for a in args]}
-        schema = type_schema(inner[0])
+            return {"anyOf": [_type_schema(a) for a in args]}
+        schema = _type_schema(inner[0])
         if "type" in schema:
             return {**schema, "type": [schema["type"], "null"]}
         return {"anyOf": [schema, {"type": "null"}]}
     if origin is list:
-        return {"type": "array", "items": type_schema(args[0])}
+        return {"type": "array", "items": _type_schema(args[0])}
     if origin is dict:
-        values = type_schema(args[1])
+        values = _type_schema(args[1])
         return {"type": "object", **({"additionalProperties": values} if values else {})}
     raise TypeError(f"no JSON schema for {hint!r}")
 
 
-def record_schema(cls: type[Any]) -> dict[str, Any]:
+def _record_schema(cls: type[Any]) -> dict[str, Any]:
     """An object schema from a protocol dataclass: one property per field, all required
     except those marked optional (absent from the JSON when unset)."""
     hints = typing.get_type_hints(cls)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for f in dataclasses.fields(cls):
-        properties[f.name] = {**type_schema(hints[f.name]), **f.metadata.get("schema", {})}
+        properties[f.name] = {**_type_schema(hints[f.name]), **f.metadata.get("schema", {})}
         if not f.metadata.get("optional"):
             required.append(f.name)
     # Figures the record computes from its fields and puts on the wire (protocol/_admin.py).
@@ -118,8 +120,8 @@ def record_schema(cls: type[Any]) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": properties}
 
 
-def component_schemas() -> dict[str, Any]:
-    schemas = {cls.__name__: record_schema(cls) for cls in RECORDS}
+def _component_schemas() -> dict[str, Any]:
+    schemas = {cls.__name__: _record_schema(cls) for cls in RECORDS}
     # The error envelope every failing route answers: {"error": ErrorBody}, inline as the
     # document has always had it.
     schemas["Error"] = {
@@ -130,16 +132,7 @@ def component_schemas() -> dict[str, Any]:
     # The name the document has always used for the live record.
     schemas["Checkpoint"] = schemas["CheckpointRecord"]
     # What a change answers: the record, or to a write-only token only what it wrote.
-    schemas["Written"] = {
-        "anyOf": [
-            _ref("Checkpoint"),
-            {
-                "type": "object",
-                "required": ["id", "namespace"],
-                "properties": {"id": {"type": "string"}, "namespace": {"type": "string"}},
-            },
-        ]
-    }
+    schemas["Written"] = {"anyOf": [_ref("Checkpoint"), _ref("CheckpointWritten")]}
     schemas.update(PATTERNS)
     return schemas
 
@@ -183,6 +176,7 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "put_policy": ("200", _ref("PolicyRecord")),
     "tiering": ("200", _ref("TieringReport")),
     "catalog_backup": ("201", _ref("CatalogBackup")),
+    "health": ("200", _ref("Health")),
     "stats": ("200", _ref("StatsReport")),
     "get_storage": ("200", _ref("Usage")),
     "promote": ("200", _ref("Promotion")),
@@ -352,6 +346,12 @@ def _success(name: str) -> dict[str, Any]:
             "206": {"description": "a byte range of it", "content": octets},
             "304": {"description": "not modified (If-None-Match)"},
         }
+    if name in ("ui_page", "ui_asset"):  # the web console (api/routes/ui.py)
+        files = {t: {"schema": {"type": "string"}} for t in ("text/html", "text/javascript")}
+        return {
+            "200": {"description": "the console's page or one of its files", "content": files},
+            "304": {"description": "not modified (If-None-Match)"},
+        }
     if name == "openapi_handler":
         return {"200": {"description": "this document", "content": _json(_OBJECT)}}
     return {"2XX": {"description": "success", "content": _json(_OBJECT)}}
@@ -391,7 +391,7 @@ def build_openapi(app: web.Application) -> dict[str, Any]:
         raw = route.resource.canonical
         path = _PARAM.sub(r"{\1}", raw)
         op = _operation(route, raw)
-        if path == "/v1/health":
+        if path == "/v1/health" or path.startswith("/ui/"):  # no token needed
             op["security"] = []
         paths.setdefault(path, {})[route.method.lower()] = op
     return {
@@ -401,7 +401,7 @@ def build_openapi(app: web.Application) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": component_schemas(),
+            "schemas": _component_schemas(),
         },
         "paths": dict(sorted(paths.items())),
     }

@@ -166,12 +166,12 @@ def ls(args: argparse.Namespace) -> int:
         if args.namespace is None:
             spaces = vault.namespaces()
             if args.json:
-                emit_json(spaces)
+                emit_json([n.to_wire() for n in spaces])
             else:
                 table(
                     ["namespace", "checkpoints", "latest", "logical"],
                     [
-                        [n["name"], n["checkpoints"], n["latest"], human_bytes(n["logical_bytes"])]
+                        [n.name, n.checkpoints, n.latest, human_bytes(n.logical_bytes)]
                         for n in spaces
                     ],
                 )

@@ -26,11 +26,11 @@ def status(args: argparse.Namespace) -> int:
     with connect(args) as vault:
         out = vault.health()
     if args.json:
-        emit_json(out)
+        emit_json(out.to_wire())
         return 0
-    rows = [["role", out.get("role", "primary")], ["version", out.get("version", "?")]]
-    if "lag_seconds" in out:
-        lag = out["lag_seconds"]
+    rows = [["role", out.role], ["version", out.version]]
+    if out.role == "standby":
+        lag = out.lag_seconds
         rows.append(["behind the replica", "unknown" if lag is None else f"{lag} s"])
     table(["figure", "value"], rows)
     return 0

@@ -14,8 +14,12 @@ from protocol import (
     BulkDeleted,
     CatalogBackup,
     CheckReport,
+    CommitFile,
     CompactReport,
     GcReport,
+    Health,
+    Manifest,
+    NamespaceEntry,
     PolicyRecord,
     Promotion,
     RetentionReport,
@@ -139,16 +143,16 @@ class VaultClient(BlockingClient):
         *,
         cuts: Sequence[int] = (),
         regions: Sequence[tuple[int, int]] | None = None,
-    ) -> dict[str, Any]:
+    ) -> CommitFile:
         """Chunk one file with the upload's profile and send the chunks the vault lacks;
-        answer its commit entry `{"size", "chunks"}` for `commit` (the server computes
+        answer its commit entry (size and chunk ids) for `commit` (the server computes
         the file's hash). `cuts`: byte offsets where a chunk must end (each segment between
         them is cut on its own). `regions`: where the file's tensors lie, when the caller
         knows (a stream), for the profile's tensor pieces; None reads it from the file when
         it can."""
         return self._run(self.aio.send_file(upload, name, file, cuts=cuts, regions=regions))
 
-    def commit(self, upload: UploadSession, files: Mapping[str, Mapping[str, Any]]) -> Checkpoint:
+    def commit(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Checkpoint:
         """Make the upload a checkpoint of exactly `files` (name -> `send_file` entry)."""
         return self._run(self.aio.commit(upload, files))
 
@@ -168,13 +172,15 @@ class VaultClient(BlockingClient):
     def get(self, namespace: str, ref: str = "latest") -> Checkpoint:
         return self._run(self.aio.get(namespace, ref))
 
-    def namespaces(self) -> list[dict[str, Any]]:
+    def namespaces(self) -> list[NamespaceEntry]:
+        """Every namespace: its checkpoint count, newest id, logical bytes and chunking."""
         return self._run(self.aio.namespaces())
 
     def lineage(self, namespace: str, ref: str = "latest") -> list[Checkpoint]:
         return self._run(self.aio.lineage(namespace, ref))
 
-    def manifest(self, namespace: str, ref: str) -> dict[str, Any]:
+    def manifest(self, namespace: str, ref: str) -> Manifest:
+        """Every file of a checkpoint with its chunks in order (for parallel range reads)."""
         return self._run(self.aio.manifest(namespace, ref))
 
     def storage(self, namespace: str, ref: str = "latest") -> Usage:
@@ -221,7 +227,8 @@ class VaultClient(BlockingClient):
     ) -> Checkpoint:
         return self._run(self.aio.fork(namespace, ref, target, metadata, tags))
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> Health:
+        """Liveness, version and role (no token needed); a standby's lag."""
         return self._run(self.aio.health())
 
     def create_token(self, name: str, scopes: list[str], expires: str | None = None) -> TokenIssued:

@@ -31,8 +31,12 @@ from protocol import (
     CatalogBackup,
     CheckReport,
     ChunkingProfile,
+    CommitFile,
     CompactReport,
     GcReport,
+    Health,
+    Manifest,
+    NamespaceEntry,
     PolicyRecord,
     Promotion,
     RetentionReport,
@@ -258,9 +262,9 @@ class AsyncVaultClient:
         *,
         cuts: Sequence[int] = (),
         regions: Sequence[tuple[int, int]] | None = None,
-    ) -> dict[str, Any]:
+    ) -> CommitFile:
         """Chunk one file with the upload's profile and send the chunks the vault lacks;
-        answer its commit entry `{"size", "chunks"}` for `commit` (the server computes
+        answer its commit entry (size and chunk ids) for `commit` (the server computes
         the file's hash). `cuts`: byte offsets where a chunk must end (each segment between
         them is cut on its own). `regions`: where the file's tensors lie, when the caller
         knows (a stream), for the profile's tensor pieces; None reads it from the file when
@@ -268,14 +272,13 @@ class AsyncVaultClient:
         (source,) = collect_sources({name: file})
         with Progress(self.progress, max(source.size, 0), f"send {name}") as bar:
             sender = _Sender(self._t, upload.id, upload.chunking, bar)
-            return await sender.send(source, cuts=cuts, regions=regions)
+            return CommitFile.from_wire(await sender.send(source, cuts=cuts, regions=regions))
 
-    async def commit(
-        self, upload: UploadSession, files: Mapping[str, Mapping[str, Any]]
-    ) -> Checkpoint:
+    async def commit(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Checkpoint:
         """Make the upload a checkpoint of exactly `files` (name -> `send_file` entry)."""
+        listing = {name: f.to_wire() for name, f in files.items()}
         rec = await self._t.json(
-            "POST", f"/v1/uploads/{upload.id}/commit", json_body={"files": dict(files)}
+            "POST", f"/v1/uploads/{upload.id}/commit", json_body={"files": listing}
         )
         return Checkpoint.from_wire(rec)
 
@@ -441,8 +444,10 @@ class AsyncVaultClient:
         rec = await self._t.json("GET", f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}")
         return Checkpoint.from_wire(rec)
 
-    async def namespaces(self) -> list[dict[str, Any]]:
-        return list((await self._t.json("GET", "/v1/namespaces"))["namespaces"])
+    async def namespaces(self) -> list[NamespaceEntry]:
+        """Every namespace: its checkpoint count, newest id, logical bytes and chunking."""
+        out = await self._t.json("GET", "/v1/namespaces")
+        return [NamespaceEntry.from_wire(n) for n in out["namespaces"]]
 
     async def lineage(self, namespace: str, ref: str = "latest") -> list[Checkpoint]:
         out = await self._t.json(
@@ -450,9 +455,10 @@ class AsyncVaultClient:
         )
         return [Checkpoint.from_wire(r) for r in out["chain"]]
 
-    async def manifest(self, namespace: str, ref: str) -> dict[str, Any]:
+    async def manifest(self, namespace: str, ref: str) -> Manifest:
+        """Every file of a checkpoint with its chunks in order (for parallel range reads)."""
         path = f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}/manifest"
-        return dict(await self._t.json("GET", path))
+        return Manifest.from_wire(await self._t.json("GET", path))
 
     async def storage(self, namespace: str, ref: str = "latest") -> Usage:
         """How a checkpoint is stored: stored vs logical bytes, by codec and by tier."""
@@ -526,8 +532,9 @@ class AsyncVaultClient:
         return Checkpoint.from_wire(rec)
 
     # -- administration ---------------------------------------------------------------
-    async def health(self) -> dict[str, Any]:
-        return dict(await self._t.json("GET", "/v1/health"))
+    async def health(self) -> Health:
+        """Liveness, version and role (no token needed); a standby's lag."""
+        return Health.from_wire(await self._t.json("GET", "/v1/health"))
 
     async def create_token(
         self, name: str, scopes: list[str], expires: str | None = None

@@ -41,6 +41,8 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
+from protocol import CommitFile
+
 from .aio import UploadSession
 from .errors import ClientError, IntegrityError
 from .models import Checkpoint
@@ -87,7 +89,7 @@ class _Written:
     the file's commit entry, which the coordinator needs and the metadata does not."""
 
     stored: _Stored
-    entry: dict[str, Any] | None
+    entry: CommitFile | None
 
 
 def _done(value: Any) -> Future[Any]:
@@ -169,7 +171,7 @@ class VaultWriter(StorageWriter):
         """Coordinator: store the metadata next to the ranks' files and commit them all."""
         if self._upload is None:
             raise RuntimeError("VaultWriter.finish before prepare_global_plan")
-        files: dict[str, dict[str, Any]] = {}
+        files: dict[str, CommitFile] = {}
         where: dict[MetadataIndex, _Stored] = {}
         for rank_results in results:
             for result in rank_results:

@@ -217,7 +217,7 @@ class VaultFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec has n
             if found is not None:
                 return found
         with _os_errors(path):
-            self._namespaces = frozenset(n["name"] for n in self.client.namespaces())
+            self._namespaces = frozenset(n.name for n in self.client.namespaces())
         found = split_path(path, self._namespaces)
         if found is None:
             raise FileNotFoundError(errno.ENOENT, "no readable namespace and ref in path", path)

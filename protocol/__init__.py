@@ -12,11 +12,13 @@ without the server's dependencies (tests/test_boundaries.py).
 from ._admin import (
     AuditEntry,
     CatalogBackup,
+    CheckpointWritten,
     CheckReport,
     CodecShare,
     CompactReport,
     Drift,
     GcReport,
+    Health,
     HotBytes,
     KeepBestRule,
     MoveSummary,
@@ -88,6 +90,8 @@ from ._records import (
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "Health",
+    "CheckpointWritten",
     "CodecShare",
     "Usage",
     "TierTotals",

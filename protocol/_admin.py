@@ -735,3 +735,50 @@ class Promotion:
     @classmethod
     def from_wire(cls, d: object) -> Promotion:
         return record_of(cls, d, "promotion")
+
+
+@dataclass(frozen=True)
+class Health:
+    """GET /v1/health (no token): liveness, version and role; to a caller on the same
+    machine the local socket's path (it may hand files over); on a standby, its lag behind
+    the replica (None until its first poll that found nothing newer)."""
+
+    status: str
+    version: str
+    role: str = field(metadata={"schema": {"enum": ["primary", "standby", "fenced"]}})
+    instance: str  # random per start: tells servers on one machine apart
+    local_socket: str | None = _optional()
+    # A standby's only: present (maybe null) exactly when `role` is "standby".
+    lag_seconds: float | None = field(
+        default=None, metadata={"optional": True, "schema": {"type": ["number", "null"]}}
+    )
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = wire_of(self)
+        if self.role == "standby":
+            wire["lag_seconds"] = self.lag_seconds
+        return wire
+
+    @classmethod
+    def from_wire(cls, d: object) -> Health:
+        return record_of(cls, d, "health")
+
+
+@dataclass(frozen=True)
+class CheckpointWritten:
+    """What a change answers a write-only token: only what it wrote, since metadata, file
+    names, sizes and hashes are what such a token may not read."""
+
+    id: str
+    namespace: str
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls, d: object) -> CheckpointWritten:
+        return record_of(cls, d, "written")

@@ -33,9 +33,6 @@ class Validity:
         at = rfc3339(self.at) if self.at is not None else None
         return protocol.Validity(self.state, self.reason, self.source, at)
 
-    def to_wire(self) -> dict[str, Any]:
-        return self.to_protocol().to_wire()
-
 
 @dataclass
 class StoredCheckpoint:
@@ -99,9 +96,6 @@ class StoredCheckpoint:
             size=self.size,
             tier=self.tier,
         )
-
-    def to_wire(self) -> dict[str, Any]:
-        return self.to_protocol().to_wire()
 
 
 _RECORD_FIELDS = (

@@ -16,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from protocol import TokenIssued
+from protocol import Health, TokenIssued
 from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import InvalidRequest
@@ -36,18 +36,19 @@ async def health(request: web.Request) -> web.Response:
     """Liveness and role (primary, standby, fenced; a standby's lag behind its replica);
     needs no token."""
     vault = request.app[VAULT]
-    out: dict[str, object] = {
-        "status": "ok",
-        "version": __version__,
-        "role": vault.role,
-        "instance": request.app[INSTANCE],
-    }
     socket = request.app[SETTINGS].socket_path
-    if socket is not None and on_this_machine(request.remote):
-        out["local_socket"] = str(socket)  # a client on this machine may hand files over
-    if vault.standby is not None:
-        out["lag_seconds"] = vault.standby.status().lag_seconds
-    return json_response(out)
+    health = Health(
+        status="ok",
+        version=__version__,
+        role=vault.role,
+        instance=request.app[INSTANCE],
+        # a client on this machine may hand files over
+        local_socket=str(socket)
+        if socket is not None and on_this_machine(request.remote)
+        else None,
+        lag_seconds=vault.standby.status().lag_seconds if vault.standby is not None else None,
+    )
+    return json_response(health.to_wire())
 
 
 def on_this_machine(remote: str | None) -> bool:

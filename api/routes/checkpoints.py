@@ -43,7 +43,9 @@ async def list_checkpoints(request: web.Request) -> web.Response:
         tag=q.get("tag"),
         validity=q.get("validity"),
     )
-    return json_response({"checkpoints": [r.to_wire() for r in records], "next": cursor})
+    return json_response(
+        {"checkpoints": [r.to_protocol().to_wire() for r in records], "next": cursor}
+    )
 
 
 async def save_checkpoint(request: web.Request) -> web.Response:
@@ -68,14 +70,16 @@ async def save_checkpoint(request: web.Request) -> web.Response:
         key=parse.idempotency_key(header.get("key")),
         by=principal(request).name,
     )
-    return json_response(visible_record(request, record), status=201 if created else 200)
+    return json_response(visible_record(request, record).to_wire(), status=201 if created else 200)
 
 
 async def get_checkpoint(request: web.Request) -> web.Response:
     """One checkpoint by id, `latest` or `latest-valid`."""
     ns, ref = request.match_info["ns"], request.match_info["ref"]
     require(request, "read", ns)
-    return json_response((await run(request, request.app[VAULT].get, ns, ref)).to_wire())
+    return json_response(
+        (await run(request, request.app[VAULT].get, ns, ref)).to_protocol().to_wire()
+    )
 
 
 async def get_manifest(request: web.Request) -> web.Response:
@@ -112,7 +116,7 @@ async def get_lineage(request: web.Request) -> web.Response:
     for rec in chain:  # stop at the first namespace the caller may not read: the last
         if not who.may("read", rec.namespace):  # shown entry's `parent` is then an opaque
             break  # reference (a fork's source elsewhere); its record stays 403
-        shown.append(rec.to_wire())
+        shown.append(rec.to_protocol().to_wire())
     return json_response({"chain": shown})
 
 
@@ -134,7 +138,7 @@ async def patch_checkpoint(request: web.Request) -> web.Response:
         by=who.name,
         append_only=not who.may("delete", ns),
     )
-    return json_response(visible_record(request, record))
+    return json_response(visible_record(request, record).to_wire())
 
 
 async def delete_checkpoint(request: web.Request) -> web.Response:
@@ -174,7 +178,7 @@ async def fork_checkpoint(request: web.Request) -> web.Response:
         parse.tags(body.get("tags")),
         by=principal(request).name,
     )
-    return json_response(record.to_wire(), status=201)
+    return json_response(record.to_protocol().to_wire(), status=201)
 
 
 def add_routes(app: web.Application, ns: str) -> None:

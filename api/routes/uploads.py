@@ -182,7 +182,7 @@ async def commit(request: web.Request) -> web.Response:
     files = parse.commit_files(body.get("files"))
     domain = principal(request).domain()
     record, created = await run(request, request.app[VAULT].commit, session.id, files, domain)
-    return json_response(visible_record(request, record), status=201 if created else 200)
+    return json_response(visible_record(request, record).to_wire(), status=201 if created else 200)
 
 
 async def abort(request: web.Request) -> web.Response:

@@ -58,7 +58,7 @@ async def delete(client: AsyncVaultClient, doomed: list[Record]) -> None:
 
 
 async def thread_namespaces(client: AsyncVaultClient, layout: Layout) -> list[str]:
-    return [n["name"] for n in await client.namespaces() if layout.owns(n["name"])]
+    return [n.name for n in await client.namespaces() if layout.owns(n.name)]
 
 
 async def delete_thread(client: AsyncVaultClient, namespace: str) -> None:

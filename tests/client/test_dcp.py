@@ -118,7 +118,7 @@ def test_writer_refuses_saves_without_collectives(vault: VaultClient) -> None:
         dcp.save(
             {"w": torch.ones(2)}, storage_writer=VaultWriter(vault, "dcp/nc"), use_collectives=False
         )
-    assert "dcp/nc" not in {n["name"] for n in vault.namespaces()}
+    assert "dcp/nc" not in {n.name for n in vault.namespaces()}
 
 
 def run_ranks(

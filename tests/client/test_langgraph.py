@@ -423,7 +423,7 @@ def test_a_saver_can_share_a_clients_connections(vault: VaultClient) -> None:
         for turn in range(2):
             graph.invoke(ask(turn), cfg)
         assert graph.get_state(cfg).values["turns"] == 2
-    assert vault.health()["status"] == "ok"  # the saver's close left the client open
+    assert vault.health().status == "ok"  # the saver's close left the client open
 
 
 def test_copy_prune_and_delete_threads(saver: VaultSaver, vault: VaultClient) -> None:
@@ -456,7 +456,7 @@ def test_copy_prune_and_delete_threads(saver: VaultSaver, vault: VaultClient) ->
     assert saver.get_tuple(b) is None
     assert vault.list(Layout().namespace(a["configurable"]["thread_id"])) == []
     emptied = {Layout().namespace(t["configurable"]["thread_id"]) for t in (a, b)}
-    assert not emptied & {n["name"] for n in vault.namespaces()}  # nor listed as threads
+    assert not emptied & {n.name for n in vault.namespaces()}  # nor listed as threads
 
 
 def test_keep_last_bounds_a_thread_and_it_still_resumes(

@@ -15,7 +15,7 @@ import blake3
 
 from client import VaultClient
 from client import local as local_files
-from protocol import DESCRIPTOR_TYPE
+from protocol import DESCRIPTOR_TYPE, ManifestFile
 
 from ..serverproc import ServerProcess
 
@@ -38,7 +38,7 @@ def _safetensors(path: Path, sizes: list[int]) -> bytes:
 
 
 def test_health_names_the_socket(vault: VaultClient, server: ServerProcess) -> None:
-    health = vault.health()
+    health = vault.health().to_wire()
     assert health["local_socket"] == server.socket_path
     assert local_files.socket_of(health, 5) == server.socket_path
     assert local_files.socket_of({**health, "instance": "another-server"}, 5) is None
@@ -75,7 +75,7 @@ def test_a_file_on_disk_is_handed_over_not_sent(
             },
         )
         assert http.transfer.bytes_sent - sent < 1 * MiB  # every chunk known: ids only
-    handed = vault.manifest("l/handed", ckpt.id)["files"]
+    handed = vault.manifest("l/handed", ckpt.id).files
     assert handed == http_manifest(vault, "l/sent", over_http.id)
 
     out = tmp_path / "out"
@@ -84,9 +84,8 @@ def test_a_file_on_disk_is_handed_over_not_sent(
     assert (out / "state.bin").read_bytes() == (tmp_path / "state.bin").read_bytes()
 
 
-def http_manifest(vault: VaultClient, ns: str, ref: str) -> dict[str, object]:
-    files: dict[str, object] = vault.manifest(ns, ref)["files"]
-    return files
+def http_manifest(vault: VaultClient, ns: str, ref: str) -> dict[str, ManifestFile]:
+    return vault.manifest(ns, ref).files
 
 
 def test_bytes_in_memory_still_travel(vault: VaultClient, tmp_path: Path) -> None:
@@ -165,7 +164,7 @@ def test_a_body_without_exactly_one_descriptor_is_refused(
     finally:
         for fd in fds:
             os.close(fd)
-    assert vault.health()["status"] == "ok"
+    assert vault.health().status == "ok"
 
 
 def test_a_client_that_cannot_reach_the_socket_sends(server: ServerProcess, tmp_path: Path) -> None:

@@ -219,7 +219,7 @@ def test_namespaces_a_url_would_rewrite_are_refused(vault: VaultClient) -> None:
     for bad in ("a/../b", "a/./b", "a//b", "/a"):
         with pytest.raises(InvalidName):
             vault.save(bad, {"f": b"x"})
-    assert "b" not in {n["name"] for n in vault.namespaces()}
+    assert "b" not in {n.name for n in vault.namespaces()}
 
 
 def test_catalog_calls(vault: VaultClient) -> None:

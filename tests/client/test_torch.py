@@ -246,8 +246,8 @@ def test_safetensors_chunks_end_at_tensor_boundaries(vault: VaultClient) -> None
     tensors["adapter"] = torch.randn(8, 64)  # small, between them by name
     ckpt = save_safetensors(vault, "t/cuts", tensors)
     layout = safetensors_layout(tensors)
-    chunks = vault.manifest("t/cuts", ckpt.id)["files"]["model.safetensors"]["chunks"]
-    starts = {c["offset"] for c in chunks}
+    chunks = vault.manifest("t/cuts", ckpt.id).files["model.safetensors"].chunks
+    starts = {c.offset for c in chunks}
     assert set(layout.cuts[:-1]) <= starts
 
     tensors["adapter"] += 1
@@ -256,8 +256,8 @@ def test_safetensors_chunks_end_at_tensor_boundaries(vault: VaultClient) -> None
     assert vault.transfer.bytes_sent - sent < 30_000  # the adapter's 2 KiB chunk and ids
 
     plain = save_safetensors(vault, "t/cuts-cdc", tensors, cut_at_tensors=False)
-    chunks = vault.manifest("t/cuts-cdc", plain.id)["files"]["model.safetensors"]["chunks"]
-    assert not set(layout.cuts[1:-1]) <= {c["offset"] for c in chunks}
+    chunks = vault.manifest("t/cuts-cdc", plain.id).files["model.safetensors"].chunks
+    assert not set(layout.cuts[1:-1]) <= {c.offset for c in chunks}
 
 
 def test_safetensors_background_save_copies_first(vault: VaultClient) -> None:
@@ -275,8 +275,8 @@ def test_send_file_ends_chunks_at_cuts_across_pieces(vault: VaultClient) -> None
     entry = vault.send_file(upload, "data.bin", data, cuts=cuts)
     ckpt = vault.commit(upload, {"data.bin": entry})
     assert ckpt.files["data.bin"]["hash"] == blake3.blake3(data).hexdigest()
-    chunks = vault.manifest("t/cuts-pieces", ckpt.id)["files"]["data.bin"]["chunks"]
-    assert set(cuts) <= {c["offset"] for c in chunks}
+    chunks = vault.manifest("t/cuts-pieces", ckpt.id).files["data.bin"].chunks
+    assert set(cuts) <= {c.offset for c in chunks}
     with vault.open("t/cuts-pieces", ckpt.id, "data.bin") as f:
         assert f.read() == data
 

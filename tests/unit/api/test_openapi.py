@@ -11,22 +11,22 @@ from api.openapi import (
     RECORDS,
     REQUESTS,
     RESPONSES,
+    _component_schemas,
+    _type_schema,
     build_openapi,
-    component_schemas,
-    type_schema,
 )
 from api.routes import setup_routes
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda c: c.__name__)
 def test_every_record_field_is_in_its_schema(cls: type) -> None:
-    schema = component_schemas()[cls.__name__]
+    schema = _component_schemas()[cls.__name__]
     derived = list(getattr(cls, "DERIVED", {}))
     assert list(schema["properties"]) == [f.name for f in dataclasses.fields(cls)] + derived
 
 
 def test_checkpoint_schema_keeps_the_contract_fields() -> None:
-    schemas = component_schemas()
+    schemas = _component_schemas()
     record = schemas["Checkpoint"]
     contract = ["id", "namespace", "parent", "created_at", "metadata", "tags", "pinned"]
     contract += ["validity", "files", "size", "tier"]
@@ -42,7 +42,7 @@ def test_checkpoint_schema_keeps_the_contract_fields() -> None:
 
 
 def test_error_schema_is_the_error_envelope() -> None:
-    error = component_schemas()["Error"]
+    error = _component_schemas()["Error"]
     body = error["properties"]["error"]
     assert body["required"] == ["code", "message"]
     assert "key_unavailable" in body["properties"]["code"]["enum"]
@@ -50,7 +50,7 @@ def test_error_schema_is_the_error_envelope() -> None:
 
 def test_type_schema_refuses_what_it_cannot_describe() -> None:
     with pytest.raises(TypeError):
-        type_schema(set[int])
+        _type_schema(set[int])
 
 
 def _refs(node: object) -> set[str]:
