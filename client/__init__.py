@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         Unavailable,
         UploadExpired,
     )
+    from .manager import CheckpointManager
     from .models import Checkpoint, Transfer
     from .options import SaveFields, SaveOptions
     from .sync import VaultClient
@@ -76,6 +77,7 @@ _LAZY = {
     "Unauthorized": "errors",
     "Unavailable": "errors",
     "UploadExpired": "errors",
+    "CheckpointManager": "manager",
     "Checkpoint": "models",
     "Transfer": "models",
     "SaveFields": "options",
@@ -99,6 +101,7 @@ __all__ = [
     "ERROR_CODES",
     "AsyncVaultClient",
     "Checkpoint",
+    "CheckpointManager",
     "ClientError",
     "Conflict",
     "CorruptChunk",
