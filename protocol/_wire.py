@@ -77,6 +77,8 @@ def _parse(hint: Any, value: object, what: str) -> Any:  # noqa: C901, PLR0911 (
             raise ValueError(f"{what} must be a JSON object")
         return {str(k): _parse(args[1], v, f"{what}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(hint):
+        if hasattr(hint, "DERIVED"):  # an admin record: parsed here, so errors name the path
+            return record_of(hint, value, what)  # type: ignore[arg-type]
         return hint.from_wire(value)  # type: ignore[union-attr]
     if hint is bool:
         if not isinstance(value, bool):
