@@ -50,8 +50,8 @@ from .promotion import promotion_context
 from .ratelimit import RateLimiter
 from .receive import close_taken
 from .roles import follow_tokens, read_only_middleware
-from .samples import sampling_context
 from .routes import setup_routes
+from .samples import sampling_context
 from .scheduler import maintenance_context
 from .settings import Settings
 

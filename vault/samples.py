@@ -20,7 +20,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import lmdb
 
@@ -33,6 +33,22 @@ MAX_AGE_SECONDS = 90 * 86400.0  # a quarter of history is what a chart of "latel
 MAX_LIST = 4096
 
 
+class NamespaceWire(TypedDict):
+    logical_bytes: int
+    stored_bytes: int
+
+
+class SampleWire(TypedDict):
+    """A sample on the wire (GET /v1/stats/history); the vault's totals are null to a
+    token without admin (api/routes/console.py)."""
+
+    at: float
+    logical_bytes: int | None
+    stored_bytes: int | None
+    disk_bytes: int | None
+    namespaces: dict[str, NamespaceWire]
+
+
 @dataclass(frozen=True)
 class NamespaceBytes:
     """One namespace in a sample: its live checkpoints' logical bytes and the bytes their
@@ -41,7 +57,7 @@ class NamespaceBytes:
     logical_bytes: int
     stored_bytes: int
 
-    def to_wire(self) -> dict[str, int]:
+    def to_wire(self) -> NamespaceWire:
         return {"logical_bytes": self.logical_bytes, "stored_bytes": self.stored_bytes}
 
 
@@ -57,7 +73,7 @@ class StorageSample:
     disk_bytes: int
     namespaces: dict[str, NamespaceBytes] = field(default_factory=dict)
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> SampleWire:
         return {
             "at": self.at,
             "logical_bytes": self.logical_bytes,

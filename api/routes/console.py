@@ -13,9 +13,11 @@ from typing import Any
 from aiohttp import web
 
 from vault import InvalidRequest
+from vault.samples import SampleWire
 
-from ..auth import principal
+from ..auth import principal, require_admin
 from ..http import json_response, query_int, run
+from ..keys import JOBS
 from ..samples import SAMPLE_INTERVAL, SAMPLES
 
 
@@ -48,16 +50,36 @@ async def stats_history(request: web.Request) -> web.Response:
         since=_query_since(request),
         limit=query_int(request, "limit", 1000),
     )
-    out: list[dict[str, Any]] = []
+    out: list[SampleWire] = []
     for s in samples:
         wire = s.to_wire()
         if not who.is_admin:  # vault-wide totals are admin figures (GET /v1/stats)
-            wire.update(logical_bytes=None, stored_bytes=None, disk_bytes=None)
+            wire["logical_bytes"] = wire["stored_bytes"] = wire["disk_bytes"] = None
         wire["namespaces"] = {ns: b for ns, b in wire["namespaces"].items() if who.may("read", ns)}
         out.append(wire)
     return json_response({"samples": out, "interval": SAMPLE_INTERVAL})
 
 
+async def maintenance_runs(request: web.Request) -> web.Response:
+    """Maintenance runs since the server started (scheduled and requested): per job, runs
+    by outcome, when the last ended and how long it took, and the totals of its reports."""
+    require_admin(request)
+    log = request.app[JOBS]
+    jobs: dict[str, dict[str, Any]] = {}
+    for (job, outcome), n in log.runs.items():
+        entry = jobs.setdefault(job, {"ok": 0, "error": 0, "totals": {}})
+        entry[outcome] = n
+        entry["last_at"] = log.last_at.get(job)
+        entry["last_seconds"] = log.last_seconds.get(job)
+    longest_first = sorted(jobs, key=len, reverse=True)  # "catalog_backup" before "catalog"
+    for key, total in log.totals.items():
+        owner = next((j for j in longest_first if key.startswith(j + "_")), None)
+        if owner is not None:
+            jobs[owner]["totals"][key[len(owner) + 1 :]] = total
+    return json_response({"jobs": dict(sorted(jobs.items()))})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/whoami", whoami)
     app.router.add_get("/v1/stats/history", stats_history)
+    app.router.add_get("/v1/admin/jobs", maintenance_runs)

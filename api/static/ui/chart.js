@@ -1,0 +1,88 @@
+// The storage chart: lines of bytes over time from GET /v1/stats/history samples, drawn
+// as SVG (no library: a few polylines and axis labels).
+
+import { h, s } from "./dom.js";
+import { bytes, when } from "./format.js";
+
+const W = 720;
+const H = 240;
+const PAD = { left: 78, right: 16, top: 12, bottom: 34 };
+
+function scale(lo, hi, outLo, outHi) {
+  const span = hi - lo || 1;
+  return (v) => outLo + ((v - lo) / span) * (outHi - outLo);
+}
+
+/**
+ * A figure with `data-chart="storage"` holding an svg.
+ * series: [{label, cls, pick: (sample) => number | null}]
+ */
+export function storageChart(samples, series, title) {
+  const svg = s("svg", {
+    viewBox: `0 0 ${W} ${H}`,
+    width: W,
+    height: H,
+    role: "img",
+    "aria-label": title,
+    class: "chart",
+  });
+  const lines = series.map((def) => ({
+    ...def,
+    points: samples
+      .map((smp) => [smp.at, def.pick(smp)])
+      .filter(([, v]) => v !== null && v !== undefined),
+  }));
+  const all = lines.flatMap((l) => l.points);
+  const figure = h("figure", { "data-chart": "storage", class: "chart-box" }, svg);
+  if (all.length === 0) {
+    svg.append(
+      s("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" },
+        "no samples yet: one is taken at each usage scan and every hour"),
+    );
+    figure.append(h("figcaption", {}, title));
+    return figure;
+  }
+  let t0 = Math.min(...all.map((p) => p[0]));
+  let t1 = Math.max(...all.map((p) => p[0]));
+  if (t1 - t0 < 60) {
+    t0 -= 30;
+    t1 += 30;
+  }
+  const vmax = Math.max(1, ...all.map((p) => p[1])) * 1.08;
+  const x = scale(t0, t1, PAD.left, W - PAD.right);
+  const y = scale(0, vmax, H - PAD.bottom, PAD.top);
+
+  for (let i = 0; i <= 4; i += 1) {
+    const v = (vmax * i) / 4;
+    svg.append(
+      s("line", { x1: PAD.left, x2: W - PAD.right, y1: y(v), y2: y(v), class: "grid" }),
+      s("text", { x: PAD.left - 6, y: y(v) + 4, "text-anchor": "end", class: "axis" }, bytes(v)),
+    );
+  }
+  for (const [t, anchor] of [[t0, "start"], [t1, "end"]]) {
+    svg.append(s("text", { x: x(t), y: H - 10, "text-anchor": anchor, class: "axis" }, when(t)));
+  }
+  for (const line of lines) {
+    if (line.points.length === 0) continue;
+    const pts = line.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+    svg.append(s("polyline", { points: pts, class: `series ${line.cls}` }));
+    for (const [t, v] of line.points) {
+      svg.append(
+        s("circle", { cx: x(t), cy: y(v), r: 2.5, class: `dot ${line.cls}` },
+          s("title", {}, `${line.label}: ${bytes(v)} at ${when(t)}`)),
+      );
+    }
+  }
+  const legend = h(
+    "ul",
+    { class: "legend" },
+    lines
+      .filter((l) => l.points.length)
+      .map((l) => {
+        const last = l.points[l.points.length - 1][1];
+        return h("li", {}, h("span", { class: `swatch ${l.cls}` }), `${l.label}: ${bytes(last)}`);
+      }),
+  );
+  figure.append(h("figcaption", {}, title), legend);
+  return figure;
+}
