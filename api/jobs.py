@@ -16,10 +16,10 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
+from protocol import TieringReport
+
 from .keys import JOBS, RUNTIME, VAULT
 from .observability import timed
-
-T = TypeVar("T")
 
 
 class Report(Protocol):
@@ -28,30 +28,32 @@ class Report(Protocol):
     def to_wire(self) -> Mapping[str, object]: ...
 
 
-def numeric(result: Mapping[str, object]) -> dict[str, float]:
-    """The numbers of a job's answer (its record's JSON), for the job log; a list counts
-    by its length (ids deleted, checkpoints retiered)."""
+R = TypeVar("R", bound=Report)
+
+
+def numbers(report: Report) -> dict[str, float]:
+    """The figures of a job's answer for the job log: the numbers of its record's JSON, a
+    list counted by its length (ids deleted, checkpoints retiered); a tiering run adds the
+    bytes it moved, which are nested per tier."""
     out: dict[str, float] = {}
-    for k, v in result.items():
+    for k, v in report.to_wire().items():
         if isinstance(v, list):
             out[k] = float(len(v))
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             out[k] = float(v)
+    if isinstance(report, TieringReport) and report.moved is not None:
+        out["bytes_moved"] = float(sum(m.bytes for m in report.moved.values()))
     return out
 
 
 async def run_job(
-    app: web.Application,
-    job: str,
-    operation: Callable[[], T],
-    numbers: Callable[[T], Mapping[str, float]],
-    timeout: float | None = None,
-) -> T:
+    app: web.Application, job: str, operation: Callable[[], R], timeout: float | None = None
+) -> R:
     """Run `operation` on the worker pool under the maintenance lock (waiting as `timeout`
     says; busy raises `MaintenanceBusy`), recording its duration and `numbers(result)`."""
     vault, jobs = app[VAULT], app[JOBS]
 
-    def held() -> T:
+    def held() -> R:
         with vault.maintenance.hold(job, timeout), timed(jobs, job) as recorded:
             result = operation()
             recorded.update(numbers(result))

@@ -27,7 +27,7 @@ from tiering.maintenance import gc_and_repack
 from tiering.runner import run_tiering
 from vault import MaintenanceBusy, Vault
 
-from .jobs import Report, numeric, run_job
+from .jobs import Report, run_job
 from .keys import SETTINGS, VAULT
 
 log = logging.getLogger("ckpt.maintenance")
@@ -75,7 +75,7 @@ async def _loop(app: web.Application) -> None:
 async def _run(app: web.Application, name: str, job: Callable[[], Report]) -> None:
     started = time.monotonic()
     try:
-        result = await run_job(app, name, job, lambda r: numeric(r.to_wire()), timeout=0)
+        result = await run_job(app, name, job, timeout=0)
     except MaintenanceBusy as e:
         log.info("maintenance %s skipped: %s", name, e)
     except Exception:

@@ -93,12 +93,7 @@ async def gc(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", False)
-    result = await run_job(
-        request.app,
-        "gc",
-        lambda: gc_and_repack(vault, dry_run),
-        lambda r: {"chunks_deleted": r.chunks_deleted, "bytes_freed": r.bytes_freed},
-    )
+    result = await run_job(request.app, "gc", lambda: gc_and_repack(vault, dry_run))
     return json_response(result.to_wire())
 
 
@@ -107,7 +102,7 @@ async def check(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     repair = query_bool(request, "repair", False)
-    report = await run_job(request.app, "check", lambda: vault.check(repair), lambda r: {})
+    report = await run_job(request.app, "check", lambda: vault.check(repair))
     return json_response(report.to_wire())
 
 
@@ -117,12 +112,7 @@ async def retention(request: web.Request) -> web.Response:
     vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", True)
     namespace = request.query.get("namespace") or None
-    result = await run_job(
-        request.app,
-        "retention",
-        lambda: vault.retention(dry_run, namespace),
-        lambda r: {"deleted": len(r.deleted)},
-    )
+    result = await run_job(request.app, "retention", lambda: vault.retention(dry_run, namespace))
     return json_response(result.to_wire())
 
 
@@ -135,12 +125,7 @@ async def verify(request: web.Request) -> web.Response:
     except ValueError:
         raise InvalidRequest("sample must be a number in (0, 1]") from None
     namespace = request.query.get("namespace") or None
-    report = await run_job(
-        request.app,
-        "scrub",
-        lambda: vault.verify(namespace, sample),
-        lambda r: {"bytes_checked": r.bytes_checked, "corrupt": len(r.corrupt)},
-    )
+    report = await run_job(request.app, "scrub", lambda: vault.verify(namespace, sample))
     return json_response(report.to_wire())
 
 
@@ -151,12 +136,7 @@ async def compact(request: web.Request) -> web.Response:
     vault = request.app[VAULT]
     namespace = request.query.get("namespace") or None
     rate = query_size(request, "rate")
-    report = await run_job(
-        request.app,
-        "compact",
-        lambda: vault.compact(namespace, rate),
-        lambda r: {"saved_bytes": r.saved_bytes, "cpu_seconds": r.cpu_seconds},
-    )
+    report = await run_job(request.app, "compact", lambda: vault.compact(namespace, rate))
     return json_response(report.to_wire())
 
 
@@ -165,12 +145,7 @@ async def tiering(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", True)
-    result = await run_job(
-        request.app,
-        "tiering",
-        lambda: run_tiering(vault, dry_run),
-        lambda r: {"bytes_moved": sum(m.bytes for m in (r.moved or {}).values())},
-    )
+    result = await run_job(request.app, "tiering", lambda: run_tiering(vault, dry_run))
     return json_response(result.to_wire())
 
 
@@ -205,12 +180,7 @@ async def catalog_backup(request: web.Request) -> web.Response:
     to = backup_target(
         request.query.get("to") or None, vault.tiers, request.app[SETTINGS].backup_dir
     )
-    result = await run_job(
-        request.app,
-        "catalog_backup",
-        lambda: vault.catalog_backup(to),
-        lambda r: {"bytes": r.bytes},
-    )
+    result = await run_job(request.app, "catalog_backup", lambda: vault.catalog_backup(to))
     return json_response(result.to_wire(), status=201)
 
 

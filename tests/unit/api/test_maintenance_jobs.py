@@ -117,7 +117,7 @@ async def test_routes_wait_for_maintenance_and_the_schedule_skips(
         assert not route.done(), "the route ran while maintenance was busy"
         assert (await api.json("GET", "/v1/health"))["status"] == "ok"  # the loop is free
         with pytest.raises(MaintenanceBusy, match="verify is running"):
-            await run_job(app, "gc", vault.gc, lambda r: {}, timeout=0)
+            await run_job(app, "gc", vault.gc, timeout=0)
     finally:
         release.set()
         await asyncio.to_thread(t.join, 10)
