@@ -243,6 +243,18 @@ class CheckpointManager:
         self._last_step = _step_of(checkpoint)
         return checkpoint
 
+    def follow(self, step: int) -> Checkpoint | None:
+        """Go on from the checkpoint of `step` (the newest not marked invalid), already
+        restored by other means (the Trainer reading the directory `resume_from_vault`
+        pulled): the run's next save is its child. None, and no change, if there is none."""
+        self.wait()
+        found = self._find_step(step)
+        if found is not None:
+            with self._lock:
+                self._parent, self._parent_known = found.id, True
+            self._last_step = step
+        return found
+
     def prune(self) -> list[str]:
         """Apply the namespace's retention now (needs an admin token) rather than at the
         server's next retention run; answers the ids deleted."""
