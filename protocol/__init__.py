@@ -1,7 +1,7 @@
 """The wire contract of Checkpoint Vault: the ground floor, under the server and the client.
 
 Everything both sides must agree on lives here, written once: the JSON records
-(`_records`) and the admin answers (`_admin`, converted by `_wire`), the error table
+(`_records`), the admin answers (`_maintenance`, `_admin`, converted by `_wire`), the error table
 (`_errors`), the binary bodies (`_bodies`), the duration and size grammar (`_units`),
 FastCDC chunking (`_chunking`), where tensors lie in a file (`_layout`) and the service
 defaults (`_defaults`). Standard library only, except pyfastcdc in `_chunking`, and it
@@ -11,36 +11,21 @@ without the server's dependencies (tests/test_boundaries.py).
 
 from ._admin import (
     AuditEntry,
-    CatalogBackup,
     CheckpointWritten,
-    CheckReport,
     CodecShare,
-    CompactReport,
-    Drift,
-    GcReport,
     Health,
-    HotBytes,
     KeepBestRule,
-    MoveSummary,
     PolicyRecord,
-    PromotePlan,
     Promotion,
     QuotaUse,
-    RepackSummary,
-    ReplicaRestored,
     ReplicationStatus,
-    RetentionPlan,
-    RetentionReport,
     RetentionRules,
     StandbyStatus,
     StatsReport,
-    TieringReport,
-    TierPlan,
     TierTotals,
     TokenIssued,
     TokenRecord,
     Usage,
-    VerifyReport,
 )
 from ._bodies import (
     BUNDLE_HEAD,
@@ -67,6 +52,23 @@ from ._defaults import (
 )
 from ._errors import ERROR_CODES, ERROR_SPECS, ERRORS, ErrorSpec, status_of
 from ._layout import tensor_regions
+from ._maintenance import (
+    CatalogBackup,
+    CheckReport,
+    CompactReport,
+    Drift,
+    GcReport,
+    HotBytes,
+    MoveSummary,
+    PromotePlan,
+    RepackSummary,
+    ReplicaRestored,
+    RetentionPlan,
+    RetentionReport,
+    TieringReport,
+    TierPlan,
+    VerifyReport,
+)
 from ._records import (
     JSON,
     VALIDITY_STATES,

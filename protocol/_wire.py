@@ -1,4 +1,5 @@
-"""Field-driven `to_wire`/`from_wire` for the admin records (protocol/_admin.py).
+"""Field-driven `to_wire`/`from_wire` for the admin records (protocol/_maintenance.py,
+_admin.py).
 
 The admin reports are wide (a dozen counters each) and nested (a plan per tier, a summary
 per move), so writing each record's conversions by hand would repeat every field name three
@@ -14,9 +15,33 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 T = TypeVar("T")
+R = TypeVar("R", bound="Record")
+
+_OPTIONAL: dict[str, Any] = {"optional": True}
+
+
+def optional(default: Any = None) -> Any:
+    """A field left out of the JSON when None (and read as None when absent)."""
+    return dataclasses.field(default=default, metadata=_OPTIONAL)
+
+
+class Record:
+    """The base of the admin records: `to_wire`/`from_wire` read the dataclass's fields.
+    A record whose JSON holds figures derived from its fields overrides `to_wire` and
+    names them, with their JSON schema, in `DERIVED`."""
+
+    DERIVED: ClassVar[dict[str, Any]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_of(self)
+
+    @classmethod
+    def from_wire(cls: type[R], d: object) -> R:
+        """Parse an answer; `ValueError` names the first field missing or malformed."""
+        return record_of(cls, d, cls.__name__)
 
 
 def wire_of(record: object) -> dict[str, Any]:
@@ -76,9 +101,9 @@ def _parse(hint: Any, value: object, what: str) -> Any:  # noqa: C901, PLR0911 (
         if not isinstance(value, Mapping):
             raise ValueError(f"{what} must be a JSON object")
         return {str(k): _parse(args[1], v, f"{what}.{k}") for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return record_of(hint, value, what)  # parsed here, so an error names the whole path
     if dataclasses.is_dataclass(hint):
-        if hasattr(hint, "DERIVED"):  # an admin record: parsed here, so errors name the path
-            return record_of(hint, value, what)  # type: ignore[arg-type]
         return hint.from_wire(value)  # type: ignore[union-attr]
     if hint is bool:
         if not isinstance(value, bool):

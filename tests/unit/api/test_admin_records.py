@@ -1,6 +1,7 @@
-"""The admin records (protocol/_admin.py): each round-trips through its JSON, that JSON is
-what the OpenAPI document says it is, optional fields are absent when unset, derived
-figures are on the wire, and a malformed answer is a ValueError naming the field."""
+"""The admin records (protocol/_maintenance.py, _admin.py): each round-trips through its
+JSON, that JSON is what the OpenAPI document says it is, optional fields are absent when
+unset, derived figures are on the wire, and a malformed answer is a ValueError naming the
+field."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from protocol import (
     VerifyReport,
 )
 
-ADMIN = [cls for cls in RECORDS if cls.__module__ == "protocol._admin"]
+ADMIN = [cls for cls in RECORDS if cls.__module__ in ("protocol._admin", "protocol._maintenance")]
 # Admin records no route answers (the offline `ckpt catalog restore` prints it): not in
 # the OpenAPI document.
 OFFLINE = {protocol.ReplicaRestored}
@@ -82,7 +83,8 @@ def test_every_admin_record_is_in_the_document() -> None:
     exported = {
         getattr(protocol, n)
         for n in protocol.__all__
-        if getattr(getattr(protocol, n), "__module__", "") == "protocol._admin"
+        if getattr(getattr(protocol, n), "__module__", "")
+        in ("protocol._admin", "protocol._maintenance")
     }
     assert exported - OFFLINE == set(ADMIN)
 
@@ -141,10 +143,10 @@ def test_shapes_the_routes_have_always_answered() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ([], "gc report must be a JSON object"),
-        ({"chunks_deleted": "1"}, "gc report.chunks_deleted must be an integer"),
-        ({"chunks_deleted": True}, "gc report.chunks_deleted must be an integer"),
-        ({"dry_run": 1}, "gc report.dry_run must be a boolean"),
+        ([], "GcReport must be a JSON object"),
+        ({"chunks_deleted": "1"}, "GcReport.chunks_deleted must be an integer"),
+        ({"chunks_deleted": True}, "GcReport.chunks_deleted must be an integer"),
+        ({"dry_run": 1}, "GcReport.dry_run must be a boolean"),
     ],
 )
 def test_a_malformed_answer_names_the_field(data: object, message: str) -> None:
@@ -153,7 +155,7 @@ def test_a_malformed_answer_names_the_field(data: object, message: str) -> None:
 
 
 def test_a_missing_required_field_is_refused() -> None:
-    with pytest.raises(ValueError, match="retention report.dry_run is missing"):
+    with pytest.raises(ValueError, match="RetentionReport.dry_run is missing"):
         RetentionReport.from_wire({"namespaces": {}})
-    with pytest.raises(ValueError, match=r"check report.drift\[\].refs must be an integer"):
+    with pytest.raises(ValueError, match=r"CheckReport.drift\[\].refs must be an integer"):
         CheckReport.from_wire({"drift": [{"chunk": "ab", "refs": None, "expected": 1}]})
