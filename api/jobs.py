@@ -23,7 +23,7 @@ from .observability import timed
 
 
 class Report(Protocol):
-    """What a maintenance job answers: a protocol record (protocol/_admin.py)."""
+    """What a maintenance job answers: a protocol record (protocol/_maintenance.py)."""
 
     def to_wire(self) -> Mapping[str, object]: ...
 

@@ -113,7 +113,7 @@ def _record_schema(cls: type[Any]) -> dict[str, Any]:
         properties[f.name] = {**_type_schema(hints[f.name]), **f.metadata.get("schema", {})}
         if not f.metadata.get("optional"):
             required.append(f.name)
-    # Figures the record computes from its fields and puts on the wire (protocol/_admin.py).
+    # Figures the record computes from its fields and puts on the wire (protocol/_wire.py, DERIVED).
     derived: dict[str, Any] = getattr(cls, "DERIVED", {})
     properties.update(derived)
     required.extend(derived)

@@ -197,7 +197,7 @@ def test_docs_error_table_matches_the_protocol() -> None:
 # -- the admin surface is typed --------------------------------------------------------
 # Public functions of the engine, the service and the async client that still answer an
 # untyped JSON object (issue 29), each with why it must. Everything else answers a record:
-# the admin answers are protocol/_admin.py's, serialised once by the routes.
+# protocol/_maintenance.py's and _admin.py's, serialised once by the routes.
 UNTYPED_ALLOWED: dict[str, str] = {
     "vault.uploads.check_metadata": "producer metadata is an arbitrary JSON object",
     "api.parse.metadata": "producer metadata is an arbitrary JSON object",
