@@ -112,18 +112,22 @@ def allocated_bytes(root: Path) -> int:
 class StorageSamples:
     """The `samples` table: append (pruning as it goes) and read back in time order."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, max_samples: int = MAX_SAMPLES, max_age: float = MAX_AGE_SECONDS
+    ) -> None:
         self._s = store
         self._db = store.catalog_env.db["samples"]
+        self._max_samples = max_samples
+        self._max_age = max_age
 
     def append(self, sample: StorageSample) -> None:
         raw = json.dumps(sample.to_wire(), separators=(",", ":")).encode()
         key = _KEY.pack(int(sample.at * 1000))
-        oldest_kept = _KEY.pack(max(0, int((sample.at - MAX_AGE_SECONDS) * 1000)))
+        oldest_kept = _KEY.pack(max(0, int((sample.at - self._max_age) * 1000)))
 
         def write(txn: lmdb.Transaction) -> None:
             txn.put(key, raw, db=self._db)
-            excess = int(txn.stat(self._db)["entries"]) - MAX_SAMPLES
+            excess = int(txn.stat(self._db)["entries"]) - self._max_samples
             cur = txn.cursor(db=self._db)
             ok = cur.first()
             while ok and (excess > 0 or bytes(cur.key()) < oldest_kept):

@@ -44,8 +44,8 @@ export function storageChart(samples, series, title) {
   }
   let t0 = Math.min(...all.map((p) => p[0]));
   let t1 = Math.max(...all.map((p) => p[0]));
-  if (t1 - t0 < 60) {
-    t0 -= 30;
+  if (t1 - t0 < 1) {
+    t0 -= 30; // one sample: centre it in a minute
     t1 += 30;
   }
   const vmax = Math.max(1, ...all.map((p) => p[1])) * 1.08;
@@ -59,8 +59,15 @@ export function storageChart(samples, series, title) {
       s("text", { x: PAD.left - 6, y: y(v) + 4, "text-anchor": "end", class: "axis" }, bytes(v)),
     );
   }
-  for (const [t, anchor] of [[t0, "start"], [t1, "end"]]) {
-    svg.append(s("text", { x: x(t), y: H - 10, "text-anchor": anchor, class: "axis" }, when(t)));
+  for (let i = 0; i <= 4; i += 1) {
+    const t = t0 + ((t1 - t0) * i) / 4;
+    const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+    // times within two days (the caption has the dates), else dates and hours
+    const text = t1 - t0 < 172800 ? when(t).slice(11, 19) : when(t).slice(5, 16);
+    svg.append(
+      s("line", { x1: x(t), x2: x(t), y1: H - PAD.bottom, y2: H - PAD.bottom + 4, class: "tick" }),
+      s("text", { x: x(t), y: H - 10, "text-anchor": anchor, class: "axis" }, text),
+    );
   }
   for (const line of lines) {
     if (line.points.length === 0) continue;
@@ -83,6 +90,6 @@ export function storageChart(samples, series, title) {
         return h("li", {}, h("span", { class: `swatch ${l.cls}` }), `${l.label}: ${bytes(last)}`);
       }),
   );
-  figure.append(h("figcaption", {}, title), legend);
+  figure.append(h("figcaption", {}, `${title}, ${when(t0)} to ${when(t1)}`), legend);
   return figure;
 }

@@ -39,6 +39,13 @@ export function s(tag, attrs, ...children) {
   return el;
 }
 
+/** Append `children` to `el`, skipping null, undefined and false (native append would
+ * write them as text). */
+export function add(el, ...children) {
+  append(el, children);
+  return el;
+}
+
 /** Replace everything in `el` with `children`. */
 export function fill(el, ...children) {
   el.replaceChildren();

@@ -3,7 +3,7 @@
 
 import { download, get, path, send } from "./api.js";
 import { storageChart } from "./chart.js";
-import { fill, h } from "./dom.js";
+import { add, fill, h } from "./dom.js";
 import { bytes, rfcSeconds, shortId, value, when } from "./format.js";
 import { lineageGraph } from "./lineage.js";
 import { policySummary } from "./namespaces.js";
@@ -67,7 +67,7 @@ export async function namespaceView(view, who, ns, selected, showError) {
   st.summary = h("p", { class: "muted" });
   st.chartBox = h("div");
   st.retention = h("section", { id: "retention" });
-  view.append(
+  add(view, 
     h("h1", {}, ns),
     st.summary,
     h("section", { class: "split" },

@@ -4,7 +4,7 @@
 
 import { get, path } from "./api.js";
 import { storageChart } from "./chart.js";
-import { h } from "./dom.js";
+import { add, h } from "./dom.js";
 import { ago, bytes, ulidSeconds, when } from "./format.js";
 
 export function policySummary(policy) {
@@ -54,7 +54,7 @@ export async function namespacesView(view, who, showError) {
     );
   });
   const last = samples.length ? samples[samples.length - 1] : null;
-  view.append(
+  add(view, 
     h("h1", {}, "Namespaces"),
     list.namespaces.length
       ? h(

@@ -2,7 +2,7 @@
 // maintenance runs since start, and the audit log's recent entries.
 
 import { get } from "./api.js";
-import { h } from "./dom.js";
+import { add, h } from "./dom.js";
 import { ago, bytes, when } from "./format.js";
 
 function table(id, head, rows) {
@@ -59,7 +59,7 @@ export async function opsView(view) {
       h("td", {}, h("code", {}, e.target)),
       h("td", { class: "num" }, e.status),
       h("td", {}, h("code", {}, JSON.stringify(e.details)))));
-  view.append(
+  add(view, 
     h("h1", {}, "Operations"),
     h("p", {},
       `${stats.checkpoints} checkpoints in ${stats.namespaces} namespaces: ${bytes(stats.logical_bytes)} logical, ` +
