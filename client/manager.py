@@ -44,6 +44,7 @@ from .background import BackgroundSaveFailed, SaveHandle, snapshot_files
 from .chunking import FileSpec
 from .errors import NotFound
 from .models import Checkpoint
+from .options import SaveFields
 from .sync import VaultClient
 
 __all__ = ["CheckpointManager", "KeepBest", "Validator", "finite_metrics"]
@@ -183,10 +184,8 @@ class CheckpointManager:
         save is waited for before returning, as the process is about to be stopped."""
         if (files is None) == (state is None):
             raise TypeError("save takes files or a state, exactly one of them")
-        fields = self._fields(step, metrics, metadata, tags)
         preemption = self.preempted
-        if preemption:
-            fields["metadata"]["preempted"] = True
+        fields = self._fields(step, metrics, {**(metadata or {}), **self._preempted()}, tags)
 
         def prepare() -> Coroutine[Any, Any, Checkpoint]:
             return self._upload(self._snapshot(files, state), fields, self._chain())
@@ -312,13 +311,16 @@ class CheckpointManager:
             rules["keep_tags"] = sorted({*kept, *rules["keep_tags"]})
         return rules
 
+    def _preempted(self) -> dict[str, Any]:
+        return {"preempted": True} if self.preempted else {}
+
     def _fields(
         self,
         step: int,
         metrics: Mapping[str, float] | None,
         metadata: Mapping[str, Any] | None,
         tags: Sequence[str],
-    ) -> dict[str, Any]:
+    ) -> SaveFields:
         meta: dict[str, Any] = {**self.metadata, **(metadata or {}), "step": step}
         meta.update({k: metric_value(v) for k, v in (metrics or {}).items()})
         all_tags = list(tags)
@@ -347,7 +349,7 @@ class CheckpointManager:
     async def _upload(
         self,
         copy: Any,
-        fields: dict[str, Any],
+        fields: SaveFields,
         chain: tuple[concurrent.futures.Future[None] | None, concurrent.futures.Future[None]],
     ) -> Checkpoint:
         """On the client's loop: wait for the previous save to end (its checkpoint is this
@@ -358,15 +360,16 @@ class CheckpointManager:
                 await asyncio.wrap_future(before)
             if isinstance(copy, _StateCopy):
                 copy = {STATE_FILE: await asyncio.to_thread(copy.serialize)}
-            aio = self.vault.aio
             parent = await self._parent_id()
-            checkpoint = await aio.save(
-                self.namespace,
-                copy,
-                parent=parent,
-                metadata=fields["metadata"],
-                tags=fields["tags"],
-            )
+            try:
+                checkpoint = await self._commit(copy, fields, parent)
+            except NotFound:
+                if parent is None:
+                    raise
+                # the previous checkpoint was deleted meanwhile (Lightning's top-k removes
+                # the one just saved when it ranks last): follow the newest one left
+                parent = await self._latest_id()
+                checkpoint = await self._commit(copy, fields, parent)
             with self._lock:
                 self._parent = checkpoint.id
             await self._push_policy()
@@ -380,14 +383,26 @@ class CheckpointManager:
         with self._lock:
             if self._parent_known:
                 return self._parent
-        try:
-            latest: str | None = (await self.vault.aio.get(self.namespace, "latest")).id
-        except NotFound:
-            latest = None
+        latest = await self._latest_id()
         with self._lock:
             if not self._parent_known:
                 self._parent, self._parent_known = latest, True
             return self._parent
+
+    async def _commit(self, copy: Any, fields: SaveFields, parent: str | None) -> Checkpoint:
+        return await self.vault.aio.save(
+            self.namespace,
+            copy,
+            parent=parent,
+            metadata=fields.get("metadata"),
+            tags=fields.get("tags"),
+        )
+
+    async def _latest_id(self) -> str | None:
+        try:
+            return (await self.vault.aio.get(self.namespace, "latest")).id
+        except NotFound:
+            return None
 
     async def _mark(self, checkpoint: Checkpoint) -> Checkpoint:
         assert self.validate is not None

@@ -148,3 +148,13 @@ def test_sigterm_saves_at_the_next_step_and_stops_the_loop(vault: VaultClient) -
     ck = vault.get("m/preempt")
     assert ck.metadata == {"step": 3, "preempted": True}
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_save_after_its_parent_was_deleted_follows_the_newest_left(vault: VaultClient) -> None:
+    """Lightning's top-k may delete the checkpoint just saved; the next one still commits."""
+    with CheckpointManager(vault, "m/gone") as manager:
+        one = manager.save(1, {"w": b"1"}).result()
+        two = manager.save(2, {"w": b"2"}).result()
+        vault.delete("m/gone", two.id)
+        three = manager.save(3, {"w": b"3"}).result()
+    assert three.parent == one.id
