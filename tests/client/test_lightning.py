@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,16 @@ def test_importing_client_lightning_loads_neither_lightning_nor_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(find_spec("lightning") is None, reason="the lightning package is not installed")
+def test_a_program_on_lightning_pytorch_gets_a_plugin_of_that_package() -> None:
+    """`lightning.pytorch` and `pytorch_lightning` hold distinct CheckpointIO classes: the
+    plugin subclasses the one the program imported."""
+    code = (
+        "import lightning.pytorch as L, sys; from client.lightning import VaultCheckpointIO; "
+        "assert issubclass(VaultCheckpointIO, L.plugins.io.CheckpointIO); "
+        "print('pytorch_lightning' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
