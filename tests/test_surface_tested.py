@@ -8,11 +8,12 @@ tests are read as source (ast), never run, so this test costs a second. The rule
 - A command runs when a test passes its words as the leading string literals of a `ckpt`
   argument list. An argument list is a list, tuple or call that holds `"-m", "cli"` (the
   words follow, after the global `--url`/`--token` options and their values); a list passed
-  to `main(...)`; or the call of a *runner*, a module-level function of a test module (not a
-  test) whose body holds such a list or calls another runner (`ckpt(server, "token",
-  "rotate")`: the words follow the non-literal leading arguments; runners are known by name
-  across modules, as one module may import another's). A word held in a variable does not
-  count: a command chosen by `parametrize` must be spelled out somewhere else too.
+  to `main(...)`; or the call, by its bare name, of a *runner*: a module-level function of a
+  test module (not a test) whose body holds such a list or calls another runner
+  (`ckpt(server, "token", "rotate")`: the words follow the non-literal leading arguments;
+  runners are known by name across modules, as one module may import another's). A word
+  held in a variable does not count: a command chosen by `parametrize` must be spelled out
+  somewhere else too.
 - A method runs when a test calls it on a name bound to a client in the same function or an
   enclosing one, or at module level: `with VaultClient(...) as vault`, `c = AsyncVaultClient(
   ...)`, a parameter or variable annotated `VaultClient`/`AsyncVaultClient` (the `vault`
@@ -107,12 +108,18 @@ def _callee(call: ast.Call) -> str | None:
     return None
 
 
+def _runner_call(call: ast.Call, runners: set[str]) -> bool:
+    """A call of a runner: by its bare name, as a module-level function is called (so
+    `subprocess.run(...)` is never taken for a runner named `run`)."""
+    return isinstance(call.func, ast.Name) and call.func.id in runners
+
+
 def _runs_cli(node: ast.AST, runners: set[str]) -> bool:
     for sub in ast.walk(node):
         elts = _elements(sub)
         if elts is not None and _after_module_flag(elts) is not None:
             return True
-        if isinstance(sub, ast.Call) and _callee(sub) in runners | {"main"}:
+        if isinstance(sub, ast.Call) and (_callee(sub) == "main" or _runner_call(sub, runners)):
             return True
     return False
 
@@ -152,7 +159,7 @@ def invoked_commands(tree: ast.Module, runners: set[str]) -> set[tuple[str, ...]
             listed = _elements(node.args[0])
             if isinstance(node.args[0], ast.List) and listed is not None:
                 found.add(_words([ast.Constant(None), *listed]))
-        elif isinstance(node, ast.Call) and _callee(node) in runners:
+        elif isinstance(node, ast.Call) and _runner_call(node, runners):
             found.add(_words(elts))
     return found
 
@@ -256,6 +263,7 @@ def test(server, vault: VaultClient, command):
     js(server, "token", "rotate", "reader")
     ckpt(server, command, "--data", "d")
     helper(server, "audit")
+    tools.js(server, "audit")
     subprocess.run([sys.executable, "-m", "cli", "--url", u, "--token", t, "key", "add"])
     main(["catalog", "backup"])
     vault.tag("ns", "id", [])
