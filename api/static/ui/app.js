@@ -101,10 +101,10 @@ async function signIn(ev, input, note) {
 async function route() {
   if (!who) return;
   clearError();
-  const frag = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
   const view = h("div", { class: "view" });
   fill(main, view);
   try {
+    const frag = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
     if (frag.startsWith("/ns/")) {
       const [ns, query] = frag.slice(4).split("?");
       const selected = new URLSearchParams(query || "").get("c");
@@ -121,7 +121,7 @@ async function route() {
 }
 
 async function start() {
-  window.addEventListener("hashchange", () => route());
+  window.addEventListener("hashchange", () => route().catch(showError));
   if (!token.get()) {
     renderSignIn();
     return;
