@@ -22,6 +22,7 @@ from ..serverproc import ServerProcess, free_port
 from .chromium import FLAGS, ensure_chromium
 
 NS = "web/demo"
+HIDDEN = "private/x"
 # Markup a browser would run if the page put it through innerHTML: the tests expect to see
 # it as text and `window.__xss` to stay undefined.
 SCRIPT_TAG = '<script>window.__xss=1</script><img src=x onerror="window.__xss=1">'
@@ -76,6 +77,7 @@ def _seed(vault: VaultClient, server: ServerProcess) -> tuple[dict[str, str], st
     vault.delete(NS, ids["m3"])
     deleted = ids.pop("m3")
     vault.set_policy(NS, {"retention": {"keep_last": 4, "keep_tags": ["baseline"]}})
+    vault.save(HIDDEN, {"secret.bin": b"s" * 100})  # a namespace the read-only token lacks
     return ids, deleted
 
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from playwright.sync_api import Page, expect
 
-from .conftest import INVALID_REASON, NS, SCRIPT_TAG, Demo, Watched, screenshot
+from .conftest import HIDDEN, INVALID_REASON, NS, SCRIPT_TAG, Demo, Watched, screenshot
 
 
 def _get(demo: Demo, path: str, token: str | None) -> tuple[int, dict[str, str], bytes]:
@@ -69,6 +69,8 @@ def test_read_only_token_sees_lineage_and_chart_but_no_action(demo: Demo, watche
     sign_in(page, demo, demo.reader)
     assert page.evaluate("location.href").find("ckpt_") == -1  # the token is in no URL
     expect(page.locator("#namespaces")).to_contain_text(NS)
+    expect(page.locator("#namespaces")).not_to_contain_text(HIDDEN)  # only what it may read
+    expect(page.get_by_role("link", name="Operations")).to_have_count(0)
     screenshot(page, "namespaces")
     open_namespace(page)
 
@@ -135,4 +137,27 @@ def test_admin_sees_operations(demo: Demo, watched: Watched) -> None:
     expect(page.locator("#tiers")).to_contain_text("hot")
     expect(page.locator("#audit")).to_contain_text("PATCH")  # the marks made so far
     screenshot(page, "operations")
+    assert watched.errors == []
+
+
+def test_admin_tags_pins_and_deletes_after_confirming(demo: Demo, watched: Watched) -> None:
+    page = watched.page
+    sign_in(page, demo, demo.admin)
+    expect(page.locator("#namespaces")).to_contain_text(HIDDEN)
+    open_namespace(page)
+    target = demo.ids["f2"]
+    node = page.locator(f'[data-checkpoint="{target}"]')
+    node.click()
+    page.fill("#detail input[name=tag]", "keep-me")
+    page.click('#detail [data-action="tag"]')
+    expect(node.locator("text.l2")).to_contain_text("#keep-me")
+    page.click('#detail [data-action="pin"]')
+    expect(page.locator('#detail [data-action="unpin"]')).to_be_visible()
+    expect(page.locator('#detail [data-action="delete"]')).to_have_count(0)  # pinned: kept
+    page.click('#detail [data-action="unpin"]')
+    page.click('#detail [data-action="delete"]')
+    assert _get(demo, f"/v1/namespaces/{NS}/checkpoints/{target}", demo.admin)[0] == 200
+    page.click('#detail [data-action="confirm-delete"]')  # only now is it deleted
+    expect(page.locator("[data-checkpoint]")).to_have_count(11)
+    assert _get(demo, f"/v1/namespaces/{NS}/checkpoints/{target}", demo.admin)[0] == 404
     assert watched.errors == []
