@@ -24,7 +24,7 @@ FLAGS = (
     "--disable-sync",
     "--disable-dev-shm-usage",  # containers often have a tiny /dev/shm
 )
-APT_TIMEOUT = 900.0  # seconds: `apt-get install chromium` pulls ~100 MB on a fresh machine
+APT_TIMEOUT = 480.0  # seconds per apt-get: the install pulls ~100 MB on a fresh machine
 
 
 def find_chromium() -> str | None:

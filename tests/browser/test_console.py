@@ -13,9 +13,14 @@ import http.client
 import json
 from urllib.parse import urlsplit
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from .conftest import HIDDEN, INVALID_REASON, NS, SCRIPT_TAG, Demo, Watched, screenshot
+
+# The first test to use the browser may install Chromium (apt-get update and install):
+# more than the suite's 300 s per test on a slow mirror.
+pytestmark = pytest.mark.timeout(1200)
 
 
 def _get(demo: Demo, path: str, token: str | None) -> tuple[int, dict[str, str], bytes]:
