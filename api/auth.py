@@ -22,9 +22,10 @@ from vault.tokens import verify
 from .errors import Forbidden, Handler, Unauthorized
 from .ratelimit import RateLimiter
 
-PUBLIC_PATHS = frozenset({"/v1/health"})
-# The web console's page and static files (api/routes/ui.py): they hold no data, and a
-# browser fetching a script cannot add a token; every API call the page makes carries one.
+PUBLIC_PATHS = frozenset({"/v1/health", "/ui"})
+# The web console's page and static files (api/routes/ui.py; `/ui` redirects to `/ui/`):
+# they hold no data, and a browser fetching a script cannot add a token; every API call
+# the page makes carries one.
 PUBLIC_PREFIXES = ("/ui/",)
 
 

@@ -382,6 +382,8 @@ def _success(name: str) -> dict[str, Any]:
             "206": {"description": "a byte range of it", "content": octets},
             "304": {"description": "not modified (If-None-Match)"},
         }
+    if name == "ui_redirect":
+        return {"302": {"description": "to /ui/ (Location: ui/)"}}
     if name in ("ui_page", "ui_asset"):  # the web console (api/routes/ui.py)
         files = {t: {"schema": {"type": "string"}} for t in ("text/html", "text/javascript")}
         return {
@@ -427,7 +429,7 @@ def build_openapi(app: web.Application) -> dict[str, Any]:
         raw = route.resource.canonical
         path = _PARAM.sub(r"{\1}", raw)
         op = _operation(route, raw)
-        if path == "/v1/health" or path.startswith("/ui/"):  # no token needed
+        if path in ("/v1/health", "/ui") or path.startswith("/ui/"):  # no token needed
             op["security"] = []
         paths.setdefault(path, {})[route.method.lower()] = op
     return {

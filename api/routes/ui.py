@@ -84,6 +84,12 @@ async def ui_page(request: web.Request) -> web.Response:
     return _answer(request, "index.html")
 
 
+async def ui_redirect(request: web.Request) -> web.Response:
+    """To the web console's page (`/ui` -> `/ui/`, where its relative links resolve)."""
+    # Relative, so a proxy serving the vault under a path prefix keeps it.
+    return web.Response(status=302, headers={"Location": "ui/", **SECURITY_HEADERS})
+
+
 async def ui_asset(request: web.Request) -> web.Response:
     """A script or style sheet of the web console (no token needed)."""
     return _answer(request, request.match_info["file"])
@@ -91,5 +97,6 @@ async def ui_asset(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app[ASSETS] = load_assets()
+    app.router.add_get("/ui", ui_redirect)
     app.router.add_get("/ui/", ui_page)
     app.router.add_get("/ui/{file}", ui_asset)

@@ -28,6 +28,8 @@ async def test_page_and_files_need_no_token(api: Api) -> None:
     missing = await api.client.get("/ui/nothing.js")
     assert missing.status == 404
     assert (await missing.json())["error"]["code"] == "not_found"
+    moved = await api.client.get("/ui", allow_redirects=False)
+    assert (moved.status, moved.headers["Location"]) == (302, "ui/")
     assert (await api.client.get("/v1/whoami")).status == 401  # the API still needs one
 
 
