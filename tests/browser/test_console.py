@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Page, expect
+import trustme
+from playwright.sync_api import Browser, Page, expect
 
+from ..serverproc import ServerProcess, free_port
 from .conftest import HIDDEN, INVALID_REASON, NS, SCRIPT_TAG, Demo, Watched, screenshot
 
 # The first test to use the browser may install Chromium (apt-get update and install):
@@ -166,3 +170,41 @@ def test_admin_tags_pins_and_deletes_after_confirming(demo: Demo, watched: Watch
     expect(page.locator("[data-checkpoint]")).to_have_count(11)
     assert _get(demo, f"/v1/namespaces/{NS}/checkpoints/{target}", demo.admin)[0] == 404
     assert watched.errors == []
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("console-tls")
+    ca = trustme.CA()
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(root / "s.pem"))
+    ca.cert_pem.write_to_path(str(root / "ca.pem"))
+    probe = ssl.create_default_context(cafile=str(root / "ca.pem"))
+    args = ("--tls-cert", str(root / "s.pem"), "--tls-key", str(root / "s.pem"))
+    server = ServerProcess(root / "data", free_port(), root / "server.log", None, args, probe)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_console_works_over_https(tls_server: ServerProcess, browser: Browser) -> None:
+    """Same origin over TLS: the page, its modules and its API calls all come over https
+    (a private CA the browser is told to accept), nothing from another host."""
+    context = browser.new_context(ignore_https_errors=True)
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        urls: list[str] = []
+        page.on("request", lambda r: urls.append(r.url))
+        page.goto(f"{tls_server.url}/ui")  # the redirect to /ui/ too
+        page.fill("input[name=token]", tls_server.token)
+        page.click("form#signin button[type=submit]")
+        expect(page.locator("[data-token-name]")).to_have_text("admin")
+        expect(page.locator('[data-chart="storage"] svg')).to_have_count(1)
+        assert errors == []
+        assert urls
+        assert all(u.startswith(tls_server.url + "/") for u in urls), urls
+    finally:
+        context.close()
