@@ -35,7 +35,7 @@ def main() -> None:
         restore_catalog(root / "catalog.mdb", root / "b" / "vault")
         restore = time.perf_counter() - started
         restored = Vault(root / "b" / "vault")
-        count = restored.stats()["checkpoints"]
+        count = restored.stats().checkpoints
         restored.close()
         print(f"checkpoints        {args.checkpoints:,} (built in {build:.1f} s)")
         print(f"catalog copy       {size / 1e6:.1f} MB")

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import filecmp
 import http.client
-import inspect
 import json
 import math
 import os
@@ -66,6 +65,8 @@ from bench_ingest import (
     mb_per_s,
     table,
 )
+
+from protocol import StatsReport
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -216,9 +217,8 @@ class RawHTTPClient:
             if hasher.hexdigest() != info["hash"]:
                 raise BenchError(f"restored {name} does not hash to {info['hash']}")
 
-    def stats(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._json("GET", "/v1/stats")
-        return result
+    def stats(self) -> StatsReport:
+        return StatsReport.from_wire(self._json("GET", "/v1/stats"))
 
 
 def make_client(kind: str, url: str, token: str) -> Any:
@@ -231,8 +231,7 @@ def make_client(kind: str, url: str, token: str) -> Any:
             f"cannot import client.VaultClient ({e}); run with --client raw for the stand-in"
         ) from e
     # Progress bars (on when stderr is a terminal) would cost time inside the timed saves.
-    quiet = {"progress": False} if "progress" in inspect.signature(VaultClient).parameters else {}
-    return VaultClient(url=url, token=token, **quiet)
+    return VaultClient(url=url, token=token, progress=False)
 
 
 # -- the server ----------------------------------------------------------------------------
@@ -432,16 +431,16 @@ def run_ingest(
     return ids
 
 
-def record_storage(fig: SeriesFigures, before: dict[str, Any], after: dict[str, Any]) -> None:
-    fig.stored_bytes_before = int(before["stored_bytes"])
-    fig.stored_bytes_after = int(after["stored_bytes"])
+def record_storage(fig: SeriesFigures, before: StatsReport, after: StatsReport) -> None:
+    fig.stored_bytes_before = before.stored_bytes
+    fig.stored_bytes_after = after.stored_bytes
     fig.stored_growth = fig.stored_bytes_after - fig.stored_bytes_before
-    fig.logical_growth = int(after["logical_bytes"]) - int(before["logical_bytes"])
-    fig.chunks_growth = int(after["chunks"]) - int(before["chunks"])
+    fig.logical_growth = after.logical_bytes - before.logical_bytes
+    fig.chunks_growth = after.chunks - before.chunks
     fig.sent_vs_stored_growth = ratio(fig.bytes_sent, fig.stored_growth)
     fig.sent_vs_logical = ratio(fig.bytes_sent, fig.logical_bytes)
     fig.dedup_ratio = ratio(fig.logical_growth, fig.stored_growth)
-    fig.server_dedup_ratio = after.get("dedup_ratio")
+    fig.server_dedup_ratio = after.dedup_ratio
     fig.stored_vs_last_checkpoint = ratio(fig.stored_growth, fig.last_checkpoint_bytes)
 
 
@@ -559,7 +558,7 @@ def run(args: argparse.Namespace) -> RunFigures:
                     for name in args.series:
                         run_series(name, ctx, figs.series)
                         server.check_alive()
-                    figs.final_stats = client.stats()
+                    figs.final_stats = client.stats().to_wire()
             finally:
                 client.close()
         except Exception as e:  # report what was measured before the failure

@@ -79,11 +79,11 @@ def scenario(name: str, size: int, work: Path) -> dict[str, Any]:
             both = ["read:ns-a/*", "write:ns-a/*", "read:ns-b/*", "write:ns-b/*"]
             a_tok = admin.create_token("a", both if name == "one_token_two_ns" else both[:2])
             b_tok = admin.create_token("b", both[2:])
-            stored0 = admin.stats()["stored_bytes"]
+            stored0 = admin.stats().stored_bytes
             out: dict[str, Any] = {"scenario": name, "size": size}
             with (
-                VaultClient(server.url, a_tok["token"], progress=False) as a,
-                VaultClient(server.url, b_tok["token"], progress=False) as b,
+                VaultClient(server.url, a_tok.token, progress=False) as a,
+                VaultClient(server.url, b_tok.token, progress=False) as b,
             ):
                 if name == "series":
                     data, sent, secs = base, [], []
@@ -104,8 +104,8 @@ def scenario(name: str, size: int, work: Path) -> dict[str, Any]:
                     out.update(bytes_sent_first=sent_a, bytes_sent_second=sent_b)
             stats = admin.stats()
             out.update(
-                stored_growth=stats["stored_bytes"] - stored0,
-                dedup_ratio=stats["dedup_ratio"],
+                stored_growth=stats.stored_bytes - stored0,
+                dedup_ratio=stats.dedup_ratio,
             )
             return out
     finally:

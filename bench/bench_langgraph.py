@@ -252,8 +252,8 @@ def run(turns: int, seed: int) -> dict[str, Any]:
                 time_turns(savers, turns, samples)
         finally:
             server.stop()
-    figures["vault_stored_bytes"] = after["stored_bytes"] - before["stored_bytes"]
-    figures["vault_logical_bytes"] = after["logical_bytes"] - before["logical_bytes"]
+    figures["vault_stored_bytes"] = after.stored_bytes - before.stored_bytes
+    figures["vault_logical_bytes"] = after.logical_bytes - before.logical_bytes
     figures["latency_ms"] = {
         who: {op: {"p50": pct(s, 0.5), "p99": pct(s, 0.99), "n": len(s)} for op, s in ops.items()}
         for who, ops in samples.items()

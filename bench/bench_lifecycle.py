@@ -68,8 +68,8 @@ def main() -> None:
         t = time.perf_counter()
         plan = vault.retention(dry_run=True)
         figures["plan_s"] = time.perf_counter() - t
-        figures["plan_delete"] = sum(len(p.delete) for p in plan.plans)
-        figures["reclaimable_bytes"] = sum(p.reclaimable_bytes for p in plan.plans)
+        figures["plan_delete"] = len(plan.delete)
+        figures["reclaimable_bytes"] = plan.reclaimable_bytes
         t = time.perf_counter()
         applied = vault.retention(dry_run=False)
         figures["apply_s"] = time.perf_counter() - t

@@ -148,10 +148,10 @@ def restore_figure(root: Path, weed: SeaweedFS, args: argparse.Namespace) -> dic
     seconds = time.perf_counter() - started
     vault = Vault(work / "data" / "vault")
     try:
-        checkpoints = vault.stats()["checkpoints"]
+        checkpoints = vault.stats().checkpoints
     finally:
         vault.close()
-    return {"checkpoints": checkpoints, "segments": segments, "seconds": seconds, **out}
+    return {"checkpoints": checkpoints, "segments": segments, "seconds": seconds, **out.to_wire()}
 
 
 async def standby_load(

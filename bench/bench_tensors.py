@@ -136,7 +136,7 @@ def run_vault(
     res: SeriesResult, ckpts: list[Checkpoint], client: Any, work: Path
 ) -> tuple[str, list[str]]:
     namespace = f"bench/{res.name}"
-    before = int(client.stats()["stored_bytes"])
+    before = client.stats().stored_bytes
     ids: list[str] = []
     log(f"{res.name}: vault ingest of {len(ckpts)} checkpoints")
     start = time.perf_counter()
@@ -164,7 +164,7 @@ def measure_vault_at_rest(
     work: Path,
 ) -> None:
     """Stored ratio and the two timed restores; used before and after compaction."""
-    v.stored_bytes = int(client.stats()["stored_bytes"]) - before
+    v.stored_bytes = client.stats().stored_bytes - before
     v.ratio = ratio(res.logical_bytes, v.stored_bytes)
     log(f"{res.name}: vault restores")
     v.restore_newest_mb_s = vault_restore(client, namespace, ckpts[-1], ids[-1], work / "new")
@@ -316,7 +316,7 @@ def run_series(name: str, ctx: Context, results: list[SeriesResult]) -> None:
     res.newest_bytes, res.oldest_bytes = ckpts[-1].size, ckpts[0].size
     log(f"{name}: {res.checkpoints} checkpoints, {res.logical_bytes / MB:.1f} MB")
     res.write_mb_s = mb_per_s(res.logical_bytes, local_write(ckpts, ctx.tmp / "baseline"))
-    before = int(ctx.client.stats()["stored_bytes"])
+    before = ctx.client.stats().stored_bytes
     work = ctx.tmp / "restore" / name
     _, ids = run_vault(res, ckpts, ctx.client, work)
     after_compaction(res, ckpts, ctx.client, ctx.server, ids, before, work)

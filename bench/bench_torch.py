@@ -66,7 +66,7 @@ class Vault:
         self.client = VaultClient(self.server.url, self.server.token(), progress=False)
 
     def stored(self) -> int:
-        return int(self.client.stats()["stored_bytes"])
+        return self.client.stats().stored_bytes
 
     def close(self) -> None:
         try:
@@ -258,7 +258,7 @@ def measure_way(
     fig.logical_bytes.append(int(ckpt.files[name]["size"]))
     fig.stored_growth.append(vault.stored() - stored)
     fig.bytes_sent.append(vault.client.transfer.bytes_sent - sent)
-    fig.chunks.append(len(vault.client.manifest(ns, ckpt.id)["files"][name]["chunks"]))
+    fig.chunks.append(len(vault.client.manifest(ns, ckpt.id).files[name].chunks))
 
 
 def embedding_states(work: Path, count: int) -> Iterator[Any]:
