@@ -218,12 +218,12 @@ def compact(args: argparse.Namespace) -> int:
 
 def _gc_offline(data_dir: Path, config: Path | None, dry_run: bool) -> GcReport:
     """GC, then repack when the config has tiers: what the schedule and the route run."""
-    from tiering.maintenance import gc_and_repack
+    import maintenance
 
     from .offline import open_offline
 
     vault = open_offline("gc", data_dir, config)
     try:
-        return gc_and_repack(vault, dry_run)
+        return maintenance.run(vault, "gc", lambda: maintenance.gc(vault, dry_run))
     finally:
         vault.close()

@@ -277,11 +277,14 @@ def check(args: argparse.Namespace) -> int:
 
 
 def _check_offline(data_dir: Path, config: Path | None, repair: bool) -> CheckReport:
-    """The engine's check on a stopped server's data dir (refused while a server has it)."""
+    """The check the route runs, on a stopped server's data dir (refused while a server
+    has it)."""
+    import maintenance
+
     from .offline import open_offline
 
     vault = open_offline("check", data_dir, config)
     try:
-        return vault.check(repair)
+        return maintenance.run(vault, "check", lambda: maintenance.check(vault, repair))
     finally:
         vault.close()

@@ -1,6 +1,6 @@
-"""Offline maintenance: open a stopped server's data dir directly and run the engine
-operation on it, the same function the schedule and the admin routes call (each takes the
-vault's maintenance lock itself; docs/DESIGN.md, "Maintenance").
+"""Offline maintenance: open a stopped server's data dir directly and run the maintenance
+task on it (maintenance/), as the schedule and the admin routes run it, under the vault's
+maintenance lock (docs/DESIGN.md, "Maintenance").
 
 A running server holds its data dir's lock for as long as it runs, so opening fails at once
 with "in use": an offline command never waits for a server, nor runs beside one. Imports the

@@ -50,9 +50,10 @@ FLOORS: dict[str, set[str]] = {
     "protocol": set(),
     "vault": {"protocol"},
     "tiering": {"protocol", "vault"},
-    "api": {"protocol", "vault", "tiering"},
+    "maintenance": {"protocol", "vault", "tiering"},
+    "api": {"protocol", "vault", "tiering", "maintenance"},
     "client": {"protocol"},
-    "cli": {"protocol", "vault", "tiering", "api", "client"},
+    "cli": {"protocol", "vault", "tiering", "maintenance", "api", "client"},
 }
 
 

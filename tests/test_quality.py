@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["protocol", "vault", "tiering", "api", "client", "cli"]
+PACKAGES = ["protocol", "vault", "tiering", "maintenance", "api", "client", "cli"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -39,6 +39,7 @@ def test_mypy_strict() -> None:
     [
         "vault",
         "tiering",
+        "maintenance",
         "api",
         "client",
         "protocol",

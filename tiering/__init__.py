@@ -5,8 +5,8 @@ through obstore: S3-compatible, GCS, Azure; memory for tests) and `open_tier` bu
 from a URL; retries and test faults are wrappers around any of them (`wrappers.py`).
 The policy is here too: a pure plan over `Vault.snapshot()` of which checkpoints leave the
 hot tier and which come back (`policy.py`), a run that applies it through `Vault.content`
-and records each checkpoint's `tier` (`runner.py`), repacking of sparse packs
-(`repack.py`), and GC followed by repack as one maintenance operation (`maintenance.py`).
+and records each checkpoint's `tier` (`runner.py`), and repacking of sparse packs
+(`repack.py`); GC followed by repack is a task of the maintenance package.
 How chunks are packed, located and moved is the engine's (`vault/content/`); this package
 never touches LMDB or the writer (tests/test_boundaries_content.py).
 """

@@ -1,8 +1,8 @@
 """Service and administration routes: health, stats, maintenance, policies, tokens.
 
-Maintenance routes call the same engine operations as the schedule and the offline CLI
-(each takes the vault's maintenance lock itself) through `run_job`, which waits for the
-lock on a worker thread: a route started while another operation runs waits for it.
+Maintenance routes run the same tasks as the schedule and the offline CLI (maintenance/)
+through `run_job`, which waits for the maintenance lock on a worker thread: a route started
+while another operation runs waits for it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+import maintenance
 from protocol import Health, TokenIssued
-from tiering.maintenance import gc_and_repack
-from tiering.runner import run_tiering
 from vault import InvalidRequest
 from vault.clock import rfc3339
 from vault.policy import parse_duration
@@ -93,7 +92,7 @@ async def gc(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", False)
-    result = await run_job(request.app, "gc", lambda: gc_and_repack(vault, dry_run))
+    result = await run_job(request.app, "gc", lambda: maintenance.gc(vault, dry_run))
     return json_response(result.to_wire())
 
 
@@ -102,7 +101,7 @@ async def check(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     repair = query_bool(request, "repair", False)
-    report = await run_job(request.app, "check", lambda: vault.check(repair))
+    report = await run_job(request.app, "check", lambda: maintenance.check(vault, repair))
     return json_response(report.to_wire())
 
 
@@ -112,7 +111,9 @@ async def retention(request: web.Request) -> web.Response:
     vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", True)
     namespace = request.query.get("namespace") or None
-    result = await run_job(request.app, "retention", lambda: vault.retention(dry_run, namespace))
+    result = await run_job(
+        request.app, "retention", lambda: maintenance.retention(vault, dry_run, namespace)
+    )
     return json_response(result.to_wire())
 
 
@@ -125,7 +126,9 @@ async def verify(request: web.Request) -> web.Response:
     except ValueError:
         raise InvalidRequest("sample must be a number in (0, 1]") from None
     namespace = request.query.get("namespace") or None
-    report = await run_job(request.app, "scrub", lambda: vault.verify(namespace, sample))
+    report = await run_job(
+        request.app, "scrub", lambda: maintenance.scrub(vault, namespace, sample)
+    )
     return json_response(report.to_wire())
 
 
@@ -136,7 +139,9 @@ async def compact(request: web.Request) -> web.Response:
     vault = request.app[VAULT]
     namespace = request.query.get("namespace") or None
     rate = query_size(request, "rate")
-    report = await run_job(request.app, "compact", lambda: vault.compact(namespace, rate))
+    report = await run_job(
+        request.app, "compact", lambda: maintenance.compact(vault, namespace, rate)
+    )
     return json_response(report.to_wire())
 
 
@@ -145,7 +150,7 @@ async def tiering(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", True)
-    result = await run_job(request.app, "tiering", lambda: run_tiering(vault, dry_run))
+    result = await run_job(request.app, "tiering", lambda: maintenance.tiering(vault, dry_run))
     return json_response(result.to_wire())
 
 
@@ -180,7 +185,9 @@ async def catalog_backup(request: web.Request) -> web.Response:
     to = backup_target(
         request.query.get("to") or None, vault.tiers, request.app[SETTINGS].backup_dir
     )
-    result = await run_job(request.app, "catalog_backup", lambda: vault.catalog_backup(to))
+    result = await run_job(
+        request.app, "catalog_backup", lambda: maintenance.catalog_backup(vault, to)
+    )
     return json_response(result.to_wire(), status=201)
 
 

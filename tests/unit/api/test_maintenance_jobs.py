@@ -1,5 +1,5 @@
-"""The scheduled GC and the admin GC route both repack when tiers exist (one function,
-`tiering.maintenance.gc_and_repack`): what GC freed in packs is dead bytes. Routes wait for
+"""The scheduled GC and the admin GC route both repack when tiers exist (one task,
+`maintenance.gc`): what GC freed in packs is dead bytes. Routes wait for
 maintenance in progress; scheduled jobs do not."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+import maintenance
 from api import Settings, create_app
 from api.jobs import run_job
 from api.keys import JOBS, VAULT
-from api.scheduler import _jobs
 from api.settings import Maintenance
 from protocol import GcReport
 from tiering import MemoryTier
@@ -38,7 +38,7 @@ def test_scheduled_gc_repacks_what_it_freed(tmp_path: Path) -> None:
         for rec in recs[:3]:
             vault.delete("ns", rec.id)
         vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
-        result = _jobs(vault, 0.0, 0.0)["gc"]()
+        result = maintenance.scheduled(vault, None, None)["gc"]()
         assert isinstance(result, GcReport)
         assert result.chunks_deleted > 0
         assert result.packs_rewritten == 1

@@ -1,5 +1,5 @@
-"""Tiering's entry points take the vault's maintenance lock themselves, and GC followed by
-repack is one operation under one hold of it."""
+"""Tiering's entry points take the vault's maintenance lock themselves, and so does GC
+followed by repack (the maintenance task), waiting for a holder in another process."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+import maintenance
 from tiering import MemoryTier
-from tiering.maintenance import gc_and_repack
 from tiering.repack import move_packed, repack
 from tiering.runner import run_tiering
 from vault import FakeClock, Vault, VaultConfig
@@ -37,7 +37,7 @@ OPERATIONS: dict[str, Callable[[Vault], Any]] = {
     "run_tiering": run_tiering,
     "repack": lambda v: repack(v, 1.0),
     "move_packed": lambda v: move_packed(v, "cold", []),
-    "gc_and_repack": gc_and_repack,
+    "maintenance.gc": maintenance.gc,
 }
 
 
@@ -46,13 +46,13 @@ def test_tiering_operations_wait_for_a_holder_in_another_process(vault: Vault, n
     assert_waits_for_holder(vault, lambda: OPERATIONS[name](vault))
 
 
-def test_gc_and_repack_without_tiers_is_plain_gc(tmp_path: Path) -> None:
+def test_the_gc_task_without_tiers_is_plain_gc(tmp_path: Path) -> None:
     vault = Vault(tmp_path / "v", VaultConfig(gc_grace=0.0), FakeClock())
     try:
         rec = stream_save(vault, "ns", {"w": b"z" * 50_000})
         vault.delete("ns", rec.id)
         vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
-        result = gc_and_repack(vault)
+        result = maintenance.gc(vault)
         assert result.chunks_deleted > 0
         assert result.packs_rewritten is None
         assert "packs_rewritten" not in result.to_wire()

@@ -1,0 +1,99 @@
+"""The maintenance tasks: what each long operation does, whoever asked for it.
+
+Each is a function of the vault and its own parameters that answers its protocol record
+(protocol/_maintenance.py), and each is what the admin route, the schedule and the offline
+command run (through `run`, which holds the lock). `scheduled` is the set the schedule runs,
+with the parameters the settings give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Protocol
+
+from protocol import (
+    CatalogBackup,
+    CheckReport,
+    CompactReport,
+    GcReport,
+    RetentionReport,
+    TieringReport,
+    VerifyReport,
+)
+from tiering.repack import repack
+from tiering.runner import repack_threshold, run_tiering
+from vault import Vault
+
+
+class Report(Protocol):
+    """What a task answers: a protocol record."""
+
+    def to_wire(self) -> Mapping[str, object]: ...
+
+
+def gc(vault: Vault, dry_run: bool = False) -> GcReport:
+    """Collect expired uploads and chunks unreferenced past the grace period; with tiers
+    (not a dry run), then repack at the default policy's `repack_below`: GC forgets packed
+    chunks like any other, but their bytes stay in their packs until a repack. One hold of
+    the lock around both, whoever calls it."""
+    with vault.maintenance.hold("gc"):
+        report = vault.gc(dry_run)
+        if vault.tiers and not dry_run:
+            packs = repack(vault, repack_threshold(vault))
+            report = replace(
+                report, packs_rewritten=packs.rewritten, pack_bytes_freed=packs.dead_bytes_freed
+            )
+    return report
+
+
+def check(vault: Vault, repair: bool = False) -> CheckReport:
+    """Recompute every reference count from the manifests; `repair` fixes what drifted."""
+    return vault.check(repair)
+
+
+def retention(vault: Vault, dry_run: bool = True, namespace: str | None = None) -> RetentionReport:
+    """Plan retention, or apply exactly that plan."""
+    return vault.retention(dry_run, namespace)
+
+
+def scrub(
+    vault: Vault, namespace: str | None = None, sample: float = 1.0, rate: float | None = None
+) -> VerifyReport:
+    """Re-read chunks and check their ids: what uses a damaged one is marked invalid."""
+    return vault.verify(namespace, sample, rate)
+
+
+def compact(vault: Vault, namespace: str | None = None, rate: float | None = None) -> CompactReport:
+    """Re-encode older checkpoints as deltas against their successors; refresh the
+    per-namespace usage /metrics shows when it changed (or was never taken)."""
+    report = vault.compact(namespace, rate)
+    if report.chunks_recoded or not vault.last_usage:
+        vault.usage()
+    return report
+
+
+def tiering(vault: Vault, dry_run: bool = True) -> TieringReport:
+    """Plan, or run, demotion and promotion by the tiering policies."""
+    return run_tiering(vault, dry_run)
+
+
+def catalog_backup(vault: Vault, to: str | None = None) -> CatalogBackup:
+    """A consistent copy of the catalog, to a tier or a file."""
+    return vault.catalog_backup(to)
+
+
+def scheduled(
+    vault: Vault, scrub_rate: float | None, compact_rate: float | None
+) -> dict[str, Callable[[], Report]]:
+    """The tasks the schedule runs, by job name, with the settings' parameters: retention
+    applied, GC (and repack), a full scrub and compaction at their rates, a tiering run, a
+    catalog backup to the last tier."""
+    return {
+        "retention": lambda: retention(vault, dry_run=False),
+        "gc": lambda: gc(vault),
+        "scrub": lambda: scrub(vault, rate=scrub_rate),
+        "compact": lambda: compact(vault, rate=compact_rate),
+        "tiering": lambda: tiering(vault, dry_run=False),
+        "catalog_backup": lambda: catalog_backup(vault),
+    }
