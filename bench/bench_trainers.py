@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -54,21 +55,30 @@ MB = 1_000_000
 PARTS = ("hf", "lightning")
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of this process (its threads included), or of `pid`."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def allocated(root: Path) -> int:
     """Bytes allocated under `root` (st_blocks x 512), as `du -sb` counts them."""
     return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
 
 
 @contextmanager
-def fresh_vault(root: Path) -> Iterator[tuple[VaultClient, Path]]:
-    """A server in its own data dir under `root` and a client for it."""
+def fresh_vault(root: Path) -> Iterator[tuple[VaultClient, Path, int]]:
+    """A server in its own data dir under `root`, a client for it, the server's pid."""
     root.mkdir(parents=True)
     server = Server(data_dir=root / "data", log_path=root / "server.log")
     server.start()
     try:
         wait_healthy(server)
         with VaultClient(server.url, server.token(), progress=False) as client:
-            yield client, root / "data"
+            yield client, root / "data", server.pid
     finally:
         server.stop()
 
@@ -84,9 +94,16 @@ class StepClock:
         self.save_began = 0.0
         self.blocked: list[float] = []
 
-    def result(self, name: str, total: float) -> dict[str, Any]:
+    def result(self, name: str, total: float, cpu: float) -> dict[str, Any]:
         blocked = 1000 * statistics.fmean(self.blocked) if self.blocked else 0.0
-        return {"run": name, "step_ms": self.mean_ms(), "blocked_ms": blocked, "total_s": total}
+        return {
+            "run": name,
+            "step_ms": self.mean_ms(),
+            "blocked_ms": blocked,
+            "total_s": total,
+            "cpu_s": cpu,
+            "server_cpu_s": 0.0,
+        }
 
     def tick(self) -> None:
         self.starts.append(time.perf_counter())
@@ -173,9 +190,9 @@ def hf_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             seed=0,
         )
         trainer = Trainer(model, training, train_dataset=data, callbacks=callbacks)
-        t0 = time.perf_counter()
+        t0, cpu = time.perf_counter(), cpu_seconds()
         trainer.train()  # VaultCallback's on_train_end waits for its uploads
-        return clock.clock.result(name, time.perf_counter() - t0)
+        return clock.clock.result(name, time.perf_counter() - t0, cpu_seconds() - cpu)
 
     return repeated(
         args,
@@ -239,9 +256,9 @@ def lightning_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             enable_progress_bar=False,
             enable_model_summary=False,
         )
-        t0 = time.perf_counter()
+        t0, cpu = time.perf_counter(), cpu_seconds()
         trainer.fit(MLP(), loader)  # the plugin's teardown waits for its uploads
-        return clock.clock.result(name, time.perf_counter() - t0)
+        return clock.clock.result(name, time.perf_counter() - t0, cpu_seconds() - cpu)
 
     return repeated(
         args,
@@ -270,9 +287,10 @@ def repeated(
     for i in range(args.repeat):
         for name, run in local.items():
             rounds[name].append(run())
-        with fresh_vault(root / f"server-{i}") as (vault, data_dir):
-            before = allocated(data_dir)
+        with fresh_vault(root / f"server-{i}") as (vault, data_dir, pid):
+            before, server_cpu = allocated(data_dir), cpu_seconds(pid)
             rounds[vaulted[0]].append(vaulted[1](vault))
+            rounds[vaulted[0]][-1]["server_cpu_s"] = cpu_seconds(pid) - server_cpu
             storage = storage or storage_row(vault, f"bench/{part}", data_dir, before)
         for name, got in rounds.items():
             log(f"{part} {name}: {got[-1]['step_ms']:.1f} ms/step")
@@ -284,35 +302,44 @@ def repeated(
 
 
 def report(part: str, result: dict[str, Any], save_every: int) -> str:
-    base = result["runs"][0]["step_ms"]
+    base = result["runs"][0]
+    rounds = result["rounds"]
+
+    def spread(name: str) -> str:
+        values = sorted(r["step_ms"] for r in rounds[name])
+        return f"{values[0]:.0f}-{values[-1]:.0f}"
+
     rows = [
         (
             r["run"],
             f"{r['step_ms']:.1f}",
-            f"{r['step_ms'] - base:+.1f}",
-            f"{(r['step_ms'] - base) * save_every:.0f}",
+            spread(r["run"]),
+            f"{(r['step_ms'] - base['step_ms']) * save_every:+.0f}",
             f"{r['blocked_ms']:.0f}" if r["blocked_ms"] else "-",
+            f"{r['cpu_s'] - base['cpu_s']:+.1f}",
+            f"{r['server_cpu_s']:.1f}" if r["server_cpu_s"] else "-",
             f"{r['total_s']:.1f}",
         )
         for r in result["runs"]
     ]
-    header = ("run", "ms/step", "vs no saves", "ms per save", "read ms/save", "total s")
+    header = (
+        "run",
+        "ms/step",
+        "rounds' range",
+        "ms per save",
+        "read ms/save",
+        "CPU s vs none",
+        "server CPU s",
+        "total s",
+    )
     s = result["storage"]
     disk = (
         f"{s['checkpoints']} checkpoints, {s['logical_mb']:.0f} MB of files: engine stored "
         f"{s['stored_mb']:.0f} MB ({s['stored_ratio']:.2f}), data dir grew {s['disk_mb']:.0f} MB "
         f"allocated ({s['disk_ratio']:.2f})"
     )
-    return (
-        table(
-            f"{part}: step time (medians of {len(next(iter(result['rounds'].values())))})",
-            header,
-            rows,
-        )
-        + "\n"
-        + disk
-        + "\n"
-    )
+    title = f"{part}: step time, medians of {len(next(iter(rounds.values())))} rounds"
+    return table(title, header, rows) + "\n" + disk + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
