@@ -51,7 +51,6 @@ from .ratelimit import RateLimiter
 from .receive import close_taken
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
-from .samples import sampling_context
 from .scheduler import maintenance_context
 from .settings import Settings
 
@@ -132,6 +131,5 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app.cleanup_ctx.append(_vault_context)
     app.cleanup_ctx.append(maintenance_context)
     app.cleanup_ctx.append(promotion_context)
-    app.cleanup_ctx.append(sampling_context)
     setup_routes(app)
     return app

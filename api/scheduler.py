@@ -1,5 +1,5 @@
-"""Background maintenance: retention (apply), GC (and repack), scrub, compaction, tiering
-and catalog backup, each on its own interval.
+"""Background maintenance: retention (apply), GC (and repack), scrub, compaction, tiering,
+catalog backup and the usage scan (a storage sample), each on its own interval.
 
 Every job is a task of the maintenance package (maintenance/tasks.py), run by
 `maintenance.run` as the admin routes and offline `ckpt` commands run it; when is
@@ -42,6 +42,7 @@ async def _loop(app: web.Application) -> None:
         "compact": settings.compact_interval,
         "tiering": settings.tiering_interval if tiers else 0.0,
         "catalog_backup": settings.backup_interval if tiers else 0.0,
+        "usage": settings.sample_interval,
     }
     tasks = maintenance.scheduled(
         app[VAULT], settings.scrub_rate or None, settings.compact_rate or None

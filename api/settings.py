@@ -142,6 +142,7 @@ class Maintenance:
     compact_interval: float = 600.0  # deltas for what was saved since the last run
     compact_rate: float = 100e6  # bytes per second compaction may read
     backup_interval: float = 6 * 3600.0  # catalog backup to the coldest tier (when one exists)
+    sample_interval: float = 3600.0  # usage scan and storage sample (the console's chart)
 
 
 # (section, key) -> (attribute on Settings, "vault.<field>" or "maintenance.<field>", parser)
@@ -182,6 +183,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("maintenance", "backup_interval"): ("maintenance.backup_interval", parse_duration),
     ("maintenance", "compact_interval"): ("maintenance.compact_interval", parse_duration),
     ("maintenance", "compact_rate"): ("maintenance.compact_rate", parse_size),
+    ("maintenance", "sample_interval"): ("maintenance.sample_interval", parse_duration),
     ("replication", "tier"): ("replication.tier", str),
     ("replication", "mode"): ("replication.mode", _replication_mode),
     ("replication", "lag_budget"): ("replication.lag_budget", parse_duration),

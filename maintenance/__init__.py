@@ -1,7 +1,7 @@
 """Maintenance: every long operation on a vault, its one way to run, and its schedule.
 
 - `tasks.py`: the tasks (GC then repack, check, retention, scrub, compaction, tiering,
-  catalog backup), each answering its protocol record; the set the schedule runs.
+  catalog backup, usage scan), each answering its protocol record; the set the schedule runs.
 - `run.py`: `run`, the one way a task runs: under the vault's maintenance lock, timed, its
   figures taken from its record.
 - `schedule.py`: `Schedule`, which task is due next: a pure function of intervals and the
@@ -29,6 +29,7 @@ from .tasks import (
     scheduled,
     scrub,
     tiering,
+    usage,
 )
 
 __all__ = [
@@ -46,4 +47,5 @@ __all__ = [
     "scheduled",
     "scrub",
     "tiering",
+    "usage",
 ]

@@ -24,6 +24,7 @@ from protocol import (
 from tiering.repack import repack
 from tiering.runner import repack_threshold, run_tiering
 from vault import Vault
+from vault.samples import StorageSample
 
 
 class Report(Protocol):
@@ -83,12 +84,21 @@ def catalog_backup(vault: Vault, to: str | None = None) -> CatalogBackup:
     return vault.catalog_backup(to)
 
 
+def usage(vault: Vault) -> StorageSample:
+    """Scan every namespace's stored and logical bytes (a read of every manifest), for
+    /metrics and the console: the scan records a storage sample, which this answers."""
+    vault.usage()
+    sample = vault.samples.newest()
+    assert sample is not None  # the scan just took one
+    return sample
+
+
 def scheduled(
     vault: Vault, scrub_rate: float | None, compact_rate: float | None
 ) -> dict[str, Callable[[], Report]]:
     """The tasks the schedule runs, by job name, with the settings' parameters: retention
     applied, GC (and repack), a full scrub and compaction at their rates, a tiering run, a
-    catalog backup to the last tier."""
+    catalog backup to the last tier, a usage scan (a storage sample)."""
     return {
         "retention": lambda: retention(vault, dry_run=False),
         "gc": lambda: gc(vault),
@@ -96,4 +106,5 @@ def scheduled(
         "compact": lambda: compact(vault, rate=compact_rate),
         "tiering": lambda: tiering(vault, dry_run=False),
         "catalog_backup": lambda: catalog_backup(vault),
+        "usage": lambda: usage(vault),
     }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from protocol import StatsReport
 
+from .samples import NamespaceBytes
 from .writer import WriterStats
 
 
@@ -20,14 +21,6 @@ class MapUse:
 
     used: int
     size: int
-
-
-@dataclass(frozen=True)
-class NamespaceBytes:
-    """A namespace's logical and stored bytes as of the last usage scan."""
-
-    logical_bytes: int
-    stored_bytes: int
 
 
 @dataclass(frozen=True)

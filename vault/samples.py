@@ -1,8 +1,9 @@
 """Storage samples: logical, stored and on-disk bytes over time, for the web console's chart.
 
 The counters in the catalog say what the vault holds now; nothing else remembers how that
-moved. A sample is taken at each usage scan (the per-namespace figures only exist then)
-and at a bounded interval between scans (api/samples.py decides when). Samples live in the
+moved. A sample is taken at each usage scan (`Vault.usage`: the per-namespace figures
+only exist then), and the schedule runs a scan at a bounded interval
+(`[maintenance] sample_interval`, the `usage` task of maintenance/tasks.py). Samples live in the
 catalog (database `samples`, appended last to `CATALOG_DBS`), so they are replicated and
 backed up with it and survive restarts.
 

@@ -59,7 +59,7 @@ from .direct import DirectSaver
 from .domains import Domain
 from .env import make_private
 from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
-from .gauges import MapUse, NamespaceBytes, Observation
+from .gauges import MapUse, Observation
 from .gc import collect
 from .ingest import FileIngest, ingest_descriptor
 from .lifecycle import Lifecycle
@@ -71,6 +71,7 @@ from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, NamespaceRecord, StoredCheckpoint, UploadSession
 from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
 from .runtime import Runtime
+from .samples import NamespaceBytes, StorageSample, StorageSamples, allocated_bytes
 from .seal import Keyring
 from .snapshot import Snapshot, snapshot
 from .store import Store
@@ -162,6 +163,8 @@ class Vault:
         # Per-namespace usage as of the last full scan (`usage()`), for /metrics: the scan
         # reads every manifest, too much for every scrape.
         self.last_usage: dict[str, Usage] = {}
+        # Logical, stored and on-disk bytes over time: one sample per usage scan.
+        self.samples = StorageSamples(self.store)
 
     @property
     def catalog(self) -> Catalog:
@@ -594,7 +597,23 @@ class Vault:
                 if self.catalog.namespace(txn, ns) is not None:
                     out[ns] = namespace_usage(self.store, txn, ns)
         self.last_usage = out
+        if self.writable:  # a standby's samples are the primary's, replicated
+            self.samples.append(self._sample(out))
         return out
+
+    def _sample(self, usage: Mapping[str, Usage]) -> StorageSample:
+        """The storage sample of a usage scan that just ran: the totals now, the vault
+        directory's allocated bytes (what `du` shows), each namespace's bytes."""
+        stats = self.stats()
+        return StorageSample(
+            at=self.clock.now(),
+            logical_bytes=stats.logical_bytes,
+            stored_bytes=stats.stored_bytes,
+            disk_bytes=allocated_bytes(self.path),
+            namespaces={
+                ns: NamespaceBytes(u.logical_bytes, u.stored_bytes) for ns, u in usage.items()
+            },
+        )
 
     def check(self, repair: bool = False) -> CheckReport:
         with self.maintenance.hold("check --repair" if repair else "check"):

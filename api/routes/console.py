@@ -17,8 +17,7 @@ from vault.samples import SampleWire
 
 from ..auth import principal, require_admin
 from ..http import json_response, query_int, run
-from ..keys import JOBS
-from ..samples import SAMPLE_INTERVAL, SAMPLES
+from ..keys import JOBS, SETTINGS, VAULT
 
 
 async def whoami(request: web.Request) -> web.Response:
@@ -46,7 +45,7 @@ async def stats_history(request: web.Request) -> web.Response:
     who = principal(request)
     samples = await run(
         request,
-        request.app[SAMPLES].history,
+        request.app[VAULT].samples.history,
         since=_query_since(request),
         limit=query_int(request, "limit", 1000),
     )
@@ -57,7 +56,8 @@ async def stats_history(request: web.Request) -> web.Response:
             wire["logical_bytes"] = wire["stored_bytes"] = wire["disk_bytes"] = None
         wire["namespaces"] = {ns: b for ns, b in wire["namespaces"].items() if who.may("read", ns)}
         out.append(wire)
-    return json_response({"samples": out, "interval": SAMPLE_INTERVAL})
+    interval = request.app[SETTINGS].maintenance.sample_interval
+    return json_response({"samples": out, "interval": interval})
 
 
 async def maintenance_runs(request: web.Request) -> web.Response:

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+import maintenance
 from vault import FakeClock, InvalidRequest, Vault, VaultConfig
 from vault.samples import NamespaceBytes, StorageSample, StorageSamples, allocated_bytes
+
+from .helpers import stream_save
 
 
 def sample(at: float, n: int = 0) -> StorageSample:
@@ -58,3 +61,19 @@ def test_allocated_bytes_counts_blocks_as_du_does(tmp_path: Path) -> None:
         f.truncate(1 << 30)  # a 1 GiB hole takes (almost) nothing
     found = allocated_bytes(tmp_path)
     assert 10_000 <= found < 1 << 20
+
+
+def test_every_usage_scan_takes_a_sample_and_the_usage_task_answers_it(vault: Vault) -> None:
+    stream_save(vault, "team/a", {"w": b"q" * 200_000})
+    usage = vault.usage()
+    [first] = vault.samples.history()
+    assert first.namespaces["team/a"] == NamespaceBytes(
+        usage["team/a"].logical_bytes, usage["team/a"].stored_bytes
+    )
+    assert first.logical_bytes == vault.stats().logical_bytes
+    assert first.disk_bytes is not None  # what du counts, LMDB's sparse maps as written
+    assert 100_000 < first.disk_bytes <= allocated_bytes(vault.path)
+    vault.store.clock.advance(60)  # type: ignore[attr-defined]
+    second = maintenance.usage(vault)
+    assert second.at == first.at + 60
+    assert vault.samples.history() == [first, second]
