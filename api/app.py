@@ -84,7 +84,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         raise
     app[RUNTIME] = runtime
     app[VAULT] = vault
-    if vault.writable:  # a standby's tokens are the primary's (replicated)
+    if vault.roles.writable:  # a standby's tokens are the primary's (replicated)
         _bootstrap_admin(vault, settings.data_dir)
     app[TOKENS] = TokenCache(vault.tokens.all(), app[CLOCK])
     follow_tokens(app, vault)

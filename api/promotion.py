@@ -27,7 +27,7 @@ class Promotions:
 
     def after_read(self, app: web.Application, record: StoredCheckpoint) -> None:
         """Called on every file read; cheap unless the checkpoint has cold bytes."""
-        if record.tier == "hot" or record.id in self._running or not app[VAULT].writable:
+        if record.tier == "hot" or record.id in self._running or not app[VAULT].roles.writable:
             return
         if not wants_promotion(app[VAULT], record.namespace, record):
             return

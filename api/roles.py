@@ -28,7 +28,7 @@ def read_only_middleware() -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method not in _READS and request.path != PROMOTE:
-            request.app[VAULT].require_writable()
+            request.app[VAULT].roles.require_writable()
         return await handler(request)
 
     return middleware
@@ -36,7 +36,7 @@ def read_only_middleware() -> Middleware:
 
 def follow_tokens(app: web.Application, vault: Vault) -> None:
     """Keep `app[TOKENS]` at the tokens a standby applies (from the follower's thread)."""
-    standby = vault.standby
+    standby = vault.roles.standby
     if standby is None:
         return
     loop = asyncio.get_running_loop()

@@ -51,7 +51,7 @@ async def _loop(app: web.Application) -> None:
     while (due := schedule.next()) is not None:
         name, at = due
         await asyncio.sleep(max(0.0, at - time.monotonic()))  # a timer, not a sync
-        if app[VAULT].writable:  # a standby or a fenced primary changes nothing
+        if app[VAULT].roles.writable:  # a standby or a fenced primary changes nothing
             await _run(app, name, tasks[name])
         schedule.ran(name, time.monotonic())
 

@@ -8,10 +8,9 @@ Maintenance operations (`gc`, `check`, `retention`, `verify`, `catalog_backup`) 
 vault's maintenance lock (`self.maintenance`, vault/maintenance.py) themselves, waiting for
 it; a caller that must not wait holds it first with `timeout=0` (the lock is reentrant).
 
-A vault has a role: `primary` (writes; replicates with `[replication]`), `standby` (opened
-with `follow`: read-only, kept at a replica by its follower until `promote`), or `fenced` (a
-primary a promotion has overtaken: read-only for good). Only the writer decides what is
-refused, so every write path answers the same typed error.
+Its role among its peers (primary, standby, fenced), replication and promotion are
+`self.roles` (vault/roles.py); the long operations are run as maintenance tasks
+(maintenance/), which call the methods below.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from protocol import (
     CommitFile,
     CompactReport,
     GcReport,
-    Promotion,
     QuotaUse,
     RetentionReport,
     StatsReport,
@@ -58,7 +56,7 @@ from .deliver import deliver_descriptor
 from .direct import DirectSaver
 from .domains import Domain
 from .env import make_private
-from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
+from .errors import InvalidRequest
 from .gauges import MapUse, Observation
 from .gc import collect
 from .ingest import FileIngest, ingest_descriptor
@@ -69,7 +67,8 @@ from .names import check_chunk_id, check_namespace
 from .policy import Policies, Policy
 from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, NamespaceRecord, StoredCheckpoint, UploadSession
-from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
+from .replication import FollowConfig, ReplicationConfig
+from .roles import Roles
 from .runtime import Runtime
 from .samples import NamespaceBytes, StorageSample, StorageSamples, allocated_bytes
 from .seal import Keyring
@@ -122,27 +121,9 @@ class Vault:
         )
         self.maintenance = MaintenanceLock.of(self.path)
         make_private(self.path)
-        self.replication: Replicator | None = None
-        self.standby: Follower | None = None
-        self._promotion = threading.Lock()
         self._closed = False
-        self._replicate_as = replication
         try:
-            for name in (r.tier for r in (replication, follow) if r is not None):
-                if name not in self.store.tiers:
-                    raise InvalidRequest(f"replication tier {name!r} is not configured")
-            if follow is not None:
-                self._replicate_as = replication or ReplicationConfig(tier=follow.tier)
-                self.store.writer.refuse(self._read_only)
-                tier = self.store.tiers[follow.tier]
-                self.standby = Follower(self.store, tier, follow, self.path)
-            elif is_standby(self.path):
-                raise Conflict(
-                    f"{self.path} is a standby's data dir: serve it with --follow, or promote "
-                    "it (ckpt promote) to make it a primary"
-                )
-            elif replication is not None:
-                self._replicate(replication)
+            self.roles = Roles(self.store, self.path, replication, follow)
         except BaseException:
             self.store.close()
             raise
@@ -157,7 +138,7 @@ class Vault:
         # Files handed over by descriptor since start: saved from, and restored into.
         self._handed = {"files": 0, "bytes": 0, "restored_files": 0, "restored_bytes": 0}
         self._handed_lock = threading.Lock()
-        if self.standby is None:
+        if self.roles.standby is None:
             self._apply_journal()
         self._policies = Policies(self.store.catalog_env.db["policies"])
         # Per-namespace usage as of the last full scan (`usage()`), for /metrics: the scan
@@ -205,63 +186,12 @@ class Vault:
         journal.applied = pending[-1][0]
         self.store.writer.wait_durable()  # the durable state now contains every record
 
-    # -- role ---------------------------------------------------------------------------
-    def _replicate(self, config: ReplicationConfig) -> None:
-        self.replication = Replicator(self.store, self.store.tiers[config.tier], config, self.path)
-        self.store.writer.observe(self.replication)
-        self.store.replica_barrier = self.replication.wait_restorable
-
-    def _read_only(self) -> ReadOnlyStandby:
-        tier = self.standby.config.tier if self.standby is not None else "?"
-        return ReadOnlyStandby(
-            f"this server is a read-only standby of the replica in tier {tier}: write to the "
-            "primary, or promote this server (ckpt promote)"
-        )
-
-    @property
-    def role(self) -> str:
-        """`primary`, `standby` or `fenced` (see the module docstring)."""
-        if self.standby is not None:
-            return "standby"
-        if self.replication is not None and self.replication.fenced_by is not None:
-            return "fenced"
-        return "primary"
-
-    @property
-    def writable(self) -> bool:
-        return self.store.writer.refusal() is None
-
-    def require_writable(self) -> None:
-        """Raise what the writer would (`ReadOnlyStandby`, `Fenced`), before any work."""
-        refusal = self.store.writer.refusal()
-        if refusal is not None:
-            raise refusal()
-
-    def promote(self) -> Promotion:
-        """Turn this standby into the primary: apply everything the replica has, claim the
-        next epoch (fencing the old primary), replicate to the same tier under it, accept
-        writes (vault/replication/follow.py, layout.py)."""
-        with self._promotion:
-            if self.standby is None or self._replicate_as is None:
-                raise PromotionConflict(f"this server is not a standby (it is {self.role})")
-            out = self.standby.promote()
-            self.standby.close()
-            self.standby = None
-            self.store.take_over()
-            self._replicate(self._replicate_as)
-            self.store.writer.refuse(None)
-        return replace(out, role=self.role)
-
     def close(self) -> None:
         """Idempotent: a second call does nothing."""
         if self._closed:
             return
         self._closed = True
-        if self.standby is not None:
-            self.standby.close()
-        if self.replication is not None:
-            self.store.writer.close()  # every commit recorded before the replica's last ship
-            self.replication.close()
+        self.roles.close()
         self.store.close()
 
     # -- write path -------------------------------------------------------------------
@@ -597,7 +527,7 @@ class Vault:
                 if self.catalog.namespace(txn, ns) is not None:
                     out[ns] = namespace_usage(self.store, txn, ns)
         self.last_usage = out
-        if self.writable:  # a standby's samples are the primary's, replicated
+        if self.roles.writable:  # a standby's samples are the primary's, replicated
             self.samples.append(self._sample(out))
         return out
 
@@ -696,7 +626,7 @@ class Vault:
             codecs={c: CodecShare(**v) for c, v in codecs.items()},
             map_size=self.store.catalog_env.map_size(),
             quotas=quota_use,
-            role=self.role,
-            replication=self.replication.status() if self.replication else None,
-            standby=self.standby.status() if self.standby else None,
+            role=self.roles.role,
+            replication=self.roles.replication.status() if self.roles.replication else None,
+            standby=self.roles.standby.status() if self.roles.standby else None,
         )

@@ -39,13 +39,15 @@ async def health(request: web.Request) -> web.Response:
     health = Health(
         status="ok",
         version=__version__,
-        role=vault.role,
+        role=vault.roles.role,
         instance=request.app[INSTANCE],
         # a client on this machine may hand files over
         local_socket=str(socket)
         if socket is not None and on_this_machine(request.remote)
         else None,
-        lag_seconds=vault.standby.status().lag_seconds if vault.standby is not None else None,
+        lag_seconds=vault.roles.standby.status().lag_seconds
+        if vault.roles.standby is not None
+        else None,
     )
     return json_response(health.to_wire())
 
@@ -62,7 +64,7 @@ async def promote(request: web.Request) -> web.Response:
     epoch (which fences the old primary), then replicate to the same tier and take writes."""
     require_admin(request)
     vault = request.app[VAULT]
-    return json_response((await run(request, vault.promote)).to_wire())
+    return json_response((await run(request, vault.roles.promote)).to_wire())
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -37,8 +37,8 @@ def _open(path: Path, tier: Tier, **opts: object) -> Vault:
 
 
 def _wait_caught_up(vault: Vault) -> None:
-    assert vault.replication is not None
-    assert vault.replication.wait_restorable(DEADLINE), vault.replication.status()
+    assert vault.roles.replication is not None
+    assert vault.roles.replication.wait_restorable(DEADLINE), vault.roles.replication.status()
 
 
 def test_restore_reads_back_everything_committed(tmp_path: Path) -> None:
@@ -87,8 +87,8 @@ def test_outage_grows_lag_then_catches_up(tmp_path: Path) -> None:
         _wait_caught_up(vault)
         tier.fail_next = 10**9  # down
         ids = [client_save(vault, "ns", {"a": os.urandom(5000)}).id for _ in range(5)]
-        assert vault.replication is not None
-        assert not vault.replication.wait_restorable(0.3)
+        assert vault.roles.replication is not None
+        assert not vault.roles.replication.wait_restorable(0.3)
         status = replication_of(vault)
         assert status.lag_bytes > 0
         assert status.lag_seconds > 0.2
@@ -113,8 +113,8 @@ def test_overflow_drops_the_backlog_for_a_new_base(tmp_path: Path) -> None:
         _wait_caught_up(vault)
         tier.fail_next = 10**9  # down
         ids = [client_save(vault, "ns", {"a": os.urandom(9000)}).id for _ in range(4)]
-        assert vault.replication is not None
-        status = vault.replication.status()
+        assert vault.roles.replication is not None
+        status = vault.roles.replication.status()
         assert status.overflows >= 1
         assert status.lag_bytes <= 20_000
         assert status.base_pending
@@ -137,10 +137,10 @@ def test_sync_acknowledges_once_replicated(tmp_path: Path) -> None:
     tier = LocalTier(str(tmp_path / "tier"), "cold")
     vault = _open(tmp_path / "primary", tier, mode="sync")
     try:
-        assert vault.replication is not None
+        assert vault.roles.replication is not None
         for _ in range(3):
             client_save(vault, "ns", {"a": os.urandom(3000)})
-            status = vault.replication.status()
+            status = vault.roles.replication.status()
             assert status.restorable_batch == status.batches
     finally:
         vault.close()
@@ -180,26 +180,26 @@ def test_clean_restart_and_restore_continue_the_generation(tmp_path: Path) -> No
     vault = _open(tmp_path / "primary", tier)
     a = client_save(vault, "ns", {"a": b"one"}).id
     _wait_caught_up(vault)
-    assert vault.replication is not None
-    gen = vault.replication.status().generation
+    assert vault.roles.replication is not None
+    gen = vault.roles.replication.status().generation
     vault.close()
     vault = _open(tmp_path / "primary", tier)  # clean restart: same generation, no base
     b = client_save(vault, "ns", {"a": b"two"}).id
     _wait_caught_up(vault)
-    assert vault.replication is not None
-    status = vault.replication.status()
+    assert vault.roles.replication is not None
+    status = vault.roles.replication.status()
     assert (status.generation, status.bases) == (gen, 0)
     # the old primary is not closed: a restored copy that writes too must not share the log
     restore_replica(tier, tmp_path / "restored")
     restored = _open(tmp_path / "restored", tier)
     try:
-        assert restored.replication is not None
-        assert restored.replication.status().generation == gen  # continued after restore
+        assert restored.roles.replication is not None
+        assert restored.roles.replication.status().generation == gen  # continued after restore
         client_save(vault, "ns", {"a": b"three"})  # the old primary takes the next segment
         _wait_caught_up(vault)
         c = client_save(restored, "ns", {"a": b"four"}).id  # finds it taken: a new generation
         _wait_caught_up(restored)
-        assert restored.replication.status().generation != gen
+        assert restored.roles.replication.status().generation != gen
     finally:
         restored.close()
         vault.close()

@@ -80,8 +80,8 @@ def standby(path: Path, tier: Tier, mode: str = "async") -> Vault:
 
 
 def caught_up(vault: Vault) -> None:
-    assert vault.replication is not None
-    assert vault.replication.wait_restorable(DEADLINE), vault.replication.status()
+    assert vault.roles.replication is not None
+    assert vault.roles.replication.wait_restorable(DEADLINE), vault.roles.replication.status()
 
 
 def ids(vault: Vault, ns: str = "ns") -> set[str]:
@@ -112,7 +112,7 @@ def pair(tmp_path: Path, tier: LocalTier) -> Iterator[tuple[Vault, Vault]]:
 
 def test_standby_follows_reads_and_refuses_writes(pair: tuple[Vault, Vault]) -> None:
     p, s = pair
-    assert s.role == "standby"
+    assert s.roles.role == "standby"
     assert ids(s) == ids(p)
     files = {"w.bin": os.urandom(30_000), "m.json": b"{}"}
     rec = client_save(p, "ns", files)
@@ -141,8 +141,8 @@ def test_promotion_fences_the_old_primary(pair: tuple[Vault, Vault], tier: Local
     p, s = pair
     acked = client_save(p, "ns", {"a": b"before"}).id
     caught_up(p)
-    out = s.promote()
-    assert (out.epoch, out.role, s.role) == (1, "primary", "primary")
+    out = s.roles.promote()
+    assert (out.epoch, out.role, s.roles.role) == (1, "primary", "primary")
     assert tier.head(fence_key(1)) is not None
     assert json.loads((s.path / EPOCH_FILE).read_text())["epoch"] == 1
     assert not (s.path / POSITION).exists()
@@ -152,7 +152,7 @@ def test_promotion_fences_the_old_primary(pair: tuple[Vault, Vault], tier: Local
     late: set[str] = set()
     with contextlib.suppress(Fenced):
         late.add(client_save(p, "ns", {"a": b"after the fence"}).id)
-    wait_for(lambda: p.role == "fenced", "the old primary to find the fence")
+    wait_for(lambda: p.roles.role == "fenced", "the old primary to find the fence")
     with pytest.raises(Fenced):
         client_save(p, "ns", {"a": b"refused"})
     assert replication_of(p).fenced_by == 1
@@ -174,10 +174,10 @@ def test_sync_commit_meeting_the_fence_fails(tmp_path: Path, tier: LocalTier) ->
         client_save(p, "ns", {"a": b"one"})
         s = standby(tmp_path / "standby", tier)
         try:
-            s.promote()
+            s.roles.promote()
             with pytest.raises(Fenced):  # committed locally, never acknowledged
                 client_save(p, "ns", {"a": b"two"})
-            assert p.role == "fenced"
+            assert p.roles.role == "fenced"
         finally:
             s.close()
     finally:
@@ -207,13 +207,13 @@ def test_segments_past_the_fence_point_are_never_read(tmp_path: Path, tier: Loca
         s = standby(tmp_path / "standby", tier)
         other = standby(tmp_path / "other", tier)  # a second standby follows the promotion
         try:
-            s.promote()
+            s.roles.promote()
             fence = read_current(tier, 1)
             assert fence is not None
             assert fence.end_segment is not None
             stale = {client_save(p, "ns", {"a": os.urandom(2000)}).id for _ in range(3)}
             caught_up(p)  # its segments are in the store, past the fence point
-            assert p.role == "primary"  # blind: it never saw the fence
+            assert p.roles.role == "primary"  # blind: it never saw the fence
             restored = Vault(_restored(tier, tmp_path / "restored"))
             try:
                 assert not stale & ids(restored)
@@ -235,10 +235,10 @@ def test_segments_past_the_fence_point_are_never_read(tmp_path: Path, tier: Loca
 
 def test_old_primary_coming_back_is_fenced(pair: tuple[Vault, Vault], tier: LocalTier) -> None:
     p, s = pair
-    s.promote()
+    s.roles.promote()
     p.close()  # stopped cleanly before it shipped again: it never saw the fence
     with contextlib.closing(primary(p.path, tier)) as again:
-        assert again.role == "fenced"
+        assert again.roles.role == "fenced"
         with pytest.raises(Fenced):
             client_save(again, "ns", {"a": b"x"})
 
@@ -258,8 +258,8 @@ def test_two_promotions_cannot_claim_one_epoch(
     s = standby(tmp_path / "loser", RivalTier(tier))  # type: ignore[arg-type]
     try:
         with pytest.raises(PromotionConflict):
-            s.promote()
-        assert s.role == "standby"
+            s.roles.promote()
+        assert s.roles.role == "standby"
         with pytest.raises(ReadOnlyStandby):
             client_save(s, "ns", {"a": b"still a standby"})
     finally:
@@ -271,8 +271,8 @@ def test_a_promotion_that_died_does_not_block_the_next(
 ) -> None:
     p, s = pair
     tier.put(fence_key(1), b"{}", if_absent=True)  # claimed, then its server died
-    wait_for(lambda: p.role == "fenced" or _saved_fenced(p), "the claim to fence the primary")
-    assert s.promote().epoch == 2
+    wait_for(lambda: p.roles.role == "fenced" or _saved_fenced(p), "the claim to fence the primary")
+    assert s.roles.promote().epoch == 2
     assert read_current(tier, 2) is not None
     client_save(s, "ns", {"a": b"the next promotion"})
 
