@@ -10,15 +10,19 @@ callback reads that directory into memory there, in the training loop, and a
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from .errors import Forbidden
 from .hf import checkpoint_dir_name
 from .manager import CheckpointManager, KeepBest, finite_metrics
 from .sync import VaultClient
+
+log = logging.getLogger(__name__)
 
 SKIPPED_LOG_KEYS = frozenset({"step", "epoch"})  # in every log entry; the record has them
 
@@ -66,18 +70,34 @@ class VaultCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         if self.manager is None:
-            self.manager = CheckpointManager(
+            self.manager = self._manager(args)
+        if state.global_step > 0:
+            self.manager.follow(state.global_step)
+
+    def _manager(self, args: TrainingArguments) -> CheckpointManager:
+        """The run's manager. Keep rules need an admin token: when `keep_last` only comes
+        from `save_total_limit` (not asked for here) and the token may not set policies,
+        the run goes on without it (logged)."""
+
+        def make(keep_last: int | None) -> CheckpointManager:
+            return CheckpointManager(
                 self.vault,
                 self.namespace,
-                keep_last=self.keep_last if self.keep_last is not None else args.save_total_limit,
+                keep_last=keep_last,
                 keep_best=self.keep_best,
                 keep_every_steps=self.keep_every_steps,
                 validate=finite_metrics(*self.checked_metrics),
                 save_on_sigterm=self.save_on_sigterm,
                 metadata=self.metadata,
             )
-        if state.global_step > 0:
-            self.manager.follow(state.global_step)
+
+        if self.keep_last is not None or args.save_total_limit is None:
+            return make(self.keep_last)
+        try:
+            return make(args.save_total_limit)
+        except Forbidden as e:
+            log.warning("save_total_limit not kept as %s's retention: %s", self.namespace, e)
+            return make(None)
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import io
+import logging
 import math
 import signal
 import threading
@@ -42,10 +43,12 @@ from typing import Any, Literal
 
 from .background import BackgroundSaveFailed, SaveHandle, snapshot_files
 from .chunking import FileSpec
-from .errors import NotFound
+from .errors import ClientError, NotFound
 from .models import Checkpoint
 from .options import SaveFields
 from .sync import VaultClient
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CheckpointManager", "KeepBest", "Validator", "finite_metrics"]
 
@@ -137,6 +140,7 @@ class CheckpointManager:
         self._parent: str | None = None  # the newest committed checkpoint of this run
         self._parent_known = False  # False: the first save chains onto the namespace's latest
         self.preempted = False
+        self.policy_error: ClientError | None = None  # why the keep rules could not be set
         self._previous_handler: Any = None
         self._pending_rules: dict[str, Any] | None = (
             self._rules(keep_last, keep_best, keep_every_steps) or None
@@ -304,6 +308,16 @@ class CheckpointManager:
         await aio.set_policy(self.namespace, {"retention": self._merged(kept)})
         self._pending_rules = None
 
+    async def _push_policy_or_warn(self) -> None:
+        """After a commit the checkpoint is saved whatever the policy does: a refusal (a
+        token without the admin scope) is logged and kept in `policy_error`, not raised."""
+        try:
+            await self._push_policy()
+        except ClientError as e:
+            self._pending_rules = None
+            self.policy_error = e
+            log.warning("keep rules not set on %s: %s", self.namespace, e)
+
     def _merged(self, kept: Sequence[str]) -> dict[str, Any]:
         """The rules to set: a `keep_tags` rule adds to the tags already kept."""
         rules = dict(self._pending_rules or {})
@@ -372,7 +386,7 @@ class CheckpointManager:
                 checkpoint = await self._commit(copy, fields, parent)
             with self._lock:
                 self._parent = checkpoint.id
-            await self._push_policy()
+            await self._push_policy_or_warn()
             if self.validate is not None:
                 checkpoint = await self._mark(checkpoint)
             return checkpoint

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from accelerate import Accelerator
 from transformers import (
@@ -25,8 +26,10 @@ from transformers import (
     TrainingArguments,
 )
 
-from client import CheckpointManager, VaultClient
+from client import CheckpointManager, Forbidden, VaultClient
 from client.hf import VaultCallback, resume_from_vault
+
+from ..serverproc import ServerProcess
 
 SEQ = 16
 
@@ -166,6 +169,22 @@ def test_sigterm_saves_the_step_under_way_and_stops(vault: VaultClient, tmp_path
 def test_save_total_limit_becomes_keep_last(vault: VaultClient, tmp_path: Path) -> None:
     trainer(tmp_path / "out", [VaultCallback(vault, "hf/limit")], save_total_limit=2).train()
     assert vault.policy("hf/limit").retention.keep_last == 2
+
+
+def test_without_the_admin_scope_the_run_goes_on_without_keep_rules(
+    server: ServerProcess, vault: VaultClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """save_total_limit is only mapped to retention when the token may set policies."""
+    secret = vault.create_token("hf-writer", ["read:hf/writer", "write:hf/writer"]).token
+    with VaultClient(server.url, secret, progress=False) as writer:
+        callback = VaultCallback(writer, "hf/writer")
+        trainer(tmp_path, [callback], max_steps=2, save_total_limit=2).train()
+        with pytest.raises(Forbidden):  # rules asked for explicitly are refused at once
+            CheckpointManager(writer, "hf/writer", keep_last=2)
+    assert len(vault.list("hf/writer")) == 1
+    assert vault.policy("hf/writer").retention.keep_last is None
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(m.startswith("save_total_limit not kept as hf/writer") for m in warned)
 
 
 def test_accelerate_save_state_directories_round_trip(vault: VaultClient, tmp_path: Path) -> None:
