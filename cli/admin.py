@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol import GcReport, StatsReport
+from protocol import StatsReport
 
 from .connect import connect
+from .offline import gc_offline
 from .output import emit_json, human_bytes, table
 
 
@@ -186,7 +187,7 @@ def tokens(args: argparse.Namespace) -> int:
 
 def gc(args: argparse.Namespace) -> int:
     if args.data is not None:
-        report = _gc_offline(args.data, args.config, args.dry_run)
+        report = gc_offline(args.data, args.config, args.dry_run)
     else:
         with connect(args) as vault:
             report = vault.gc(args.dry_run)
@@ -214,16 +215,3 @@ def compact(args: argparse.Namespace) -> int:
             f"({report.cpu_seconds:.1f} CPU s)"
         )
     return 0
-
-
-def _gc_offline(data_dir: Path, config: Path | None, dry_run: bool) -> GcReport:
-    """GC, then repack when the config has tiers: what the schedule and the route run."""
-    import maintenance
-
-    from .offline import open_offline
-
-    vault = open_offline("gc", data_dir, config)
-    try:
-        return maintenance.run(vault, "gc", lambda: maintenance.gc(vault, dry_run))
-    finally:
-        vault.close()

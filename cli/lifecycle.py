@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from protocol import CheckReport, PolicyRecord, RetentionReport, TieringReport
+from protocol import PolicyRecord, RetentionReport, TieringReport
 
 from .connect import connect
+from .offline import check_offline
 from .output import emit_json, human_bytes, table
 
 _COUNTS = (
@@ -259,7 +260,7 @@ def verify(args: argparse.Namespace) -> int:
 
 def check(args: argparse.Namespace) -> int:
     if args.data is not None:
-        out = _check_offline(args.data, args.config, args.repair)
+        out = check_offline(args.data, args.config, args.repair)
     else:
         with connect(args) as vault:
             out = vault.check(args.repair)
@@ -274,17 +275,3 @@ def check(args: argparse.Namespace) -> int:
             + (f"; repaired {out.repaired}" if args.repair else "")
         )
     return 0 if out.ok else 1
-
-
-def _check_offline(data_dir: Path, config: Path | None, repair: bool) -> CheckReport:
-    """The check the route runs, on a stopped server's data dir (refused while a server
-    has it)."""
-    import maintenance
-
-    from .offline import open_offline
-
-    vault = open_offline("check", data_dir, config)
-    try:
-        return maintenance.run(vault, "check", lambda: maintenance.check(vault, repair))
-    finally:
-        vault.close()

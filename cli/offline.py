@@ -10,11 +10,16 @@ server packages only when called, so the client stays light.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 if TYPE_CHECKING:
+    from maintenance import Report
+    from protocol import CheckReport, GcReport
     from vault import Vault
+
+R = TypeVar("R", bound="Report")
 
 
 def open_offline(command: str, data_dir: Path, config: Path | None) -> Vault:
@@ -45,3 +50,29 @@ def open_offline(command: str, data_dir: Path, config: Path | None) -> Vault:
 def _fail(command: str, message: str) -> NoReturn:
     print(f"ckpt {command}: {message}", file=sys.stderr)
     raise SystemExit(1)
+
+
+def gc_offline(data_dir: Path, config: Path | None, dry_run: bool) -> GcReport:
+    """GC, then repack when the config has tiers: the task the schedule and the route run."""
+    import maintenance
+
+    return _run("gc", data_dir, config, lambda vault: maintenance.gc(vault, dry_run))
+
+
+def check_offline(data_dir: Path, config: Path | None, repair: bool) -> CheckReport:
+    """The check the route runs."""
+    import maintenance
+
+    return _run("check", data_dir, config, lambda vault: maintenance.check(vault, repair))
+
+
+def _run(command: str, data_dir: Path, config: Path | None, task: Callable[[Vault], R]) -> R:
+    """`task` run as `maintenance.run` runs every task (under the maintenance lock), on the
+    stopped server's vault, closed after."""
+    import maintenance
+
+    vault = open_offline(command, data_dir, config)
+    try:
+        return maintenance.run(vault, command, lambda: task(vault))
+    finally:
+        vault.close()
