@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,8 +26,6 @@ HIDDEN = "private/x"
 # it as text and `window.__xss` to stay undefined.
 SCRIPT_TAG = '<script>window.__xss=1</script><img src=x onerror="window.__xss=1">'
 INVALID_REASON = "loss diverged at step 700"
-SAMPLE_WAIT = 300  # polls of GET /v1/stats/history (the server's sampler looks once a second)
-SAMPLE_POLL = 0.05  # seconds between those polls
 
 
 @dataclass
@@ -62,7 +59,7 @@ def _seed(vault: VaultClient, server: ServerProcess) -> tuple[dict[str, str], st
         )
         ids[f"m{i}"] = parent = rec.id
         if i % 3 == 0:
-            _scan_and_wait(vault, server)
+            _scan(vault, server)
     fork = vault.fork(
         NS, ids["m5"], NS, metadata={"step": 500, "branch": "lr-sweep"}, tags=["fork"]
     )
@@ -89,15 +86,11 @@ def _samples_of_demo(server: ServerProcess) -> int:
         return sum(NS in s["namespaces"] for s in json.load(resp)["samples"])
 
 
-def _scan_and_wait(vault: VaultClient, server: ServerProcess) -> None:
-    """A usage scan, then the sample the server takes of it (within a poll of its sampler)."""
+def _scan(vault: VaultClient, server: ServerProcess) -> None:
+    """A usage scan, which takes a storage sample before it answers (Vault.usage)."""
     before = _samples_of_demo(server)
     vault.stats(namespaces=True)
-    for _ in range(SAMPLE_WAIT):
-        if _samples_of_demo(server) > before:
-            return
-        time.sleep(SAMPLE_POLL)  # pacing the poll of a condition, not a guess at a duration
-    pytest.fail("no storage sample of web/demo after a usage scan")
+    assert _samples_of_demo(server) == before + 1, "no storage sample of web/demo"
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +102,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         with VaultClient(server.url, server.token, local_files=False) as vault:
             ids, deleted = _seed(vault, server)
             reader = vault.create_token("viewer", ["read:web/*"]).token
-            _scan_and_wait(vault, server)
+            _scan(vault, server)
         yield Demo(server, server.token, reader, ids, ids["m7"], deleted)
     finally:
         server.stop()
