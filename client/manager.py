@@ -1,6 +1,7 @@
 """`CheckpointManager`: when to save, what to keep and what to resume from, for any loop.
 
     from client import CheckpointManager, VaultClient
+    from client.manager import KeepBest
     with VaultClient() as vault, CheckpointManager(
         vault, "runs/exp1", every_steps=100, keep_last=3, keep_best=KeepBest("loss", "min", 2)
     ) as manager:
@@ -102,6 +103,8 @@ class CheckpointManager:
     retention policy when the manager is made; other rules already there stay.
     `keep_every_steps=K` tags each checkpoint whose step is a multiple of K `every-K` and
     keeps that tag. `background=False` makes each `save` return once committed.
+    `save_on_sigterm=True` installs a SIGTERM handler, so the manager must then be made
+    in the main thread (Python runs signal handlers there only).
     """
 
     def __init__(
