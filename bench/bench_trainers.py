@@ -11,7 +11,7 @@ alone), the same seeds and the same data for every run of the part:
 
 - `hf`: a GPT-2 built from its config (4 layers, width 256, vocabulary 4096: 4.3M
   parameters; a checkpoint directory holds model.safetensors, optimizer.pt (Adam's two
-  moments), scheduler, RNG state and trainer_state.json, about 52 MB) trained `--steps`
+  moments), scheduler, RNG state and trainer_state.json, about 51 MB) trained `--steps`
   steps three ways: no saves; the Trainer's own saves to local disk every `--save-every`
   steps (safetensors and `torch.save`); and the same with `VaultCallback` pushing each
   directory in the background.
@@ -348,8 +348,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=41)
     parser.add_argument("--save-every", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch's intra-op threads (0: torch's default, one per core); 1 leaves the "
+        "other core to the uploads and steadies the figures on a busy 2-core machine",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     parts: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any]]] = {
         "hf": hf_part,
         "lightning": lightning_part,
