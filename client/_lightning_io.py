@@ -33,15 +33,20 @@ class VaultCheckpointIOMixin:
 
     Saves run in the background (a `CheckpointManager`): `save_checkpoint` returns once
     the tensors are copied to fresh CPU memory. Wrapped in Lightning's
-    `AsyncCheckpointIO`, the copy and upload both leave the training loop; a removal that
-    reaches this object before the save it undoes has run (the wrapper queues saves,
-    not removals) cancels that save instead.
+    `AsyncCheckpointIO`, the copy and upload both leave the training loop: the plugin,
+    called from the wrapper's worker thread, commits each save before returning, as the
+    wrapper's teardown waits for its thread only (`background` True or False overrides
+    the choice by thread). A removal that reaches this object before the save it undoes
+    has run (the wrapper queues saves, not removals) cancels that save instead.
     """
 
-    def __init__(self, vault: VaultClient, namespace: str) -> None:
+    def __init__(
+        self, vault: VaultClient, namespace: str, *, background: bool | None = None
+    ) -> None:
         super().__init__()
         self.vault = vault
         self.namespace = namespace
+        self.background = background
         self.manager = CheckpointManager(vault, namespace)
         self._lock = threading.Lock()
         self._saves: Counter[str] = Counter()  # saves begun per path, not yet removed
@@ -53,20 +58,28 @@ class VaultCheckpointIOMixin:
         """Save `checkpoint` as the vault checkpoint of `path` (`storage_options` are for
         fsspec file systems and are not used)."""
         key = path_key(path)
-        with self._lock:
+        with self._lock:  # a removal of the same path waits, or is waited for
             if self._cancelled[key]:
                 self._cancelled[key] -= 1
                 return
-            overwrite = self._saves[key] > 0
+            if self._saves[key]:  # the older checkpoint goes, as a file's old bytes would
+                self._delete(key)
             self._saves[key] += 1
-        if overwrite:  # the older checkpoint of this path goes, as a file's old bytes would
-            self._delete(key)
-        with self._lock:
-            self.manager.save(
+            handle = self.manager.save(
                 int(checkpoint.get("global_step", 0)),
                 state=checkpoint,
                 metadata={"path": key, "epoch": checkpoint.get("epoch")},
             )
+        if not self._in_background():
+            handle.result()
+
+    def _in_background(self) -> bool:
+        """`background` None: in the background when called from the main thread (the
+        training loop), else committed before returning: called from AsyncCheckpointIO's
+        worker, whose teardown waits for that thread only, not for this plugin's uploads."""
+        if self.background is not None:
+            return self.background
+        return threading.current_thread() is threading.main_thread()
 
     def load_checkpoint(
         self,
@@ -95,14 +108,14 @@ class VaultCheckpointIOMixin:
         return state
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Delete the checkpoints of `path` (ModelCheckpoint's top-k removals)."""
+        """Delete the checkpoints of `path` (ModelCheckpoint's top-k removals), those of an
+        earlier run resumed from included. A path with no checkpoint yet is one whose
+        save is still queued (AsyncCheckpointIO): that save is dropped when it comes."""
         key = path_key(path)
         with self._lock:
-            if not self._saves[key]:  # its save is still queued (AsyncCheckpointIO)
+            saved = self._saves.pop(key, 0) > 0
+            if not self._delete(key) and not saved:
                 self._cancelled[key] += 1
-                return
-            self._saves[key] = 0
-        self._delete(key)
 
     def teardown(self) -> None:
         """Wait for the saves in flight (raising a failed one)."""
@@ -114,11 +127,14 @@ class VaultCheckpointIOMixin:
         key = path_key(path)
         return next((c for c in self._all() if c.metadata.get("path") == key), None)
 
-    def _delete(self, key: str) -> None:
+    def _delete(self, key: str) -> int:
+        """Delete the live checkpoints of path `key`, once the saves in flight are in;
+        answers how many there were."""
         self.manager.wait()
         ids = [c.id for c in self._all() if c.metadata.get("path") == key]
         if ids:
             self.vault.delete_many(self.namespace, ids)
+        return len(ids)
 
     def _all(self) -> list[Checkpoint]:
         """Every live checkpoint of the namespace, newest first."""

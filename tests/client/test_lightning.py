@@ -97,10 +97,15 @@ def test_top_k_lives_in_the_vault_and_a_reported_path_resumes(
     io = VaultCheckpointIO(vault, "lit/topk")
     state = io.load_checkpoint(best)
     start = StartStep()
-    trainer(io, 6, start, top_k(tmp_path)).fit(Tiny(), ckpt_path=best)
+    resumed = top_k(tmp_path)
+    trainer(io, 6, start, resumed).fit(Tiny(), ckpt_path=best)
     assert start.step == saved.metadata["step"] == state["global_step"]
     for key, tensor in state["state_dict"].items():
         assert torch.equal(start.weights[key], tensor), key
+    # the resumed run's top-k counts the first run's checkpoints, and removes them too
+    live = vault.list("lit/topk")
+    assert {c.metadata["path"] for c in live} == set(resumed.best_k_models)
+    assert len(live) == 2
 
 
 def test_inside_async_checkpoint_io(vault: VaultClient, tmp_path: Path) -> None:
