@@ -50,6 +50,9 @@ def test_mypy_strict() -> None:
         "client.dcp",
         "client.langgraph",
         "client.fsspec",
+        "client.manager",
+        "client.hf",
+        "client.lightning",
     ],
 )
 def test_each_module_imports_alone(module: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +143,6 @@ def test_importing_client_lightning_loads_neither_lightning_nor_torch() -> None:
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.skipif(find_spec("lightning") is None, reason="the lightning package is not installed")
 def test_a_program_on_lightning_pytorch_gets_a_plugin_of_that_package() -> None:
     """`lightning.pytorch` and `pytorch_lightning` hold distinct CheckpointIO classes: the
     plugin subclasses the one the program imported."""
