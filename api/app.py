@@ -27,6 +27,7 @@ from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
 from .engine import open_vault
 from .errors import error_middleware
+from .jobs import jobs_context, stop_jobs
 from .keys import (
     BODY_READERS,
     CLOCK,
@@ -128,7 +129,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app.on_response_prepare.append(add_request_id_header)
     app.on_response_prepare.append(close_taken)
     app.on_shutdown.append(app[BODY_READERS].abort_all)
+    app.on_shutdown.append(stop_jobs)  # before aiohttp waits for the handlers
     app.cleanup_ctx.append(_vault_context)
+    app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
     app.cleanup_ctx.append(maintenance_context)
     app.cleanup_ctx.append(promotion_context)
     setup_routes(app)

@@ -1,28 +1,69 @@
-"""Maintenance as the service runs it: `maintenance.run` on the runtime's worker pool, its
-figures recorded in the job log (for metrics). The event loop only awaits the worker; it
-never blocks on the maintenance lock. Routes wait for the lock (`timeout=None`), as they
-always have; the schedule does not (`timeout=0`) and skips a task that finds it busy.
+"""Maintenance as the service runs it: tasks submitted to the `MaintenanceQueue`
+(maintenance/queue.py), run one at a time by `maintenance.run` on the runtime's
+`vault-maintenance` thread, their figures recorded in the job log (for metrics).
+
+A route or the schedule only awaits the task's future (`asyncio.wrap_future`): while a task
+waits for the lock or for the one before it, it holds no worker thread, so no number of
+admin requests can take the pool from the tenants. Routes wait for their turn
+(`timeout=None`), as they always have, unless the queue is full (409); the schedule submits
+only when the queue is idle and does not wait for the lock (`timeout=0`), skipping a task
+that finds maintenance busy. At shutdown `stop_jobs` (on_shutdown, before aiohttp waits
+for the handlers) stops the running task at its next step and fails the queued ones with
+`MaintenanceStopped` (503), so their requests answer and SIGTERM is not held up by a
+compaction paced to days; the cleanup context joins the thread before the runtime closes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from aiohttp import web
 
 import maintenance
 
-from .keys import JOBS, RUNTIME, VAULT
+from .keys import JOBS, RUNTIME, SETTINGS, VAULT
 
 R = TypeVar("R", bound=maintenance.Report)
 
+QUEUE = web.AppKey("maintenance_queue", maintenance.MaintenanceQueue)
+
 
 async def run_job(
-    app: web.Application, job: str, task: Callable[[], R], timeout: float | None = None
+    app: web.Application,
+    job: str,
+    task: Callable[[], R],
+    timeout: float | None = None,
+    if_idle: bool = False,
 ) -> R:
-    """`maintenance.run(vault, job, task, timeout)` on the worker pool, into the job log."""
-    call = functools.partial(maintenance.run, app[VAULT], job, task, timeout, app[JOBS].record)
-    return await asyncio.get_running_loop().run_in_executor(app[RUNTIME].io, call)
+    """`maintenance.run(vault, job, task, timeout)` on the maintenance thread, into the job
+    log; awaited without holding a thread. `if_idle`: refuse unless the queue is idle."""
+    future = app[QUEUE].submit(job, task, timeout, if_idle)
+    return await asyncio.wrap_future(future)
+
+
+async def jobs_context(app: web.Application) -> AsyncIterator[None]:
+    """Start the maintenance thread with the vault; join it before the runtime closes."""
+    queue = maintenance.MaintenanceQueue(app[VAULT], app[RUNTIME].thread, app[JOBS].record)
+    app[QUEUE] = queue
+    try:
+        yield
+    finally:
+        # Not `close` (a join) on the loop: await the thread's end, as long as shutdown may.
+        queue.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.wrap_future(queue.finished), app[SETTINGS].shutdown_timeout
+            )
+
+
+async def stop_jobs(app: web.Application) -> None:
+    """on_shutdown: stop the running task at its next step, drop the queued ones."""
+    queue = app.get(QUEUE)
+    if queue is not None:
+        queue.stop()
+
+
+__all__ = ["QUEUE", "jobs_context", "run_job", "stop_jobs"]

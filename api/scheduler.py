@@ -3,9 +3,10 @@ catalog backup and the usage scan (a storage sample), each on its own interval.
 
 Every job is a task of the maintenance package (maintenance/tasks.py), run by
 `maintenance.run` as the admin routes and offline `ckpt` commands run it; when is
-`maintenance.Schedule`'s answer, this loop only sleeps until then. Jobs run one at a time
-on the worker pool and never wait for the lock: a job that finds
-maintenance busy (an operator's run through an admin route, say) is skipped, logged, and
+`maintenance.Schedule`'s answer, this loop only sleeps until then. Jobs go to the same
+queue as the admin routes (api/jobs.py, the `vault-maintenance` thread), only when it is
+idle, and never wait for the lock: a job that finds maintenance busy (an operator's run
+through an admin route, queued or running, or another process's) is skipped, logged, and
 tried again after its interval. Each logs a one-line JSON summary. An interval of 0
 disables a job. Each job answers the same record its admin route does, and the log line
 is that record's JSON. The scrub and compaction read at most `maintenance.scrub_rate` and
@@ -24,9 +25,9 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 import maintenance
-from vault import MaintenanceBusy
+from vault import MaintenanceBusy, MaintenanceStopped
 
-from .jobs import run_job
+from .jobs import QUEUE, run_job
 from .keys import SETTINGS, VAULT
 
 log = logging.getLogger("ckpt.maintenance")
@@ -45,7 +46,10 @@ async def _loop(app: web.Application) -> None:
         "usage": settings.sample_interval,
     }
     tasks = maintenance.scheduled(
-        app[VAULT], settings.scrub_rate or None, settings.compact_rate or None
+        app[VAULT],
+        settings.scrub_rate or None,
+        settings.compact_rate or None,
+        app[QUEUE].stopping,
     )
     schedule = maintenance.Schedule(intervals, time.monotonic())
     while (due := schedule.next()) is not None:
@@ -59,9 +63,11 @@ async def _loop(app: web.Application) -> None:
 async def _run(app: web.Application, name: str, task: Callable[[], maintenance.Report]) -> None:
     started = time.monotonic()
     try:
-        result = await run_job(app, name, task, timeout=0)
+        result = await run_job(app, name, task, timeout=0, if_idle=True)
     except MaintenanceBusy as e:
         log.info("maintenance %s skipped: %s", name, e)
+    except MaintenanceStopped:
+        log.info("maintenance %s stopped: the server is shutting down", name)
     except Exception:
         log.exception("maintenance %s failed", name)
     else:

@@ -4,6 +4,8 @@
   catalog backup, usage scan), each answering its protocol record; the set the schedule runs.
 - `run.py`: `run`, the one way a task runs: under the vault's maintenance lock, timed, its
   figures taken from its record.
+- `queue.py`: `MaintenanceQueue`, where the service's tasks wait, one at a time on the
+  runtime's `vault-maintenance` thread, bounded, stopped at shutdown.
 - `schedule.py`: `Schedule`, which task is due next: a pure function of intervals and the
   times it is given.
 
@@ -12,17 +14,21 @@ from `tasks.py`, so they do the same work under the same lock and report the sam
 The lock itself (`MaintenanceLock`, vault/maintenance.py) stays in the engine, which takes
 it in its own long operations too (it is reentrant) and needs it for the restores that run
 before any vault is open. The package stands above tiering (GC repacks packs) and below the
-service, which only adds the event loop: the runtime's worker thread and the job log.
+service, which only adds the event loop: it submits to the queue and awaits the answer,
+and keeps the job log.
 """
 
 from vault.maintenance import MaintenanceLock
 
+from .queue import QUEUE_LIMIT, MaintenanceQueue
 from .run import Recorder, figures, run
 from .schedule import Schedule
 from .tasks import (
+    MIN_RATE,
     Report,
     catalog_backup,
     check,
+    check_rate,
     compact,
     gc,
     retention,
@@ -33,12 +39,16 @@ from .tasks import (
 )
 
 __all__ = [
+    "MIN_RATE",
+    "QUEUE_LIMIT",
     "MaintenanceLock",
+    "MaintenanceQueue",
     "Recorder",
     "Report",
     "Schedule",
     "catalog_backup",
     "check",
+    "check_rate",
     "compact",
     "figures",
     "gc",

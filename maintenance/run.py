@@ -5,7 +5,7 @@ hold), waiting as `timeout` says: routes and offline commands wait (None), the s
 not (0) and skips a task that finds maintenance busy (`MaintenanceBusy`, 409). The task's
 duration is measured from when the lock is held, so a wait is not counted as work, and is
 handed with the outcome and the record's figures to `record` (the service's job log).
-Blocking: async callers run it on a worker thread.
+Blocking: the service runs it on its maintenance thread (queue.py), never the worker pool.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ with the parameters the settings give.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
@@ -23,8 +24,23 @@ from protocol import (
 )
 from tiering.repack import repack
 from tiering.runner import repack_threshold, run_tiering
-from vault import Vault
+from vault import InvalidRequest, Vault
 from vault.samples import StorageSample
+
+# The slowest rate a caller may ask of a paced task (compaction, scrub): 1 MiB/s. Below it
+# a run is a way to hold the maintenance lock (and everything queued behind it) for days:
+# `rate=1` on a 100 GB vault is three thousand years.
+MIN_RATE = 1 << 20
+
+
+def check_rate(rate: float | None) -> float | None:
+    """`rate` if it is None (no limit) or at least `MIN_RATE` bytes per second; else
+    `InvalidRequest` (400), before anything is queued."""
+    if rate is not None and rate < MIN_RATE:
+        raise InvalidRequest(
+            f"rate must be at least {MIN_RATE} bytes per second (1MiB), or left out for none"
+        )
+    return rate
 
 
 class Report(Protocol):
@@ -59,16 +75,27 @@ def retention(vault: Vault, dry_run: bool = True, namespace: str | None = None) 
 
 
 def scrub(
-    vault: Vault, namespace: str | None = None, sample: float = 1.0, rate: float | None = None
+    vault: Vault,
+    namespace: str | None = None,
+    sample: float = 1.0,
+    rate: float | None = None,
+    stop: threading.Event | None = None,
 ) -> VerifyReport:
-    """Re-read chunks and check their ids: what uses a damaged one is marked invalid."""
-    return vault.verify(namespace, sample, rate)
+    """Re-read chunks and check their ids: what uses a damaged one is marked invalid.
+    `stop` set: stop at the next batch (`MaintenanceStopped`)."""
+    return vault.verify(namespace, sample, rate, stop)
 
 
-def compact(vault: Vault, namespace: str | None = None, rate: float | None = None) -> CompactReport:
+def compact(
+    vault: Vault,
+    namespace: str | None = None,
+    rate: float | None = None,
+    stop: threading.Event | None = None,
+) -> CompactReport:
     """Re-encode older checkpoints as deltas against their successors; refresh the
-    per-namespace usage /metrics shows when it changed (or was never taken)."""
-    report = vault.compact(namespace, rate)
+    per-namespace usage /metrics shows when it changed (or was never taken). `stop` set:
+    stop at the next batch (`MaintenanceStopped`)."""
+    report = vault.compact(namespace, rate, stop=stop)
     if report.chunks_recoded or not vault.last_usage:
         vault.usage()
     return report
@@ -94,16 +121,20 @@ def usage(vault: Vault) -> StorageSample:
 
 
 def scheduled(
-    vault: Vault, scrub_rate: float | None, compact_rate: float | None
+    vault: Vault,
+    scrub_rate: float | None,
+    compact_rate: float | None,
+    stop: threading.Event | None = None,
 ) -> dict[str, Callable[[], Report]]:
     """The tasks the schedule runs, by job name, with the settings' parameters: retention
-    applied, GC (and repack), a full scrub and compaction at their rates, a tiering run, a
-    catalog backup to the last tier, a usage scan (a storage sample)."""
+    applied, GC (and repack), a full scrub and compaction at their rates (stopping when
+    `stop` is set), a tiering run, a catalog backup to the last tier, a usage scan (a
+    storage sample)."""
     return {
         "retention": lambda: retention(vault, dry_run=False),
         "gc": lambda: gc(vault),
-        "scrub": lambda: scrub(vault, rate=scrub_rate),
-        "compact": lambda: compact(vault, rate=compact_rate),
+        "scrub": lambda: scrub(vault, rate=scrub_rate, stop=stop),
+        "compact": lambda: compact(vault, rate=compact_rate, stop=stop),
         "tiering": lambda: tiering(vault, dry_run=False),
         "catalog_backup": lambda: catalog_backup(vault),
         "usage": lambda: usage(vault),

@@ -34,6 +34,7 @@ does new work.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from .content.location import HotFrame, Inline
 from .content.reader import MAX_CHAIN, Reader
 from .frame import Recoder, delta_base
 from .manifest import FileEntry, distinct_chunks
+from .pacing import Pacer
 from .store import Store
 from .writer import WriteTxn
 
@@ -75,17 +77,21 @@ def compact(
     namespace: str | None = None,
     rate: float | None = None,
     progress: Progress | None = None,
+    stop: threading.Event | None = None,
 ) -> CompactReport:
     """Compact every checkpoint (of one namespace, or all) not yet compacted against its
-    current successor, reading at most `rate` plaintext bytes per second."""
+    current successor, reading at most `rate` plaintext bytes per second; `stop` set (the
+    server is shutting down): stop at the next batch with `MaintenanceStopped`."""
     report = CompactReport()
     started, cpu = time.monotonic(), time.process_time()
+    pacer = Pacer("compact", rate, stop)
     reader = Reader(store)
     recoder = Recoder()
     for ns, older, newer, head in _pairs(store, namespace):
         if ns not in report.namespaces:
             report.namespaces.append(ns)
-        _compact_one(store, reader, recoder, older, newer, head, report, rate, started)
+        pacer.check()
+        _compact_one(store, reader, recoder, older, newer, head, report, pacer)
         report.checkpoints += 1
         if progress is not None:
             progress(report)
@@ -169,8 +175,7 @@ def _compact_one(
     newer: str,
     head: str,
     report: CompactReport,
-    rate: float | None,
-    started: float,
+    pacer: Pacer,
 ) -> None:
     reroots, jobs = _plan(store, older, newer, head)
     for group in (reroots, jobs):  # dependents move off a chunk before it joins a chain
@@ -181,7 +186,7 @@ def _compact_one(
             size += job.meta.size
             if size >= BATCH_BYTES:
                 _run_batch(store, reader, recoder, batch, report)
-                _pace(report, started, rate)
+                pacer.pace(report.bytes_read)
                 batch, size = [], 0
         _run_batch(store, reader, recoder, batch, report)
 
@@ -385,10 +390,3 @@ def _smallest(
     if len(best) <= job.meta.stored - job.meta.stored // MIN_SAVING_FRACTION:
         return best
     return None
-
-
-def _pace(report: CompactReport, started: float, rate: float | None) -> None:
-    if rate:
-        ahead = report.bytes_read / rate - (time.monotonic() - started)
-        if ahead > 0:
-            time.sleep(ahead)  # pacing, not synchronisation: keeps compaction under its rate

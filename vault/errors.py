@@ -161,6 +161,12 @@ class Unavailable(VaultError):
     code = "unavailable"
 
 
+class MaintenanceStopped(Unavailable):
+    """The server is shutting down: a maintenance task still queued was dropped, or a
+    running one (a paced compaction or scrub) stopped at its next step. What it finished
+    stays done (each step commits on its own); run it again after the restart."""
+
+
 class ChunkCorrupt(VaultError):
     """A stored chunk no longer hashes to its id: integrity failure, not a miss."""
 

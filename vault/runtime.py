@@ -44,11 +44,10 @@ THREADS: tuple[ThreadKind, ...] = (
     ThreadKind(
         "vault-io",
         True,
-        "engine calls of request handlers and maintenance (records, "
-        "listings, commits, GC, compaction...)",
+        "engine calls of request handlers (records, listings, commits...)",
         "`worker_threads` (default 16)",
         "LMDB reads, the writer's acknowledgement",
-        "finishes the calls under way (a maintenance run included), takes no new one",
+        "finishes the calls under way, takes no new one",
     ),
     ThreadKind(
         "vault-send",
@@ -121,6 +120,15 @@ THREADS: tuple[ThreadKind, ...] = (
         "1 with `[replication]`",
         "the tier",
         "stops; a partial base is never named",
+    ),
+    ThreadKind(
+        "vault-maintenance",
+        False,
+        "maintenance tasks of the admin routes and the schedule, one at a time "
+        "(GC, compaction, scrub...), from one queue",
+        "1; 8 tasks queued behind it",
+        "the maintenance lock, its rate's pacing",
+        "queued tasks dropped; the running one stops at its next step (503)",
     ),
     ThreadKind(
         "vault-close",

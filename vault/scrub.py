@@ -11,6 +11,7 @@ background scrub never starves producers.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Iterable
 
@@ -19,6 +20,7 @@ from protocol import VerifyReport
 from .content.chunks import ChunkMeta
 from .content.reader import Reader
 from .manifest import distinct_chunks
+from .pacing import Pacer
 from .prune import live_records
 from .records import Validity
 from .store import Store
@@ -33,10 +35,15 @@ def verify(
     sample: float = 1.0,
     rate: float | None = None,
     seed: int | None = None,
+    stop: threading.Event | None = None,
 ) -> VerifyReport:
-    """Check chunks (all, a namespace's, or a random `sample` fraction) at most `rate` B/s."""
+    """Check chunks (all, a namespace's, or a random `sample` fraction) at most `rate` B/s;
+    `stop` set (the server is shutting down): stop at the next batch with
+    `MaintenanceStopped`. Damage found before the stop is not settled: the next run finds
+    it again."""
     report = VerifyReport()
     start = time.monotonic()
+    pacer = Pacer("verify", rate, stop)
     rng = random.Random(seed)
     damaged: list[bytes] = []
     batch: list[bytes] = []
@@ -47,7 +54,7 @@ def verify(
         if len(batch) >= BATCH:
             damaged += _check_batch(store, batch, report)
             batch = []
-            _pace(report, start, rate)
+            pacer.pace(report.bytes_checked)
     damaged += _check_batch(store, batch, report)
     report.corrupt = [c.hex() for c in damaged]
     invalidated, healed = store.writer.run(lambda w: _settle(store, w, damaged))
@@ -82,13 +89,6 @@ def _check_batch(store: Store, cids: list[bytes], report: VerifyReport) -> list[
     if sound_again:
         store.writer.run(lambda w: store.chunks.clear_damaged(w.catalog, sound_again))
     return sorted(damaged)
-
-
-def _pace(report: VerifyReport, start: float, rate: float | None) -> None:
-    if rate:
-        ahead = report.bytes_checked / rate - (time.monotonic() - start)
-        if ahead > 0:
-            time.sleep(ahead)  # pacing, not synchronisation: keeps scrub under its rate
 
 
 def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str], list[str]]:

@@ -485,12 +485,17 @@ class Vault:
         return prune.report(plans, deleted, dry_run)
 
     def verify(
-        self, namespace: str | None = None, sample: float = 1.0, rate: float | None = None
+        self,
+        namespace: str | None = None,
+        sample: float = 1.0,
+        rate: float | None = None,
+        stop: threading.Event | None = None,
     ) -> VerifyReport:
+        """Scrub at most `rate` B/s; `stop` set: stop at the next batch (vault/pacing.py)."""
         if not 0.0 < sample <= 1.0:
             raise InvalidRequest("sample must be a fraction in (0, 1]")
         with self.maintenance.hold("verify"):
-            return scrub.verify(self.store, namespace, sample, rate)
+            return scrub.verify(self.store, namespace, sample, rate, stop=stop)
 
     def gc(self, dry_run: bool = False) -> GcReport:
         """Collect expired uploads and unreferenced chunks. Packed chunks leave dead bytes in
@@ -503,13 +508,15 @@ class Vault:
         namespace: str | None = None,
         rate: float | None = None,
         progress: compaction.Progress | None = None,
+        stop: threading.Event | None = None,
     ) -> CompactReport:
         """Re-encode older checkpoints' chunks as deltas against their successors (or
-        byte-grouped), at most `rate` B/s read; see vault/compact.py."""
+        byte-grouped), at most `rate` B/s read; `stop` set: stop at the next batch; see
+        vault/compact.py."""
         if rate is not None and rate <= 0:
             raise InvalidRequest("rate must be a positive number of bytes per second")
         with self.maintenance.hold("compact"):
-            return compaction.compact(self.store, namespace, rate, progress)
+            return compaction.compact(self.store, namespace, rate, progress, stop)
 
     def storage(self, ns: str, ref: str) -> Usage:
         """How one checkpoint is stored: stored against logical bytes, by codec and tier."""

@@ -1,8 +1,10 @@
 """Service and administration routes: health, stats, maintenance, policies, tokens.
 
 Maintenance routes run the same tasks as the schedule and the offline CLI (maintenance/)
-through `run_job`, which waits for the maintenance lock on a worker thread: a route started
-while another operation runs waits for it.
+through `run_job`: the task joins the maintenance queue (api/jobs.py) and the route awaits
+it without holding a worker thread; a route started while another operation runs waits
+for it (409 when the queue is full, 503 when the server stops first). Paced tasks refuse a
+rate below `maintenance.MIN_RATE` (400) before anything is queued.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .. import __version__
 from ..auth import principal, require_admin
 from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool, query_int, query_size, run
-from ..jobs import run_job
+from ..jobs import QUEUE, run_job
 from ..keys import INSTANCE, METRICS, SETTINGS, TOKENS, VAULT
 
 
@@ -120,7 +122,8 @@ async def retention(request: web.Request) -> web.Response:
 
 
 async def verify(request: web.Request) -> web.Response:
-    """Re-read chunks and check their ids; invalidate what uses damaged ones, heal the rest."""
+    """Re-read chunks and check their ids; invalidate what uses damaged ones, heal the rest;
+    `rate` (extension, a size per second, at least 1MiB) paces the reading."""
     require_admin(request)
     vault = request.app[VAULT]
     try:
@@ -128,21 +131,25 @@ async def verify(request: web.Request) -> web.Response:
     except ValueError:
         raise InvalidRequest("sample must be a number in (0, 1]") from None
     namespace = request.query.get("namespace") or None
+    rate = maintenance.check_rate(query_size(request, "rate"))
+    stop = request.app[QUEUE].stopping
     report = await run_job(
-        request.app, "scrub", lambda: maintenance.scrub(vault, namespace, sample)
+        request.app, "scrub", lambda: maintenance.scrub(vault, namespace, sample, rate, stop)
     )
     return json_response(report.to_wire())
 
 
 async def compact(request: web.Request) -> web.Response:
     """Re-encode older checkpoints as deltas against their successors (byte-grouped when a
-    chain is long enough); answers when done, with what it saved."""
+    chain is long enough); answers when done, with what it saved. `rate` is at least 1MiB
+    (per second): a slower one would hold the maintenance queue for days."""
     require_admin(request)
     vault = request.app[VAULT]
     namespace = request.query.get("namespace") or None
-    rate = query_size(request, "rate")
+    rate = maintenance.check_rate(query_size(request, "rate"))
+    stop = request.app[QUEUE].stopping
     report = await run_job(
-        request.app, "compact", lambda: maintenance.compact(vault, namespace, rate)
+        request.app, "compact", lambda: maintenance.compact(vault, namespace, rate, stop)
     )
     return json_response(report.to_wire())
 
