@@ -11,6 +11,12 @@ cannot carry another request: it is closed once the answer is sent (the client o
 new one, ~0.1 ms on loopback against the ~10 ms a 16 MiB body takes). TLS bodies, bodies
 without a Content-Length and small ones go the usual way.
 
+Receiver and hand-over threads are shared by every tenant, so each token may hold only its
+share of them (`receivers_per_token`, `handovers_per_token`; api/bodies.py `Shares`): past
+it, its next body is answered 429 with Retry-After, and the other tokens' bodies find the
+rest of the pool free. A body on a receiver must also keep a minimum rate: it has
+body_timeout plus its length at `body_min_rate` in all, or 408, however often a byte comes.
+
 A file handed over by descriptor on the local socket (client/local.py) is received the
 same way, and must be: aiohttp reads with `recv`, which would drop the descriptor. The
 client sends it only after `100 Continue`, which goes out once the socket is taken.
@@ -24,6 +30,7 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -33,13 +40,62 @@ from aiohttp import HttpVersion11, web
 from protocol import CONTINUE, DESCRIPTOR_TYPE
 from vault import InvalidRequest, TooLarge
 
+from .auth import principal
+from .bodies import Shares
 from .errors import BodyTimeout
 from .http import read_writable_body, reading_body
-from .keys import RUNTIME, SETTINGS
+from .keys import BODY_READERS, RUNTIME, SETTINGS
+from .ratelimit import RateLimited
 
 THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's reads
 T = TypeVar("T")
 _TAKEN = web.RequestKey("body_taken", bool)  # its connection ends with its answer
+SHARE_RETRY_AFTER = 1  # seconds a token past its share is told to wait: a body's time
+
+
+class OverShare(RateLimited):
+    """This token already holds its share of a pool's threads; its body was not read."""
+
+    close_connection = True  # the body is unread: aiohttp would linger reading it
+
+
+class _Held:
+    """One thread of a pool counted against a token, given back once: when the thread's
+    work is done (a cancelled handler's receiver still runs until woken), or at `done` if
+    no work was ever started."""
+
+    def __init__(self, shares: Shares, name: str) -> None:
+        self.shares, self.name = shares, name
+        self.work: asyncio.Future[Any] | None = None
+        self._given = False
+
+    def _give_back(self, _: object = None) -> None:
+        if not self._given:
+            self._given = True
+            self.shares.give_back(self.name)
+
+    def done(self) -> None:
+        if self.work is None or self.work.done():
+            self._give_back()
+        else:
+            self.work.add_done_callback(self._give_back)
+
+
+def _take_share(request: web.Request, pool: str) -> _Held:
+    """A thread of `pool` ("receiver" or "hand-over") for the caller's token, or OverShare."""
+    readers, settings = request.app[BODY_READERS], request.app[SETTINGS]
+    if pool == "receiver":
+        shares, share = readers.receivers, settings.receivers_per_token
+    else:
+        shares, share = readers.handovers, settings.handovers_per_token
+    name = principal(request).name
+    if not shares.take(name, share):
+        raise OverShare(
+            f"token {name!r} already has {share} {pool} threads; retry once one of its "
+            "bodies has arrived",
+            retry_after=SHARE_RETRY_AFTER,
+        )
+    return _Held(shares, name)
 
 
 async def read_large_body(request: web.Request, limit: int) -> memoryview:
@@ -58,13 +114,21 @@ async def read_large_body(request: web.Request, limit: int) -> memoryview:
     # Not zeroed first, as a bytearray would be (~0.1 s of the loop's CPU per GB): every
     # byte is written by the receive. (Not an anonymous mmap either: fresh pages faulted in
     # one by one cost ~0.8 s per GB here; this comes from malloc's reused arena.)
-    body = numpy.empty(length, numpy.uint8).data
-    idle = request.app[SETTINGS].body_timeout
-    with reading_body(request):
-        got = _take_buffered(request, body)
-        problem = await _on_receiver(request, _receive, body[got:], idle)
+    settings = request.app[SETTINGS]
+    idle, rate = settings.body_timeout, settings.body_min_rate
+    deadline = time.monotonic() + idle + length / rate if rate else float("inf")
+    held = _take_share(request, "receiver")
+    try:
+        body = numpy.empty(length, numpy.uint8).data
+        with reading_body(request):
+            got = _take_buffered(request, body)
+            problem = await _on_receiver(request, held, _receive, body[got:], idle, deadline)
+    finally:
+        held.done()
     if problem == "idle":
         raise BodyTimeout(f"no body bytes arrived for {idle:g} s")
+    if problem == "slow":
+        raise BodyTimeout(f"the body arrived slower than {rate} bytes/s")
     if problem:
         raise InvalidRequest("body ended before its Content-Length")
     return body
@@ -81,12 +145,16 @@ async def receive_descriptor(request: web.Request) -> int:
     if request.content_length != 1:
         raise InvalidRequest("a descriptor body is one byte")
     idle = request.app[SETTINGS].body_timeout
-    with reading_body(request):
-        if _take_buffered(request, memoryview(bytearray(1))):
-            raise InvalidRequest("the descriptor was sent before 100 Continue")
-        await request.writer.write(CONTINUE)
-        request.writer.output_size = 0  # not part of the answer
-        problem, fd = await _on_receiver(request, _receive_descriptor, idle)
+    held = _take_share(request, "receiver")
+    try:
+        with reading_body(request):
+            if _take_buffered(request, memoryview(bytearray(1))):
+                raise InvalidRequest("the descriptor was sent before 100 Continue")
+            await request.writer.write(CONTINUE)
+            request.writer.output_size = 0  # not part of the answer
+            problem, fd = await _on_receiver(request, held, _receive_descriptor, idle)
+    finally:
+        held.done()
     if problem == "idle":
         raise BodyTimeout(f"no descriptor arrived for {idle:g} s")
     if problem:
@@ -99,23 +167,28 @@ async def with_descriptor(request: web.Request, job: Callable[[int, threading.Ev
     job owns the descriptor (closes it), so no one closes it under a read or write (and
     lets its number name another file meanwhile). The job is shielded from this handler's
     cancellation: shutdown stops it as it aborts a body being read, by setting `stop`,
-    which the job checks between pieces."""
-    fd = await receive_descriptor(request)
-    stop = threading.Event()
+    which the job checks between pieces. The token's hand-over share is taken before the
+    descriptor is asked for, so a refusal leaves the client's file unsent."""
+    held = _take_share(request, "hand-over")
     try:
-        working = asyncio.get_running_loop().run_in_executor(
-            request.app[RUNTIME].handover, job, fd, stop
-        )
-    except BaseException:  # not scheduled (shutting down): nobody else will close it
-        os.close(fd)
-        raise
-    try:
-        with reading_body(request):
-            return await asyncio.shield(working)
-    except BaseException:
-        stop.set()
-        working.add_done_callback(_retrieved)  # its error, if any, went with the abort
-        raise
+        fd = await receive_descriptor(request)
+        stop = threading.Event()
+        try:
+            held.work = working = asyncio.get_running_loop().run_in_executor(
+                request.app[RUNTIME].handover, job, fd, stop
+            )
+        except BaseException:  # not scheduled (shutting down): nobody else will close it
+            os.close(fd)
+            raise
+        try:
+            with reading_body(request):
+                return await asyncio.shield(working)
+        except BaseException:
+            stop.set()
+            working.add_done_callback(_retrieved)  # its error, if any, went with the abort
+            raise
+    finally:
+        held.done()
 
 
 def _retrieved(done: asyncio.Future[Any]) -> None:
@@ -135,14 +208,16 @@ async def expect_descriptor(request: web.Request) -> None:
     request.writer.output_size = 0
 
 
-async def _on_receiver(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
-    """`fn(sock, *args)` on a receiver thread, `sock` a dup of the request's socket; if the
-    handler is cancelled meanwhile (shutdown), the socket is shut, which ends `fn` at its
-    next wait, and a descriptor it received after all is closed."""
+async def _on_receiver(request: web.Request, held: _Held, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(sock, *args)` on a receiver thread, `sock` a dup of the request's socket, the
+    thread counted in `held` until `fn` returns; if the handler is cancelled meanwhile
+    (shutdown), the socket is shut, which ends `fn` at its next wait, and a descriptor it
+    received after all is closed."""
     assert request.transport is not None
     sock: socket.socket = request.transport.get_extra_info("socket").dup()
     loop = asyncio.get_running_loop()
     receiving = loop.run_in_executor(request.app[RUNTIME].receive, fn, sock, *args)
+    held.work = receiving
     receiving.add_done_callback(lambda _: sock.close())
     try:
         return await asyncio.shield(receiving)
@@ -177,18 +252,21 @@ def _take_buffered(request: web.Request, body: memoryview) -> int:
     return got
 
 
-def _receive(sock: socket.socket, into: memoryview, idle: float) -> str:
+def _receive(sock: socket.socket, into: memoryview, idle: float, deadline: float) -> str:
     """Fill `into` from the (non-blocking) socket: "" once full, "idle" if nothing came for
-    `idle` seconds, "ended" if the peer closed first. Returns rather than raises: after a
-    cancellation nobody awaits it."""
+    `idle` seconds, "slow" if it is not full by `deadline` (time.monotonic), "ended" if the
+    peer closed first. Returns rather than raises: after a cancellation nobody awaits it."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     while into:
         try:
             n = sock.recv_into(into)
         except BlockingIOError:
-            if not poller.poll(idle * 1000):
-                return "idle"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "slow"
+            if not poller.poll(min(idle, left) * 1000):
+                return "idle" if left > idle else "slow"
             continue
         except OSError:
             return "ended"

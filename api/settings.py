@@ -156,6 +156,9 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "max_json_body"): ("max_json_body", parse_size),
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
     ("server", "body_timeout"): ("body_timeout", parse_duration),
+    ("server", "body_min_rate"): ("body_min_rate", parse_size),
+    ("server", "receivers_per_token"): ("receivers_per_token", _positive_int),
+    ("server", "handovers_per_token"): ("handovers_per_token", _positive_int),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
     ("server", "backup_dir"): ("backup_dir", _optional_dir),
     ("server", "tls_cert"): ("tls_cert", _optional_file),
@@ -207,6 +210,15 @@ class Settings:
     shutdown_timeout: float = 30.0
     # Longest wait for the next byte of a request body; then 408 and the connection closes.
     body_timeout: float = 60.0
+    # And a body read on a receiver thread must arrive whole within body_timeout plus its
+    # Content-Length at this many bytes per second (0: no bound), or 408: the idle timer
+    # alone let a byte every minute hold a thread for ever (mod_reqtimeout's MinRate).
+    body_min_rate: int = 64 << 10
+    # Receiver threads (of 64) and hand-over threads (of 8) one token may hold at once;
+    # past that its next large body or descriptor is refused with 429 and Retry-After, so
+    # one tenant's slow or dripped bodies never leave another's waiting for a thread.
+    receivers_per_token: int = 16
+    handovers_per_token: int = 2
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     log_format: str = "auto"  # JSON lines unless stderr is a terminal
     # The only directory `POST /v1/admin/catalog/backup?to=` may write files into; None:
