@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # -- binary bodies --------------------------------------------------------------------------
@@ -80,15 +80,19 @@ def encode_bundle(header: dict[str, Any], files: list[tuple[str, bytes]]) -> byt
     return b"".join([BUNDLE_HEAD.pack(BUNDLE_MAGIC, len(head)), head, *(d for _, d in files)])
 
 
-def decode_bundle(body: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """(header, {name: bytes}); ValueError if the body is malformed."""
+def decode_bundle(
+    body: bytes, loads: Callable[[bytes], Any] = json.loads
+) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """(header, {name: bytes}); ValueError if the body is malformed. `loads` parses the
+    header: the server passes its one JSON parser with the limits (depth, size, numbers),
+    since a header is as much untrusted input as a JSON body."""
     if len(body) < BUNDLE_HEAD.size:
         raise ValueError("bundle shorter than its header")
     magic, head_len = BUNDLE_HEAD.unpack_from(body)
     if magic != BUNDLE_MAGIC:
         raise ValueError("not a checkpoint bundle (bad magic)")
     start = BUNDLE_HEAD.size + head_len
-    header = json.loads(body[BUNDLE_HEAD.size : start])
+    header = loads(body[BUNDLE_HEAD.size : start])
     if not isinstance(header, dict) or not isinstance(header.get("files"), list):
         raise ValueError("bundle header must be an object with a files list")
     files: dict[str, bytes] = {}

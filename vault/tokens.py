@@ -66,18 +66,32 @@ def scope_warnings(scopes: tuple[str, ...]) -> list[str]:
     """Globs that match more than they seem to. fnmatch's `*` crosses `/` and a wildcard
     inside a segment matches any name sharing its prefix: `read:ns-a*` also grants
     `ns-archive/...`. Whole-segment wildcards (`ns-a/*`) say what they mean; the others are
-    accepted (existing tokens keep working) with a warning naming the trap."""
+    accepted (existing tokens keep working) with a warning naming the trap. A whole-segment
+    `*` before other segments is such a trap too: `read:*/secret` grants `x/y/secret`."""
     out = []
     for scope in scopes:
         action, _, glob = scope.partition(":")
         if not glob:
             continue
-        for segment in glob.split("/"):
+        segments = glob.split("/")
+        for i, segment in enumerate(segments):
             if any(c in segment for c in "*?[") and segment != "*":
                 out.append(
                     f"{scope!r}: the wildcard in {segment!r} matches other names with that "
                     f"prefix and crosses '/' (e.g. {action}:ns-a* grants ns-archive/x); for "
                     f"a namespace and its children use '{action}:ns-a' plus '{action}:ns-a/*'"
+                )
+                break
+            if segment == "*" and i < len(segments) - 1:
+                before, after = segments[:i], segments[i + 1 :]
+                deep, meant = (
+                    "/".join([*before, "x", "y", *after]),
+                    "/".join([*before, "x", *after]),
+                )
+                out.append(
+                    f"{scope!r}: '*' crosses '/', so it matches more than one level: it "
+                    f"grants {deep} as well as {meant}; name each namespace in its place "
+                    f"to grant only those"
                 )
                 break
     return out

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from protocol import BulkDeleted, Manifest, NamespaceEntry, decode_bundle
-from vault import InvalidRequest
+from protocol import BulkDeleted, Manifest, NamespaceEntry
 
 from .. import parse
 from ..auth import principal, require, visible_record
 from ..download import stream_file
-from ..http import json_body, json_response, query_int, read_body, run
-from ..keys import SETTINGS, VAULT
+from ..http import bundle_body, json_body, json_response, query_int, run
+from ..keys import VAULT
 from ..receive import expect_descriptor
 
 
@@ -52,11 +51,7 @@ async def save_checkpoint(request: web.Request) -> web.Response:
     """One-request save of a small checkpoint (body: a bundle of header and files)."""
     ns = request.match_info["ns"]
     require(request, "write", ns)
-    body = await read_body(request, request.app[SETTINGS].max_batch_body)
-    try:
-        header, files = decode_bundle(body)
-    except (ValueError, TypeError) as e:
-        raise InvalidRequest(f"malformed checkpoint bundle: {e}") from None
+    header, files = await bundle_body(request)
     record, created = await run(
         request,
         request.app[VAULT].save,
