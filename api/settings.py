@@ -123,6 +123,14 @@ def _bool(value: object) -> bool:
     raise ValueError(f"must be true or false, got {value!r}")
 
 
+def _non_negative_int(value: object) -> int:
+    """A count where 0 turns the bound off."""
+    n = int(str(value))
+    if n < 0:
+        raise ValueError(f"must be 0 or more, got {n}")
+    return n
+
+
 def _positive_int(value: object) -> int:
     n = int(str(value))
     if n < 1:
@@ -172,9 +180,12 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("storage", "default_profile"): ("vault.default_profile", _profile),
     ("storage", "save_journal"): ("vault.save_journal", _bool),
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
-    ("uploads", "max_sessions"): ("vault.max_upload_sessions", _positive_int),
+    ("uploads", "max_sessions"): ("vault.max_upload_sessions", _non_negative_int),
     ("uploads", "max_sessions_per_token"): ("vault.max_upload_sessions_per_token", _positive_int),
     ("uploads", "max_pending_bytes_per_token"): ("vault.max_pending_bytes_per_token", parse_size),
+    ("uploads", "max_checkpoint_bytes"): ("vault.max_checkpoint_bytes", parse_size),
+    ("uploads", "max_commit_chunks"): ("vault.max_commit_chunks", _positive_int),
+    ("uploads", "max_commit_read_back_bytes"): ("vault.max_commit_read_back_bytes", parse_size),
     ("limits", "requests_per_second"): ("requests_per_second", float),
     ("limits", "burst"): ("request_burst", float),
     ("gc", "grace"): ("vault.gc_grace", parse_duration),

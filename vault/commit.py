@@ -23,8 +23,10 @@ import lmdb
 
 from protocol import CommitFile
 
+from . import quotas
+from .config import VaultConfig
 from .content.reader import Reader
-from .create import Draft, create
+from .create import Draft, create, inherited
 from .domains import Domain, cached
 from .errors import (
     Conflict,
@@ -54,11 +56,26 @@ HASH_SOURCES = ("same_file", "on_arrival", "read_back")
 
 
 def _parse_listed(
-    files: Mapping[str, CommitFile] | None,
+    files: Mapping[str, CommitFile] | None, config: VaultConfig
 ) -> dict[str, tuple[int, bytes | None, list[bytes]]]:
-    """Names and ids checked (the engine's boundary: they become LMDB keys), as bytes."""
+    """Names and ids checked (the engine's boundary: they become LMDB keys), as bytes.
+    The commit's size and reference count are checked first, from the body alone: what a
+    commit costs (lookups, read-back, manifest) grows with them, not with the body."""
+    files = files or {}
+    refs = sum(len(spec.chunks) for spec in files.values())
+    if refs > config.max_commit_chunks:
+        raise TooLarge(
+            f"this commit lists {refs} chunk references; this server's limit is "
+            f"{config.max_commit_chunks} per commit (uploads.max_commit_chunks)"
+        )
+    logical = sum(max(spec.size, 0) for spec in files.values())
+    if logical > config.max_checkpoint_bytes:
+        raise TooLarge(
+            f"this commit lists {logical} bytes of files; this server's limit is "
+            f"{config.max_checkpoint_bytes} per checkpoint (uploads.max_checkpoint_bytes)"
+        )
     out = {}
-    for name, spec in (files or {}).items():
+    for name, spec in files.items():
         check_file_name(name)
         if spec.size < 0:
             raise InvalidRequest(f"file {name!r}: size must be a non-negative integer")
@@ -92,13 +109,14 @@ class Committer:
         chunks count only if stored inside the caller's `domain` or sent by this session
         (vault/domains.py); others are `missing_chunks`, and no size or hash of them is
         ever computed into an answer."""
-        listed = _parse_listed(files)
+        listed = _parse_listed(files, self._s.config)
         self._uploads.settle(upload_id)
         with self._s.catalog_env.read() as txn:
             session = self._uploads.get(txn, upload_id)
             if session.committed:
                 done = self._existing(txn, session)
             else:
+                self._check_size(txn, session, listed)
                 claimed = self._entries(txn, upload_id, listed, cached(domain))
                 proven = list(self._parent_files(txn, session).values())
                 latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
@@ -108,30 +126,100 @@ class Committer:
             self._s.writer.wait_durable()  # (outside the read: growing the map waits for it)
             return done, False
         known = {(e.size, e.chunks): e.hash for e in proven}
+        entries, how = self._prove(upload_id, claimed, known)
+        made = self._s.writer.run(
+            lambda w: self._apply(w.catalog, upload_id, entries),
+            size=sum(len(e.chunks) for e in entries.values()) * 64,
+        )
+        self._uploads.running.forget(upload_id)
+        if made[1]:
+            with self._hashed_lock:
+                self._hashed.update(how)
+        return made
+
+    def _prove(
+        self,
+        upload_id: str,
+        claimed: dict[str, tuple[bytes | None, FileEntry]],
+        known: dict[tuple[int, tuple[tuple[bytes, int], ...]], bytes],
+    ) -> tuple[dict[str, FileEntry], Counter[str]]:
+        """Each file's proven hash (HASH_SOURCES) and how many were proven which way; the
+        read-backs' bytes are checked against the limit before any is read."""
         entries: dict[str, FileEntry] = {}
         how: Counter[str] = Counter()
         running = self._uploads.running
+        # Which files need a read-back, and its bytes, before any is read (a copy of one
+        # later in this upload is proven by the first read).
+        cheap: dict[str, tuple[bytes | None, str]] = {}
+        to_read: dict[tuple[int, tuple[tuple[bytes, int], ...]], str] = {}
         for name, (digest, entry) in claimed.items():
-            proof, source = known.get((entry.size, entry.chunks)), "same_file"
-            if proof is None:
+            key = (entry.size, entry.chunks)
+            proof, source = known.get(key), "same_file"
+            if proof is None and key not in to_read:
                 proof = running.digest(upload_id, name, [cid for cid, _ in entry.chunks])
                 source = "on_arrival"
-            if proof is None or (digest is not None and digest != proof):
+            if key not in to_read and (proof is None or (digest is not None and digest != proof)):
+                to_read[key] = name
+            elif proof is not None:
+                known.setdefault(key, proof)  # a copy later in this upload: proven
+            cheap[name] = (proof, source)
+        self._check_read_back(to_read)
+        for name, (digest, entry) in claimed.items():
+            key = (entry.size, entry.chunks)
+            proof, source = cheap[name]
+            if to_read.get(key) == name:
                 proof, source = self._reader.file_hash(entry), "read_back"
+            elif key in to_read:
+                proof, source = known[key], "same_file"
+            assert proof is not None  # proven cheaply, or read back (to_read) above
             if digest is not None and digest != proof:
                 raise HashMismatch(f"file {name!r}: BLAKE3 of its chunks does not match 'hash'")
             entries[name] = FileEntry(entry.size, proof, entry.chunks)
             known[(entry.size, entry.chunks)] = proof  # a copy later in this upload: proven
             how[source] += 1
-        made = self._s.writer.run(
-            lambda w: self._apply(w.catalog, upload_id, entries),
-            size=sum(len(e.chunks) for e in entries.values()) * 64,
-        )
-        running.forget(upload_id)
-        if made[1]:
-            with self._hashed_lock:
-                self._hashed.update(how)
-        return made
+        return entries, how
+
+    def _check_size(
+        self,
+        txn: lmdb.Transaction,
+        session: UploadSession,
+        listed: dict[str, tuple[int, bytes | None, list[bytes]]],
+    ) -> None:
+        """The checkpoint's logical size (files added to the session and inherited ones
+        too) against the per-checkpoint limit and the quota, before any chunk is looked up
+        or read. The writer transaction checks the quota again (usage may have changed)."""
+        files = {name: e.size for name, e in self._uploads.files(txn, session.id).items()}
+        files.update({name: size for name, (size, _, _) in listed.items()})
+        if session.inherit and session.parent:
+            for name, e in inherited(self._s, txn, session.parent).items():
+                files.setdefault(name, e.size)
+        logical = sum(files.values())
+        limit = self._s.config.max_checkpoint_bytes
+        if logical > limit:
+            raise TooLarge(
+                f"this checkpoint would hold {logical} bytes of files; this server's limit is "
+                f"{limit} per checkpoint (uploads.max_checkpoint_bytes)"
+            )
+        if self._s.config.quotas:
+            quotas.check(txn, self._s.catalog, self._s.config.quotas, session.namespace, logical)
+
+    def _check_read_back(
+        self, to_read: Mapping[tuple[int, tuple[tuple[bytes, int], ...]], str]
+    ) -> None:
+        """Refuse, before reading anything, a commit whose unproven files add up past the
+        read-back limit: hashing them holds a worker thread for their logical size, which
+        repeated references make as large as the body allows."""
+        nbytes = sum(size for size, _ in to_read)
+        limit = self._s.config.max_commit_read_back_bytes
+        if nbytes > limit:
+            names = sorted(to_read.values())
+            shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+            raise TooLarge(
+                f"proving the hash of {shown} would read back {nbytes} bytes; this server's "
+                f"limit is {limit} per commit (uploads.max_commit_read_back_bytes): send their "
+                "chunks with positions so they are hashed as they arrive, or commit fewer "
+                "files per upload"
+            )
 
     def _existing(self, txn: lmdb.Transaction, session: UploadSession) -> StoredCheckpoint:
         rec = self._s.catalog.record(txn, session.committed or "")

@@ -22,8 +22,10 @@ class VaultConfig:
     # Initial LMDB map size; the map grows by doubling (steps of at most 64 GiB) when full.
     map_size: int = 1 << 30
     # Upload sessions open at once (opened, not yet committed, aborted or expired); beyond
-    # it opening one answers 429. One-request saves do not count.
-    max_upload_sessions: int = 10_000
+    # it opening one answers 429. One-request saves do not count. 0: no global cap, the
+    # default: a shared cap is one that ten token names at their per-token cap could fill,
+    # locking every other tenant out; each tenant is bounded by the per-token cap instead.
+    max_upload_sessions: int = 0
     # The same, per token (by name): one token used to open 9,699 sessions in 23 s and lock
     # every other producer out with 429 for the sessions' 6 h lifetime.
     max_upload_sessions_per_token: int = 1_000
@@ -31,6 +33,19 @@ class VaultConfig:
     # (120 MiB uploaded and never committed stayed for the sessions' 6 h otherwise).
     # Must exceed the largest checkpoint a producer writes; beyond it, 507.
     max_pending_bytes_per_token: int = 256 << 30
+    # Logical bytes of one checkpoint (its files, inherited ones included), checked from
+    # the sizes a commit lists before any chunk is read: one stored 4 MiB chunk listed
+    # 200,000 times in a 13.6 MB body made a 781 GiB checkpoint. Beyond it, 413.
+    max_checkpoint_bytes: int = 8 << 40
+    # Chunk references one commit may list (all its files together), checked before any
+    # lookup; 1,000,000 references of ~1 MiB make a 1 TiB checkpoint. Beyond it, 413.
+    max_commit_chunks: int = 1_000_000
+    # Bytes one commit may read back from the store to prove file hashes it could not
+    # prove otherwise (not hashed as they arrived, not identical to a committed file).
+    # Hashing runs on a worker thread at ~1-2 GB/s: 4 GiB holds one for a few seconds,
+    # where 50,000 references to one 4 MiB chunk held one for over a minute. Beyond it,
+    # 413 before anything is read (send the chunks positioned: they are hashed on arrival).
+    max_commit_read_back_bytes: int = 4 << 30
     # Storage quotas: logical bytes of live checkpoints per namespace glob (vault/quotas.py).
     quotas: tuple[Quota, ...] = ()
     # Profile for namespaces whose first upload does not ask for one.

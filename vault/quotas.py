@@ -7,7 +7,9 @@ it), so a logical quota bounds the storage a tenant can consume, which stored-by
 accounting could not attribute. Checked inside the writer transaction that creates a
 checkpoint (commit, one-request save, fork): over it, 507 `quota_exceeded` and nothing
 is made. Usage is summed from the namespace records under the glob's literal prefix (one
-cursor range), so a check costs one record read per namespace of that tenant.
+cursor range), so a check costs one record read per namespace of that tenant. A commit
+also checks it from the sizes it lists before reading any chunk (vault/commit.py). The
+refusal names the quota only, never the glob or its usage: a glob may be shared.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def check(
         if adding > 0 and quota.covers(ns):
             used = usage(txn, catalog, quota)
             if used + adding > quota.logical_bytes:
+                # The quota only: its glob and usage may cover other tenants' namespaces.
                 raise QuotaExceeded(
-                    f"namespaces {quota.glob!r} hold {used} of their {quota.logical_bytes}-byte "
-                    f"quota; this checkpoint adds {adding}: delete some (retention) first"
+                    f"namespace {ns!r} is under a {quota.logical_bytes}-byte storage quota "
+                    f"that this checkpoint's {adding} bytes would pass: delete some "
+                    "checkpoints (retention) first"
                 )

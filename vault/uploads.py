@@ -218,7 +218,7 @@ class Uploads:
 
     def _check_limits(self, txn: lmdb.Transaction, by: str | None) -> None:
         limit = self._s.config.max_upload_sessions
-        if self._s.counters.get(txn, OPEN_UPLOADS) >= limit:
+        if limit and self._s.counters.get(txn, OPEN_UPLOADS) >= limit:
             raise TooManyUploads(
                 f"{limit} upload sessions are open; commit or abort some, or let them expire"
             )
