@@ -14,6 +14,7 @@ import sys
 from client.errors import ClientError
 
 from . import admin, catalog, checkpoints, keys, lifecycle, serve, standby
+from .output import printable
 
 # What `pip install '.[server]'` adds: a command that needs one of these runs the engine here.
 SERVER_PACKAGES = frozenset(
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except ClientError as e:
-        print(f"ckpt {args.command}: {e.message}", file=sys.stderr)
+        print(f"ckpt {args.command}: {printable(e.message)}", file=sys.stderr)
         return 1
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] not in SERVER_PACKAGES:
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     except (OSError, ValueError) as e:
-        print(f"ckpt {args.command}: {e}", file=sys.stderr)
+        print(f"ckpt {args.command}: {printable(str(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"ckpt {args.command}: interrupted", file=sys.stderr)

@@ -13,7 +13,7 @@ from protocol import StatsReport
 
 from .connect import connect
 from .offline import gc_offline
-from .output import emit_json, human_bytes, table
+from .output import emit_json, human_bytes, printable, table
 
 
 def register(sub: Any) -> None:
@@ -163,7 +163,7 @@ def tokens(args: argparse.Namespace) -> int:
                 else vault.rotate_token(args.name, args.grace)
             )
             for warning in issued.warnings or []:
-                print(f"warning: {warning}", file=sys.stderr)
+                print(f"warning: {printable(warning)}", file=sys.stderr)
             if not args.json:
                 print(issued.token)
             out = issued.to_wire()

@@ -11,7 +11,7 @@ from typing import Any
 from client.models import Checkpoint
 
 from .connect import connect
-from .output import emit_json, human_bytes, table
+from .output import emit_json, human_bytes, printable, table
 
 
 def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -234,7 +234,7 @@ def mark(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(ckpt.to_wire())
     else:
-        print(f"{ckpt.id}: {ckpt.validity.get('state')}")
+        print(printable(f"{ckpt.id}: {ckpt.validity.get('state')}"))
     return 0
 
 

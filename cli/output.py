@@ -1,8 +1,14 @@
-"""Printing results: JSON for machines, aligned tables for people."""
+"""Printing results: JSON for machines, aligned tables for people.
+
+Strings others wrote (tags, file names, validity reasons, metadata, server messages) reach
+a terminal here, so everything printed for people goes through `printable`: an ESC in a tag
+could recolour, retitle or rewrite the operator's terminal, and a CR or LF forge table rows.
+JSON output needs nothing: `json.dump` escapes every control character."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -13,8 +19,23 @@ def emit_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+# Control characters (C0, DEL, C1: ESC, CR, LF, CSI ...) and the bidirectional overrides
+# that reorder what a line shows, each written as a visible escape instead.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: control characters shown as `\\x1b`-style escapes."""
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
+    cells = [[str(h) for h in headers]] + [[printable(_fmt(c)) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
