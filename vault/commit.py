@@ -237,14 +237,19 @@ class Committer:
         """Each listed file's claimed hash and its entry (hash not yet known: empty)."""
         entries: dict[str, tuple[bytes | None, FileEntry]] = {}
         missing: list[str] = []
+        sizes: dict[bytes, int | None] = {}  # each distinct chunk looked up once
         for name, (size, digest, cids) in listed.items():
             chunks = []
             for cid in cids:
-                meta = self._s.chunks.meta(txn, cid)
-                if meta is None or not self._uploads.present(txn, upload_id, cid, domain):
+                if cid not in sizes:
+                    meta = self._s.chunks.meta(txn, cid)
+                    usable = meta is not None and self._uploads.present(txn, upload_id, cid, domain)
+                    sizes[cid] = meta.size if meta is not None and usable else None
+                n = sizes[cid]
+                if n is None:
                     missing.append(cid.hex())
                 else:
-                    chunks.append((cid, meta.size))
+                    chunks.append((cid, n))
             if not missing and sum(n for _, n in chunks) != size:
                 raise InvalidRequest(
                     f"file {name!r}: chunk sizes add up to {sum(n for _, n in chunks)}, not {size}"
