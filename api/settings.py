@@ -189,6 +189,8 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("limits", "requests_per_second"): ("requests_per_second", float),
     ("limits", "burst"): ("request_burst", float),
     ("gc", "grace"): ("vault.gc_grace", parse_duration),
+    ("audit", "max_age"): ("vault.audit_max_age", parse_duration),
+    ("audit", "max_bytes"): ("vault.audit_max_bytes", parse_size),
     ("maintenance", "retention_interval"): ("maintenance.retention_interval", parse_duration),
     ("maintenance", "gc_interval"): ("maintenance.gc_interval", parse_duration),
     ("maintenance", "scrub_interval"): ("maintenance.scrub_interval", parse_duration),

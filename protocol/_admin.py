@@ -91,11 +91,18 @@ class AuditEntry(Record):
     at: float  # Unix seconds
     token: str  # token name (never the secret)
     action: str  # "METHOD /route/template"
-    target: str  # the path as requested, with its query
+    # The path as requested, without its query (issue 30: a 7 KB query was kept whole);
+    # entries written before keep theirs.
+    target: str
     status: int
     request_id: str
-    # The request body's fields, bounded (PATCH, policy, tokens): arbitrary JSON.
+    # The request body's fields, bounded (PATCH, policy, tokens): arbitrary JSON. A bulk
+    # delete lists what it deleted (api/audit.py `bulk_delete_details`).
     details: dict[str, Any] = field(default_factory=dict)
+    route: str = ""  # the route's template, "/v1/admin/gc" ("" in entries before issue 30)
+    # The query parameters the route acts on (dry_run, repair, namespace, to, ...), each
+    # value capped at 256 characters; others are not kept.
+    params: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -9,6 +9,13 @@ a writer transaction of their own: a crash between the action and its entry lose
 entry (the action's own state, a tombstone or a record's validity source, remains).
 Producer traffic (uploads, chunks, commits) is not audited: it is the bulk of requests and
 the catalog itself records what it made.
+
+The table is bounded twice, in the transaction that appends (as vault/samples.py prunes):
+entries older than `max_age` go, and while the table's pages take more than `max_bytes`
+the oldest go. Each append deletes at most `PRUNE_PER_APPEND` entries, so its cost stays
+bounded when an operator lowers a bound on a big log: the log shrinks to it over the next
+appends instead of in one long writer transaction. Before issue 30 nothing was pruned and
+an entry kept the raw query (7 KB each, ~4 MB/s per write token at the rate limit).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import itertools
 import json
 import struct
+
+import lmdb
 
 from protocol import AuditEntry
 
@@ -25,21 +34,57 @@ from .store import Store
 _KEY = struct.Struct(">QI")
 MAX_LIST = 1000
 MAX_DETAIL_BYTES = 2048  # of the request body summary kept per entry
+# Retention defaults ([audit] max_age, max_bytes). An entry takes ~300 bytes (a bulk
+# delete listing its ids up to ~2.3 KB), so 64 MiB is a few hundred thousand actions:
+# a quarter of admin history, in a catalog that backups copy whole.
+MAX_AGE_SECONDS = 90 * 86400.0
+MAX_BYTES = 64 << 20
+# Entries one append may delete: more than the one it adds, so the log converges to its
+# bounds; few enough that an append stays a short writer transaction.
+PRUNE_PER_APPEND = 16
 
 
 class AuditLog:
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, max_age: float = MAX_AGE_SECONDS, max_bytes: int = MAX_BYTES
+    ) -> None:
+        """`max_age` seconds and `max_bytes` of table pages bound the log; 0 turns that
+        bound off."""
         self._s = store
         self._db = store.catalog_env.db["audit"]
         self._seq = itertools.count()
+        self._max_age = max_age
+        self._max_bytes = max_bytes
 
     def append(self, entry: AuditEntry) -> None:
         details = entry.details
         if len(json.dumps(details)) > MAX_DETAIL_BYTES:
             details = {"truncated": True, "keys": sorted(details)[:50]}
-        raw = json.dumps({**entry.to_wire(), "details": details}).encode()
+        raw = json.dumps({**entry.to_wire(), "details": details}, separators=(",", ":"))
         key = _KEY.pack(int(entry.at * 1000), next(self._seq) & 0xFFFFFFFF)
-        self._s.writer.run(lambda w: w.catalog.put(key, raw, db=self._db))
+        age_floor = int((entry.at - self._max_age) * 1000) if self._max_age > 0 else 0
+        oldest_kept = _KEY.pack(max(0, age_floor), 0)
+
+        def write(txn: lmdb.Transaction) -> None:
+            txn.put(key, raw.encode(), db=self._db)
+            cur = txn.cursor(db=self._db)
+            ok = cur.first()
+            for _ in range(PRUNE_PER_APPEND):
+                here = bytes(cur.key()) if ok else key
+                if here == key or (here >= oldest_kept and not self._over(txn)):
+                    break  # never the entry just added, however small max_bytes is
+                ok = cur.delete()  # moves to the next entry
+
+        self._s.writer.run(lambda w: write(w.catalog))
+
+    def _over(self, txn: lmdb.Transaction) -> bool:
+        return self._max_bytes > 0 and _table_bytes(txn, self._db) > self._max_bytes
+
+    def usage(self) -> tuple[int, int]:
+        """Entries and bytes of pages the log takes in the catalog (what `max_bytes`
+        bounds)."""
+        with self._s.catalog_env.read() as txn:
+            return int(txn.stat(self._db)["entries"]), _table_bytes(txn, self._db)
 
     def entries(
         self, limit: int = 100, before: str | None = None
@@ -65,3 +110,9 @@ class AuditLog:
                 ok = cur.prev()
             more = ok
         return out, (last.hex() if more else None)
+
+
+def _table_bytes(txn: lmdb.Transaction, db: lmdb._Database) -> int:
+    """Bytes of the LMDB pages a table takes: what it costs the catalog and its backups."""
+    st = txn.stat(db)
+    return int(st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]) * int(st["psize"])

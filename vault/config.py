@@ -53,3 +53,8 @@ class VaultConfig:
     # Acknowledge one-request saves once their record in the save journal is synced (one
     # sequential write) instead of once the catalog's commit is (vault/journal.py).
     save_journal: bool = True
+    # The audit log's retention (vault/audit.py): entries older than this many seconds, and
+    # the oldest while its pages take more than this many bytes, are pruned as entries are
+    # appended; 0 turns a bound off. It was never pruned, at ~4 MB/s per write token.
+    audit_max_age: float = 90 * 86400.0
+    audit_max_bytes: int = 64 << 20

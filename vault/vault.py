@@ -132,7 +132,7 @@ class Vault:
         self.content = Mover(self.store, self.reader)
         self.lifecycle = Lifecycle(self.store)
         self.tokens = Tokens(self.store)
-        self.audit = AuditLog(self.store)
+        self.audit = AuditLog(self.store, self.config.audit_max_age, self.config.audit_max_bytes)
         self._committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
         # Files handed over by descriptor since start: saved from, and restored into.

@@ -7,6 +7,7 @@ from aiohttp import web
 from protocol import BulkDeleted, Manifest, NamespaceEntry
 
 from .. import parse
+from ..audit import BULK_DELETED
 from ..auth import principal, require, visible_record
 from ..download import stream_file
 from ..http import bundle_body, json_body, json_response, query_int, run
@@ -153,7 +154,9 @@ async def delete_checkpoints(request: web.Request) -> web.Response:
     body = await json_body(request)
     ids = parse.bulk_delete(body)
     done = await run(request, request.app[VAULT].delete_many, ns, ids)
-    return json_response(BulkDeleted(done.deleted, done.pinned, done.not_found).to_wire())
+    answer = BulkDeleted(done.deleted, done.pinned, done.not_found)
+    request[BULK_DELETED] = answer  # the audit log lists what was deleted (api/audit.py)
+    return json_response(answer.to_wire())
 
 
 async def fork_checkpoint(request: web.Request) -> web.Response:
