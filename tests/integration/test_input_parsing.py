@@ -134,3 +134,19 @@ async def test_a_star_before_a_segment_is_warned_about(api: Api) -> None:
         "POST", "/v1/admin/tokens", expect=201, json={"name": "p", "scopes": ["read:team/*"]}
     )
     assert not plain.get("warnings")
+
+
+async def test_huge_integers_in_bodies_are_400(api: Api) -> None:
+    """JSON integers have no bound in Python: each numeric field is range-checked."""
+    huge = 10**400
+    for body in (
+        {"keep_last": huge},
+        {"keep_last": -1},
+        {"keep_within": huge},
+    ):
+        resp = await api.call("PUT", "/v1/policy/default", json=body)
+        assert resp.status == 400, (body, await resp.text())
+    up = await api.open("n")
+    commit = {"files": {"a": {"size": huge, "chunks": []}}}
+    resp = await api.call("POST", f"/v1/uploads/{up['upload_id']}/commit", json=commit)
+    assert resp.status in (400, 413), await resp.text()
