@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from maintenance import MIN_RATE
 from protocol import (
     DEFAULT_DATA_DIR,
     DEFAULT_PORT,
@@ -131,6 +132,15 @@ def _non_negative_int(value: object) -> int:
     return n
 
 
+def _rate(value: object) -> int:
+    """A maintenance rate: 0 (no limit) or at least `maintenance.MIN_RATE` (1 MiB/s), the
+    floor the admin routes hold too: slower, a scheduled run holds the lock for days."""
+    rate = parse_size(value)
+    if 0 < rate < MIN_RATE:
+        raise ValueError(f"must be 0 (no limit) or at least 1MiB per second, got {value!r}")
+    return rate
+
+
 def _positive_int(value: object) -> int:
     n = int(str(value))
     if n < 1:
@@ -194,11 +204,11 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("maintenance", "retention_interval"): ("maintenance.retention_interval", parse_duration),
     ("maintenance", "gc_interval"): ("maintenance.gc_interval", parse_duration),
     ("maintenance", "scrub_interval"): ("maintenance.scrub_interval", parse_duration),
-    ("maintenance", "scrub_rate"): ("maintenance.scrub_rate", parse_size),
+    ("maintenance", "scrub_rate"): ("maintenance.scrub_rate", _rate),
     ("maintenance", "tiering_interval"): ("maintenance.tiering_interval", parse_duration),
     ("maintenance", "backup_interval"): ("maintenance.backup_interval", parse_duration),
     ("maintenance", "compact_interval"): ("maintenance.compact_interval", parse_duration),
-    ("maintenance", "compact_rate"): ("maintenance.compact_rate", parse_size),
+    ("maintenance", "compact_rate"): ("maintenance.compact_rate", _rate),
     ("maintenance", "sample_interval"): ("maintenance.sample_interval", parse_duration),
     ("replication", "tier"): ("replication.tier", str),
     ("replication", "mode"): ("replication.mode", _replication_mode),

@@ -46,6 +46,8 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
         ("", {"CKPT_NOPE_X": "1"}, "[nope] x"),
         ('[log]\nformat = "xml"\n', {}, "[log] format"),
         ("server = 1\n", {}, "not a section"),
+        ('[maintenance]\ncompact_rate = "512KiB"\n', {}, "[maintenance] compact_rate"),
+        ("", {"CKPT_MAINTENANCE_SCRUB_RATE": "1"}, "[maintenance] scrub_rate"),
     ],
 )
 def test_bad_settings_name_the_key(
