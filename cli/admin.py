@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol import StatsReport
+from protocol import AuditEntry, StatsReport
 
 from .connect import connect
 from .offline import gc_offline
@@ -88,9 +88,16 @@ def audit(args: argparse.Namespace) -> int:
         return 0
     table(
         ["at", "token", "action", "target", "status", "request id"],
-        [[_when(e.at), e.token, e.action, e.target, e.status, e.request_id] for e in entries],
+        [[_when(e.at), e.token, e.action, _target(e), e.status, e.request_id] for e in entries],
     )
     return 0
+
+
+def _target(entry: AuditEntry) -> str:
+    """The path with the parameters the entry kept (`dry_run`, `namespace`, ...), as the
+    request named them; entries no longer keep the raw query (issue 30)."""
+    query = "&".join(f"{k}={v}" for k, v in entry.params.items())
+    return f"{entry.target}?{query}" if query else entry.target
 
 
 def stats(args: argparse.Namespace) -> int:

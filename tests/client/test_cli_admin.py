@@ -84,6 +84,12 @@ def test_token_rotate_and_audit(server: ServerProcess) -> None:
     table = ckpt(server, "audit").stdout
     assert "/v1/admin/tokens/rotor/rotate" in table
     assert entries[0]["request_id"] in table
+    js(server, "gc", "--dry-run")
+    (gc,) = js(server, "audit", "--limit", "1")
+    assert (gc["target"], gc["route"], gc["params"]) == ("/v1/admin/gc",) * 2 + (
+        {"dry_run": "true"},
+    )
+    assert "/v1/admin/gc?dry_run=true" in ckpt(server, "audit", "--limit", "1").stdout
 
 
 def test_catalog_backup_into_backup_dir_and_the_tier(server: ServerProcess, tmp_path: Path) -> None:
