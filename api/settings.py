@@ -196,6 +196,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("uploads", "max_checkpoint_bytes"): ("vault.max_checkpoint_bytes", parse_size),
     ("uploads", "max_commit_chunks"): ("vault.max_commit_chunks", _positive_int),
     ("uploads", "max_commit_read_back_bytes"): ("vault.max_commit_read_back_bytes", parse_size),
+    ("uploads", "max_read_backs_per_token"): ("vault.max_read_backs_per_token", _positive_int),
     ("limits", "requests_per_second"): ("requests_per_second", float),
     ("limits", "burst"): ("request_burst", float),
     ("gc", "grace"): ("vault.gc_grace", parse_duration),

@@ -6,9 +6,10 @@ refused), against a real `ckpt serve` with `worker_threads = 4`.
     python bench/bench_amplification.py [--repeats 50000] [--commit-timeout 120] [--json]
 
 The listing is probed from its own thread, one request after another, until every commit
-has answered. Run it with this tree and with an older one on PYTHONPATH to compare (the
-server is started with the same interpreter and environment). Done when: each listing
-under 1 s and each commit answered within 30 s.
+has answered; a commit or listing not answered within --commit-timeout counts as that
+long and "no answer" / "unanswered". Run it with this tree and with an older one on
+PYTHONPATH to compare (the server is started with the same interpreter and environment).
+Done when: each listing under 1 s and each commit answered within 30 s.
 """
 
 from __future__ import annotations
@@ -96,11 +97,17 @@ def measure(port: int, admin: str, repeats: int, commit_timeout: float) -> dict[
             status, code = 0, f"no answer ({type(e).__name__})"
         answers[i] = {"status": status, "code": code, "s": round(time.monotonic() - start, 3)}
 
+    unanswered: list[int] = []
+
     def probe() -> None:
-        client = Http(port, other, 120)
+        client = Http(port, other, commit_timeout)
         while not done.is_set():
             t = time.perf_counter()
-            client.ok("GET", "/v1/namespaces/o/x/checkpoints")
+            try:
+                client.ok("GET", "/v1/namespaces/o/x/checkpoints")
+            except OSError:  # not answered within commit_timeout: counted at that wait
+                unanswered.append(1)
+                client = Http(port, other, commit_timeout)
             listings.append(time.perf_counter() - t)
 
     prober = threading.Thread(target=probe)
@@ -126,6 +133,7 @@ def measure(port: int, admin: str, repeats: int, commit_timeout: float) -> dict[
             "count": len(ordered),
             "p50": round(ordered[len(ordered) // 2] * 1000, 2),
             "max": round(ordered[-1] * 1000, 2),
+            "unanswered": len(unanswered),
         },
     }
 

@@ -15,9 +15,10 @@ since.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import lmdb
 
@@ -34,6 +35,7 @@ from .errors import (
     InvalidRequest,
     MissingChunks,
     TooLarge,
+    TooManyUploads,
     UploadExpired,
 )
 from .manifest import FileEntry
@@ -95,6 +97,7 @@ class Committer:
         self._uploads = uploads
         self._reader = reader
         self._hashed: Counter[str] = Counter(dict.fromkeys(HASH_SOURCES, 0))
+        self._reading: Counter[str] = Counter()  # commits reading back, per token name
         self._hashed_lock = threading.Lock()
 
     def file_hashes(self) -> dict[str, int]:
@@ -126,7 +129,7 @@ class Committer:
             self._s.writer.wait_durable()  # (outside the read: growing the map waits for it)
             return done, False
         known = {(e.size, e.chunks): e.hash for e in proven}
-        entries, how = self._prove(upload_id, claimed, known)
+        entries, how = self._prove(upload_id, claimed, known, session.created_by or "")
         made = self._s.writer.run(
             lambda w: self._apply(w.catalog, upload_id, entries),
             size=sum(len(e.chunks) for e in entries.values()) * 64,
@@ -142,11 +145,11 @@ class Committer:
         upload_id: str,
         claimed: dict[str, tuple[bytes | None, FileEntry]],
         known: dict[tuple[int, tuple[tuple[bytes, int], ...]], bytes],
+        by: str,
     ) -> tuple[dict[str, FileEntry], Counter[str]]:
         """Each file's proven hash (HASH_SOURCES) and how many were proven which way; the
-        read-backs' bytes are checked against the limit before any is read."""
-        entries: dict[str, FileEntry] = {}
-        how: Counter[str] = Counter()
+        read-backs' bytes are checked against the limit before any is read, and token
+        `by` reads back in at most `max_read_backs_per_token` commits at once."""
         running = self._uploads.running
         # Which files need a read-back, and its bytes, before any is read (a copy of one
         # later in this upload is proven by the first read).
@@ -164,6 +167,46 @@ class Committer:
                 known.setdefault(key, proof)  # a copy later in this upload: proven
             cheap[name] = (proof, source)
         self._check_read_back(to_read)
+        with self._read_back_slot(by, bool(to_read)):
+            return self._hash(upload_id, claimed, known, cheap, to_read)
+
+    @contextlib.contextmanager
+    def _read_back_slot(self, by: str, needed: bool) -> Iterator[None]:
+        """One of token `by`'s read-back slots while its files are read back, or 429
+        (TooManyUploads, with Retry-After) at once: a worker waiting for a slot would hold
+        the pool as surely as one hashing, so one token's read-backs occupy at most
+        `max_read_backs_per_token` of the workers, never every one."""
+        if not needed:
+            yield
+            return
+        limit = self._s.config.max_read_backs_per_token
+        with self._hashed_lock:
+            if self._reading[by] >= limit:
+                raise TooManyUploads(
+                    f"token {by!r} already has {limit} commit(s) reading back file hashes "
+                    "(uploads.max_read_backs_per_token); retry once one has answered"
+                )
+            self._reading[by] += 1
+        try:
+            yield
+        finally:
+            with self._hashed_lock:
+                self._reading[by] -= 1
+                if not self._reading[by]:
+                    del self._reading[by]
+
+    def _hash(
+        self,
+        upload_id: str,
+        claimed: dict[str, tuple[bytes | None, FileEntry]],
+        known: dict[tuple[int, tuple[tuple[bytes, int], ...]], bytes],
+        cheap: dict[str, tuple[bytes | None, str]],
+        to_read: dict[tuple[int, tuple[tuple[bytes, int], ...]], str],
+    ) -> tuple[dict[str, FileEntry], Counter[str]]:
+        """The proofs `_prove` planned: the files in `to_read` read back, the others as
+        found cheaply."""
+        entries: dict[str, FileEntry] = {}
+        how: Counter[str] = Counter()
         for name, (digest, entry) in claimed.items():
             key = (entry.size, entry.chunks)
             proof, source = cheap[name]

@@ -46,6 +46,10 @@ class VaultConfig:
     # where 50,000 references to one 4 MiB chunk held one for over a minute. Beyond it,
     # 413 before anything is read (send the chunks positioned: they are hashed on arrival).
     max_commit_read_back_bytes: int = 4 << 30
+    # Commits of one token (by name) reading back at once; another is answered 429 with
+    # Retry-After at once (the client retries), so one tenant's read-backs hold at most
+    # this many workers: four at the 4 GiB limit made another tenant's listing wait 3.4 s.
+    max_read_backs_per_token: int = 1
     # Storage quotas: logical bytes of live checkpoints per namespace glob (vault/quotas.py).
     quotas: tuple[Quota, ...] = ()
     # Profile for namespaces whose first upload does not ask for one.

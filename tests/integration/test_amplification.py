@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from api import Settings
+from api.keys import VAULT
 from api.settings import load_settings
 from vault import FakeClock
 
@@ -142,3 +143,32 @@ async def test_session_caps_are_per_token_with_no_global_cap(
         await admin.call("POST", "/v1/namespaces/f/x/uploads", token=flood, json={}, expect=429)
     other = await admin.token_for("write:o/*", name="other")
     await admin.json("POST", "/v1/namespaces/o/x/uploads", 201, token=other, json={})
+
+
+async def test_one_token_reads_back_in_one_commit_at_once(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """Four commits at the read-back limit held all four workers (another tenant's listing
+    waited 3.4 s): a token's second concurrent read-back is 429 with Retry-After at once,
+    changing nothing; another token's, and the same commit once the slot is free, go on.
+    The first commit's hashing is held open here by taking its slot directly."""
+    admin = await started(aiohttp_client, settings, clock)
+    w = await admin.token_for("read:rb/*", "write:rb/*", name="w")
+    up = await admin.json("POST", "/v1/namespaces/rb/x/uploads", 201, token=w, json={})
+    data = os.urandom(64 << 10)
+    cid = hexhash(data)
+    path = f"/v1/uploads/{up['upload_id']}"
+    await admin.call("PUT", f"{path}/chunks/{cid}", token=w, data=data, expect=201)
+    files = {"f": {"size": 2 * len(data), "chunks": [cid, cid]}}  # not hashed on arrival
+    committer = admin.client.app[VAULT]._committer
+    with committer._read_back_slot("w", True):
+        resp = await admin.call("POST", f"{path}/commit", token=w, json={"files": files})
+        assert resp.status == 429
+        assert resp.headers["Retry-After"]
+        assert "uploads.max_read_backs_per_token" in (await resp.json())["error"]["message"]
+        await nothing_stored(admin)
+        other, other_cid, _ = await stored_chunk(admin, "rb/admin", 64 << 10)
+        mine = {"f": {"size": 2 * (64 << 10), "chunks": [other_cid, other_cid]}}
+        await admin.json("POST", f"/v1/uploads/{other}/commit", 201, json={"files": mine})
+    rec = await admin.json("POST", f"{path}/commit", 201, token=w, json={"files": files})
+    assert rec["namespace"] == "rb/x"
