@@ -265,7 +265,9 @@ def query_size(request: web.Request, name: str) -> float | None:
     try:
         value = parse_size(raw)
     except ValueError:
-        raise InvalidRequest(f"query parameter {name} must be a size such as 50MiB") from None
+        raise InvalidRequest(
+            f"query parameter {name} must be a size such as 50MiB, at most 1 EiB"
+        ) from None
     if value <= 0:
         raise InvalidRequest(f"query parameter {name} must be positive")
     return float(value)

@@ -40,7 +40,9 @@ def parse_duration(value: Any, key: str) -> float:
     try:
         return protocol.parse_duration(value)
     except ValueError:
-        raise InvalidRequest(f"{key} must be a duration like 90s, 36h or 7d") from None
+        raise InvalidRequest(
+            f"{key} must be a duration like 90s, 36h or 7d, at most 100 years"
+        ) from None
 
 
 def parse_size(value: Any, key: str) -> int:
@@ -48,7 +50,9 @@ def parse_size(value: Any, key: str) -> int:
     try:
         return protocol.parse_size(value)
     except ValueError:
-        raise InvalidRequest(f"{key} must be a size in bytes, or like 512MiB or 40GiB") from None
+        raise InvalidRequest(
+            f"{key} must be a size in bytes, or like 512MiB or 40GiB, at most 1 EiB"
+        ) from None
 
 
 def check_tiering(settings: dict[str, Any]) -> None:
