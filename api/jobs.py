@@ -24,11 +24,9 @@ from aiohttp import web
 
 import maintenance
 
-from .keys import JOBS, RUNTIME, SETTINGS, VAULT
+from .keys import JOBS, QUEUE, RUNTIME, SETTINGS, VAULT
 
 R = TypeVar("R", bound=maintenance.Report)
-
-QUEUE = web.AppKey("maintenance_queue", maintenance.MaintenanceQueue)
 
 
 async def run_job(
@@ -66,4 +64,4 @@ async def stop_jobs(app: web.Application) -> None:
         queue.stop()
 
 
-__all__ = ["QUEUE", "jobs_context", "run_job", "stop_jobs"]
+__all__ = ["jobs_context", "run_job", "stop_jobs"]

@@ -1,8 +1,8 @@
 """The application's state, by typed AppKey: one leaf module every api module may import.
 
-It imports only aiohttp, the standard library, vault and other leaf modules of api/ (never
-`api.app`), so route, scheduler and promotion modules reach the app's state without an
-import circle through the factory. `api/app.py` fills these keys in `create_app` and its
+It imports only aiohttp, the standard library, vault, maintenance and other leaf modules
+of api/ (never `api.app`), so route, scheduler and promotion modules reach the app's state
+without an import circle through the factory. `api/app.py` fills these keys in `create_app` and its
 cleanup context.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from maintenance import MaintenanceQueue
 from vault import Clock, Vault
 from vault.runtime import Runtime
 
@@ -29,6 +30,8 @@ BODY_READERS = web.AppKey("body_readers", BodyReaders)
 JOBS = web.AppKey("jobs", JobLog)
 METRICS = web.AppKey("metrics", Metrics)
 LIMITER = web.AppKey("limiter", RateLimiter)
+# Where maintenance tasks wait, and the thread that runs them (api/jobs.py).
+QUEUE = web.AppKey("maintenance_queue", MaintenanceQueue)
 
 __all__ = [
     "BODY_READERS",
@@ -37,6 +40,7 @@ __all__ = [
     "JOBS",
     "LIMITER",
     "METRICS",
+    "QUEUE",
     "RUNTIME",
     "SETTINGS",
     "TOKENS",

@@ -27,8 +27,8 @@ from aiohttp import web
 import maintenance
 from vault import MaintenanceBusy, MaintenanceStopped
 
-from .jobs import QUEUE, run_job
-from .keys import SETTINGS, VAULT
+from .jobs import run_job
+from .keys import QUEUE, SETTINGS, VAULT
 
 log = logging.getLogger("ckpt.maintenance")
 

@@ -29,8 +29,8 @@ from .. import __version__
 from ..auth import principal, require_admin
 from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool, query_int, query_size, run
-from ..jobs import QUEUE, run_job
-from ..keys import INSTANCE, METRICS, SETTINGS, TOKENS, VAULT
+from ..jobs import run_job
+from ..keys import INSTANCE, METRICS, QUEUE, SETTINGS, TOKENS, VAULT
 
 
 async def health(request: web.Request) -> web.Response:

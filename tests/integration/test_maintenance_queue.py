@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from api import Settings, create_app
-from api.jobs import QUEUE
-from api.keys import VAULT
+from api.keys import QUEUE, VAULT
 from api.settings import Maintenance
 from client import VaultClient
 from vault import FakeClock, VaultConfig
