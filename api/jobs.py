@@ -10,13 +10,14 @@ only when the queue is idle and does not wait for the lock (`timeout=0`), skippi
 that finds maintenance busy. At shutdown `stop_jobs` (on_shutdown, before aiohttp waits
 for the handlers) stops the running task at its next step and fails the queued ones with
 `MaintenanceStopped` (503), so their requests answer and SIGTERM is not held up by a
-compaction paced to days; the cleanup context joins the thread before the runtime closes.
+compaction paced to days; the cleanup context waits for the thread before the runtime
+closes the engine (a task without steps to stop at, a GC say, finishes first).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
@@ -27,6 +28,8 @@ import maintenance
 from .keys import JOBS, QUEUE, RUNTIME, SETTINGS, VAULT
 
 R = TypeVar("R", bound=maintenance.Report)
+
+log = logging.getLogger("ckpt.maintenance")
 
 
 async def run_job(
@@ -49,12 +52,19 @@ async def jobs_context(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        # Not `close` (a join) on the loop: await the thread's end, as long as shutdown may.
+        # Not `close` (a join) on the loop: await the thread's end. A task with no step to
+        # stop at (a GC, a check) finishes first, as it did on the worker pool: closing the
+        # engine under it would fail it half way, so past the timeout this says so and waits.
         queue.stop()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                asyncio.wrap_future(queue.finished), app[SETTINGS].shutdown_timeout
+        finished = asyncio.wrap_future(queue.finished)
+        try:
+            await asyncio.wait_for(asyncio.shield(finished), app[SETTINGS].shutdown_timeout)
+        except TimeoutError:
+            log.warning(
+                "maintenance %s is still running after the shutdown timeout; waiting for it",
+                queue.running,
             )
+            await finished
 
 
 async def stop_jobs(app: web.Application) -> None:

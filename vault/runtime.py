@@ -128,7 +128,8 @@ THREADS: tuple[ThreadKind, ...] = (
         "(GC, compaction, scrub...), from one queue",
         "1; 8 tasks queued behind it",
         "the maintenance lock, its rate's pacing",
-        "queued tasks dropped; the running one stops at its next step (503)",
+        "queued tasks dropped; a running compaction or scrub stops at its next step "
+        "(503), others finish",
     ),
     ThreadKind(
         "vault-close",
