@@ -5,8 +5,10 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import resource
 import socket
 import ssl
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,6 +48,71 @@ def _tune_malloc() -> None:
         libc.mallopt(_M_ARENA_MAX, 2)
     except (OSError, AttributeError):
         pass
+
+
+class _Listener(socket.socket):
+    """A listening TCP socket that refuses, at accept, a connection that would leave fewer
+    than `spare` descriptors under the process's limit (RLIMIT_NOFILE).
+
+    Past the limit accept() itself failed with EMFILE, asyncio logged a traceback for each
+    try, and every request that needed a descriptor (a receiver's dup, an LMDB read, a
+    log file) failed too: 1,050 idle connections under a 1,024 limit made health take
+    70 s. Linux gives a new descriptor the lowest free number, so the number the accepted
+    connection got says how many are in use: no count to keep. A refused connection is
+    closed at once (the client sees it reset and may retry); the refusals are logged a
+    line a second at most, with how many there were."""
+
+    bound = 1 << 62  # descriptor numbers from here on are refused (set by `_listeners`)
+    _refused = 0
+    _logged_at = 0.0
+
+    def accept(self) -> tuple[socket.socket, object]:
+        for _ in range(128):  # the backlog asyncio accepts per wakeup; more wait
+            conn, addr = super().accept()  # BlockingIOError once the backlog is empty
+            if conn.fileno() < self.bound:
+                return conn, addr
+            conn.close()
+            self._note_refused()
+        raise ConnectionAbortedError  # asyncio's "nothing more to accept now"
+
+    def _note_refused(self) -> None:
+        _Listener._refused += 1
+        now = time.monotonic()
+        if now - _Listener._logged_at >= 1.0:
+            _Listener._logged_at = now
+            logging.getLogger("ckpt.api").warning(
+                "connections refused: %d so far, descriptors %d and up are kept spare",
+                _Listener._refused,
+                self.bound,
+            )
+
+
+def _listeners(host: str, port: int, spare: int) -> list[socket.socket]:
+    """Bound (not yet listening) TCP sockets for `host`:`port`, one per address it names,
+    each refusing connections past the descriptor bound (`_Listener`)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY:
+        _Listener.bound = max(64, soft - spare)
+    out: list[socket.socket] = []
+    seen = set()
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    for family, kind, proto, _, address in infos:
+        if (family, address) in seen:
+            continue
+        seen.add((family, address))
+        sock = _Listener(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind(address)
+        except OSError:
+            sock.close()
+            for s in out:
+                s.close()
+            raise
+        out.append(sock)
+    return out
 
 
 def cannot_hold_socket(directory: Path) -> str | None:
@@ -101,12 +168,14 @@ def serve(settings: Settings) -> None:
     socket_path = settings.socket_path
     # run_app turns SIGTERM into a graceful exit: stop accepting, let in-flight requests
     # finish (up to shutdown_timeout), then the cleanup context drains the writer and closes
-    # LMDB; the process exits 0.
+    # LMDB; the process exits 0. A connection must send a whole request head within
+    # header_timeout of opening it or of its previous answer (aiohttp's keep-alive timer
+    # runs from the connection's start), or it is closed.
     web.run_app(
         create_app(settings),
-        host=settings.host,
-        port=settings.port,
+        sock=_listeners(settings.host, settings.port, settings.spare_descriptors),
         path=None if socket_path is None else str(socket_path),
+        keepalive_timeout=settings.header_timeout,
         shutdown_timeout=settings.shutdown_timeout,
         ssl_context=tls,
         access_log=logging.getLogger("ckpt.access"),

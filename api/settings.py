@@ -177,6 +177,8 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "body_min_rate"): ("body_min_rate", parse_size),
     ("server", "receivers_per_token"): ("receivers_per_token", _positive_int),
     ("server", "handovers_per_token"): ("handovers_per_token", _positive_int),
+    ("server", "header_timeout"): ("header_timeout", _positive_duration),
+    ("server", "spare_descriptors"): ("spare_descriptors", _positive_int),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
     ("server", "backup_dir"): ("backup_dir", _optional_dir),
     ("server", "tls_cert"): ("tls_cert", _optional_file),
@@ -243,6 +245,14 @@ class Settings:
     # one tenant's slow or dripped bodies never leave another's waiting for a thread.
     receivers_per_token: int = 16
     handovers_per_token: int = 2
+    # A connection's request head must be whole this long after it opened or got its last
+    # answer, or it is closed (idle keep-alive connections too): connections that never
+    # finished their headers were kept, and 1,050 of them used up the descriptors.
+    header_timeout: float = 30.0
+    # TCP connections are refused at accept while fewer than this many descriptors would
+    # remain under RLIMIT_NOFILE: kept for receivers' and senders' dups (192), hand-overs,
+    # LMDB and logs, so the limit itself is never reached.
+    spare_descriptors: int = 320
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     log_format: str = "auto"  # JSON lines unless stderr is a terminal
     # The only directory `POST /v1/admin/catalog/backup?to=` may write files into; None:
