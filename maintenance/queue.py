@@ -83,8 +83,8 @@ class MaintenanceQueue:
     ) -> Future[R]:
         """Queue `task` (run as `maintenance.run(vault, job, task, timeout)`); its future
         answers the task's record or raises its error. `if_idle` (or `timeout=0`, which waits
-        for nothing): refuse (`MaintenanceBusy`) unless nothing runs or waits. A full queue refuses too; a stopping one raises
-        `MaintenanceStopped`."""
+        for nothing): refuse (`MaintenanceBusy`) unless nothing runs or waits. A full queue
+        refuses too; a stopping one raises `MaintenanceStopped`."""
         future: Future[R] = Future()
         with self._cond:
             if self.stopping.is_set():
