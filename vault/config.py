@@ -46,7 +46,8 @@ class VaultConfig:
     # where 50,000 references to one 4 MiB chunk held one for over a minute. Beyond it,
     # 413 before anything is read (send the chunks positioned: they are hashed on arrival).
     max_commit_read_back_bytes: int = 4 << 30
-    # Commits of one token (by name) reading back at once; another is answered 429 with
+    # Commits of one token (by name) reading back more than 256 MiB at once (smaller
+    # read-backs, a fraction of a second each, are not counted); another is answered 429 with
     # Retry-After at once (the client retries), so one tenant's read-backs hold at most
     # this many workers: four at the 4 GiB limit made another tenant's listing wait 3.4 s.
     max_read_backs_per_token: int = 1

@@ -151,15 +151,17 @@ async def test_one_token_reads_back_in_one_commit_at_once(
     """Four commits at the read-back limit held all four workers (another tenant's listing
     waited 3.4 s): a token's second concurrent read-back is 429 with Retry-After at once,
     changing nothing; another token's, and the same commit once the slot is free, go on.
-    The first commit's hashing is held open here by taking its slot directly."""
+    The first commit's hashing is held open here by taking its slot directly. Read-backs
+    up to READ_BACK_FREE (256 MiB) take no slot: small concurrent commits never see 429."""
     admin = await started(aiohttp_client, settings, clock)
     w = await admin.token_for("read:rb/*", "write:rb/*", name="w")
     up = await admin.json("POST", "/v1/namespaces/rb/x/uploads", 201, token=w, json={})
-    data = os.urandom(64 << 10)
+    data = os.urandom(MIB)
     cid = hexhash(data)
     path = f"/v1/uploads/{up['upload_id']}"
     await admin.call("PUT", f"{path}/chunks/{cid}", token=w, data=data, expect=201)
-    files = {"f": {"size": 2 * len(data), "chunks": [cid, cid]}}  # not hashed on arrival
+    # 300 MiB not hashed on arrival: past READ_BACK_FREE, so it needs a read-back slot
+    files = {"f": {"size": 300 * MIB, "chunks": [cid] * 300}}
     committer = admin.client.app[VAULT]._committer
     with committer._read_back_slot("w", True):
         resp = await admin.call("POST", f"{path}/commit", token=w, json={"files": files})
@@ -167,8 +169,25 @@ async def test_one_token_reads_back_in_one_commit_at_once(
         assert resp.headers["Retry-After"]
         assert "uploads.max_read_backs_per_token" in (await resp.json())["error"]["message"]
         await nothing_stored(admin)
-        other, other_cid, _ = await stored_chunk(admin, "rb/admin", 64 << 10)
-        mine = {"f": {"size": 2 * (64 << 10), "chunks": [other_cid, other_cid]}}
+        other, other_cid, _ = await stored_chunk(admin, "rb/admin", MIB)
+        mine = {"f": {"size": 300 * MIB, "chunks": [other_cid] * 300}}
         await admin.json("POST", f"/v1/uploads/{other}/commit", 201, json={"files": mine})
     rec = await admin.json("POST", f"{path}/commit", 201, token=w, json={"files": files})
     assert rec["namespace"] == "rb/x"
+
+
+async def test_small_read_backs_of_one_token_go_on_at_once(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """A read-back under READ_BACK_FREE needs no slot: with the token's slot taken, a
+    commit of a small unproven file is still 201."""
+    admin = await started(aiohttp_client, settings, clock)
+    w = await admin.token_for("read:rb/*", "write:rb/*", name="w")
+    up = await admin.json("POST", "/v1/namespaces/rb/y/uploads", 201, token=w, json={})
+    data = os.urandom(64 << 10)
+    cid = hexhash(data)
+    path = f"/v1/uploads/{up['upload_id']}"
+    await admin.call("PUT", f"{path}/chunks/{cid}", token=w, data=data, expect=201)
+    files = {"f": {"size": 2 * len(data), "chunks": [cid, cid]}}
+    with admin.client.app[VAULT]._committer._read_back_slot("w", True):
+        await admin.json("POST", f"{path}/commit", 201, token=w, json={"files": files})
