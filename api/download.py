@@ -156,7 +156,7 @@ async def _deliver(request: web.Request, vault: Vault, entry: FileEntry) -> web.
     def deliver(fd: int, stop: threading.Event) -> None:
         vault.deliver_descriptor(entry, fd, stop)
 
-    await with_descriptor(request, deliver)
+    await with_descriptor(request, deliver, entry.size)
     return json_response({"size": entry.size, "hash": entry.hash.hex()})
 
 

@@ -29,6 +29,7 @@ import contextlib
 import os
 import select
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -162,33 +163,98 @@ async def receive_descriptor(request: web.Request) -> int:
     return fd
 
 
-async def with_descriptor(request: web.Request, job: Callable[[int, threading.Event], T]) -> T:
+async def with_descriptor(
+    request: web.Request, job: Callable[[int, threading.Event], T], writes: int | None = None
+) -> T:
     """Receive the descriptor handed over and run `job(fd, stop)` on a handover thread; the
     job owns the descriptor (closes it), so no one closes it under a read or write (and
     lets its number name another file meanwhile). The job is shielded from this handler's
     cancellation: shutdown stops it as it aborts a body being read, by setting `stop`,
     which the job checks between pieces. The token's hand-over share is taken before the
-    descriptor is asked for, so a refusal leaves the client's file unsent."""
+    descriptor is asked for, so a refusal leaves the client's file unsent.
+
+    The work is bounded as a body's time is: `stop` is also set once body_timeout plus the
+    bytes at stake at `body_min_rate` have passed (408), and when the client leaves (its
+    end of the socket closes). The bytes at stake: `writes` for a job writing that many
+    into the file, else the file's allocated blocks, not its size: a sparse file of 8 EiB
+    costs one byte to send and kept a core reading zeros for hours after its client left."""
     held = _take_share(request, "hand-over")
     try:
         fd = await receive_descriptor(request)
         stop = threading.Event()
         try:
+            work = writes if writes is not None else _allocated(fd)
             held.work = working = asyncio.get_running_loop().run_in_executor(
                 request.app[RUNTIME].handover, job, fd, stop
             )
         except BaseException:  # not scheduled (shutting down): nobody else will close it
             os.close(fd)
             raise
-        try:
-            with reading_body(request):
-                return await asyncio.shield(working)
-        except BaseException:
-            stop.set()
-            working.add_done_callback(_retrieved)  # its error, if any, went with the abort
-            raise
+        with _Bounded(request, stop, work) as bound:
+            try:
+                with reading_body(request):
+                    return await asyncio.shield(working)
+            except BaseException:
+                stop.set()
+                working.add_done_callback(_retrieved)  # its error, if any, went with the abort
+                if bound.why:
+                    raise BodyTimeout(bound.why) from None
+                raise
     finally:
         held.done()
+
+
+def _allocated(fd: int) -> int:
+    """Bytes the file handed over holds on disk (0 for what is not a regular file, which
+    the job refuses)."""
+    info = os.fstat(fd)
+    return info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
+
+
+class _Bounded:
+    """Sets `stop` (with `why`) at the hand-over's deadline or when its client leaves."""
+
+    def __init__(self, request: web.Request, stop: threading.Event, work: int) -> None:
+        settings = request.app[SETTINGS]
+        self.stop, self.why = stop, ""
+        self.seconds = settings.body_timeout
+        if settings.body_min_rate:
+            self.seconds += work / settings.body_min_rate
+        assert request.transport is not None
+        self._sock: socket.socket = request.transport.get_extra_info("socket").dup()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __enter__(self) -> _Bounded:
+        self._timer = self._loop.call_later(self.seconds, self._cut, "deadline")
+        # Its reading is paused (the receiver took the socket): only a close, or bytes a
+        # client may not send, make this dup readable.
+        self._loop.add_reader(self._sock.fileno(), self._readable)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+
+    def _readable(self) -> None:
+        self._loop.remove_reader(self._sock.fileno())
+        try:
+            left = not self._sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return
+        except OSError:
+            left = True
+        if left:
+            self._cut("left")
+
+    def _cut(self, reason: str) -> None:
+        if reason == "deadline":
+            self.why = f"the file handed over was not done within {self.seconds:g} s"
+        else:
+            self.why = "the client left before its file was done"
+        self.stop.set()
 
 
 def _retrieved(done: asyncio.Future[Any]) -> None:
