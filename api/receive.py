@@ -54,12 +54,6 @@ _TAKEN = web.RequestKey("body_taken", bool)  # its connection ends with its answ
 SHARE_RETRY_AFTER = 1  # seconds a token past its share is told to wait: a body's time
 
 
-class OverShare(RateLimited):
-    """This token already holds its share of a pool's threads; its body was not read."""
-
-    close_connection = True  # the body is unread: aiohttp would linger reading it
-
-
 class _Held:
     """One thread of a pool counted against a token, given back once: when the thread's
     work is done (a cancelled handler's receiver still runs until woken), or at `done` if
@@ -83,7 +77,7 @@ class _Held:
 
 
 def _take_share(request: web.Request, pool: str) -> _Held:
-    """A thread of `pool` ("receiver" or "hand-over") for the caller's token, or OverShare."""
+    """A thread of `pool` ("receiver" or "hand-over") for the caller's token, or 429."""
     readers, settings = request.app[BODY_READERS], request.app[SETTINGS]
     if pool == "receiver":
         shares, share = readers.receivers, settings.receivers_per_token
@@ -91,11 +85,13 @@ def _take_share(request: web.Request, pool: str) -> _Held:
         shares, share = readers.handovers, settings.handovers_per_token
     name = principal(request).name
     if not shares.take(name, share):
-        raise OverShare(
+        refused = RateLimited(
             f"token {name!r} already has {share} {pool} threads; retry once one of its "
             "bodies has arrived",
             retry_after=SHARE_RETRY_AFTER,
         )
+        refused.close_connection = True  # its body is unread: aiohttp would linger on it
+        raise refused
     return _Held(shares, name)
 
 
