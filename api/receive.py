@@ -216,25 +216,31 @@ class _Bounded:
         self.seconds = settings.body_timeout
         if settings.body_min_rate:
             self.seconds += work / settings.body_min_rate
-        assert request.transport is not None
-        self._sock: socket.socket = request.transport.get_extra_info("socket").dup()
+        transport = request.transport
+        conn = None if transport is None else transport.get_extra_info("socket")
+        self._sock: socket.socket | None = None if conn is None else conn.dup()
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
 
     def __enter__(self) -> _Bounded:
         self._timer = self._loop.call_later(self.seconds, self._cut, "deadline")
-        # Its reading is paused (the receiver took the socket): only a close, or bytes a
-        # client may not send, make this dup readable.
-        self._loop.add_reader(self._sock.fileno(), self._readable)
+        if self._sock is None:  # the connection is gone already
+            self._cut("left")
+        else:
+            # Its reading is paused (the receiver took the socket): only a close, or bytes
+            # a client may not send, make this dup readable.
+            self._loop.add_reader(self._sock.fileno(), self._readable)
         return self
 
     def __exit__(self, *_: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._loop.remove_reader(self._sock.fileno())
-        self._sock.close()
+        if self._sock is not None:
+            self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
 
     def _readable(self) -> None:
+        assert self._sock is not None
         self._loop.remove_reader(self._sock.fileno())
         try:
             left = not self._sock.recv(1, socket.MSG_PEEK)
