@@ -114,8 +114,8 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "unavailable",
         503,
         "Unavailable",
-        ("Unavailable", "TierUnavailable"),
-        "a tier or the store is down: retry later (Retry-After)",
+        ("Unavailable", "TierUnavailable", "MaintenanceStopped"),
+        "a tier or the store is down, or the server is stopping: retry later (Retry-After)",
     ),
     ErrorSpec(
         "key_unavailable",
