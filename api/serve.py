@@ -17,7 +17,7 @@ from aiohttp import web
 from .app import create_app
 from .observability import AccessLogger, configure_logging
 from .settings import Settings, SettingsError
-from .tls import server_context
+from .tls import exposure, server_context
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -151,6 +151,7 @@ def serve(settings: Settings) -> None:
     configure_logging(settings.log_format)
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
+        _check_key(settings.tls_key, settings.tls_key_shared)
         try:
             tls = server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
         except (OSError, ssl.SSLError) as e:
@@ -182,3 +183,17 @@ def serve(settings: Settings) -> None:
         access_log_class=AccessLogger,
         print=None,
     )
+
+
+def _check_key(key: Path, shared: bool) -> None:
+    """Refuse a TLS key other users can read, unless `[server] tls_key_shared` says it is
+    meant to be (then warn)."""
+    try:
+        open_to = exposure(key)
+    except OSError as e:
+        raise SettingsError(f"[server] tls_key: {e}") from None
+    if open_to is None:
+        return
+    if not shared:
+        raise SettingsError(f"[server] tls_key: {open_to}, or set [server] tls_key_shared = true")
+    logging.getLogger("ckpt.api").warning("TLS key shared on purpose: %s", open_to)

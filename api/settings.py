@@ -185,6 +185,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "tls_key"): ("tls_key", _optional_file),
     ("server", "tls_client_ca"): ("tls_client_ca", _optional_file),
     ("server", "local_socket"): ("local_socket", _bool),
+    ("server", "tls_key_shared"): ("tls_key_shared", _bool),
     ("log", "format"): ("log_format", _log_format),
     ("encryption", "key_file"): ("key_file", _key_file),
     ("storage", "map_size"): ("vault.map_size", parse_size),
@@ -268,6 +269,9 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    # A TLS key other users may read is refused at start (anyone on the host could then
+    # pose as this server); true: served anyway, with a warning (a key in a shared group).
+    tls_key_shared: bool = False
     # Also serve on a Unix-domain socket in the data dir (`socket_path`), where a client on
     # this machine hands files over by descriptor instead of sending their bytes.
     local_socket: bool = True

@@ -10,7 +10,17 @@ certificate signed by that CA, on top of its token. TLS 1.2 is the floor.
 from __future__ import annotations
 
 import ssl
+import stat
 from pathlib import Path
+
+
+def exposure(key: Path) -> str | None:
+    """Why the key file is open to other users (group or others may read or write it), or
+    None. A key anyone on the host can read lets them pose as this server."""
+    mode = stat.S_IMODE(key.stat().st_mode)
+    if mode & 0o077:
+        return f"{key} is open to other users (mode {mode:o}): chmod 600 it"
+    return None
 
 
 def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:

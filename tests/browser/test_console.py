@@ -177,6 +177,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     root = tmp_path_factory.mktemp("console-tls")
     ca = trustme.CA()
     ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(root / "s.pem"))
+    (root / "s.pem").chmod(0o600)  # a key others may read is refused
     ca.cert_pem.write_to_path(str(root / "ca.pem"))
     probe = ssl.create_default_context(cafile=str(root / "ca.pem"))
     args = ("--tls-cert", str(root / "s.pem"), "--tls-key", str(root / "s.pem"))

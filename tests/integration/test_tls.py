@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import ssl
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +33,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
     ca, client_ca = trustme.CA(), trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     cert.private_key_and_cert_chain_pem.write_to_path(str(root / "server.pem"))
+    (root / "server.pem").chmod(0o600)  # a key others may read is refused
     ca.cert_pem.write_to_path(str(root / "ca.pem"))
     client_ca.cert_pem.write_to_path(str(root / "client-ca.pem"))
     client_ca.issue_cert("producer@example.com").private_key_and_cert_chain_pem.write_to_path(
@@ -76,3 +79,41 @@ def test_https_with_a_private_ca_and_client_certificates(
         pytest.raises(ClientError, match="(?i)certificate"),
     ):
         vault.health()
+
+
+def test_a_tls_key_other_users_may_read_is_refused_unless_shared_on_purpose(
+    tmp_path: Path,
+) -> None:
+    """Anyone on the host who can read the key can pose as the server: `ckpt serve` says
+    so and does not start, unless `[server] tls_key_shared = true` (then it warns)."""
+    ca = trustme.CA()
+    key = tmp_path / "server.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(key))
+    key.chmod(0o640)
+    args = ["--tls-cert", str(key), "--tls-key", str(key)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
+    refused = subprocess.run(
+        [sys.executable, "-m", "cli", "serve", "--data", str(tmp_path / "data"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "open to other users (mode 640): chmod 600 it" in refused.stderr
+    assert "tls_key_shared" in refused.stderr
+    assert not (tmp_path / "data").exists()
+
+    config = tmp_path / "shared.toml"
+    config.write_text("[server]\ntls_key_shared = true\n")
+    probe = ssl.create_default_context(cafile=None)
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    proc = ServerProcess(
+        tmp_path / "d2", free_port(), tmp_path / "s.log", config, tuple(args), probe
+    )
+    try:
+        proc.start()
+        assert "TLS key shared on purpose" in proc.log_tail()
+    finally:
+        proc.stop()
