@@ -186,14 +186,15 @@ def serve(settings: Settings) -> None:
 
 
 def _check_key(key: Path, shared: bool) -> None:
-    """Refuse a TLS key other users can read, unless `[server] tls_key_shared` says it is
-    meant to be (then warn)."""
+    """Refuse a TLS key every user of the host can read, unless `[server] tls_key_shared`
+    says it is meant to be; warn when only its group can."""
     try:
         open_to = exposure(key)
     except OSError as e:
         raise SettingsError(f"[server] tls_key: {e}") from None
     if open_to is None:
         return
-    if not shared:
-        raise SettingsError(f"[server] tls_key: {open_to}, or set [server] tls_key_shared = true")
-    logging.getLogger("ckpt.api").warning("TLS key shared on purpose: %s", open_to)
+    message, world = open_to
+    if world and not shared:
+        raise SettingsError(f"[server] tls_key: {message}, or set [server] tls_key_shared = true")
+    logging.getLogger("ckpt.api").warning("TLS key: %s", message)

@@ -14,13 +14,16 @@ import stat
 from pathlib import Path
 
 
-def exposure(key: Path) -> str | None:
-    """Why the key file is open to other users (group or others may read or write it), or
-    None. A key anyone on the host can read lets them pose as this server."""
+def exposure(key: Path) -> tuple[str, bool] | None:
+    """Who besides its owner may use the key file: None, or a message and whether that is
+    every user of the host (others' bits), who could then pose as this server. Group bits
+    alone are what Kubernetes gives a Secret mounted with `fsGroup` (0440): the pod's own
+    group, so they are only worth a warning."""
     mode = stat.S_IMODE(key.stat().st_mode)
-    if mode & 0o077:
-        return f"{key} is open to other users (mode {mode:o}): chmod 600 it"
-    return None
+    if not mode & 0o077:
+        return None
+    who = "every user of this host" if mode & 0o007 else "its group"
+    return f"{key} is open to {who} (mode {mode:o}): chmod 600 it", bool(mode & 0o007)
 
 
 def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
