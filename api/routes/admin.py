@@ -31,6 +31,7 @@ from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool, query_int, query_size, run
 from ..jobs import run_job
 from ..keys import INSTANCE, METRICS, QUEUE, SETTINGS, TOKENS, VAULT
+from ..peers import same_user
 
 
 async def health(request: web.Request) -> web.Response:
@@ -44,9 +45,7 @@ async def health(request: web.Request) -> web.Response:
         role=vault.roles.role,
         instance=request.app[INSTANCE],
         # a client on this machine may hand files over
-        local_socket=str(socket)
-        if socket is not None and on_this_machine(request.remote)
-        else None,
+        local_socket=str(socket) if socket is not None and on_this_machine(request) else None,
         lag_seconds=vault.roles.standby.status().lag_seconds
         if vault.roles.standby is not None
         else None,
@@ -54,11 +53,21 @@ async def health(request: web.Request) -> web.Response:
     return json_response(health.to_wire())
 
 
-def on_this_machine(remote: str | None) -> bool:
-    """Whether a caller at `remote` is on this machine (loopback, or the local socket, which
-    has no address): only such a caller can use the local socket, and nobody else learns
-    the data dir's path from health."""
-    return not remote or remote == "::1" or remote.startswith("127.")
+def on_this_machine(request: web.Request) -> bool:
+    """Whether the caller can use the local socket, so may learn its path (and the data
+    dir's): a caller on the socket itself (no address), or one on loopback whose socket is
+    owned by this server's user or root (api/peers.py). A reverse proxy on this host, whose
+    callers all look like loopback, runs as another user."""
+    remote = request.remote
+    if not remote:
+        return True
+    if remote != "::1" and not remote.startswith("127."):
+        return False
+    transport = request.transport
+    if transport is None:
+        return False
+    local, peer = transport.get_extra_info("sockname"), transport.get_extra_info("peername")
+    return same_user(local, peer, os.getuid())
 
 
 async def promote(request: web.Request) -> web.Response:
