@@ -38,6 +38,7 @@ from .keys import (
     RUNTIME,
     SETTINGS,
     TOKENS,
+    TURNS,
     VAULT,
 )
 from .observability import (
@@ -54,6 +55,7 @@ from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
+from .turns import Turns
 
 log = logging.getLogger("ckpt.api")
 
@@ -124,6 +126,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[CLOCK] = clock or SystemClock()
     app[LIMITER] = RateLimiter(settings.requests_per_second, settings.request_burst, app[CLOCK])
     app[BODY_READERS] = BodyReaders()
+    app[TURNS] = Turns(settings.workers_per_token or max(1, settings.worker_threads // 2))
     app[JOBS] = JobLog()
     app[METRICS] = Metrics(lambda: app[VAULT], app[JOBS])
     app.on_response_prepare.append(add_request_id_header)

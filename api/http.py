@@ -18,8 +18,9 @@ from aiohttp import web
 from protocol import decode_bundle, parse_size
 from vault import InvalidRequest, TooLarge
 
+from .auth import PRINCIPAL
 from .errors import BodyTimeout
-from .keys import BODY_READERS, RUNTIME, SETTINGS
+from .keys import BODY_READERS, RUNTIME, SETTINGS, TURNS
 
 T = TypeVar("T")
 
@@ -30,10 +31,14 @@ def reading_body(request: web.Request) -> AbstractContextManager[None]:
 
 
 async def run(request: web.Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run blocking engine work on the worker pool, off the event loop."""
+    """Run blocking engine work on the worker pool, off the event loop, within the calling
+    token's share of the pool (api/turns.py: past it, the call waits in the token's own
+    queue, holding no thread)."""
     loop = asyncio.get_running_loop()
     call = functools.partial(fn, *args, **kwargs)
-    return await loop.run_in_executor(request.app[RUNTIME].io, call)
+    who = request.get(PRINCIPAL)
+    async with request.app[TURNS].turn(who.name if who is not None else ""):
+        return await loop.run_in_executor(request.app[RUNTIME].io, call)
 
 
 JSON_BODY = web.RequestKey("json_body", dict)

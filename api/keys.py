@@ -19,6 +19,7 @@ from .bodies import BodyReaders
 from .observability import JobLog, Metrics
 from .ratelimit import RateLimiter
 from .settings import Settings
+from .turns import Turns
 
 SETTINGS = web.AppKey("settings", Settings)
 INSTANCE = web.AppKey("instance", str)  # random per start: tells servers on one machine apart
@@ -27,6 +28,7 @@ RUNTIME = web.AppKey("runtime", Runtime)  # every pool and thread (vault/runtime
 TOKENS = web.AppKey("tokens", TokenCache)
 CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
+TURNS = web.AppKey("turns", Turns)  # each token's share of the worker pool (api/turns.py)
 JOBS = web.AppKey("jobs", JobLog)
 METRICS = web.AppKey("metrics", Metrics)
 LIMITER = web.AppKey("limiter", RateLimiter)
@@ -44,5 +46,6 @@ __all__ = [
     "RUNTIME",
     "SETTINGS",
     "TOKENS",
+    "TURNS",
     "VAULT",
 ]

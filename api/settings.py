@@ -176,6 +176,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "body_timeout"): ("body_timeout", parse_duration),
     ("server", "body_min_rate"): ("body_min_rate", parse_size),
     ("server", "receivers_per_token"): ("receivers_per_token", _positive_int),
+    ("server", "workers_per_token"): ("workers_per_token", _non_negative_int),
     ("server", "handovers_per_token"): ("handovers_per_token", _positive_int),
     ("server", "header_timeout"): ("header_timeout", _positive_duration),
     ("server", "spare_descriptors"): ("spare_descriptors", _positive_int),
@@ -246,6 +247,10 @@ class Settings:
     # one tenant's slow or dripped bodies never leave another's waiting for a thread.
     receivers_per_token: int = 16
     handovers_per_token: int = 2
+    # Worker threads (of worker_threads) one token's engine calls may hold at once; past
+    # that they wait in the token's own queue (api/turns.py), so one tenant's many calls
+    # never leave another's waiting for a worker. 0: half the pool.
+    workers_per_token: int = 0
     # A connection's request head must be whole this long after it opened or got its last
     # answer, or it is closed (idle keep-alive connections too): connections that never
     # finished their headers were kept, and 1,050 of them used up the descriptors.
