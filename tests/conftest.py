@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,17 @@ class Api:
             body = await resp.read()
             assert resp.status == expect, f"{method} {path}: {resp.status} {body[:500]!r}"
         return resp
+
+    async def worst_health(self, rounds: int = 20) -> float:
+        """The slowest of `rounds` health requests sent one after another: run beside a
+        flood, a blocked event loop shows here."""
+        worst = 0.0
+        for _ in range(rounds):
+            start = time.perf_counter()
+            resp = await self.client.get("/v1/health")
+            assert resp.status == 200
+            worst = max(worst, time.perf_counter() - start)
+        return worst
 
     async def json(self, method: str, path: str, expect: int = 200, **kwargs: Any) -> Any:
         resp = await self.call(method, path, expect=expect, **kwargs)
