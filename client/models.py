@@ -1,8 +1,9 @@
 """What the client hands back: plain dataclasses built from the wire records.
 
-`Checkpoint` is parsed through the protocol's records (`protocol.CheckpointRecord`,
-`TombstoneRecord`), so the client reads exactly the fields the server writes; it keeps its
-dict-shaped `validity` and `files` for callers that index them.
+`Checkpoint` holds the protocol's record it was parsed from (`record`: a
+`protocol.CheckpointRecord`, or a `TombstoneRecord` for a deleted one), so the client reads
+and writes back exactly the fields the server wrote; it keeps dict-shaped `validity` and
+`files` for callers that index them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Checkpoint:
     size: int = 0
     tier: str = "hot"
     deleted: bool = False
+    # What the server sent, typed (validity and files as records): `to_wire` is its JSON.
+    record: LineageEntry | None = field(default=None, repr=False, compare=False)
 
     @property
     def valid(self) -> bool | None:
@@ -43,7 +46,7 @@ class Checkpoint:
     @classmethod
     def from_protocol(cls, r: LineageEntry) -> Checkpoint:
         if isinstance(r, TombstoneRecord):
-            return cls(r.id, r.namespace, r.parent, r.created_at, deleted=True)
+            return cls(r.id, r.namespace, r.parent, r.created_at, deleted=True, record=r)
         return cls(
             id=r.id,
             namespace=r.namespace,
@@ -56,23 +59,14 @@ class Checkpoint:
             files={name: f.to_wire() for name, f in r.files.items()},
             size=r.size,
             tier=r.tier,
+            record=r,
         )
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "namespace": self.namespace,
-            "parent": self.parent,
-            "created_at": self.created_at,
-            "metadata": self.metadata,
-            "tags": self.tags,
-            "pinned": self.pinned,
-            "validity": self.validity,
-            "files": self.files,
-            "size": self.size,
-            "tier": self.tier,
-            **({"deleted": True} if self.deleted else {}),
-        }
+        """The record's JSON as the server sent it."""
+        if self.record is None:
+            raise ValueError("a Checkpoint made by hand has no wire form: parse one")
+        return self.record.to_wire()
 
 
 @dataclass
