@@ -62,9 +62,13 @@ class _Listener(socket.socket):
     closed at once (the client sees it reset and may retry); the refusals are logged a
     line a second at most, with how many there were."""
 
-    bound = 1 << 62  # descriptor numbers from here on are refused (set by `_listeners`)
-    _refused = 0
-    _logged_at = 0.0
+    def __init__(
+        self, family: int, kind: int, proto: int, bound: int = 1 << 62, fileno: int | None = None
+    ) -> None:  # socket.dup() makes its copy as type(self)(family, type, proto, fileno=...)
+        super().__init__(family, kind, proto, fileno)
+        self.bound = bound  # descriptor numbers from here on are refused
+        self._refused = 0
+        self._logged_at = 0.0
 
     def accept(self) -> tuple[socket.socket, object]:
         for _ in range(128):  # the backlog asyncio accepts per wakeup; more wait
@@ -76,13 +80,13 @@ class _Listener(socket.socket):
         raise ConnectionAbortedError  # asyncio's "nothing more to accept now"
 
     def _note_refused(self) -> None:
-        _Listener._refused += 1
+        self._refused += 1
         now = time.monotonic()
-        if now - _Listener._logged_at >= 1.0:
-            _Listener._logged_at = now
+        if now - self._logged_at >= 1.0:
+            self._logged_at = now
             logging.getLogger("ckpt.api").warning(
                 "connections refused: %d so far, descriptors %d and up are kept spare",
-                _Listener._refused,
+                self._refused,
                 self.bound,
             )
 
@@ -91,8 +95,7 @@ def _listeners(host: str, port: int, spare: int) -> list[socket.socket]:
     """Bound (not yet listening) TCP sockets for `host`:`port`, one per address it names,
     each refusing connections past the descriptor bound (`_Listener`)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY:
-        _Listener.bound = max(64, soft - spare)
+    bound = 1 << 62 if soft == resource.RLIM_INFINITY else max(64, soft - spare)
     out: list[socket.socket] = []
     seen = set()
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -100,7 +103,7 @@ def _listeners(host: str, port: int, spare: int) -> list[socket.socket]:
         if (family, address) in seen:
             continue
         seen.add((family, address))
-        sock = _Listener(family, kind, proto)
+        sock = _Listener(family, kind, proto, bound)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
