@@ -3,7 +3,9 @@ namespace, so tests stay independent while paying for one server start."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,16 @@ def server(
 def vault(server: ServerProcess) -> Iterator[VaultClient]:
     with VaultClient(server.url, server.token, progress=False) as client:
         yield client
+
+
+def loaded_by(module: str, heavy: Iterable[str]) -> str:
+    """Which of the top-level packages `heavy` a fresh interpreter has loaded after
+    `import module`, as printed ("[]": none): an integration imports its framework only
+    when used."""
+    names = sorted(heavy)
+    code = (
+        f"import sys, {module}; "
+        f"print(sorted(set({names!r}) & {{m.split('.')[0] for m in sys.modules}}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()

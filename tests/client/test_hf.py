@@ -8,8 +8,6 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"  # read when transformers is imported: never the network
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from client import CheckpointManager, Forbidden, VaultClient
 from client.hf import VaultCallback, resume_from_vault
 
 from ..serverproc import ServerProcess
+from .conftest import loaded_by
 
 SEQ = 16
 
@@ -213,10 +212,9 @@ def test_accelerate_save_state_directories_round_trip(vault: VaultClient, tmp_pa
 
 
 def test_importing_client_hf_loads_neither_transformers_nor_torch() -> None:
-    code = (
-        "import sys, client.hf; "
-        "heavy = {'transformers', 'torch', 'accelerate', 'aiohttp', 'lmdb', 'vault', 'api'}; "
-        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))"
+    assert (
+        loaded_by(
+            "client.hf", {"transformers", "torch", "accelerate", "aiohttp", "lmdb", "vault", "api"}
+        )
+        == "[]"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
