@@ -147,6 +147,18 @@ class TierTotals(Record):
 
 
 @dataclass(frozen=True)
+class DiskSpace(Record):
+    """An LMDB environment's data file on disk: the blocks it takes (what `du` counts), the
+    bytes of the pages on LMDB's free list, and the allocated bytes holding no page in use
+    (free pages not yet given back, and what lies past the last page): what a shrink of the
+    hot store gives back to the file system."""
+
+    allocated_bytes: int
+    free_bytes: int
+    reclaimable_bytes: int
+
+
+@dataclass(frozen=True)
 class QuotaUse(Record):
     """A configured quota: the namespaces it covers (a glob), its limit and the logical
     bytes they hold."""
@@ -225,6 +237,12 @@ class StatsReport(Record):
     replication: ReplicationStatus | None
     standby: StandbyStatus | None
     by_namespace: dict[str, Usage] | None = optional()
+    # The data dir's allocated bytes (st_blocks x 512 over every file: the environments,
+    # the journal, the rest: what `du` shows) and how much of it a shrink gives back
+    # (left out by servers from before them)
+    disk_bytes: int | None = optional()
+    reclaimable_bytes: int | None = optional()
+    environments: dict[str, DiskSpace] | None = optional()  # "catalog", "frames"
 
 
 @dataclass(frozen=True)

@@ -63,3 +63,8 @@ class VaultConfig:
     # appended; 0 turns a bound off. It was never pruned, at ~4 MB/s per write token.
     audit_max_age: float = 90 * 86400.0
     audit_max_bytes: int = 64 << 20
+    # Shrink the hot store (vault/shrink.py: give the pages LMDB freed back to the file
+    # system) after compaction, GC or a tiering run when more than this share of what its
+    # files take on disk is reclaimable. Punching costs milliseconds of paused writes, so
+    # the bound only spares runs that would give back little; 1.0 never shrinks.
+    shrink_above: float = 0.10

@@ -72,6 +72,7 @@ from .roles import Roles
 from .runtime import Runtime
 from .samples import NamespaceBytes, StorageSample, StorageSamples, allocated_bytes
 from .seal import Keyring
+from .shrink import ShrinkResult, hot_store, shrink, worth_shrinking
 from .snapshot import Snapshot, snapshot
 from .store import Store
 from .tier import Tier
@@ -518,6 +519,16 @@ class Vault:
         with self.maintenance.hold("compact"):
             return compaction.compact(self.store, namespace, rate, progress, stop)
 
+    def shrink(self, above: float | None = None) -> ShrinkResult | None:
+        """Give the pages LMDB freed back to the file system if more than `above` (default
+        `config.shrink_above`; 0: whenever any is) of the hot store's files is reclaimable;
+        None when it was not worth it (vault/shrink.py)."""
+        bound = self.config.shrink_above if above is None else above
+        with self.maintenance.hold("shrink"):
+            if not worth_shrinking(self.store, bound):
+                return None
+            return shrink(self.store)
+
     def storage(self, ns: str, ref: str) -> Usage:
         """How one checkpoint is stored: stored against logical bytes, by codec and tier."""
         with self.store.catalog_env.read() as txn:
@@ -622,6 +633,7 @@ class Vault:
                 QuotaUse(q.glob, q.logical_bytes, quota_usage(txn, self.catalog, q))
                 for q in self.config.quotas
             ]
+        environments = hot_store(self.store)
         return StatsReport(
             logical_bytes=logical,
             stored_bytes=stored,
@@ -636,4 +648,7 @@ class Vault:
             role=self.roles.role,
             replication=self.roles.replication.status() if self.roles.replication else None,
             standby=self.roles.standby.status() if self.roles.standby else None,
+            disk_bytes=allocated_bytes(self.path),
+            reclaimable_bytes=sum(e.reclaimable_bytes for e in environments.values()),
+            environments=environments,
         )

@@ -92,6 +92,8 @@ class _Item:
     future: Future[Any] = field(default_factory=Future)
     applied: Future[Any] | None = None  # staged operations: resolved before the syncs
     journal: Journaled | None = None  # the op's record for the save journal, from its value
+    # Run alone between batches, with everything durable and no pin held (`quiesced`)
+    alone: Callable[[], Any] | None = None
 
 
 @dataclass
@@ -171,6 +173,14 @@ class Writer:
         outside the vault on what a read saw, such as deleting an object in a tier."""
         self.run(lambda w: None)
 
+    def quiesced(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the writer thread between two batches, with no transaction open,
+        everything committed durable and none of the syncer's pins held, as map growth
+        runs (vault/shrink.py gives free pages back to the file system there). Writes wait
+        meanwhile; reads go on."""
+        item = _Item(_no_op, 0, alone=fn)
+        return self._enqueue(item).future.result()  # type: ignore[no-any-return]
+
     def stage(self, op: Callable[[WriteTxn], T], size: int = 0) -> tuple[T, Future[Any]]:
         """Run `op` and return its value once its batch has run (not yet synced), with the
         Future of its durability. An error of `op` itself is raised here, as `run` would."""
@@ -203,22 +213,43 @@ class Writer:
             first = self._queue.get()
             if first is None:
                 return
+            if first.alone is not None:
+                self._run_alone(first)
+                continue
             batch = [first]
             size = first.size
             stop = False
+            alone = None
             while size < MAX_BATCH_BYTES and len(batch) < MAX_BATCH_OPS:
                 try:
                     nxt = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if nxt is None:
-                    stop = True
+                if nxt is None or nxt.alone is not None:
+                    stop, alone = nxt is None, nxt
                     break
                 batch.append(nxt)
                 size += nxt.size
             self._commit_batch(batch, size)
+            if alone is not None:
+                self._run_alone(alone)
             if stop:
                 return
+
+    def _run_alone(self, item: _Item) -> None:
+        """`quiesced`'s function, after every batch before it is durable."""
+        assert item.alone is not None
+        failure = self._syncer.failure
+        if failure is not None:
+            _settle(item.future, False, failure)
+            return
+        try:
+            with self._syncer.quiesce():
+                value = item.alone()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's future
+            _settle(item.future, False, e)
+        else:
+            _settle(item.future, True, value)
 
     def _commit_batch(self, batch: list[_Item], size: int) -> None:
         while True:
@@ -354,6 +385,10 @@ class Writer:
             frames.abort()  # no-op if it already committed
             raise
         return outcomes, records
+
+
+def _no_op(w: WriteTxn) -> None:
+    """The operation of an item run alone (`Writer.quiesced`): it writes nothing."""
 
 
 def _nobody(failure: BaseException | None) -> None:

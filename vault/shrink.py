@@ -1,0 +1,198 @@
+"""Shrinking the hot store: the pages LMDB freed go back to the file system.
+
+LMDB never gives a page back: what compaction, GC or a demotion frees waits on its free
+list for a later write, and the data file keeps its blocks, so `du` of a data dir did not
+move when compaction saved 90% in the engine's own figures (issue 32). A shrink punches
+holes (`fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`) over the pages LMDB may
+hand out again, and over what lies past the last page in use (pages of transactions a
+recovery rolled back): their blocks are freed, the file keeps its size, inode and every
+page in use, and LMDB, which writes a reused page whole before it reads it, never sees the
+difference.
+
+Why holes and not a compacting copy (`mdb_env_copy2` with `MDB_CP_COMPACT`) renamed over
+`data.mdb`: measured on the same data dirs (bench/bench_du.py), the copy writes every live
+byte again (the whole hot store, for a few pages freed) while writes wait, where punching
+is metadata only (milliseconds); and a copy is a new file, so the durable state's inode,
+LMDB's reader table in `lock.mdb` and every other process holding the environment open
+would have to follow it (a swap record for recovery, a reopen in each worker). The cost of
+holes: the file's apparent size and LMDB's map stay what they were, and free space stays
+fragmented for LMDB's page allocator. A file is never replaced here, so readers in other
+processes need not reopen anything.
+
+Safety. The shrink runs on the writer thread between batches with everything committed
+durable and none of the syncer's pins held (`Writer.quiesced`, as map growth runs), so no
+transaction writes meanwhile and the durable state is the newest committed one, L. A page
+is punched only if the free list of L lists it as freed by a transaction T no newer than
+the oldest snapshot any process still reads (LMDB's reader table: downloads, worker
+processes), nor than L: a page freed by T is in no tree from T on. LMDB itself reuses a
+page only once T is older than every reader and than L; the difference (pages freed by the
+oldest reader's own transaction, or by L) is pages only snapshot T-1 holds, which nobody
+reads and recovery never returns to: it writes the durable state's meta pages (L's) back
+first (vault/syncer.py), so no fallback to meta page L-1 can happen. A SIGKILL or a
+power loss at any step therefore leaves every page of the durable state as it was, at
+worst a hole not yet punched (tests/fault/test_shrink_crash.py).
+
+When. After compaction, GC (and repack) and a tiering run, `maintenance/tasks.py` shrinks
+when the hot store's reclaimable bytes are more than `VaultConfig.shrink_above` (10%) of
+what it takes on disk.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from protocol import DiskSpace
+
+from .env import DATA_FILE, Env
+from .pages import FreeList, PageFormatError, oldest_reader, read_free_list
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+
+@dataclass(frozen=True)
+class Space:
+    """What an environment's data file takes on disk, and how much of that is not in use."""
+
+    allocated: int  # bytes of blocks the file takes (st_blocks x 512: what `du` counts)
+    free: int  # bytes of the pages on LMDB's free list (allocated or holes)
+    # allocated bytes holding no page in use: free pages not yet punched, and what lies past
+    # the last page; what a shrink gives back once no reader needs them
+    reclaimable: int
+
+
+@dataclass(frozen=True)
+class ShrinkResult:
+    """What one shrink gave back."""
+
+    allocated_before: int  # bytes the hot store's files took on disk
+    allocated_after: int
+    pages: int  # free pages punched (page runs counted by page)
+    seconds: float  # writes waited this long (the quiesce included)
+
+    @property
+    def freed(self) -> int:
+        return self.allocated_before - self.allocated_after
+
+
+def space(env: Env) -> Space:
+    """`env`'s data file on disk, from its free list (a short read transaction)."""
+    fd = os.open(env.path / DATA_FILE, os.O_RDONLY)
+    try:
+        allocated = os.fstat(fd).st_blocks * 512
+        try:
+            with env.read():  # the map stays still while the file is read (growth)
+                free = read_free_list(env.lmdb, fd)
+        except PageFormatError:
+            log.exception("reading LMDB's free list of %s failed", env.path.name)
+            return Space(allocated, 0, 0)
+    finally:
+        os.close(fd)
+    in_use = (free.last_page + 1 - free.free_pages) * free.psize
+    return Space(allocated, free.free_pages * free.psize, max(0, allocated - in_use))
+
+
+def hot_store(store: Store) -> dict[str, DiskSpace]:
+    """Each environment of the hot store on disk, by name ("catalog", "frames")."""
+    out = {}
+    for name, env in (("catalog", store.catalog_env), ("frames", store.frames_env)):
+        s = space(env)
+        out[name] = DiskSpace(s.allocated, s.free, s.reclaimable)
+    return out
+
+
+def worth_shrinking(store: Store, above: float) -> bool:
+    """Whether more than `above` of what the hot store's files take is reclaimable."""
+    spaces = hot_store(store).values()
+    allocated = sum(s.allocated_bytes for s in spaces)
+    return allocated > 0 and sum(s.reclaimable_bytes for s in spaces) > above * allocated
+
+
+def shrink(store: Store) -> ShrinkResult:
+    """Punch holes over every page of the hot store's environments no reader can see (the
+    catalog's and the frames'), on the writer thread between batches."""
+    envs = (store.catalog_env, store.frames_env)
+    started = time.monotonic()
+    before = sum(_allocated(e) for e in envs)
+    pages = store.writer.quiesced(lambda: sum(_punch_env(e) for e in envs))
+    after = sum(_allocated(e) for e in envs)
+    return ShrinkResult(before, after, pages, time.monotonic() - started)
+
+
+def _allocated(env: Env) -> int:
+    return (env.path / DATA_FILE).stat().st_blocks * 512
+
+
+def _punch_env(env: Env) -> int:
+    """Punch `env`'s reusable pages and its tail; the pages punched. Writer thread, quiesced:
+    the newest committed state is durable and no transaction writes."""
+    fd = os.open(env.path / DATA_FILE, os.O_RDWR)
+    try:
+        env.lmdb.reader_check()  # slots of dead processes would hold pages for nobody
+        try:
+            with env.read():
+                free = read_free_list(env.lmdb, fd)
+        except PageFormatError:
+            log.exception("reading LMDB's free list of %s failed: not shrunk", env.path.name)
+            return 0
+        pages = _punchable(free, oldest_reader(env.lmdb))
+        size = os.fstat(fd).st_size
+        tail = (free.last_page + 1) * free.psize
+        try:
+            for first, count in _runs(pages):
+                _punch(fd, first * free.psize, count * free.psize)
+            if size > tail:
+                _punch(fd, tail, size - tail)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            log.warning("%s: the file system cannot punch holes; not shrunk", env.path.name)
+            return 0
+        return len(pages)
+    finally:
+        os.close(fd)
+
+
+def _punchable(free: FreeList, oldest: int) -> list[int]:
+    """Free pages no reader can see: freed by a transaction no newer than the oldest
+    snapshot any reader holds (`oldest`: the newest committed one when nobody reads), since
+    a page freed by T is in no tree from T on; never a meta page, nor one past the last."""
+    limit = min(oldest, free.txnid) + 1
+    return [p for p in free.reusable(limit) if 2 <= p <= free.last_page]
+
+
+def _runs(pages: list[int]) -> Iterator[tuple[int, int]]:
+    """(first page, count) of each run of consecutive pages in sorted `pages`."""
+    start = prev = -2
+    for p in pages:
+        if p != prev + 1:
+            if prev >= 0:
+                yield start, prev - start + 1
+            start = p
+        prev = p
+    if prev >= 0:
+        yield start, prev - start + 1
+
+
+@functools.cache
+def _fallocate() -> Callable[[int, int, int, int], int]:
+    """libc's fallocate(2), which Python's os module offers without its mode flags."""
+    fn = ctypes.CDLL(None, use_errno=True).fallocate
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _punch(fd: int, offset: int, length: int) -> None:
+    if _fallocate()(fd, _PUNCH_HOLE, offset, length) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
