@@ -163,6 +163,20 @@ class _EngineCollector(Collector):
         yield _gauge("ckpt_checkpoints", "Live checkpoints", s.checkpoints)
         yield _gauge("ckpt_dedup_ratio", "Logical over stored bytes", s.dedup_ratio or 0)
         yield _gauge(
+            "ckpt_disk_bytes", "Bytes the vault's files take on disk (du)", s.disk_bytes or 0
+        )
+        yield _by_kind(
+            "ckpt_lmdb_disk_bytes",
+            "LMDB data files on disk: allocated, on LMDB's free list, reclaimable by a shrink",
+            "env",
+            (s.environments or {}).items(),
+            {
+                "allocated": "allocated_bytes",
+                "free": "free_bytes",
+                "reclaimable": "reclaimable_bytes",
+            },
+        )
+        yield _gauge(
             "ckpt_upload_sessions", "Upload sessions (open or retained)", o.upload_sessions
         )
         yield _gauge("ckpt_writer_queue_depth", "Operations waiting for the writer", o.writer_queue)

@@ -132,8 +132,12 @@ def _stats_rows(s: StatsReport) -> list[list[Any]]:
         ["chunks", s.chunks],
         ["logical", human_bytes(s.logical_bytes)],
         ["stored", human_bytes(s.stored_bytes)],
-        ["dedup ratio", s.dedup_ratio],
     ]
+    if s.disk_bytes is not None:  # servers from before issue 32 leave them out
+        rows.append(["on disk", human_bytes(s.disk_bytes)])
+    if s.reclaimable_bytes is not None:
+        rows.append(["reclaimable", human_bytes(s.reclaimable_bytes)])
+    rows.append(["dedup ratio", s.dedup_ratio])
     for codec, c in s.codecs.items():
         rows.append([f"{codec} (recoded)", f"{c.chunks} chunks, {human_bytes(c.bytes)}"])
     for q in s.quotas:

@@ -8,6 +8,7 @@ with the parameters the settings give.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -26,6 +27,8 @@ from tiering.repack import repack
 from tiering.runner import repack_threshold, run_tiering
 from vault import InvalidRequest, Vault
 from vault.samples import StorageSample
+
+log = logging.getLogger(__name__)
 
 # The slowest rate a caller may ask of a paced task (compaction, scrub): 1 MiB/s. Below it
 # a run is a way to hold the maintenance lock (and everything queued behind it) for days:
@@ -61,6 +64,8 @@ def gc(vault: Vault, dry_run: bool = False) -> GcReport:
             report = replace(
                 report, packs_rewritten=packs.rewritten, pack_bytes_freed=packs.dead_bytes_freed
             )
+        if not dry_run:
+            shrink(vault)
     return report
 
 
@@ -95,15 +100,42 @@ def compact(
     """Re-encode older checkpoints as deltas against their successors; refresh the
     per-namespace usage /metrics shows when it changed (or was never taken). `stop` set:
     stop at the next batch (`MaintenanceStopped`)."""
-    report = vault.compact(namespace, rate, stop=stop)
+    with vault.maintenance.hold("compact"):
+        report = vault.compact(namespace, rate, stop=stop)
+        shrink(vault)
     if report.chunks_recoded or not vault.last_usage:
         vault.usage()
     return report
 
 
 def tiering(vault: Vault, dry_run: bool = True) -> TieringReport:
-    """Plan, or run, demotion and promotion by the tiering policies."""
-    return run_tiering(vault, dry_run)
+    """Plan, or run, demotion and promotion by the tiering policies (then shrink the hot
+    store, which demotion leaves pages free in)."""
+    with vault.maintenance.hold("tiering"):
+        report = run_tiering(vault, dry_run)
+        if not dry_run:
+            shrink(vault)
+    return report
+
+
+def shrink(vault: Vault) -> None:
+    """After compaction, GC or demotion freed pages of the hot store: give them back to the
+    file system if more than `[storage] shrink_above` of it is reclaimable (vault/shrink.py),
+    a few milliseconds of paused writes; one log line when it did. Logged, not reported:
+    the task's own record stays what it was, and /v1/stats shows the disk. Not on a standby
+    or a fenced primary, whose writer takes no changes (a standby's pages are freed by the
+    log it applies, and shrunk once it is promoted)."""
+    if not vault.roles.writable:
+        return
+    done = vault.shrink()
+    if done is not None:
+        log.info(
+            "shrink: %d free pages given back, hot store %d -> %d bytes on disk, %.3f s",
+            done.pages,
+            done.allocated_before,
+            done.allocated_after,
+            done.seconds,
+        )
 
 
 def catalog_backup(vault: Vault, to: str | None = None) -> CatalogBackup:
