@@ -148,6 +148,14 @@ def _positive_int(value: object) -> int:
     return n
 
 
+def _share(value: object) -> float:
+    """A share of a whole, 0 to 1 (`[storage] shrink_above`)."""
+    share = float(str(value))
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"must be from 0 to 1, got {value!r}")
+    return share
+
+
 @dataclass(frozen=True)
 class Maintenance:
     """Intervals in seconds; 0 disables the job."""
@@ -193,6 +201,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("storage", "max_chunk_size"): ("vault.max_chunk_size", parse_size),
     ("storage", "default_profile"): ("vault.default_profile", _profile),
     ("storage", "save_journal"): ("vault.save_journal", _bool),
+    ("storage", "shrink_above"): ("vault.shrink_above", _share),
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
     ("uploads", "max_sessions"): ("vault.max_upload_sessions", _non_negative_int),
     ("uploads", "max_sessions_per_token"): ("vault.max_upload_sessions_per_token", _positive_int),
