@@ -12,10 +12,12 @@ import asyncio
 import functools
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault
@@ -25,21 +27,26 @@ from vault.runtime import PoolSizes, Runtime
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
+from .calls import CallClient, serve_calls
 from .engine import open_vault
 from .errors import error_middleware
+from .forward import Forwarder, forward_middleware, trusted_forwards
 from .jobs import jobs_context, stop_jobs
 from .keys import (
     BODY_READERS,
     CLOCK,
+    FORWARDER,
     INSTANCE,
     JOBS,
     LIMITER,
+    LISTENING,
     METRICS,
     RUNTIME,
     SETTINGS,
     TOKENS,
     TURNS,
     VAULT,
+    WORKER,
 )
 from .observability import (
     JobLog,
@@ -56,6 +63,7 @@ from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
 from .turns import Turns
+from .workers import no_readers, stop_workers, workers_context
 
 log = logging.getLogger("ckpt.api")
 
@@ -72,15 +80,26 @@ def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
     log.warning("created an admin token; it is in %s (mode 0600)", path)
 
 
+def _open(settings: Settings, clock: Clock, runtime: Runtime, reader: bool) -> Vault:
+    """The writing process opens the vault once no worker of an earlier one still reads
+    it (api/workers.py); a worker opens it to read."""
+    if reader:
+        return open_vault(settings, clock, runtime, reader=True)
+    with no_readers(settings):
+        return open_vault(settings, clock, runtime)
+
+
 async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    make_private(settings.data_dir)  # 0700 and its files 0600, whatever the umask
+    reader = app[WORKER] > 0
+    if not reader:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private(settings.data_dir)  # 0700 and its files 0600, whatever the umask
     runtime = Runtime(PoolSizes(io=settings.worker_threads))
     loop = asyncio.get_running_loop()
     try:
         vault = await loop.run_in_executor(
-            runtime.io, functools.partial(open_vault, settings, app[CLOCK], runtime)
+            runtime.io, functools.partial(_open, settings, app[CLOCK], runtime, reader)
         )
     except BaseException:
         runtime.close()
@@ -90,6 +109,8 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     if vault.roles.writable:  # a standby's tokens are the primary's (replicated)
         _bootstrap_admin(vault, settings.data_dir)
     app[TOKENS] = TokenCache(vault.tokens.all(), app[CLOCK])
+    if reader:  # tokens change in the writing process
+        app[TOKENS].follow(vault.tokens.changes, vault.tokens.all)
     follow_tokens(app, vault)
     try:
         yield
@@ -108,21 +129,53 @@ def _close(vault: Vault, uses: dict[str, float]) -> None:
     vault.close()
 
 
-def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
-    """The service; `clock` is for tests that move time instead of sleeping."""
+async def _writer_context(app: web.Application) -> AsyncIterator[None]:
+    """A worker's ways to the process that writes: requests it forwards, and saves it
+    prepared (api/forward.py, api/calls.py)."""
+    settings = app[SETTINGS]
+    assert settings.engine_socket is not None  # no workers without them
+    assert settings.calls_socket is not None
+    app[FORWARDER] = Forwarder(str(settings.engine_socket))
+    calls = CallClient(str(settings.calls_socket), asyncio.get_running_loop())
+    app[VAULT].send_saves(calls.save)
+    try:
+        yield
+    finally:
+        await calls.close()
+        await app[FORWARDER].close()
+
+
+def _middlewares(settings: Settings, worker: int) -> list[Middleware]:
+    """A worker forwards what it does not read itself before authenticating anything (the
+    writing process authenticates it); the writing process believes the caller's address
+    a worker names only on the engine socket."""
+    first = [request_id_middleware, metrics_middleware(METRICS), error_middleware]
+    if worker:
+        return [*first, forward_middleware(FORWARDER), auth_middleware(TOKENS, LIMITER)]
+    if settings.processes > 1 and settings.engine_socket is not None:
+        first.insert(0, trusted_forwards(str(settings.engine_socket)))
+    return [*first, auth_middleware(TOKENS, LIMITER), read_only_middleware(), audit_middleware()]
+
+
+def create_app(
+    settings: Settings,
+    clock: Clock | None = None,
+    *,
+    worker: int = 0,
+    instance: str | None = None,
+    listening: list[list[socket.socket]] | None = None,
+) -> web.Application:
+    """The service; `clock` is for tests that move time instead of sleeping. `worker`:
+    which process of the service this is (0 writes; 1.. are workers, api/workers.py),
+    `instance` the id they all answer health with; `listening`: the writing process's
+    listening sockets for its workers, a set each (api/serve.py)."""
     app = web.Application(
-        client_max_size=settings.max_json_body,
-        middlewares=[
-            request_id_middleware,
-            metrics_middleware(METRICS),
-            error_middleware,
-            auth_middleware(TOKENS, LIMITER),
-            read_only_middleware(),
-            audit_middleware(),
-        ],
+        client_max_size=settings.max_json_body, middlewares=_middlewares(settings, worker)
     )
     app[SETTINGS] = settings
-    app[INSTANCE] = os.urandom(8).hex()
+    app[INSTANCE] = instance or os.urandom(8).hex()
+    app[WORKER] = worker
+    app[LISTENING] = listening or []
     app[CLOCK] = clock or SystemClock()
     app[LIMITER] = RateLimiter(settings.requests_per_second, settings.request_burst, app[CLOCK])
     app[BODY_READERS] = BodyReaders()
@@ -134,8 +187,16 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app.on_shutdown.append(app[BODY_READERS].abort_all)
     app.on_shutdown.append(stop_jobs)  # before aiohttp waits for the handlers
     app.cleanup_ctx.append(_vault_context)
+    app.cleanup_ctx.append(promotion_context)  # a worker's never runs (it cannot write)
+    if worker:
+        app.cleanup_ctx.append(_writer_context)
+        setup_routes(app)
+        return app
     app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
     app.cleanup_ctx.append(maintenance_context)
-    app.cleanup_ctx.append(promotion_context)
+    if settings.processes > 1 and listening:
+        app.cleanup_ctx.append(serve_calls())  # closed after the workers stopped
+        app.cleanup_ctx.append(workers_context(app[INSTANCE]))
+        app.on_shutdown.append(stop_workers)
     setup_routes(app)
     return app

@@ -66,14 +66,29 @@ class TokenCache:
         self.by_key: dict[str, Token] = {}
         self.last_used: dict[str, float] = {}  # key id -> time, since the last flush
         self._clock = clock
+        self._source: tuple[Callable[[], int], Callable[[], list[Token]]] | None = None
+        self._seen = 0
         self.reload(tokens)
 
     def reload(self, tokens: list[Token]) -> None:
         self.by_key = {t.key_id: t for t in tokens}
 
+    def follow(self, changes: Callable[[], int], load: Callable[[], list[Token]]) -> None:
+        """Reload from the catalog whenever `changes()` moves: in a worker process, whose
+        tokens change in the process that writes (api/workers.py), a revocation must hold
+        at the next request, not at a restart. One LMDB read per authentication."""
+        self._source = (changes, load)
+        self._seen = changes()
+        self.reload(load())
+
     def authenticate(self, header: str | None) -> Principal:
         if not header or not header.startswith("Bearer "):
             raise Unauthorized("missing 'Authorization: Bearer <token>' header")
+        if self._source is not None:
+            changes, load = self._source
+            if (seen := changes()) != self._seen:
+                self._seen = seen
+                self.reload(load())
         token = verify(self.by_key, header[7:].strip())
         if token is None:
             raise Unauthorized("unknown or revoked token")

@@ -17,10 +17,15 @@ from .settings import Settings
 
 
 def open_vault(
-    settings: Settings, clock: Clock | None = None, runtime: Runtime | None = None
+    settings: Settings,
+    clock: Clock | None = None,
+    runtime: Runtime | None = None,
+    *,
+    reader: bool = False,
 ) -> Vault:
     """Open (creating if needed) the vault of `settings.data_dir`; blocking. `runtime`: the
-    service's (api/app.py); the offline commands let the vault make its own.
+    service's (api/app.py); the offline commands let the vault make its own. `reader`: a
+    worker's, beside the process that writes (api/workers.py).
 
     Raises the engine's "in use" error (`VaultInUse`) if another process has it open.
     """
@@ -37,7 +42,8 @@ def open_vault(
         clock,
         tiers,
         keyring,
-        settings.replication,
-        settings.following,
+        None if reader else settings.replication,
+        None if reader else settings.following,
         runtime,
+        reader=reader,
     )

@@ -16,6 +16,7 @@ from vault.runtime import Runtime
 
 from .auth import TokenCache
 from .bodies import BodyReaders
+from .forward import Forwarder
 from .observability import JobLog, Metrics
 from .ratelimit import RateLimiter
 from .settings import Settings
@@ -23,6 +24,9 @@ from .turns import Turns
 
 SETTINGS = web.AppKey("settings", Settings)
 INSTANCE = web.AppKey("instance", str)  # random per start: tells servers on one machine apart
+# The writing process's listening sockets for each of its workers (inherited by them).
+LISTENING = web.AppKey("listening", list)
+WORKER = web.AppKey("worker", int)  # which process of the service: 0 writes, 1.. read (workers)
 VAULT = web.AppKey("vault", Vault)
 RUNTIME = web.AppKey("runtime", Runtime)  # every pool and thread (vault/runtime.py)
 TOKENS = web.AppKey("tokens", TokenCache)
@@ -30,6 +34,7 @@ CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
 TURNS = web.AppKey("turns", Turns)  # each token's share of the worker pool (api/turns.py)
 JOBS = web.AppKey("jobs", JobLog)
+FORWARDER = web.AppKey("forwarder", Forwarder)  # a worker's way to the writing process
 METRICS = web.AppKey("metrics", Metrics)
 LIMITER = web.AppKey("limiter", RateLimiter)
 # Where maintenance tasks wait, and the thread that runs them (api/jobs.py).
@@ -38,9 +43,11 @@ QUEUE = web.AppKey("maintenance_queue", MaintenanceQueue)
 __all__ = [
     "BODY_READERS",
     "CLOCK",
+    "FORWARDER",
     "INSTANCE",
     "JOBS",
     "LIMITER",
+    "LISTENING",
     "METRICS",
     "QUEUE",
     "RUNTIME",
@@ -48,4 +55,5 @@ __all__ = [
     "TOKENS",
     "TURNS",
     "VAULT",
+    "WORKER",
 ]

@@ -11,6 +11,7 @@ import ssl
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -24,7 +25,7 @@ _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
 
-def _tune_malloc() -> None:
+def tune_malloc() -> None:
     """Keep glibc from hoarding the multi-MiB buffers that streaming allocates and frees,
     without paying page faults for every chunk.
 
@@ -91,31 +92,69 @@ class _Listener(socket.socket):
             )
 
 
-def _listeners(host: str, port: int, spare: int) -> list[socket.socket]:
-    """Bound (not yet listening) TCP sockets for `host`:`port`, one per address it names,
-    each refusing connections past the descriptor bound (`_Listener`)."""
+def _descriptor_bound(spare: int) -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    bound = 1 << 62 if soft == resource.RLIM_INFINITY else max(64, soft - spare)
+    return 1 << 62 if soft == resource.RLIM_INFINITY else max(64, soft - spare)
+
+
+def inherited(fds: list[int], spare: int) -> list[socket.socket]:
+    """The listening sockets a worker got from the writing process (api/workers.py), each
+    refusing connections past this process's descriptor bound."""
+    bound = _descriptor_bound(spare)
     out: list[socket.socket] = []
+    for fd in fds:
+        probe = socket.socket(fileno=fd)
+        family, kind, proto = probe.family, probe.type, probe.proto
+        out.append(_Listener(family, kind, proto, bound, fileno=probe.detach()))
+    return out
+
+
+def listeners(host: str, port: int, spare: int, copies: int = 1) -> list[list[socket.socket]]:
+    """Bound (not yet listening) TCP sockets for `host`:`port`, one per address it names,
+    each refusing connections past the descriptor bound (`_Listener`); `copies` such sets,
+    one per process of the service (api/workers.py).
+
+    Several copies are bound together with SO_REUSEPORT, so the kernel spreads new
+    connections evenly over the processes (one socket shared by all of them let the
+    writing process, first to wake, take nearly every connection). A plain bind is tried
+    first, and closed, so that a port another server listens on is still refused, as it
+    is with one process: SO_REUSEPORT alone would let a second `ckpt serve` share it
+    unnoticed. The writing process keeps every copy open, so connections queued on a
+    worker that died wait for its successor, which inherits the same socket."""
+    bound = _descriptor_bound(spare)
+    out: list[list[socket.socket]] = [[] for _ in range(copies)]
     seen = set()
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    for family, kind, proto, _, address in infos:
-        if (family, address) in seen:
-            continue
-        seen.add((family, address))
-        sock = _Listener(family, kind, proto, bound)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        try:
-            sock.bind(address)
-        except OSError:
+    try:
+        for family, kind, proto, _, address in infos:
+            if (family, address) in seen:
+                continue
+            seen.add((family, address))
+            if copies > 1 and port:
+                _bind(_Listener(family, kind, proto, bound), address, False).close()
+            for group in out:
+                sock = _bind(_Listener(family, kind, proto, bound), address, copies > 1)
+                group.append(sock)
+                address = sock.getsockname()  # a port 0 became one: the copies share it
+    except BaseException:
+        for sock in (s for group in out for s in group):
             sock.close()
-            for s in out:
-                s.close()
-            raise
-        out.append(sock)
+        raise
     return out
+
+
+def _bind(sock: socket.socket, address: Any, shared: bool) -> socket.socket:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if sock.family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def cannot_hold_socket(directory: Path) -> str | None:
@@ -149,16 +188,21 @@ def _local_socket(settings: Settings, log: logging.Logger) -> Settings:
     return settings
 
 
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context `[server] tls_*` describe, or None for plain HTTP."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    _check_key(settings.tls_key, settings.tls_key_shared)
+    try:
+        return server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    except (OSError, ssl.SSLError) as e:
+        raise SettingsError(f"[server] tls_cert / tls_key / tls_client_ca: {e}") from None
+
+
 def serve(settings: Settings) -> None:
-    _tune_malloc()
+    tune_malloc()
     configure_logging(settings.log_format)
-    tls = None
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        _check_key(settings.tls_key, settings.tls_key_shared)
-        try:
-            tls = server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
-        except (OSError, ssl.SSLError) as e:
-            raise SettingsError(f"[server] tls_cert / tls_key / tls_client_ca: {e}") from None
+    tls = tls_context(settings)
     log = logging.getLogger("ckpt.api")
     log.info(
         "serving %s on %s://%s:%d%s",
@@ -169,16 +213,21 @@ def serve(settings: Settings) -> None:
         " (client certificates required)" if settings.tls_client_ca else "",
     )
     settings = _local_socket(settings, log)
-    socket_path = settings.socket_path
+    socks, *copies = listeners(
+        settings.host, settings.port, settings.spare_descriptors, settings.processes
+    )
+    paths = [str(p) for p in (settings.socket_path,) if p is not None]
+    if settings.processes > 1 and settings.engine_socket is not None:
+        paths.append(str(settings.engine_socket))  # what the workers forward (api/forward.py)
     # run_app turns SIGTERM into a graceful exit: stop accepting, let in-flight requests
-    # finish (up to shutdown_timeout), then the cleanup context drains the writer and closes
-    # LMDB; the process exits 0. A connection must send a whole request head within
-    # header_timeout of opening it or of its previous answer (aiohttp's keep-alive timer
-    # runs from the connection's start), or it is closed.
+    # finish (up to shutdown_timeout), then the cleanup context stops the workers, drains
+    # the writer and closes LMDB; the process exits 0. A connection must send a whole
+    # request head within header_timeout of opening it or of its previous answer
+    # (aiohttp's keep-alive timer runs from the connection's start), or it is closed.
     web.run_app(
-        create_app(settings),
-        sock=_listeners(settings.host, settings.port, settings.spare_descriptors),
-        path=None if socket_path is None else str(socket_path),
+        create_app(settings, listening=copies),
+        sock=socks,
+        path=paths or None,
         keepalive_timeout=settings.header_timeout,
         shutdown_timeout=settings.shutdown_timeout,
         ssl_context=tls,

@@ -172,12 +172,17 @@ class Maintenance:
 
 
 # (section, key) -> (attribute on Settings, "vault.<field>" or "maintenance.<field>", parser)
+ENGINE_SOCKET_FILE = "ckpt-engine.sock"  # workers forward changes here (api/forward.py)
+CALLS_SOCKET_FILE = "ckpt-calls.sock"  # and hand over the saves they prepared (api/calls.py)
+# Beyond this many processes the writer, not the HTTP work, bounds saves (docs/SCALING.md).
+MAX_AUTO_WORKERS = 8
 _SUN_PATH_MAX = 108  # bytes of a Unix socket's path, its terminating NUL included
 
 _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "host"): ("host", str),
     ("server", "port"): ("port", _port),
     ("server", "data_dir"): ("data_dir", Path),
+    ("server", "workers"): ("workers", _non_negative_int),
     ("server", "worker_threads"): ("worker_threads", _positive_int),
     ("server", "max_json_body"): ("max_json_body", parse_size),
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
@@ -240,6 +245,10 @@ class Settings:
     data_dir: Path = Path(DEFAULT_DATA_DIR)
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
+    # Server processes answering on the port (api/workers.py): the one that writes the data
+    # dir and workers - 1 that read it and forward changes to it. 0: one per CPU, at most
+    # MAX_AUTO_WORKERS. One process for a standby and with TLS (`processes`).
+    workers: int = 0
     worker_threads: int = 16  # blocking vault calls in flight; most wait on the writer
     # A commit listing 160k chunks (a 10 GiB file at 64 KiB) is ~11 MB of JSON; anything
     # bigger streams files or commits in parts. Parsed on the worker pool (api/http.py).
@@ -312,6 +321,34 @@ class Settings:
             return None
         path = self.data_dir.absolute() / LOCAL_SOCKET_FILE
         return path if len(os.fsencode(path)) < _SUN_PATH_MAX else None
+
+    @property
+    def engine_socket(self) -> Path | None:
+        """Where the process that writes listens for what its workers forward (mode 0600,
+        in the data dir); None when the data dir's path is too long for a socket address
+        (then there are no workers)."""
+        path = self.data_dir.absolute() / ENGINE_SOCKET_FILE
+        return path if len(os.fsencode(path)) < _SUN_PATH_MAX else None
+
+    @property
+    def calls_socket(self) -> Path | None:
+        """Where the process that writes takes the saves its workers prepared (api/calls.py);
+        None with no engine socket."""
+        engine = self.engine_socket
+        path = engine.with_name(CALLS_SOCKET_FILE) if engine is not None else None
+        return path if path is not None and len(os.fsencode(path)) < _SUN_PATH_MAX else None
+
+    @property
+    def processes(self) -> int:
+        """How many server processes to run: `workers`, or one per CPU (at most
+        MAX_AUTO_WORKERS); one for a standby (its follower writes as the replica's log
+        arrives), with TLS (aiohttp would serve the engine socket with TLS too) and where
+        the engine socket cannot be had."""
+        if self.following is not None or self.tls_cert is not None or self.calls_socket is None:
+            return 1
+        if self.workers:
+            return self.workers
+        return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS))
 
     @property
     def following(self) -> FollowConfig | None:

@@ -18,6 +18,14 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help=f"listen port (default {DEFAULT_PORT})")
     p.add_argument("--config", type=Path, default=None, help="TOML config file")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="server processes on the port: one writes, N-1 read and forward changes "
+        "(default [server] workers, 0: one per CPU, at most 8)",
+    )
     p.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS: certificate (PEM)")
     p.add_argument("--tls-key", type=Path, default=None, help="serve HTTPS: private key (PEM)")
     p.add_argument(
@@ -74,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         overrides[("server", "host")] = args.host
     if args.port is not None:
         overrides[("server", "port")] = args.port
+    if args.workers is not None:
+        overrides[("server", "workers")] = args.workers
     for key in ("tls_cert", "tls_key", "tls_client_ca"):
         if getattr(args, key) is not None:
             overrides[("server", key)] = getattr(args, key)

@@ -259,15 +259,19 @@ class Promotion(Record):
 
 @dataclass(frozen=True)
 class Health(Record):
-    """GET /v1/health (no token): liveness, version and role; to a caller on the same
-    machine the local socket's path (it may hand files over); on a standby, its lag behind
-    the replica (None until its first poll that found nothing newer)."""
+    """GET /v1/health (no token): liveness, version and role; which process answered; to a
+    caller on the same machine the local socket's path (it may hand files over); on a
+    standby, its lag behind the replica (None until its first poll that found nothing
+    newer)."""
 
     status: str
     version: str
     role: str = field(metadata={"schema": {"enum": ["primary", "standby", "fenced"]}})
     instance: str  # random per start: tells servers on one machine apart
     local_socket: str | None = optional()
+    # Which of the service's processes answered: 0 the one that writes, 1.. its workers
+    # (`ckpt serve --workers`); all of them share `instance`.
+    worker: int | None = optional()
     # A standby's only: present (maybe null) exactly when `role` is "standby".
     lag_seconds: float | None = field(
         default=None, metadata={"optional": True, "schema": {"type": ["number", "null"]}}

@@ -114,7 +114,7 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "unavailable",
         503,
         "Unavailable",
-        ("Unavailable", "TierUnavailable", "MaintenanceStopped"),
+        ("Unavailable", "TierUnavailable", "MaintenanceStopped", "NotTheWriter"),
         "a tier or the store is down, or the server is stopping: retry later (Retry-After)",
     ),
     ErrorSpec(

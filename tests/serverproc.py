@@ -47,12 +47,15 @@ class ServerProcess:
         extra_args: tuple[str, ...] = (),
         tls: ssl.SSLContext | None = None,
         local_socket: bool = False,
+        workers: int = 1,
     ) -> None:
         """`tls`: the server speaks HTTPS (its certificate in `extra_args`); this context
         is what the readiness probe connects with. `local_socket`: the server offers its
         socket to clients on this machine, which then hand files over by descriptor
         (tests/client/test_local_files.py); off, saves take the HTTP path every remote
-        client takes, which most tests are about."""
+        client takes, which most tests are about. `workers`: server processes (`[server]
+        workers`); one unless a test is about several (tests/integration/test_workers.py),
+        so that per-process figures (rate limits, shares) stay what those tests count."""
         self.config = config
         self.data_dir = data_dir
         self.port = port
@@ -61,6 +64,7 @@ class ServerProcess:
         self.extra_args = extra_args
         self.tls = tls
         self.local_socket = local_socket
+        self.workers = workers
         self.log_path = log_path
         self.token = ""
         self.starts = 0
@@ -99,6 +103,7 @@ class ServerProcess:
             env={
                 **{k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
                 "CKPT_SERVER_LOCAL_SOCKET": str(self.local_socket).lower(),
+                "CKPT_SERVER_WORKERS": str(self.workers),
             },
         )
         self.starts += 1

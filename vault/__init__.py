@@ -6,6 +6,7 @@ No HTTP here; api/ wraps `Vault`. Public names are re-exported below.
 from .chunking import DEFAULT_PROFILE, PROFILES, ChunkingProfile, StreamChunker
 from .clock import Clock, FakeClock, SystemClock
 from .config import VaultConfig
+from .direct import PreparedSave
 from .errors import (
     CheckpointNotFound,
     ChunkCorrupt,
@@ -53,6 +54,7 @@ __all__ = [
     "MissingChunks",
     "NamespaceRecord",
     "NotFound",
+    "PreparedSave",
     "StreamChunker",
     "SystemClock",
     "TooLarge",

@@ -11,7 +11,7 @@ the checkpoint the first attempt made, so clients may retry it like every other 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -35,7 +35,7 @@ from .writer import WriteTxn
 
 
 @dataclass(frozen=True)
-class _Save:
+class SaveRequest:
     """A checked one-request save, as its journal record holds it too."""
 
     ns: str
@@ -49,10 +49,27 @@ class _Save:
     profile: ChunkingProfile
 
 
+@dataclass(frozen=True)
+class PreparedSave:
+    """A save cut, hashed and compressed where it arrived, ready for the writer: what a
+    worker process hands the process that writes (api/calls.py), so that the CPU of a
+    save is spent in the worker and the writing process only commits it."""
+
+    request: SaveRequest
+    entries: dict[str, FileEntry]
+    frames: dict[bytes, bytes]  # chunk id -> frame, for the chunks the vault lacked
+
+
+SendSave = Callable[[PreparedSave], tuple[StoredCheckpoint, bool]]
+
+
 class DirectSaver:
     def __init__(self, store: Store) -> None:
         self._s = store
         self._keys = IdempotencyKeys(store)
+        # A worker's: hands a prepared save to the process that writes and returns what
+        # its writer made of it (api/calls.py). None: this process writes.
+        self.send: SendSave | None = None
 
     def save(
         self,
@@ -68,17 +85,13 @@ class DirectSaver:
         by: str | None = None,
     ) -> tuple[StoredCheckpoint, bool]:
         """Create a checkpoint from in-memory files; returns (record, created)."""
-        wanted = self._check(ns, files, parent, inherit, key, chunking)
-        metadata, tags = check_metadata(metadata), check_tags(tags)
-        with self._s.catalog_env.read() as txn:
-            ns_rec = self._s.catalog.namespace(txn, ns)
-            done = self._keys.replay(txn, key, ns) if key is not None else None
+        request, done = self._request(ns, files, parent, inherit, metadata, tags, chunking, key, by)
+        if self.send is not None:  # its writer finds a retry in its own transaction
+            return self.send(self._prepared(request))
         if done is not None:  # a retry: the first attempt may be visible before it is durable
             self._s.writer.wait_durable()
             return done, False
-        profile = ns_rec.chunking() if ns_rec is not None else wanted
-        request = _Save(ns, files, parent, inherit, metadata, tags, key, by, profile)
-        return self._submit(request).result()
+        return self.submit(self._prepared(request)).result()
 
     def replay(self, record: bytes) -> Future[tuple[StoredCheckpoint, bool]]:
         """Apply a save-journal record again (at open, vault/journal.py): the same save,
@@ -86,7 +99,7 @@ class DirectSaver:
         it already. ValueError if the record is not one `save` wrote."""
         header, files = decode_bundle(record)
         try:
-            request = _Save(
+            request = SaveRequest(
                 header["ns"],
                 files,
                 header["parent"],
@@ -100,15 +113,44 @@ class DirectSaver:
             given = (str(header["id"]), float(header["created_at"]))
         except (KeyError, TypeError) as e:
             raise ValueError(f"not a journal record of a save: {e}") from None
-        return self._submit(request, given)
+        return self.submit(self._prepared(request), given)
 
-    def _submit(
-        self, s: _Save, given: tuple[str, float] | None = None
-    ) -> Future[tuple[StoredCheckpoint, bool]]:
-        """Cut and hash here, then queue the writer transaction. `given`: the id and time
-        of a journal record applied again (not journaled a second time)."""
-        fields = _fields(s.profile)  # here, not in the writer thread every save waits on
+    def _request(
+        self,
+        ns: str,
+        files: Mapping[str, bytes],
+        parent: Any,
+        inherit: bool,
+        metadata: Any,
+        tags: Any,
+        chunking: Any,
+        key: str | None,
+        by: str | None,
+    ) -> tuple[SaveRequest, StoredCheckpoint | None]:
+        """The checked request, and the checkpoint a first attempt with `key` made."""
+        wanted = self._check(ns, files, parent, inherit, key, chunking)
+        metadata, tags = check_metadata(metadata), check_tags(tags)
+        with self._s.catalog_env.read() as txn:
+            ns_rec = self._s.catalog.namespace(txn, ns)
+            done = self._keys.replay(txn, key, ns) if key is not None else None
+        profile = ns_rec.chunking() if ns_rec is not None else wanted
+        return SaveRequest(ns, files, parent, inherit, metadata, tags, key, by, profile), done
+
+    def _prepared(self, s: SaveRequest) -> PreparedSave:
+        """Cut and hash here (not in the writer thread every save waits on)."""
         entries, items = self._cut(s.files, s.profile)
+        frames = {c: bytes(f) for c, (_, f) in items.items() if f is not None}
+        return PreparedSave(s, entries, frames)
+
+    def submit(
+        self, p: PreparedSave, given: tuple[str, float] | None = None
+    ) -> Future[tuple[StoredCheckpoint, bool]]:
+        """Queue the writer transaction of a prepared save. `given`: the id and time of a
+        journal record applied again (not journaled a second time)."""
+        s = p.request
+        fields = _fields(s.profile)
+        entries = p.entries
+        items = _items(s.files, entries, p.frames)
 
         def op(w: WriteTxn) -> tuple[StoredCheckpoint, bool]:
             txn = w.catalog
@@ -190,6 +232,20 @@ class DirectSaver:
             c: (d, None if c in known else encoder.encode(d)) for c, d in pieces.items()
         }
         return entries, items
+
+
+def _items(
+    files: Mapping[str, bytes], entries: Mapping[str, FileEntry], frames: Mapping[bytes, bytes]
+) -> dict[bytes, tuple[bytes | memoryview, bytes | None]]:
+    """Each chunk's bytes (a slice of its file) with its frame, or None where the vault
+    had it when the save was prepared (`store_all` looks again in the transaction)."""
+    items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {}
+    for name, entry in entries.items():
+        view, at = memoryview(files[name]), 0
+        for cid, size in entry.chunks:
+            items[cid] = (view[at : at + size], frames.get(cid))
+            at += size
+    return items
 
 
 @lru_cache(maxsize=64)

@@ -180,13 +180,21 @@ class Env:
         names: tuple[bytes, ...] = CATALOG_DBS,
         synced: bool = True,
         prepare: Callable[[], None] | None = None,
+        *,
+        reader: bool = False,
     ) -> None:
         """`synced=False`: commits do not sync (MDB_NOSYNC); only for environments whose
         durability a `Syncer` provides (vault/syncer.py). `prepare` runs once the directory
-        is locked, before LMDB opens it (the syncer's recovery)."""
+        is locked, before LMDB opens it (the syncer's recovery).
+
+        `reader`: opened beside the process that writes (a worker of `ckpt serve
+        --workers`): no lock on the directory (the writing process holds it), nothing
+        written, and a map the writer grew is adopted at the next read (LMDB answers
+        MDB_MAP_RESIZED once the data passed this process's map)."""
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._owner = _lock_dir(path)
+        self.reader = reader
+        self._owner: IO[bytes] | None = None if reader else _lock_dir(path)
         data_file = path / DATA_FILE
         try:
             if prepare is not None:
@@ -201,12 +209,15 @@ class Env:
                 mode=0o600,
                 sync=synced,
                 metasync=synced,
+                readonly=reader,
             )
         except BaseException:
-            self._owner.close()
+            if self._owner is not None:
+                self._owner.close()
             raise
-        make_private(path)
-        self.db = {name.decode(): self.lmdb.open_db(name) for name in names}
+        if not reader:
+            make_private(path)
+        self.db = {name.decode(): self.lmdb.open_db(name, create=not reader) for name in names}
         self._lock = _SharedExclusiveLock()
         self._data_file = data_file
         self._read_since_trim = 0
@@ -215,12 +226,26 @@ class Env:
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
         """A read transaction; keep it short, it blocks map growth while open."""
-        with self._lock.shared():
-            txn = self.lmdb.begin(buffers=True)
-            try:
-                yield txn
-            finally:
-                txn.abort()
+        while True:
+            with self._lock.shared():
+                try:
+                    txn = self.lmdb.begin(buffers=True)
+                except lmdb.MapResizedError:
+                    pass  # the writing process grew the map: adopt its size below
+                else:
+                    try:
+                        yield txn
+                    finally:
+                        txn.abort()
+                    return
+            self._adopt_map()
+
+    def _adopt_map(self) -> None:
+        """Take the map size another process set (LMDB needs no transaction of this process
+        open meanwhile, which the exclusive side of the resize lock gives)."""
+        with self._lock.exclusive():
+            self.lmdb.set_mapsize(0)
+            self._span = None
 
     @property
     def readers(self) -> int:
@@ -277,7 +302,8 @@ class Env:
     def close(self) -> None:
         with self._lock.exclusive():
             self.lmdb.close()
-        self._owner.close()
+        if self._owner is not None:
+            self._owner.close()
 
     def scan(self, db_name: str, batch: int = 10_000) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) of a database, read in short transactions of `batch` items.

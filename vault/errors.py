@@ -161,6 +161,12 @@ class Unavailable(VaultError):
     code = "unavailable"
 
 
+class NotTheWriter(Unavailable):
+    """A change reached a process that only reads the data dir (a worker of `ckpt serve
+    --workers`); workers forward changes to the process that writes, so this is a read
+    path that would also have written. Retrying is safe."""
+
+
 class MaintenanceStopped(Unavailable):
     """The server is shutting down: a maintenance task still queued was dropped, or a
     running one (a paced compaction or scrub) stopped at its next step. What it finished

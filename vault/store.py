@@ -25,7 +25,7 @@ from .runtime import Runtime
 from .seal import Keyring
 from .syncer import DURABLE_FILE, Syncer, recover
 from .tier import Tier
-from .writer import Writer, WriteTxn
+from .writer import NoWriter, Writer, WriteTxn
 
 
 @dataclass
@@ -59,7 +59,12 @@ class Store:
         tiers: Mapping[str, Tier] | None = None,
         keyring: Keyring | None = None,
         runtime: Runtime | None = None,
+        refuse: Callable[[], Exception] | None = None,
     ) -> Store:
+        """`refuse`: open to read beside the process that writes (a worker): nothing is
+        recovered, locked or written here, and every change raises `refuse()`."""
+        if refuse is not None:
+            return cls._reader(path, clock, config, tiers, keyring, runtime, refuse)
         own = runtime is None
         rt = runtime if runtime is not None else Runtime()
         env_dirs = [path / "catalog", path / "frames"]
@@ -82,6 +87,41 @@ class Store:
             store.owns_runtime = own
             undo.pop_all()
             return store
+
+    @classmethod
+    def _reader(
+        cls,
+        path: Path,
+        clock: Clock,
+        config: VaultConfig,
+        tiers: Mapping[str, Tier] | None,
+        keyring: Keyring | None,
+        runtime: Runtime | None,
+        refuse: Callable[[], Exception],
+    ) -> Store:
+        catalog_env = Env(path / "catalog", config.map_size, CATALOG_DBS, False, reader=True)
+        try:
+            frames_env = Env(path / "frames", config.map_size, FRAME_DBS, False, reader=True)
+        except BaseException:
+            catalog_env.close()
+            raise
+        counters = Counters(catalog_env)
+        chunks = Chunks(catalog_env, frames_env, counters)
+        return cls(
+            catalog_env=catalog_env,
+            frames_env=frames_env,
+            writer=NoWriter(refuse),
+            counters=counters,
+            chunks=chunks,
+            catalog=Catalog(catalog_env, chunks),
+            clock=clock,
+            config=config,
+            ids=IdGenerator(None),  # makes no checkpoint
+            tiers=dict(tiers or {}),
+            keyring=keyring,
+            runtime=runtime if runtime is not None else Runtime(),
+            owns_runtime=runtime is None,
+        )
 
     @classmethod
     def _parts(

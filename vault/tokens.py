@@ -97,6 +97,9 @@ def scope_warnings(scopes: tuple[str, ...]) -> list[str]:
     return out
 
 
+TOKEN_CHANGES = "token_changes"  # counter: changes of the token table (`Tokens.changes`)
+
+
 class Tokens:
     def __init__(self, store: Store) -> None:
         self._s = store
@@ -127,6 +130,7 @@ class Tokens:
             if any(self._decode(v).name == name for _, v in txn.cursor(db=self._db)):
                 raise Conflict(f"a token named {name!r} exists; revoke it first")
             txn.put(key_id.encode(), _encode(token), db=self._db)
+            self._changed(w)
 
         self._s.writer.run(op)
         return token, f"ckpt_{key_id}_{secret}"
@@ -142,6 +146,7 @@ class Tokens:
                 raise NotFound(f"no token named {name!r}")
             for key in keys:
                 w.catalog.delete(key, db=self._db)
+            self._changed(w)
 
         self._s.writer.run(op)
 
@@ -168,10 +173,21 @@ class Tokens:
                 name, secrets.token_hex(8), _digest(secret), newest.scopes, now, newest.expires_at
             )
             txn.put(token.key_id.encode(), _encode(token), db=self._db)
+            self._changed(w)
             return token
 
         token = self._s.writer.run(op)
         return token, f"ckpt_{token.key_id}_{secret}"
+
+    def changes(self) -> int:
+        """How many times the token table changed (created, revoked, rotated): a process
+        that reads the data dir beside the one that writes it (a worker) reloads its copy
+        of the tokens when this moves, so a revocation holds on every worker at once."""
+        with self._s.catalog_env.read() as txn:
+            return self._s.counters.get(txn, TOKEN_CHANGES)
+
+    def _changed(self, w: WriteTxn) -> None:
+        self._s.counters.add(w.catalog, TOKEN_CHANGES, 1)
 
     def record_use(self, last_used: dict[str, float]) -> None:
         """Store when each token (by key id) was last used, as the server saw it."""

@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -53,10 +54,10 @@ from .config import VaultConfig
 from .content.moves import Mover
 from .content.reader import Pinned, Reader
 from .deliver import deliver_descriptor
-from .direct import DirectSaver
+from .direct import DirectSaver, PreparedSave, SendSave
 from .domains import Domain
 from .env import make_private
-from .errors import InvalidRequest
+from .errors import InvalidRequest, NotTheWriter
 from .gauges import MapUse, Observation
 from .gc import collect
 from .ingest import FileIngest, ingest_descriptor
@@ -82,6 +83,14 @@ from .usage import checkpoint_usage, namespace_usage
 from .writer import WriteTxn
 
 log = logging.getLogger(__name__)
+
+
+def _not_the_writer() -> NotTheWriter:
+    return NotTheWriter(
+        "this server process only reads the data dir; the change was not forwarded to the "
+        "process that writes it: retry"
+    )
+
 
 MAX_LIST = 1000
 
@@ -111,17 +120,29 @@ class Vault:
         replication: ReplicationConfig | None = None,
         follow: FollowConfig | None = None,
         runtime: Runtime | None = None,
+        *,
+        reader: bool = False,
     ) -> None:
         """`follow`: open as a standby of that tier's replica; `replication` is then what
         the vault replicates with once promoted (default: async, to the followed tier).
-        `runtime`: the process's threads (vault/runtime.py); None: the vault's own."""
+        `runtime`: the process's threads (vault/runtime.py); None: the vault's own.
+        `reader`: open to read beside the process that has it open to write (a worker of
+        `ckpt serve --workers`, started once that one has opened it): no recovery, no
+        journal, no writer; every change raises `NotTheWriter`."""
         self.config = config or VaultConfig()
         self.path = Path(path)
         self.store = Store.open(
-            self.path, clock or SystemClock(), self.config, tiers, keyring, runtime
+            self.path,
+            clock or SystemClock(),
+            self.config,
+            tiers,
+            keyring,
+            runtime,
+            refuse=_not_the_writer if reader else None,
         )
         self.maintenance = MaintenanceLock.of(self.path)
-        make_private(self.path)
+        if not reader:
+            make_private(self.path)
         self._closed = False
         try:
             self.roles = Roles(self.store, self.path, replication, follow)
@@ -139,7 +160,7 @@ class Vault:
         # Files handed over by descriptor since start: saved from, and restored into.
         self._handed = {"files": 0, "bytes": 0, "restored_files": 0, "restored_bytes": 0}
         self._handed_lock = threading.Lock()
-        if self.roles.standby is None:
+        if self.roles.standby is None and not reader:
             self._apply_journal()
         self._policies = Policies(self.store.catalog_env.db["policies"])
         # Per-namespace usage as of the last full scan (`usage()`), for /metrics: the scan
@@ -186,6 +207,13 @@ class Vault:
                 log.exception("save-journal record %d could not be applied again", seq)
         journal.applied = pending[-1][0]
         self.store.writer.wait_durable()  # the durable state now contains every record
+
+    def forget_dead_readers(self) -> int:
+        """Clear the LMDB reader slots of processes that died mid-read (a worker killed):
+        their snapshots would otherwise keep pages from reuse until the next start."""
+        return sum(
+            int(env.lmdb.reader_check()) for env in (self.store.catalog_env, self.store.frames_env)
+        )
 
     def close(self) -> None:
         """Idempotent: a second call does nothing."""
@@ -319,6 +347,17 @@ class Vault:
             key=key,
             by=by,
         )
+
+    def send_saves(self, send: SendSave) -> None:
+        """A reader's (a worker's) one-request saves are cut, hashed and compressed here,
+        then handed by `send` to the process that writes, which commits them
+        (`commit_prepared`), so their CPU is spent on every core."""
+        self._direct.send = send
+
+    def commit_prepared(self, prepared: PreparedSave) -> Future[tuple[StoredCheckpoint, bool]]:
+        """Queue the writer transaction of a save a worker prepared; resolves once durable
+        (journaled). A retry with the same key returns the first attempt's checkpoint."""
+        return self._direct.submit(prepared)
 
     def abort(self, upload_id: str) -> None:
         self.uploads.abort(upload_id)

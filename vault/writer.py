@@ -432,3 +432,29 @@ def _settle(future: Future[Any], ok: bool, value: Any) -> None:
         future.set_result(value)
     else:
         future.set_exception(value)
+
+
+class NoWriter(Writer):
+    """The writer of a vault opened to read beside the process that writes (a worker of
+    `ckpt serve --workers`): no thread, no syncer, and every change refused with `error`.
+    The process that owns the data dir makes the changes; its workers forward every
+    request that changes anything to it (api/forward.py), so this refusal is only met by
+    a read path that would also write (marking a chunk damaged), which then fails cleanly
+    instead of writing from a second process."""
+
+    def __init__(self, error: Callable[[], Exception]) -> None:  # noqa: D107 - no super(): no thread
+        self._closed = False
+        self._refusal = error
+        self._observer = None
+        self._queue = queue.Queue()
+        self.journaling = False
+        self.stats = WriterStats()
+
+    def refuse(self, error: Callable[[], Exception] | None) -> None:
+        """Kept: a reader never accepts changes."""
+
+    def journal_on(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._closed = True

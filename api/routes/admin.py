@@ -30,7 +30,7 @@ from ..auth import principal, require_admin
 from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool, query_int, query_size, run
 from ..jobs import run_job
-from ..keys import INSTANCE, METRICS, QUEUE, SETTINGS, TOKENS, VAULT
+from ..keys import INSTANCE, METRICS, QUEUE, SETTINGS, TOKENS, VAULT, WORKER
 from ..peers import same_user
 
 
@@ -44,6 +44,7 @@ async def health(request: web.Request) -> web.Response:
         version=__version__,
         role=vault.roles.role,
         instance=request.app[INSTANCE],
+        worker=request.app[WORKER],
         # a client on this machine may hand files over
         local_socket=str(socket) if socket is not None and on_this_machine(request) else None,
         lag_seconds=vault.roles.standby.status().lag_seconds

@@ -1,0 +1,196 @@
+"""Saves a worker prepared, committed by the process that writes: a lean local channel.
+
+An agent's one-request save is mostly CPU outside the writer: the HTTP request, auth, the
+bundle, cutting, hashing, compressing and the JSON answer. A worker does all of that itself
+(api/workers.py) and hands the writing process only the prepared save
+(`vault.PreparedSave`) on this socket (`Settings.calls_socket`, mode 0600 in the data dir);
+the writing process queues it on its writer straight from its event loop (no thread hop,
+no HTTP parsing) and answers with the checkpoint once it is durable. Forwarding the save
+as HTTP instead cost the writing process the whole request again (measured in
+docs/SCALING.md).
+
+Frames both ways: a 12-byte head (payload length u32, call id u64, big endian) and a
+pickle. Many calls share one connection per worker, answered as they complete. Pickle is
+safe here because both ends are this service: the socket is the server user's alone. A
+worker whose connection breaks fails the calls under way with 503 `unavailable`; the
+client's retry carries the same idempotency key, so a save committed before the break is
+returned, not made twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pickle
+import struct
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from typing import Any
+
+from aiohttp import web
+
+from vault import PreparedSave, StoredCheckpoint, Unavailable, Vault
+
+from .keys import SETTINGS, VAULT
+
+log = logging.getLogger("ckpt.api")
+
+_HEAD = struct.Struct(">IQ")
+MAX_FRAME = 1 << 30
+CONNECT_WAIT, CONNECT_RETRY = 10.0, 0.05  # seconds
+
+Saved = tuple[StoredCheckpoint, bool]
+
+
+def _answer(ok: bool, value: object) -> bytes:
+    try:
+        return pickle.dumps((ok, value), protocol=5)
+    except Exception as e:  # noqa: BLE001 - an error that does not pickle still answers
+        return pickle.dumps((False, Unavailable(f"{type(value).__name__}: {value} ({e})")))
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    length, call = _HEAD.unpack(await reader.readexactly(_HEAD.size))
+    if length > MAX_FRAME:
+        raise ValueError(f"a frame of {length} bytes")
+    return call, await reader.readexactly(length)
+
+
+class CallServer:
+    """The writing process's end: commits the prepared saves its workers send."""
+
+    def __init__(self, vault: Vault) -> None:
+        self._vault = vault
+        self._connections: set[asyncio.StreamWriter] = set()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(writer)
+        try:
+            while True:
+                try:
+                    call, payload = await _read_frame(reader)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                self._commit(writer, call, payload)
+        except ValueError as e:
+            log.error("engine calls: closing a connection that sent %s", e)
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+
+    def _commit(self, writer: asyncio.StreamWriter, call: int, payload: bytes) -> None:
+        try:
+            prepared = pickle.loads(payload)  # noqa: S301 - our own worker, our own socket
+            if not isinstance(prepared, PreparedSave):
+                raise TypeError(f"expected a prepared save, got {type(prepared).__name__}")
+            done = self._vault.commit_prepared(prepared)
+        except Exception as e:  # noqa: BLE001 - the caller gets it as its answer
+            _send(writer, call, _answer(False, e))
+            return
+        loop = asyncio.get_running_loop()  # the syncer resolves `done` on its own thread
+        done.add_done_callback(lambda f: loop.call_soon_threadsafe(_reply, writer, call, f))
+
+
+def _reply(writer: asyncio.StreamWriter, call: int, done: Future[Saved]) -> None:
+    error = done.exception()
+    _send(
+        writer, call, _answer(False, error) if error is not None else _answer(True, done.result())
+    )
+
+
+def _send(writer: asyncio.StreamWriter, call: int, payload: bytes) -> None:
+    if not writer.is_closing():
+        writer.write(_HEAD.pack(len(payload), call) + payload)
+
+
+class CallClient:
+    """A worker's end: one connection to the writing process, opened when first needed
+    and again after it broke; `save` may be called from any thread."""
+
+    def __init__(self, path: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._path = path
+        self._loop = loop
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count(1)
+        self._connecting = asyncio.Lock()
+
+    def save(self, prepared: PreparedSave) -> Saved:
+        """Blocking, from a worker thread: the writing process's (record, created)."""
+        payload = pickle.dumps(prepared, protocol=5)  # here, not on the event loop
+        result: Saved = asyncio.run_coroutine_threadsafe(self._call(payload), self._loop).result()
+        return result
+
+    async def _call(self, payload: bytes) -> Any:
+        writer = await self._connected()
+        call = next(self._ids)
+        answer: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[call] = answer
+        writer.write(_HEAD.pack(len(payload), call) + payload)
+        await writer.drain()
+        ok, value = await answer
+        if not ok:
+            raise value
+        return value
+
+    async def _connected(self) -> asyncio.StreamWriter:
+        async with self._connecting:
+            if self._writer is not None and not self._writer.is_closing():
+                return self._writer
+            deadline = time.monotonic() + CONNECT_WAIT
+            while True:
+                try:
+                    reader, writer = await asyncio.open_unix_connection(self._path)
+                    break
+                except OSError as e:
+                    if time.monotonic() > deadline:
+                        raise Unavailable(
+                            f"the server process that writes is not reachable ({e}); retry"
+                        ) from None
+                    await asyncio.sleep(CONNECT_RETRY)
+            self._writer = writer
+            self._loop.create_task(self._answers(reader, writer))
+            return writer
+
+    async def _answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                call, payload = await _read_frame(reader)
+                answer = self._pending.pop(call, None)
+                if answer is not None and not answer.done():
+                    answer.set_result(pickle.loads(payload))  # noqa: S301 - our own server
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+            if self._writer is writer:
+                self._writer = None
+            pending, self._pending = self._pending, {}
+            for answer in pending.values():
+                if not answer.done():
+                    answer.set_exception(
+                        Unavailable("the server process that writes went away; retry the save")
+                    )
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def serve_calls() -> Callable[[web.Application], AsyncIterator[None]]:
+    """The writing process's cleanup context: listen for its workers' prepared saves."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        path = app[SETTINGS].calls_socket
+        assert path is not None  # no workers without it (Settings.processes)
+        calls = CallServer(app[VAULT])
+        server = await asyncio.start_unix_server(calls.handle, str(path))
+        try:
+            yield
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    return context

@@ -1,0 +1,166 @@
+"""A worker's way to the process that writes: changes are forwarded, reads stay here.
+
+Several server processes answer on one port (api/workers.py). LMDB lets every one of them
+read the data dir's maps, but only one may write it: the writer's group commit, the save
+journal and the syncer's recovery all assume a single writing process. So a worker answers
+reads itself (records, listings, manifests, files, health) and passes everything else, as
+it came, to the writing process over the engine socket (`Settings.engine_socket`, mode
+0600 in the data dir): every change, plus the admin reads whose figures live in that
+process (statistics, metrics, jobs, the audit log, replication).
+
+The forwarded request keeps its method, target, headers and body (streamed both ways);
+the writing process authenticates it as if it had come straight, and learns the caller's
+address from `FORWARDED_FOR`, which it believes only on the engine socket. A descriptor
+hand-over cannot be forwarded (the descriptor travels on the local socket itself) and is
+refused here with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from protocol import DESCRIPTOR_TYPE
+from vault import InvalidRequest, Unavailable
+
+from .errors import Handler
+from .observability import request_id
+
+FORWARDED_FOR = "X-Ckpt-Forwarded-For"
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Reads whose answer is the writing process's own state (its counters, jobs, queue).
+_WRITER_READS = ("/metrics", "/v1/stats", "/v1/admin/")
+# Connection-scoped headers (RFC 9110 7.6.1), and what each side sets for itself.
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+        "host",
+        "content-length",
+        "date",
+        "server",
+        FORWARDED_FOR.lower(),
+    }
+)
+PIECE = 1 << 20
+SAVE_ROUTE = "/v1/namespaces/{ns}/checkpoints"  # POST: a one-request save
+CONNECT_WAIT, CONNECT_RETRY = 10.0, 0.05  # seconds
+
+
+def forwarded(request: web.Request) -> bool:
+    """Whether this request belongs to the process that writes. A one-request save does
+    not: the worker prepares it and hands the writer only that (api/calls.py)."""
+    if request.method in _READS:
+        return request.path.startswith(_WRITER_READS)
+    if request.method == "POST":
+        resource = request.match_info.route.resource
+        return resource is None or resource.canonical != SAVE_ROUTE
+    return True
+
+
+class Forwarder:
+    """One keep-alive connection pool to the writing process, for the worker's life."""
+
+    def __init__(self, socket_path: str) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(path=socket_path, limit=0),
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        if request.content_type == DESCRIPTOR_TYPE:
+            raise InvalidRequest("a file descriptor can only be handed over on the local socket")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        headers[FORWARDED_FOR] = request.remote or ""
+        headers["X-Request-Id"] = request_id(request)
+        length = request.content_length
+        if length is not None:
+            headers["Content-Length"] = str(length)
+        body = _body(request) if request.body_exists else None
+        upstream = await self._send(request, headers, body)
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for key, value in upstream.headers.items():
+                if key.lower() not in _HOP:
+                    response.headers.add(key, value)
+            if upstream.content_length is not None:
+                response.content_length = upstream.content_length
+            await response.prepare(request)
+            async for piece in upstream.content.iter_chunked(PIECE):
+                await response.write(piece)
+            await response.write_eof()
+        return response
+
+    async def _send(
+        self, request: web.Request, headers: dict[str, str], body: AsyncIterator[bytes] | None
+    ) -> aiohttp.ClientResponse:
+        """Send, waiting up to CONNECT_WAIT for the engine socket to accept: it starts
+        listening just after the workers start, and nothing was sent while it refuses."""
+        deadline = time.monotonic() + CONNECT_WAIT
+        while True:
+            try:
+                return await self._session.request(
+                    request.method,
+                    f"http://engine{request.rel_url}",
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                )
+            except aiohttp.ClientConnectorError as e:
+                if time.monotonic() > deadline:
+                    raise Unavailable(
+                        f"the server process that writes is not reachable ({e}); retry shortly"
+                    ) from None
+                await asyncio.sleep(CONNECT_RETRY)
+            except aiohttp.ClientConnectionError as e:
+                raise Unavailable(
+                    f"the server process that writes went away ({e}); retry shortly"
+                ) from None
+
+
+async def _body(request: web.Request) -> AsyncIterator[bytes]:
+    async for piece in request.content.iter_chunked(PIECE):
+        yield piece
+
+
+def forward_middleware(key: web.AppKey[Forwarder]) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if forwarded(request):
+            return await request.app[key](request)
+        return await handler(request)
+
+    return middleware
+
+
+def trusted_forwards(engine_socket: str) -> Middleware:
+    """The writing process's side: a request that came on the engine socket was forwarded
+    by a worker, so its caller's address is the one the worker names (elsewhere the header
+    is the caller's own word and ignored)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        if transport is not None and transport.get_extra_info("sockname") == engine_socket:
+            remote = request.headers.get(FORWARDED_FOR)
+            if remote:
+                request = request.clone(remote=remote)
+        return await handler(request)
+
+    return middleware

@@ -1,0 +1,45 @@
+"""A worker process of `ckpt serve` (api/workers.py starts it: `python -m api.worker`).
+
+It reads its `WorkerSpec` from standard input, dies with the writing process that started
+it, holds its share of `workers.lock`, and accepts on the listening sockets it inherited
+from that process: reads answered from the data dir's maps, everything else forwarded
+(api/forward.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import sys
+
+from aiohttp import web
+
+from .app import create_app
+from .observability import AccessLogger, configure_logging
+from .serve import inherited, tls_context, tune_malloc
+from .workers import WorkerSpec, die_with_parent, hold_shared
+
+
+def main() -> None:
+    spec = pickle.load(sys.stdin.buffer)  # noqa: S301 - written by our parent process
+    if not isinstance(spec, WorkerSpec):
+        raise SystemExit("api.worker: expected a WorkerSpec on standard input")
+    die_with_parent(spec.parent)
+    tune_malloc()
+    settings = spec.settings
+    configure_logging(settings.log_format)
+    hold_shared(settings)
+    web.run_app(
+        create_app(settings, worker=spec.index, instance=spec.instance),
+        sock=inherited(spec.listening, settings.spare_descriptors),
+        keepalive_timeout=settings.header_timeout,
+        shutdown_timeout=settings.shutdown_timeout,
+        ssl_context=tls_context(settings),
+        access_log=logging.getLogger("ckpt.access"),
+        access_log_class=AccessLogger,
+        print=None,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Several server processes on one data dir: the one that writes starts and keeps the rest.
+
+`ckpt serve` is the writing process: it opens the vault as ever (writer, syncer, save
+journal, maintenance, replication, the schedule) and serves the port, the local socket and
+the engine socket. It then starts `Settings.processes - 1` workers (`python -m api.worker`),
+each with its own event loop, interpreter and pools, which accept on listening sockets
+bound to the same port (SO_REUSEPORT, made here and inherited: api/serve.py), open the
+vault to read
+(`Vault(reader=True)`) and forward every change to the writing process (api/forward.py).
+So HTTP parsing, authentication, JSON and the reads themselves use every core, while
+every write still goes through one writer, one group commit and one journal, and every
+crash invariant of docs/DESIGN.md holds unchanged.
+
+Lifetimes, and why each is safe:
+- A worker dies with the writing process (PR_SET_PDEATHSIG, SIGKILL): a worker must never
+  read across the recovery a restart runs, which rewrites the files' meta pages.
+- Each worker holds `workers.lock` shared; a starting writer takes it exclusively before
+  it recovers anything, so a worker of a killed predecessor that has not died yet is
+  waited for (`wait_for_readers`), never read beside.
+- A worker that exits is started again (after a pause that doubles while it keeps dying
+  young, up to RESTART_MAX seconds); the reader slots it held in LMDB's lock table are
+  cleared first (`mdb_reader_check`), else they would keep old pages from reuse.
+- At SIGTERM the writer asks every worker to stop (they finish their requests like it
+  does), waits for them, then closes the vault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from aiohttp import web
+
+from vault import Unavailable
+
+from .keys import LISTENING, SETTINGS, VAULT
+from .settings import Settings
+
+log = logging.getLogger("ckpt.api")
+
+READERS_LOCK = "workers.lock"  # in the vault dir: held shared by every worker
+READERS_WAIT = 15.0  # seconds a starting writer waits for a predecessor's workers to die
+RESTART_MIN, RESTART_MAX = 0.5, 30.0
+YOUNG = 10.0  # a worker that dies sooner than this after its start is restarted later
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker process is told on its standard input (pickled)."""
+
+    settings: Settings
+    index: int  # 1.. (0 is the writing process)
+    instance: str  # the service's, so every process answers health alike
+    listening: list[int]  # descriptors of this worker's listening sockets, inherited
+    parent: int  # the writer's pid: a worker that finds another parent exits
+
+
+def readers_lock(settings: Settings) -> Path:
+    return settings.data_dir / "vault" / READERS_LOCK
+
+
+@contextmanager
+def no_readers(settings: Settings) -> Iterator[None]:
+    """Hold `workers.lock` exclusively: no worker of an earlier writer is still reading.
+    Waits up to READERS_WAIT seconds (they die with their writer, within milliseconds)."""
+    path = readers_lock(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        deadline = time.monotonic() + READERS_WAIT
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Unavailable(
+                        f"{path.parent} is still read by worker processes of an earlier "
+                        "server; stop them first"
+                    ) from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def hold_shared(settings: Settings) -> IO[bytes]:
+    """A worker's share of `workers.lock`, for its life (the kernel drops it at exit)."""
+    f = open(readers_lock(settings), "ab")  # noqa: SIM115 - held until the process exits
+    fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+    return f
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies; exit now if it already has."""
+    import ctypes
+
+    with suppress(OSError, AttributeError):  # not Linux: the worker outlives a SIGKILL
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    pause: float = RESTART_MIN
+    pidfd: int = -1
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class Workers:
+    """The writer's workers: started, watched, started again, stopped."""
+
+    settings: Settings
+    instance: str
+    listening: list[list[int]]  # each worker's listening sockets (api/serve.py)
+    forget_readers: Callable[[], object]  # clear dead readers' slots in LMDB's lock table
+    _workers: list[_Worker] = field(default_factory=list)
+    _stopping: bool = False
+
+    def start(self) -> None:
+        count = self.settings.processes - 1
+        self._workers = [_Worker(i) for i in range(1, count + 1)]
+        for w in self._workers:
+            self._spawn(w)
+        log.info("serving with %d processes (this one writes; %d workers)", count + 1, count)
+
+    def _spawn(self, w: _Worker) -> None:
+        fds = self.listening[w.index - 1]
+        spec = WorkerSpec(self.settings, w.index, self.instance, fds, os.getpid())
+        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "api.worker"], stdin=subprocess.PIPE, pass_fds=fds
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(pickle.dumps(spec))
+        proc.stdin.close()
+        w.proc, w.started = proc, time.monotonic()
+        w.gone.clear()
+        w.pidfd = os.pidfd_open(proc.pid)
+        asyncio.get_running_loop().add_reader(w.pidfd, self._exited, w)
+
+    def _exited(self, w: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(w.pidfd)
+        os.close(w.pidfd)
+        w.pidfd = -1
+        assert w.proc is not None
+        code = w.proc.wait()
+        w.gone.set()
+        if self._stopping:
+            return
+        lived = time.monotonic() - w.started
+        log.warning(
+            "worker %d (pid %d) exited with %s after %.1f s; starting it again",
+            w.index,
+            w.proc.pid,
+            code,
+            lived,
+        )
+        self.forget_readers()
+        w.pause = RESTART_MIN if lived > YOUNG else min(RESTART_MAX, w.pause * 2)
+        loop.call_later(0 if lived > YOUNG else w.pause, self._respawn, w)
+
+    def _respawn(self, w: _Worker) -> None:
+        if not self._stopping:
+            self._spawn(w)
+
+    def pids(self) -> list[int]:
+        """The workers running now."""
+        return [w.proc.pid for w in self._workers if w.proc is not None and w.pidfd >= 0]
+
+    def stop(self) -> None:
+        """Ask every worker to finish its requests and exit (SIGTERM); none is restarted."""
+        self._stopping = True
+        for w in self._workers:
+            if w.proc is not None and w.pidfd >= 0:
+                w.proc.send_signal(signal.SIGTERM)
+
+    async def wait(self, timeout: float) -> None:
+        """Wait for the workers to exit; SIGKILL those still running after `timeout`."""
+        running = [w for w in self._workers if w.proc is not None and w.pidfd >= 0]
+        if not running:
+            return
+        waits = [asyncio.ensure_future(w.gone.wait()) for w in running]
+        _, late = await asyncio.wait(waits, timeout=timeout)
+        for task in late:
+            task.cancel()
+        for w in running:
+            if not w.gone.is_set() and w.proc is not None:
+                log.warning("worker %d did not stop in %.0f s; killing it", w.index, timeout)
+                w.proc.kill()
+                w.proc.wait()
+                asyncio.get_running_loop().remove_reader(w.pidfd)
+                os.close(w.pidfd)
+                w.pidfd = -1
+
+
+WORKERS = web.AppKey("workers", Workers)
+
+
+def workers_context(instance: str) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The cleanup context that runs the workers of the writing process: started once the
+    vault is open, stopped (and waited for) before it closes."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        settings = app[SETTINGS]
+        listening = [[s.fileno() for s in group] for group in app[LISTENING]]
+        workers = Workers(settings, instance, listening, app[VAULT].forget_dead_readers)
+        app[WORKERS] = workers
+        workers.start()
+        try:
+            yield
+        finally:
+            workers.stop()
+            await workers.wait(settings.shutdown_timeout + 5)
+
+    return context
+
+
+async def stop_workers(app: web.Application) -> None:
+    """on_shutdown: the workers stop taking connections as this process does."""
+    workers = app.get(WORKERS)
+    if workers is not None:
+        workers.stop()
