@@ -219,3 +219,27 @@ def test_check_knows_bases(vault: Vault, clock: FakeClock) -> None:
         meta = vault.store.chunks.meta(txn, dependent)
     assert meta is not None
     assert meta.damaged
+
+
+def test_one_gc_collects_whole_chains_once_only_the_newest_is_left(
+    vault: Vault, clock: FakeClock
+) -> None:
+    """Deleting every checkpoint but the newest of a compacted series leaves chains of
+    deltas nothing references; one GC takes them all, not one link per run (issue 32)."""
+    files = sparse_series(MAX_CHAIN)
+    ids = save_series(vault, "ns", files)
+    vault.compact()
+    assert max(depth(vault, c) for c in chunk_set(vault, ids[0])) >= MAX_CHAIN - 2
+    newest = vault.stats().stored_bytes
+    oldest = chunk_set(vault, ids[0])
+    for ckpt in ids[:-1]:
+        vault.delete("ns", ckpt)
+    clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
+    report = vault.gc()
+    with vault.store.catalog_env.read() as txn:
+        left = {c for c, _ in vault.store.chunks.all(txn)}
+    assert left == chunk_set(vault, ids[-1])
+    assert report.chunks_deleted >= len(oldest - left)
+    assert vault.stats().stored_bytes < newest
+    assert read_file(vault, "ns", ids[-1], "w.bin") == files[-1]
+    assert vault.check().ok
