@@ -113,6 +113,7 @@ class AccessLogger(AbstractAccessLogger):
         record.bytes_out = response.body_length
         record.ms = round(time * 1000, 2)
         record.remote = request.remote
+        record.pid = record.process  # which of the service's processes answered
         logger.handle(record)
 
 

@@ -9,8 +9,10 @@ from that process: reads answered from the data dir's maps, everything else forw
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import sys
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -18,6 +20,14 @@ from .app import create_app
 from .observability import AccessLogger, configure_logging
 from .serve import inherited, tls_context, tune_malloc
 from .workers import WorkerSpec, die_with_parent, hold_shared
+
+
+def _ready(fd: int) -> Callable[[web.Application], Awaitable[None]]:
+    async def ready(app: web.Application) -> None:
+        os.write(fd, b"1")
+        os.close(fd)
+
+    return ready
 
 
 def main() -> None:
@@ -29,8 +39,10 @@ def main() -> None:
     settings = spec.settings
     configure_logging(settings.log_format)
     hold_shared(settings)
+    app = create_app(settings, worker=spec.index, instance=spec.instance)
+    app.on_startup.append(_ready(spec.ready))  # after the vault opened (cleanup contexts)
     web.run_app(
-        create_app(settings, worker=spec.index, instance=spec.instance),
+        app,
         sock=inherited(spec.listening, settings.spare_descriptors),
         keepalive_timeout=settings.header_timeout,
         shutdown_timeout=settings.shutdown_timeout,

@@ -53,6 +53,7 @@ log = logging.getLogger("ckpt.api")
 READERS_LOCK = "workers.lock"  # in the vault dir: held shared by every worker
 READERS_WAIT = 15.0  # seconds a starting writer waits for a predecessor's workers to die
 RESTART_MIN, RESTART_MAX = 0.5, 30.0
+READY_WAIT = 60.0  # seconds a starting service waits for its workers to open the vault
 YOUNG = 10.0  # a worker that dies sooner than this after its start is restarted later
 _PR_SET_PDEATHSIG = 1
 
@@ -65,6 +66,7 @@ class WorkerSpec:
     index: int  # 1.. (0 is the writing process)
     instance: str  # the service's, so every process answers health alike
     listening: list[int]  # descriptors of this worker's listening sockets, inherited
+    ready: int  # a pipe's write end: one byte once the worker is ready to serve
     parent: int  # the writer's pid: a worker that finds another parent exits
 
 
@@ -135,26 +137,53 @@ class Workers:
     _workers: list[_Worker] = field(default_factory=list)
     _stopping: bool = False
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Start every worker and wait until each has opened the vault (READY_WAIT at
+        most), so that a service that answers is a service whose processes all answer."""
         count = self.settings.processes - 1
         self._workers = [_Worker(i) for i in range(1, count + 1)]
-        for w in self._workers:
-            self._spawn(w)
-        log.info("serving with %d processes (this one writes; %d workers)", count + 1, count)
-
-    def _spawn(self, w: _Worker) -> None:
-        fds = self.listening[w.index - 1]
-        spec = WorkerSpec(self.settings, w.index, self.instance, fds, os.getpid())
-        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "api.worker"], stdin=subprocess.PIPE, pass_fds=fds
+        ready = [self._spawn(w) for w in self._workers]
+        _, late = await asyncio.wait(ready, timeout=READY_WAIT)
+        for future in late:
+            future.cancel()
+        log.info(
+            "serving with %d processes (this one writes; %d workers%s)",
+            count + 1,
+            count,
+            f", {len(late)} not ready after {READY_WAIT:.0f} s" if late else "",
         )
+
+    def _spawn(self, w: _Worker) -> asyncio.Future[None]:
+        """Start worker `w`; the future resolves once it is ready to serve."""
+        fds = self.listening[w.index - 1]
+        loop = asyncio.get_running_loop()
+        ready_read, ready_write = os.pipe()
+        spec = WorkerSpec(self.settings, w.index, self.instance, fds, ready_write, os.getpid())
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", "api.worker"],
+                stdin=subprocess.PIPE,
+                pass_fds=[*fds, ready_write],
+            )
+        finally:
+            os.close(ready_write)
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:  # a byte at start, or end of file if it died first
+            loop.remove_reader(ready_read)
+            os.close(ready_read)
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(ready_read, readable)
         assert proc.stdin is not None
         proc.stdin.write(pickle.dumps(spec))
         proc.stdin.close()
         w.proc, w.started = proc, time.monotonic()
         w.gone.clear()
         w.pidfd = os.pidfd_open(proc.pid)
-        asyncio.get_running_loop().add_reader(w.pidfd, self._exited, w)
+        loop.add_reader(w.pidfd, self._exited, w)
+        return ready
 
     def _exited(self, w: _Worker) -> None:
         loop = asyncio.get_running_loop()
@@ -180,7 +209,7 @@ class Workers:
 
     def _respawn(self, w: _Worker) -> None:
         if not self._stopping:
-            self._spawn(w)
+            self._spawn(w)  # serves once ready; meanwhile the other processes do
 
     def pids(self) -> list[int]:
         """The workers running now."""
@@ -224,7 +253,7 @@ def workers_context(instance: str) -> Callable[[web.Application], AsyncIterator[
         listening = [[s.fileno() for s in group] for group in app[LISTENING]]
         workers = Workers(settings, instance, listening, app[VAULT].forget_dead_readers)
         app[WORKERS] = workers
-        workers.start()
+        await workers.start()
         try:
             yield
         finally:

@@ -1,0 +1,198 @@
+"""Several server processes on one data dir (`ckpt serve --workers 2`), as a real server.
+
+One process writes; a worker reads the data dir itself and forwards changes (api/workers.py,
+api/forward.py, api/calls.py). Each test reaches both processes by opening fresh
+connections (the kernel spreads them over the two listening sockets) and checks what a
+user would: every process answers, a save made through either is read back through
+either, a revocation holds on both at once, a killed worker is replaced while the other
+keeps serving, and SIGKILL or SIGTERM of the writing process takes its workers along.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client import VaultClient
+from client.errors import Unauthorized
+
+from ..serverproc import ServerProcess, free_port
+
+TRIES = 400  # fresh connections tried to reach a given process (each ~1 ms)
+RESPAWN_WAIT = 30.0  # seconds: a worker killed young is started again after a pause
+
+
+def _get(server: ServerProcess, path: str, token: str | None = None) -> tuple[int, Any]:
+    """One request on a fresh connection (so the kernel picks the process anew)."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+    try:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"null")
+    finally:
+        conn.close()
+
+
+def _on_each_process(server: ServerProcess, path: str, token: str | None = None) -> dict[int, Any]:
+    """`GET path` answered by each of the two processes: {worker index: (status, body)}."""
+    seen: dict[int, Any] = {}
+    for _ in range(TRIES):
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+        try:
+            conn.request("GET", "/v1/health")
+            worker = json.loads(conn.getresponse().read())["worker"]
+            if worker not in seen:
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                conn.request("GET", path, headers=headers)  # same connection, same process
+                resp = conn.getresponse()
+                seen[worker] = (resp.status, json.loads(resp.read() or b"null"))
+        finally:
+            conn.close()
+        if len(seen) == 2:
+            return seen
+    pytest.fail(f"only processes {sorted(seen)} answered in {TRIES} connections")
+
+
+def _workers_of(pid: int) -> list[int]:
+    kids: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            kids += [int(k) for k in f.read().split()]
+    return kids
+
+
+def _gone(pid: int, wait: float = 0.0) -> bool:
+    """Whether process `pid` has exited, waiting up to `wait` seconds for it (pidfd)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], wait)[0])
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path / "data", free_port(), tmp_path / "server.log", workers=2)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_both_processes_answer_health_with_one_instance(two: ServerProcess) -> None:
+    answers = _on_each_process(two, "/v1/health")
+    assert sorted(answers) == [0, 1]
+    assert {a[1]["instance"] for a in answers.values()} == {_get(two, "/v1/health")[1]["instance"]}
+    assert {a[1]["role"] for a in answers.values()} == {"primary"}
+
+
+def test_saves_through_either_process_read_back_through_either(two: ServerProcess) -> None:
+    saved: dict[str, bytes] = {}
+    for i in range(12):  # a new client each: its connections land on either process
+        with VaultClient(two.url, two.token, local_files=False) as c:
+            data = os.urandom(2000) + b"state" * (i + 1)
+            ckpt = c.save(f"agents/a{i % 3}", {"state.json": data}, chunking="small")
+            saved[ckpt.id] = data
+    big = os.urandom(3 << 20)  # an upload session: forwarded requests, chunk batches
+    path = two.data_dir.parent / "big.bin"
+    path.write_bytes(big)
+    with VaultClient(two.url, two.token, local_files=False) as c:
+        big_id = c.save("models/m", {"w.bin": str(path)}).id
+    for worker, (status, body) in _on_each_process(
+        two, "/v1/namespaces/agents/a0/checkpoints", two.token
+    ).items():
+        assert status == 200, (worker, body)
+        assert len(body["checkpoints"]) == 4, worker
+    log = [json.loads(line) for line in two.log_path.read_text().splitlines() if '"POST' in line]
+    savers = {e["pid"] for e in log if e.get("path", "").endswith("/checkpoints")}
+    assert len(savers) == 2, f"one-request saves all went through one process: {savers}"
+    for _ in range(3):
+        with VaultClient(two.url, two.token, local_files=False) as c:
+            for ckpt_id, data in saved.items():
+                ns = c.get(f"agents/a{list(saved).index(ckpt_id) % 3}", ckpt_id)
+                assert c.read_range(ns.namespace, ckpt_id, "state.json", 0, 1 << 20) == data
+            out = two.data_dir.parent / f"restore-{os.urandom(4).hex()}"
+            c.load("models/m", big_id, out)
+            assert (out / "w.bin").read_bytes() == big
+
+
+def test_revoked_token_is_refused_by_every_process(two: ServerProcess) -> None:
+    with VaultClient(two.url, two.token) as admin:
+        secret = admin.create_token("reader", ["read:*"]).token
+    before = _on_each_process(two, "/v1/namespaces", secret)
+    assert {s for s, _ in before.values()} == {200}
+    with VaultClient(two.url, two.token) as admin:
+        admin.revoke_token("reader")
+    after = _on_each_process(two, "/v1/namespaces", secret)
+    assert {s for s, _ in after.values()} == {401}
+    with pytest.raises(Unauthorized), VaultClient(two.url, secret) as c:
+        c.namespaces()
+
+
+def test_a_killed_worker_is_replaced_and_the_writer_keeps_serving(two: ServerProcess) -> None:
+    assert two.pid is not None
+    (worker,) = _workers_of(two.pid)
+    os.kill(worker, signal.SIGKILL)
+    with VaultClient(two.url, two.token, local_files=False) as c:
+        c.save("agents/k", {"s.json": b"after the kill"}, chunking="small")
+    deadline = time.monotonic() + RESPAWN_WAIT
+    while not [k for k in _workers_of(two.pid) if k != worker and not _gone(k)]:
+        assert time.monotonic() < deadline, "no new worker was started"
+        _get(two, "/v1/health")  # paced by real requests, each answered meanwhile
+    answers = _on_each_process(two, "/v1/namespaces/agents/k/checkpoints", two.token)
+    assert {len(b["checkpoints"]) for _, b in answers.values()} == {1}
+
+
+def test_sigkill_of_the_writer_takes_its_workers_and_a_restart_recovers(
+    two: ServerProcess,
+) -> None:
+    with VaultClient(two.url, two.token, local_files=False) as c:
+        ids = [
+            c.save("agents/r", {"s.json": os.urandom(500)}, chunking="small").id for _ in range(5)
+        ]
+    assert two.pid is not None
+    workers = _workers_of(two.pid)
+    assert len(workers) == 1
+    two.kill()
+    assert all(_gone(w, wait=10) for w in workers), "a worker outlived the writing process"
+    two.start()
+    answers = _on_each_process(two, "/v1/namespaces/agents/r/checkpoints", two.token)
+    for _, body in answers.values():
+        assert sorted(x["id"] for x in body["checkpoints"]) == sorted(ids)
+
+
+def test_sigterm_stops_every_process(two: ServerProcess) -> None:
+    assert two.pid is not None
+    workers = _workers_of(two.pid)
+    assert two.terminate() == 0
+    assert all(_gone(w) for w in workers), "the writing process exited before its workers"
+
+
+def test_a_port_in_use_is_still_refused(two: ServerProcess, tmp_path: Path) -> None:
+    """SO_REUSEPORT would let a second server share the port unnoticed; it must fail."""
+    other = subprocess.run(
+        [sys.executable, "-m", "cli", "serve", "--data", str(tmp_path / "other")]
+        + ["--port", str(two.port), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
+    )
+    assert other.returncode != 0
+    assert "address already in use" in other.stderr.lower(), other.stderr[-2000:]
