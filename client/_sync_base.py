@@ -2,10 +2,12 @@
 does not. Every other method is generated from `AsyncVaultClient` (client/_gen_sync.py).
 
 It owns the loop thread every call runs on (one per client, so one connection pool serves
-every thread of the program), the context manager and `close`, the blocking seekable file
-of `open`, and the closing of a client the program never closed: a finalizer closes its
-connections when it is collected or, at the latest, at interpreter exit, so a script that
-forgets `close()` leaves no connection open and no background save unfinished.
+every thread of the program), the small saves sent from the caller's own thread (the same
+connection pool, no hop to the loop: `_here_save`), the context manager and `close`, the
+blocking seekable file of `open`, and the closing of a client the program never closed: a
+finalizer closes its connections when it is collected or, at the latest, at interpreter
+exit, so a script that forgets `close()` leaves no connection open and no background save
+unfinished.
 """
 
 from __future__ import annotations
@@ -14,17 +16,19 @@ import asyncio
 import contextlib
 import io
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .background import BackgroundSaveFailed
+from .background import BackgroundSaveFailed, SaveHandle
+from .chunking import FileSpec, collect_sources
 from .forksafe import inert_after_fork
 from .loopthread import LoopThread
-from .models import Transfer
+from .models import Checkpoint, Transfer
+from .options import SaveFields, SaveOptions
 from .remotefile import RemoteFile
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing_extensions import Self, Unpack
 
     from .aio import AsyncVaultClient
 
@@ -45,6 +49,26 @@ class BlockingClient:
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._thread.run(coro)
+
+    def _here_save(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
+        background: bool,
+        **options: Unpack[SaveFields],
+    ) -> Checkpoint | SaveHandle:
+        """`save`: a small one (the one-request path) is sent from this thread, which waits
+        for it anyway; anything else runs on the loop thread."""
+        opts = SaveOptions.of(options)
+        if not background:
+            sources = collect_sources(files)
+            if self.aio._fits_one_request(sources):
+                self._thread.check_owner()
+                return self.aio._save_small_here(namespace, sources, opts)
+            return self._run(self.aio._save_sources(namespace, sources, opts))
+        handle: SaveHandle = self._run(self.aio.save(namespace, files, background=True, **options))
+        return handle
 
     @property
     def url(self) -> str:

@@ -79,11 +79,18 @@ class LoopThread:
     def loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
 
+    def check_owner(self) -> None:
+        """Refuse in a forked child: the copy shares the parent's sockets."""
+        if os.getpid() != self._pid:
+            raise ClientError("this client belongs to the parent process: make one after fork")
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the loop; block until done, lending this thread to `in_caller`."""
-        if os.getpid() != self._pid:
+        try:
+            self.check_owner()
+        except ClientError:
             coro.close()
-            raise ClientError("this client belongs to the parent process: make one after fork")
+            raise
         jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
 
         async def call() -> T:

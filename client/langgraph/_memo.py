@@ -1,12 +1,17 @@
 """What a saver remembers between calls, bounded: a process may serve threads for weeks.
 
-All of it is touched only on the saver's event loop, so none of it needs a lock.
+`VaultSaver` writes from LangGraph's threads (each put and put_writes on the thread that
+made it) while its reads run on the client's loop thread, so every structure here takes a
+lock around each operation, and the steps that must see one state (a put starting, a
+writes call deciding whether to wait for it) are `Memo` methods under its lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -28,21 +33,26 @@ class Lru(Generic[K, V]):
     def __init__(self, cap: int) -> None:
         self._cap = cap
         self._d: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
-        return self._d.get(key)
+        with self._lock:
+            return self._d.get(key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._d
+        with self._lock:
+            return key in self._d
 
     def put(self, key: K, value: V) -> None:
-        self._d[key] = value
-        self._d.move_to_end(key)
-        while len(self._d) > self._cap:
-            self._d.popitem(last=False)
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self._cap:
+                self._d.popitem(last=False)
 
     def pop(self, key: K) -> V | None:
-        return self._d.pop(key, None)
+        with self._lock:
+            return self._d.pop(key, None)
 
 
 class FileCache:
@@ -56,21 +66,24 @@ class FileCache:
         self._limit = limit
         self._size = 0
         self._d: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, digest: str) -> bytes | None:
-        data = self._d.get(digest)
-        if data is not None:
-            self._d.move_to_end(digest)
-        return data
+        with self._lock:
+            data = self._d.get(digest)
+            if data is not None:
+                self._d.move_to_end(digest)
+            return data
 
     def put(self, digest: str, data: bytes) -> None:
-        if digest in self._d or len(data) > self._limit // 4:
-            return
-        self._d[digest] = data
-        self._size += len(data)
-        while self._size > self._limit:
-            _, old = self._d.popitem(last=False)
-            self._size -= len(old)
+        with self._lock:
+            if digest in self._d or len(data) > self._limit // 4:
+                return
+            self._d[digest] = data
+            self._size += len(data)
+            while self._size > self._limit:
+                _, old = self._d.popitem(last=False)
+                self._size -= len(old)
 
 
 @dataclass
@@ -83,12 +96,52 @@ class Memo:
     # Checkpoints known to be committed, with their records (parent and file hashes).
     committed: Lru[Key, Record] = field(default_factory=lambda: Lru(REMEMBERED))
     # Puts on their way: writes for these wait, so they commit after their checkpoint.
-    inflight: dict[Key, asyncio.Future[None]] = field(default_factory=dict)
+    inflight: dict[Key, Future[None]] = field(default_factory=dict)
     # Writes whose checkpoint's put has not started: that put carries them too.
     early: Lru[Key, list[StoredWrite]] = field(default_factory=lambda: Lru(EARLY_KEYS))
     puts_since_prune: Lru[str, int] = field(default_factory=lambda: Lru(REMEMBERED))
     pruning: set[str] = field(default_factory=set)
     files: FileCache = field(init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.files = FileCache(self.cache_bytes)
+
+    def begin_put(self, key: Key) -> list[StoredWrite]:
+        """A put of `key` is on its way (writes for it wait from now); the writes that
+        came before it started, which it carries."""
+        with self._lock:
+            self.inflight[key] = Future()
+            return self.early.pop(key) or []
+
+    def end_put(self, key: Key) -> None:
+        """The put of `key` ended, committed or not: writes waiting for it go on."""
+        with self._lock:
+            done = self.inflight.pop(key)
+        done.set_result(None)
+
+    def before_writes(self, key: Key, writes: list[StoredWrite]) -> Future[None] | None:
+        """The put that writes for `key` must wait for, if it is on its way; if it has not
+        started, `writes` are kept for it to carry too (in case their own record commits
+        first: a reader takes writes older than their checkpoint from it)."""
+        with self._lock:
+            pending = self.inflight.get(key)
+            if pending is None and key not in self.committed:
+                self.early.put(key, (self.early.get(key) or []) + writes)
+            return pending
+
+    def prune_due(self, namespace: str, every: int) -> bool:
+        """Count a put of `namespace`; True (and it is now being pruned) on the `every`-th
+        since its last pruning, unless one is under way."""
+        with self._lock:
+            count = (self.puts_since_prune.get(namespace) or 0) + 1
+            self.puts_since_prune.put(namespace, count)
+            if count < every or namespace in self.pruning:
+                return False
+            self.puts_since_prune.put(namespace, 0)
+            self.pruning.add(namespace)
+            return True
+
+    def pruned(self, namespace: str) -> None:
+        with self._lock:
+            self.pruning.discard(namespace)

@@ -33,6 +33,7 @@ import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import aclosing
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import blake3
@@ -51,7 +52,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..aio import AsyncVaultClient
 from ..errors import Conflict, IntegrityError, NotFound
 from ..models import Checkpoint as Record
+from ..options import SaveFields
 from . import _maintenance as threads
+from . import _steps as steps
 from ._calls import Found, Put, Value, Where, Writes, close, config_of, next_found, wanted
 from ._codec import Contents, StoredWrite, decode, encode, merge_writes
 from ._layout import (
@@ -236,7 +239,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         put = self._encode_put(config, checkpoint, metadata, new_versions)
-        self._block(self._store_checkpoint(put))
+        self._put_blocking(put)
         return config_of(put.metadata["thread_id"], put.key[1], put.key[2])
 
     async def aput(
@@ -249,6 +252,10 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         put = self._encode_put(config, checkpoint, metadata, new_versions)
         await self._here(self._store_checkpoint(put))
         return config_of(put.metadata["thread_id"], put.key[1], put.key[2])
+
+    def _put_blocking(self, put: Put) -> None:
+        """A put from a thread outside the saver's loop (`VaultSaver` runs it here)."""
+        self._block(self._store_checkpoint(put))
 
     def _encode_put(
         self,
@@ -293,25 +300,28 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         return [(name, *self.serde.dumps_typed(value)) for name, value in channels.items()]
 
     async def _store_checkpoint(self, put: Put) -> None:
+        await steps.run(self._put_steps(put), self.client)
+        if self.keep_last is not None:
+            await self._prune_now_and_then(put.key[0], self.keep_last)
+
+    def _put_steps(self, put: Put) -> steps.Steps[None]:
+        """A put, for either driver (`_steps.py`): it is in flight (its writes wait) from
+        the start until it ends, committed or not; once committed, its record and files
+        are remembered."""
         memo = self._memo
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        memo.inflight[put.key] = done
+        early = memo.begin_put(put.key)
         try:
-            early = memo.early.pop(put.key) or []
             own = encode(Contents(early, put.document))
             parent = memo.committed.get(put.parent) if put.parent else None
-            rec = await self._save_checkpoint(put, own, parent)
+            rec = yield from self._save_checkpoint(put, own, parent)
             memo.committed.put(put.key, rec)
             memo.files.put(blake3.blake3(own).hexdigest(), own)
             for value in put.values:
                 memo.files.put(value.digest, value.data)
         finally:
-            del memo.inflight[put.key]
-            done.set_result(None)
-        if self.keep_last is not None:
-            await self._prune_now_and_then(put.key[0], self.keep_last)
+            memo.end_put(put.key)
 
-    async def _save_checkpoint(self, put: Put, own: bytes, parent: Record | None) -> Record:
+    def _save_checkpoint(self, put: Put, own: bytes, parent: Record | None) -> steps.Steps[Record]:
         """With the parent's record known: inherit its files, send what differs. Else, or
         if that record was pruned meanwhile, send every value (the vault dedups chunks)."""
         files = {CHECKPOINT_FILE: own}
@@ -322,25 +332,27 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             put.metadata["channels"].update({k: kinds[k] for k in put.unchanged})
             held = {name: info.get("hash") for name, info in parent.files.items()}
             files.update({v.file: v.data for v in put.values if held.get(v.file) != v.digest})
+            inheriting = SaveFields(
+                parent=parent.id,
+                inherit=True,
+                metadata=put.metadata,
+                tags=put.tags,
+                chunking=CHUNKING,
+            )
             try:
-                return await self.client.save(
-                    put.key[0],
-                    files,
-                    parent=parent.id,
-                    inherit=True,
-                    metadata=put.metadata,
-                    tags=put.tags,
-                    chunking=CHUNKING,
-                )
+                rec: Record = yield steps.Save(put.key[0], files, inheriting)
             except (NotFound, Conflict):
                 pass  # the parent's record is gone: fall through and send everything
-        for name, kind, data in await asyncio.to_thread(self._values, put.unchanged):
+            else:
+                return rec
+        values = yield steps.Offload(partial(self._values, put.unchanged))
+        for name, kind, data in values:
             files[channel_file(name)] = data
             put.metadata["channels"][name] = kind
         files.update({v.file: v.data for v in put.values})
-        return await self.client.save(
-            put.key[0], files, metadata=put.metadata, tags=put.tags, chunking=CHUNKING
-        )
+        whole = SaveFields(metadata=put.metadata, tags=put.tags, chunking=CHUNKING)
+        rec = yield steps.Save(put.key[0], files, whole)
+        return rec
 
     # -- put_writes -------------------------------------------------------------------
     def put_writes(
@@ -350,7 +362,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._block(self._store_writes(self._encode_writes(config, writes, task_id, task_path)))
+        self._writes_blocking(self._encode_writes(config, writes, task_id, task_path))
 
     async def aput_writes(
         self,
@@ -359,9 +371,12 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._here(
-            self._store_writes(self._encode_writes(config, writes, task_id, task_path))
-        )
+        req = self._encode_writes(config, writes, task_id, task_path)
+        await self._here(steps.run(self._writes_steps(req), self.client))
+
+    def _writes_blocking(self, req: Writes) -> None:
+        """A put_writes from a thread outside the saver's loop (`VaultSaver` runs it here)."""
+        self._block(steps.run(self._writes_steps(req), self.client))
 
     def _encode_writes(
         self,
@@ -381,21 +396,15 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         md["task_id"] = task_id
         return Writes((where.namespace, ns, cid), stored, md, record_tags(KIND_WRITES, ns, cid))
 
-    async def _store_writes(self, req: Writes) -> None:
-        memo = self._memo
-        pending = memo.inflight.get(req.key)
+    def _writes_steps(self, req: Writes) -> steps.Steps[None]:
+        """A writes record, committed after its checkpoint's put when that is on its way;
+        if that put has not started, it carries these writes too (`Memo.before_writes`)."""
+        pending = self._memo.before_writes(req.key, req.writes)
         if pending is not None:
-            await asyncio.shield(pending)  # commit after the checkpoint, never before it
-        elif req.key not in memo.committed:
-            # Its put has not started: it will carry these too, in case this record
-            # commits first (a reader takes writes older than their checkpoint from it).
-            memo.early.put(req.key, (memo.early.get(req.key) or []) + req.writes)
-        await self.client.save(
-            req.key[0],
-            {WRITES_FILE: encode(Contents(writes=req.writes))},
-            metadata=req.metadata,
-            tags=req.tags,
-            chunking=CHUNKING,
+            yield steps.Wait(pending)  # commit after the checkpoint, never before it
+        files = {WRITES_FILE: encode(Contents(writes=req.writes))}
+        yield steps.Save(
+            req.key[0], files, SaveFields(metadata=req.metadata, tags=req.tags, chunking=CHUNKING)
         )
 
     # -- whole threads ----------------------------------------------------------------
@@ -445,17 +454,12 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         """Prune a thread every ~keep/4 puts, inside the put that crosses the mark: a thread
         then holds at most ~1.25 x keep checkpoints per checkpoint_ns, and the listing is
         paid once per keep/4 puts rather than on every put."""
-        memo = self._memo
-        count = (memo.puts_since_prune.get(namespace) or 0) + 1
-        memo.puts_since_prune.put(namespace, count)
-        if count < max(1, keep // 4) or namespace in memo.pruning:
+        if not self._memo.prune_due(namespace, max(1, keep // 4)):
             return
-        memo.puts_since_prune.put(namespace, 0)
-        memo.pruning.add(namespace)
         try:
             await threads.prune(self.client, namespace, keep)
         finally:
-            memo.pruning.discard(namespace)
+            self._memo.pruned(namespace)
 
     # -- versions ---------------------------------------------------------------------
     def get_next_version(self, current: str | None, channel: None) -> str:

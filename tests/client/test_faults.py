@@ -140,6 +140,11 @@ def child():
         sys.exit(4)  # the copy must refuse: its loop thread stayed in the parent
     except ClientError:
         pass
+    try:
+        copy.save("f/fork", {"a": b"in the child"})  # sent from here: the parent's sockets
+        sys.exit(5)
+    except ClientError:
+        pass
     with VaultClient(progress=False) as own:  # a client of its own works
         ok = own.get("f/fork", first.id).id == first.id
     copy.close()  # a no-op in the child
@@ -162,3 +167,18 @@ print("parent works after its children exited")
 def test_a_forked_child_leaves_the_parent_client_working(server: ServerProcess) -> None:
     out = run_fork_script(server, CLIENT_FORK_SCRIPT)
     assert out == "parent works after its children exited\n"
+
+
+def test_a_small_save_whose_answer_is_lost_makes_one_checkpoint(
+    server: ServerProcess, proxy: CuttingProxy
+) -> None:
+    """A small save goes out from the caller's thread with the retries of every request:
+    its answer cut, it is sent again with the same idempotency key and answers the
+    checkpoint the first try made."""
+    with VaultClient(f"http://127.0.0.1:{proxy.port}", server.token, progress=False) as vault:
+        proxy.cut_download_after(1)  # the save is made; its answer never arrives
+        ckpt = vault.save("f/lost", {"state.json": b'{"step": 7}'}, chunking="small")
+        assert proxy.cuts == 1
+        assert vault.transfer.retries == 1
+        assert [c.id for c in vault.list("f/lost")] == [ckpt.id]
+        assert vault.read_range("f/lost", ckpt.id, "state.json", 0, 100) == b'{"step": 7}'

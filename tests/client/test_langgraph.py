@@ -306,20 +306,28 @@ async def test_async_saver_runs_interrupts_history_and_deletes(server: ServerPro
         assert len([t async for t in own_loop.alist(cfg, limit=7)]) == 7
 
 
-def test_writes_racing_their_checkpoint_are_all_kept(saver: VaultSaver) -> None:
-    """LangGraph sends a checkpoint's writes while its put may not have started, be on its
-    way, or be done: every write must read back, with the reference saver's merge rules."""
+def first_put(
+    saver: VaultSaver,
+) -> tuple[RunnableConfig, Checkpoint, CheckpointMetadata, ChannelVersions]:
+    """The arguments of a new thread's first put: one message."""
     cfg = thread()
     base: RunnableConfig = {"configurable": {**cfg["configurable"], "checkpoint_ns": ""}}
     checkpoint = empty_checkpoint()
     checkpoint["channel_values"] = {"messages": [HumanMessage(content="hi", id="m1")]}
     versions: ChannelVersions = {"messages": saver.get_next_version(None, None)}
     checkpoint["channel_versions"] = versions
+    meta: CheckpointMetadata = {"source": "input", "step": -1, "parents": {}}
+    return base, checkpoint, meta, versions
+
+
+def test_writes_racing_their_checkpoint_are_all_kept(saver: VaultSaver) -> None:
+    """LangGraph sends a checkpoint's writes while its put may not have started, be on its
+    way, or be done: every write must read back, with the reference saver's merge rules."""
+    base, checkpoint, meta, versions = first_put(saver)
     at: RunnableConfig = {
         "configurable": {**base["configurable"], "checkpoint_id": checkpoint["id"]}
     }
     ref = InMemorySaver()
-    meta: CheckpointMetadata = {"source": "input", "step": -1, "parents": {}}
     calls: list[tuple[str, Any]] = [
         ("put_writes", (at, [("a", 1), ("b", 2)], "task-1", "~path1")),  # before the put
         ("put_writes", (at, [("__interrupt__", "first")], "task-2", "~path2")),
@@ -347,6 +355,31 @@ def test_writes_racing_their_checkpoint_are_all_kept(saver: VaultSaver) -> None:
     assert ("task-1", "a", 1) in (mine.pending_writes or [])
     assert ("task-2", "__interrupt__", "second") in (mine.pending_writes or [])
     assert saver.get_tuple(base) == ref.get_tuple(base)
+
+
+def test_puts_and_writes_need_nothing_of_the_clients_loop_thread(saver: VaultSaver) -> None:
+    """A sync program's put and put_writes are sent from its own threads: with the client's
+    loop thread held busy, a whole turn's puts and writes still complete."""
+    base, checkpoint, meta, versions = first_put(saver)
+    held, release = threading.Event(), threading.Event()
+    released: list[bool] = []  # False: the hold timed out (a call waited for the loop)
+
+    def hold() -> None:
+        held.set()
+        released.append(release.wait(5))
+
+    saver._vault._loop.call_soon_threadsafe(hold)
+    assert held.wait(10)
+    try:
+        at = saver.put(base, checkpoint, meta, versions)
+        saver.put_writes(at, [("a", 1)], "task-1", "")
+    finally:
+        release.set()
+    found = saver.get_tuple(at)  # on the loop: the hold has ended
+    assert released == [True]
+    assert found is not None
+    assert found.checkpoint["channel_values"] == checkpoint["channel_values"]
+    assert found.pending_writes == [("task-1", "a", 1)]
 
 
 def test_a_turn_costs_one_request_per_saver_call_and_no_downloads(saver: VaultSaver) -> None:

@@ -6,6 +6,7 @@ import io
 import os
 import random
 import re
+import threading
 from pathlib import Path
 
 import blake3
@@ -33,6 +34,26 @@ def test_small_save_is_one_request_and_round_trips(vault: VaultClient, tmp_path:
     assert loaded.id == ckpt.id
     assert (tmp_path / "state.json").read_bytes() == b'{"step": 1}'
     assert (tmp_path / "empty").read_bytes() == b""
+
+
+def test_a_small_save_needs_nothing_of_the_clients_loop_thread(vault: VaultClient) -> None:
+    """`VaultClient.save` of a small checkpoint is sent from the caller's thread: with the
+    client's loop thread held busy, it still completes."""
+    held, release = threading.Event(), threading.Event()
+    released: list[bool] = []  # False: the hold timed out (the save waited for the loop)
+
+    def hold() -> None:
+        held.set()
+        released.append(release.wait(5))
+
+    vault._loop.call_soon_threadsafe(hold)
+    assert held.wait(10)
+    try:
+        ckpt = vault.save("c/here", {"state.json": b'{"step": 2}'}, chunking="small")
+    finally:
+        release.set()
+    assert vault.read_range("c/here", ckpt.id, "state.json", 0, 100) == b'{"step": 2}'
+    assert released == [True]  # read_range ran on the loop: the hold has ended
 
 
 def test_large_save_sends_only_changed_chunks(vault: VaultClient, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import email.utils
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -18,6 +19,22 @@ from client.transport import Transport, _retry_after, retryable
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 FAST = RetryPolicy(attempts=4, base=0.001, cap=0.002)
+Ask = Callable[[Transport, str], Awaitable[Any]]
+
+
+async def _on_the_loop(t: Transport, path: str) -> Any:
+    return await t.json("POST", path, data=b"{}", headers={})
+
+
+async def _on_a_blocked_thread(t: Transport, path: str) -> Any:
+    """`json_here`, as a blocked caller (`VaultClient.save`) runs it: on its own thread."""
+    return await asyncio.to_thread(t.json_here, "POST", path, data=b"{}", headers={})
+
+
+@pytest.fixture(params=[_on_the_loop, _on_a_blocked_thread], ids=["loop", "caller"])
+def ask(request: pytest.FixtureRequest) -> Ask:
+    """Both ways a request is made: the retries, errors and counts must be the same."""
+    return request.param  # type: ignore[no-any-return]
 
 
 def _error(status: int, retry_after: float | None = None) -> Exception:
@@ -77,47 +94,51 @@ async def _serve(
     return await aiohttp_server(app), seen
 
 
-async def test_statuses_that_say_retry_are_retried(aiohttp_server: ServerFactory) -> None:
+async def test_statuses_that_say_retry_are_retried(aiohttp_server: ServerFactory, ask: Ask) -> None:
     server, seen = await _serve(aiohttp_server, [(503, {}), (429, {"Retry-After": "0"}), (502, {})])
     t = Transport(str(server.make_url("")), None, retry=FAST)
     try:
-        assert await t.json("GET", "/v1/x") == {"ok": True}
+        assert await ask(t, "/v1/x") == {"ok": True}
         assert len(seen) == 4
         assert t.transfer.retries == 3
     finally:
         await t.close()
 
 
-async def test_a_429_without_retry_after_and_a_404_are_not(aiohttp_server: ServerFactory) -> None:
+async def test_a_429_without_retry_after_and_a_404_are_not(
+    aiohttp_server: ServerFactory, ask: Ask
+) -> None:
     server, seen = await _serve(aiohttp_server, [(429, {}), (404, {})])
     t = Transport(str(server.make_url("")), None, retry=FAST)
     try:
         with pytest.raises(ServerError):
-            await t.json("GET", "/v1/x")
+            await ask(t, "/v1/x")
         with pytest.raises(NotFound):
-            await t.json("GET", "/v1/x")
+            await ask(t, "/v1/x")
         assert len(seen) == 2
     finally:
         await t.close()
 
 
-async def test_attempts_run_out_with_the_last_answer(aiohttp_server: ServerFactory) -> None:
+async def test_attempts_run_out_with_the_last_answer(
+    aiohttp_server: ServerFactory, ask: Ask
+) -> None:
     server, seen = await _serve(aiohttp_server, [(503, {"Retry-After": "0"})] * 10)
     t = Transport(str(server.make_url("")), None, retry=FAST)
     try:
         with pytest.raises(Unavailable) as failed:
-            await t.json("GET", "/v1/x")
+            await ask(t, "/v1/x")
         assert failed.value.retry_after == 0
         assert len(seen) == FAST.attempts
     finally:
         await t.close()
 
 
-async def test_an_unreachable_server_is_a_transport_error() -> None:
+async def test_an_unreachable_server_is_a_transport_error(ask: Ask) -> None:
     t = Transport("http://127.0.0.1:9", None, retry=FAST)
     try:
         with pytest.raises(TransportError, match="after 4 attempts"):
-            await t.json("GET", "/v1/x")
+            await ask(t, "/v1/x")
         assert t.transfer.retries == FAST.attempts - 1
     finally:
         await t.close()
@@ -162,12 +183,12 @@ async def test_paths_are_escaped_once_and_queries_encoded(aiohttp_server: Server
         await t.close()
 
 
-async def test_a_closed_transport_refuses_at_once(aiohttp_server: ServerFactory) -> None:
+async def test_a_closed_transport_refuses_at_once(aiohttp_server: ServerFactory, ask: Ask) -> None:
     server, seen = await _serve(aiohttp_server, [])
     t = Transport(str(server.make_url("")), None)  # the default policy would wait seconds
-    assert await t.json("GET", "/v1/x") == {"ok": True}
+    assert await ask(t, "/v1/x") == {"ok": True}
     await t.close()
     with pytest.raises(TransportError, match="closed"):
-        await t.json("GET", "/v1/x")
+        await ask(t, "/v1/x")
     assert len(seen) == 1
     assert t.transfer.retries == 0

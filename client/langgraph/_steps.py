@@ -1,0 +1,127 @@
+"""A saver's writes as steps, written once and run by either face.
+
+A put or a put_writes is a little logic around one or two saves: which files to send,
+what to fall back to, what to remember after. `AsyncVaultSaver` runs it on its event loop;
+`VaultSaver` runs it on the caller's thread, which it blocks anyway, so a small save goes
+out from there without a hop to the client's loop thread and back (client/_sync_base.py).
+So the logic is a generator that yields what it needs done and gets each outcome back
+(sans-IO): `Save` (a checkpoint saved, its record sent back, or its error thrown in),
+`Offload` (blocking work kept off an event loop: serializing values) and `Wait` (a put this
+one must commit after). `run` and `run_here` are the two drivers; nothing else differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..aio import AsyncVaultClient
+from ..options import SaveFields
+
+if TYPE_CHECKING:
+    from ..sync import VaultClient
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Save:
+    """`client.save(namespace, files, **options)`; answers the record."""
+
+    namespace: str
+    files: dict[str, bytes]
+    options: SaveFields
+
+
+@dataclass(frozen=True)
+class Offload:
+    """`fn()`, on a worker thread when the driver is an event loop; answers its result."""
+
+    fn: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Until `done` is set (whatever the put it stands for ended with); answers None."""
+
+    done: Future[None]
+
+
+Step = Save | Offload | Wait
+Steps = Generator[Step, Any, T]
+
+
+async def run(steps: Steps[T], client: AsyncVaultClient) -> T:
+    """Run `steps` on this event loop."""
+    with _Stepper(steps) as stepper:
+        while (step := stepper.next()) is not None:
+            try:
+                stepper.answer(await _do(step, client))
+            except Exception as e:  # noqa: BLE001 - the steps decide: handled or raised there
+                stepper.fail(e)
+        return stepper.result
+
+
+def run_here(steps: Steps[T], client: VaultClient) -> T:
+    """Run `steps` on this thread, blocking it (a small save goes out from here)."""
+    with _Stepper(steps) as stepper:
+        while (step := stepper.next()) is not None:
+            try:
+                stepper.answer(_do_here(step, client))
+            except Exception as e:  # noqa: BLE001 - the steps decide: handled or raised there
+                stepper.fail(e)
+        return stepper.result
+
+
+class _Stepper(Generic[T]):
+    """Hands each outcome to the steps and takes the next step; what both drivers share.
+    Leaving it closes the steps, so an abandoned put still ends (its `finally` runs)."""
+
+    def __init__(self, steps: Steps[T]) -> None:
+        self._steps = steps
+        self._answer: Any = None
+        self._error: Exception | None = None
+        self.result: T
+
+    def next(self) -> Step | None:
+        """The next step, or None once the steps returned (their value in `result`)."""
+        answer, error = self._answer, self._error
+        self._answer, self._error = None, None
+        try:
+            return self._steps.throw(error) if error is not None else self._steps.send(answer)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+
+    def answer(self, value: Any) -> None:
+        self._answer = value
+
+    def fail(self, error: Exception) -> None:
+        self._error = error
+
+    def __enter__(self) -> _Stepper[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._steps.close()
+
+
+async def _do(step: Step, client: AsyncVaultClient) -> Any:
+    if isinstance(step, Save):
+        return await client.save(step.namespace, step.files, **step.options)
+    if isinstance(step, Offload):
+        return await asyncio.to_thread(step.fn)
+    await asyncio.shield(asyncio.wrap_future(step.done))
+    return None
+
+
+def _do_here(step: Step, client: VaultClient) -> Any:
+    if isinstance(step, Save):
+        return client.save(step.namespace, step.files, **step.options)
+    if isinstance(step, Offload):
+        return step.fn()
+    step.done.result()
+    return None
