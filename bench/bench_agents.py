@@ -30,7 +30,9 @@ What it does:
 Reported per side: saves/s (acknowledged saves over the run's wall time), state MB/s, p50 /
 p99 latency of one save in ms, errors, the read-back check, and bytes on disk (the vault's
 data dir; `pg_total_relation_size` of the table, TOAST included, pglz-compressed by default;
-PostgreSQL's WAL is not counted), also per acknowledged save since the counts differ. The
+PostgreSQL's WAL is not counted), also per acknowledged save since the counts differ; CPU
+per acknowledged save of this process (producers making states, hashing them, and the
+client or psycopg) and, vault side, of the server (/proc/PID/stat utime + stime). The
 two sides run one after the other, vault first, so neither competes with the other for this
 shared machine's 2 cores; the server processes and the bench share them. MB = 10^6 bytes.
 
@@ -43,7 +45,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -179,6 +183,19 @@ class Side:
     checked: int = 0
     mismatched: int = 0
     disk_bytes: int = 0
+    cpu_s: float = 0.0  # this process (producers, client) during the run
+    server_cpu_s: float = 0.0  # the vault server's during the run (vault side only)
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 Save = Callable[[str, int, bytes], Awaitable[str]]  # returns the key to read it back by
@@ -203,9 +220,10 @@ async def produce(side: Side, save: Save, producers: int, seconds: float, seed: 
             side.acked.append((thread, step, key, blake3.blake3(state).digest()))
             side.state_bytes += len(state)
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), own_cpu()
     await asyncio.gather(*(one(p) for p in range(producers)))
     side.wall_s = time.perf_counter() - t0
+    side.cpu_s = own_cpu() - cpu0
 
 
 async def check(side: Side, read: Callable[[str, int, str], Awaitable[bytes]], n: int) -> None:
@@ -245,7 +263,9 @@ async def run_vault(tmp: Path, producers: int, seconds: float, seed: int) -> Sid
                 return await vault.read_range(f"agents/{thread}", key, "state.json", 0, 1 << 20)
 
             log(f"vault: {producers} producers for {seconds:g} s")
+            before = cpu_of(server.pid)
             await produce(side, save, producers, seconds, seed)
+            side.server_cpu_s = cpu_of(server.pid) - before
             log(f"vault: reading back {len(side.acked)} saves")
             await check(side, read, producers)
         side.disk_bytes = allocated(tmp / "data")
@@ -320,6 +340,8 @@ def figures(side: Side) -> dict[str, Any]:
         "checked": side.checked,
         "mismatched": side.mismatched,
         "disk_bytes": side.disk_bytes,
+        "cpu_ms_per_save": side.cpu_s * 1000 / n if n else 0.0,
+        "server_cpu_ms_per_save": side.server_cpu_s * 1000 / n if n else 0.0,
     }
 
 
@@ -337,6 +359,8 @@ def report(figs: list[dict[str, Any]], producers: int, seconds: float) -> str:
             f"{f['checked'] - f['mismatched']:,}/{f['checked']:,}",
             f"{f['disk_bytes']:,}",
             f"{f['disk_bytes'] / max(1, f['saves']) / 1000:.1f}",
+            f"{f['cpu_ms_per_save']:.2f}",
+            f"{f['server_cpu_ms_per_save']:.2f}" if f["side"] == "vault" else "-",
         )
         for f in figs
     ]
@@ -357,6 +381,8 @@ def report(figs: list[dict[str, Any]], producers: int, seconds: float) -> str:
         "read back ok",
         "disk bytes",
         "disk kB / save",
+        "bench CPU ms / save",
+        "server CPU ms / save",
     )
     return table(title, header, rows)
 

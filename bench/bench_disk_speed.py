@@ -31,7 +31,9 @@ What it does, in one temp dir:
    cold in the page cache being ~3x slower);
 6. `curl` GETs the novel file twice to /dev/null and keeps the second (hot) rate;
 7. the server's peak RSS (VmHWM), and the start-up time of `python -c "import client"` and
-   `ckpt --help` (best of 5, beside `python -c pass`).
+   `ckpt --help` (best of 5, beside `python -c pass`);
+8. CPU seconds per GB of the server (utime + stime from /proc/PID/stat around each save
+   and the faster load) and of the client child (start to exit, imports included).
 
 Every process it starts runs with its bytecode cached, as after `pip install` (which
 compiles it) or any earlier run: where PYTHONDONTWRITEBYTECODE is set (this sandbox sets
@@ -130,8 +132,14 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
                 c.load(ns, files["ref"], dest=files["dest"])
             seconds += time.perf_counter() - start
         sent = c.transfer.bytes_sent
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"seconds": seconds, "ids": ids, "rss_mib": rss, "sent": sent}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "seconds": seconds,
+        "ids": ids,
+        "rss_mib": usage.ru_maxrss / 1024,
+        "sent": sent,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+    }
 
 
 @dataclass
@@ -146,6 +154,10 @@ class SetFigures:
     save_s: float = 0.0
     load_s: float = 0.0
     pull_s: float = 0.0
+    save_server_cpu_s: float = 0.0  # the server's utime + stime during the save
+    save_client_cpu_s: float = 0.0  # the saving child's, start to exit
+    load_server_cpu_s: float = 0.0  # during the faster VaultClient.load
+    load_client_cpu_s: float = 0.0
     save_rss_mib: float = 0.0
     save_sent: int = 0  # bytes the saving client sent: ~0 when the files were handed over
     load_rss_mib: float = 0.0
@@ -259,15 +271,22 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
     fig.copy_s = min(fig.copy_new_s, copy_all(1))
     shutil.rmtree(copies)
     log(f"{name}: saving {fig.nbytes / MB:.0f} MB in {len(sets)} checkpoint(s)")
+    before = cpu_seconds(server.pid)
     saved = child(["save", server.url, name, json.dumps(sets)])
+    fig.save_server_cpu_s = cpu_seconds(server.pid) - before
     fig.save_s, fig.save_rss_mib, fig.save_sent = saved["seconds"], saved["rss_mib"], saved["sent"]
+    fig.save_client_cpu_s = saved["cpu_s"]
     dests = [tmp / "restore" / name / ck for ck in saved["ids"]]
     loads = [{"ref": ck, "dest": str(d)} for ck, d in zip(saved["ids"], dests, strict=True)]
     fig.identical = True
     fig.load_s = fig.pull_s = float("inf")
     for attempt in range(RESTORES):  # the best of two, as for the copy
         log(f"{name}: restoring with VaultClient.load ({attempt + 1}/{RESTORES})")
+        before = cpu_seconds(server.pid)
         loaded = child(["load", server.url, name, json.dumps(loads)])
+        if loaded["seconds"] < fig.load_s:
+            fig.load_server_cpu_s = cpu_seconds(server.pid) - before
+            fig.load_client_cpu_s = loaded["cpu_s"]
         fig.load_s = min(fig.load_s, loaded["seconds"])
         fig.load_rss_mib = max(fig.load_rss_mib, loaded["rss_mib"])
         fig.identical = fig.identical and _restored(sets, dests)
@@ -284,6 +303,12 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
         fig.identical = fig.identical and _restored(sets, dests)
         shutil.rmtree(tmp / "restore" / name)
     return fig
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _restored(sets: list[dict[str, str]], dests: list[Path]) -> bool:
@@ -351,6 +376,10 @@ def _wait_healthy(server: Server) -> None:
         time.sleep(0.1)
 
 
+def gb(s: SetFigures) -> float:
+    return s.nbytes / (1000 * MB)
+
+
 def report(fig: Figures) -> str:
     def rate(s: SetFigures, seconds: float) -> str:
         return f"{s.nbytes / seconds / MB:.0f} MB/s ({s.ratio(seconds):.2f}x)" if seconds else "-"
@@ -393,6 +422,12 @@ def report(fig: Figures) -> str:
             f" (save {s.copy_new_s / s.save_s:.2f}x)"
             for s in fig.sets
             if s.copy_new_s and s.save_s
+        ),
+        "CPU s per GB (server / client process): "
+        + ", ".join(
+            f"{s.name} save {s.save_server_cpu_s / gb(s):.2f} / {s.save_client_cpu_s / gb(s):.2f},"
+            f" load {s.load_server_cpu_s / gb(s):.2f} / {s.load_client_cpu_s / gb(s):.2f}"
+            for s in fig.sets
         ),
         "saves: "
         + ", ".join(
