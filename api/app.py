@@ -9,6 +9,7 @@ this module; everything else imports api/keys.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -20,7 +21,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from protocol import ADMIN_TOKEN_FILE
-from vault import Clock, SystemClock, Vault
+from vault import Clock, SystemClock, Vault, VaultError
 from vault.env import make_private
 from vault.runtime import PoolSizes, Runtime
 
@@ -66,6 +67,7 @@ from .turns import Turns
 from .workers import no_readers, stop_workers, workers_context
 
 log = logging.getLogger("ckpt.api")
+USES_EVERY = 10.0  # seconds between a worker's hand-overs of its tokens' last uses
 
 
 def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
@@ -138,11 +140,28 @@ async def _writer_context(app: web.Application) -> AsyncIterator[None]:
     app[FORWARDER] = Forwarder(str(settings.engine_socket))
     calls = CallClient(str(settings.calls_socket), asyncio.get_running_loop())
     app[VAULT].send_saves(calls.save)
+    uses = asyncio.get_running_loop().create_task(_hand_uses(app, calls))
     try:
         yield
     finally:
+        uses.cancel()
+        if taken := app[TOKENS].take_uses():
+            with contextlib.suppress(VaultError):  # the writing process may be gone first
+                await calls.note_uses(taken)
         await calls.close()
         await app[FORWARDER].close()
+
+
+async def _hand_uses(app: web.Application, calls: CallClient) -> None:
+    """A worker's tokens' last uses go to the writing process, which stores them."""
+    while True:
+        await asyncio.sleep(USES_EVERY)
+        taken = app[TOKENS].take_uses()
+        if taken:
+            try:
+                await calls.note_uses(taken)
+            except VaultError:  # the writing process is away: kept for the next round
+                app[TOKENS].note_uses(taken)
 
 
 def _middlewares(settings: Settings, worker: int) -> list[Middleware]:

@@ -98,6 +98,11 @@ class TokenCache:
         self.last_used[token.key_id] = now
         return Principal(token.name, token.scopes)
 
+    def note_uses(self, last_used: dict[str, float]) -> None:
+        """Uses seen elsewhere (a worker process's), kept with this cache's own."""
+        for key, at in last_used.items():
+            self.last_used[key] = max(at, self.last_used.get(key, at))
+
     def take_uses(self) -> dict[str, float]:
         """Last-use times gathered since the previous call (for `Tokens.record_use`)."""
         taken, self.last_used = self.last_used, {}

@@ -27,13 +27,14 @@ import struct
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from vault import PreparedSave, StoredCheckpoint, Unavailable, Vault
 
-from .keys import SETTINGS, VAULT
+from .keys import SETTINGS, TOKENS, VAULT
 
 log = logging.getLogger("ckpt.api")
 
@@ -58,11 +59,21 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return call, await reader.readexactly(length)
 
 
-class CallServer:
-    """The writing process's end: commits the prepared saves its workers send."""
+@dataclass(frozen=True)
+class TokenUses:
+    """When a worker last saw each token (by key id): the writing process keeps them with
+    its own and stores them when it stores those (`TokenCache.take_uses`)."""
 
-    def __init__(self, vault: Vault) -> None:
+    last_used: dict[str, float]
+
+
+class CallServer:
+    """The writing process's end: commits the prepared saves its workers send and takes
+    their tokens' last uses (`note_uses`: its own `TokenCache.note_uses`)."""
+
+    def __init__(self, vault: Vault, note_uses: Callable[[dict[str, float]], None]) -> None:
         self._vault = vault
+        self._note_uses = note_uses
         self._connections: set[asyncio.StreamWriter] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -82,10 +93,14 @@ class CallServer:
 
     def _commit(self, writer: asyncio.StreamWriter, call: int, payload: bytes) -> None:
         try:
-            prepared = pickle.loads(payload)  # noqa: S301 - our own worker, our own socket
-            if not isinstance(prepared, PreparedSave):
-                raise TypeError(f"expected a prepared save, got {type(prepared).__name__}")
-            done = self._vault.commit_prepared(prepared)
+            message = pickle.loads(payload)  # noqa: S301 - our own worker, our own socket
+            if isinstance(message, TokenUses):
+                self._note_uses(message.last_used)
+                _send(writer, call, _answer(True, None))
+                return
+            if not isinstance(message, PreparedSave):
+                raise TypeError(f"expected a prepared save, got {type(message).__name__}")
+            done = self._vault.commit_prepared(message)
         except Exception as e:  # noqa: BLE001 - the caller gets it as its answer
             _send(writer, call, _answer(False, e))
             return
@@ -122,6 +137,10 @@ class CallClient:
         payload = pickle.dumps(prepared, protocol=5)  # here, not on the event loop
         result: Saved = asyncio.run_coroutine_threadsafe(self._call(payload), self._loop).result()
         return result
+
+    async def note_uses(self, last_used: dict[str, float]) -> None:
+        """Hand the writing process when this worker last saw each token."""
+        await self._call(pickle.dumps(TokenUses(last_used), protocol=5))
 
     async def _call(self, payload: bytes) -> Any:
         writer = await self._connected()
@@ -185,7 +204,7 @@ def serve_calls() -> Callable[[web.Application], AsyncIterator[None]]:
     async def context(app: web.Application) -> AsyncIterator[None]:
         path = app[SETTINGS].calls_socket
         assert path is not None  # no workers without it (Settings.processes)
-        calls = CallServer(app[VAULT])
+        calls = CallServer(app[VAULT], app[TOKENS].note_uses)
         server = await asyncio.start_unix_server(calls.handle, str(path))
         try:
             yield

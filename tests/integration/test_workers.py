@@ -196,3 +196,30 @@ def test_a_port_in_use_is_still_refused(two: ServerProcess, tmp_path: Path) -> N
     )
     assert other.returncode != 0
     assert "address already in use" in other.stderr.lower(), other.stderr[-2000:]
+
+
+def _on_worker(server: ServerProcess, path: str, token: str) -> int:
+    """`GET path` on a connection the worker (not the writing process) answers."""
+    for _ in range(TRIES):
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+        try:
+            conn.request("GET", "/v1/health")
+            if json.loads(conn.getresponse().read())["worker"] == 1:
+                conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+                resp = conn.getresponse()
+                resp.read()
+                return resp.status
+        finally:
+            conn.close()
+    pytest.fail(f"the worker answered none of {TRIES} connections")
+
+
+def test_a_token_seen_only_by_the_worker_has_its_last_use_stored(two: ServerProcess) -> None:
+    with VaultClient(two.url, two.token) as admin:
+        secret = admin.create_token("seen", ["read:*"]).token
+    assert _on_worker(two, "/v1/namespaces", secret) == 200
+    assert two.terminate() == 0  # the worker hands its uses over as it stops
+    two.start()
+    with VaultClient(two.url, two.token) as admin:
+        (seen,) = [t for t in admin.tokens() if t.name == "seen"]
+    assert seen.last_used is not None
