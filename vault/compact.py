@@ -59,7 +59,11 @@ MIN_SAVING_FRACTION = 16  # keep a new frame only if it saves >= 1/16 of the sto
 # against the next is preferred, so dense updates (where distance barely matters) get
 # short chains and sparse ones (where it does) get small deltas.
 DEPTH_COST = 0.05
-BATCH_BYTES = 8 << 20  # plaintext read, encoded and switched per writer transaction
+# Plaintext read, encoded and switched per writer transaction. A batch's frames and bases
+# are read through LMDB's map before the mapping is trimmed (vault/env.py note_io), so the
+# server's peak RSS follows it: 8 MiB gave a VmHWM of 289 MiB on the embedding series
+# (bench/bench_du.py), 4 MiB 251 MiB; 2 MiB no less (issue 32: under 300 MiB).
+BATCH_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ NS = "crash/compact"
 
 def versions(count: int, seed: int) -> list[bytes]:
     rng = np.random.default_rng(seed)
-    # 10 MiB: past one compaction batch (vault/compact.py BATCH_BYTES, 8 MiB), so a paced
+    # 10 MiB: past one compaction batch (vault/compact.py BATCH_BYTES, 4 MiB), so a paced
     # run sleeps between batches and a kill can land between two switches.
     a = rng.standard_normal((1024, 2048)).astype(np.float32)
     b = rng.standard_normal((1024, 1024)).astype(np.float16)
