@@ -16,10 +16,11 @@ Lifetimes, and why each is safe:
   read across the recovery a restart runs, which rewrites the files' meta pages.
 - Each worker holds `workers.lock` shared; a starting writer takes it exclusively before
   it recovers anything, so a worker of a killed predecessor that has not died yet is
-  waited for (`wait_for_readers`), never read beside.
-- A worker that exits is started again (after a pause that doubles while it keeps dying
-  young, up to RESTART_MAX seconds); the reader slots it held in LMDB's lock table are
-  cleared first (`mdb_reader_check`), else they would keep old pages from reuse.
+  waited for (`no_readers`), never read beside.
+- A worker that exits is started again: at once if it had got ready to serve, else after
+  a pause that doubles while it keeps failing to start (up to RESTART_MAX seconds). The
+  reader slots it held in LMDB's lock table are cleared first (`mdb_reader_check`), else
+  they would keep old pages from reuse.
 - At SIGTERM the writer asks every worker to stop (they finish their requests like it
   does), waits for them, then closes the vault.
 """
@@ -54,7 +55,6 @@ READERS_LOCK = "workers.lock"  # in the vault dir: held shared by every worker
 READERS_WAIT = 15.0  # seconds a starting writer waits for a predecessor's workers to die
 RESTART_MIN, RESTART_MAX = 0.5, 30.0
 READY_WAIT = 60.0  # seconds a starting service waits for its workers to open the vault
-YOUNG = 10.0  # a worker that dies sooner than this after its start is restarted later
 _PR_SET_PDEATHSIG = 1
 
 
@@ -122,6 +122,7 @@ class _Worker:
     proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     pause: float = RESTART_MIN
+    served: bool = False  # it got ready: a death after that is no start-up crash loop
     pidfd: int = -1
     gone: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -169,8 +170,9 @@ class Workers:
             os.close(ready_write)
         ready: asyncio.Future[None] = loop.create_future()
 
-        def readable() -> None:  # a byte at start, or end of file if it died first
+        def readable() -> None:  # a byte once ready, or end of file if it died first
             loop.remove_reader(ready_read)
+            w.served = os.read(ready_read, 1) == b"1"
             os.close(ready_read)
             if not ready.done():
                 ready.set_result(None)
@@ -179,7 +181,7 @@ class Workers:
         assert proc.stdin is not None
         proc.stdin.write(pickle.dumps(spec))
         proc.stdin.close()
-        w.proc, w.started = proc, time.monotonic()
+        w.proc, w.started, w.served = proc, time.monotonic(), False
         w.gone.clear()
         w.pidfd = os.pidfd_open(proc.pid)
         loop.add_reader(w.pidfd, self._exited, w)
@@ -204,8 +206,12 @@ class Workers:
             lived,
         )
         self.forget_readers()
-        w.pause = RESTART_MIN if lived > YOUNG else min(RESTART_MAX, w.pause * 2)
-        loop.call_later(0 if lived > YOUNG else w.pause, self._respawn, w)
+        if w.served:  # killed, or failed while serving: back at once
+            w.pause = RESTART_MIN
+            loop.call_soon(self._respawn, w)
+        else:  # failing to start: each try waits twice as long as the last
+            loop.call_later(w.pause, self._respawn, w)
+            w.pause = min(RESTART_MAX, w.pause * 2)
 
     def _respawn(self, w: _Worker) -> None:
         if not self._stopping:

@@ -1,0 +1,145 @@
+"""SIGKILL among several server processes (`ckpt serve --workers 2`) while agents save.
+
+Producer threads save small checkpoints (one-request saves, retried by the client with
+their idempotency key) through fresh clients, so their connections land on either
+process. Each round SIGKILLs, at a seeded random moment while saves are under way, one of:
+- the worker: the writing process keeps serving, a new worker is started, and the
+  clients' retries succeed;
+- the writing process: its worker dies with it; the service is started again;
+- both at once.
+After every round every acknowledged save must be listed and read back bit-identical
+through both processes, and after the last one `check` must be clean. An attempt that
+failed (its answer lost) may or may not exist, but if it exists it must read back whole.
+
+Rounds: `CKPT_FAULT_ROUNDS` (default 2 per kind in the suite; the closing figures use 20).
+Seed: `CRASH_SEED`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from client import VaultClient
+from client.errors import ClientError
+
+from ..serverproc import ServerProcess, free_port
+
+SEED = int(os.environ.get("CRASH_SEED", "20261127"))
+ROUNDS = int(os.environ.get("CKPT_FAULT_ROUNDS", "2"))
+PRODUCERS = 4
+MAX_KILL_DELAY = 0.4  # seconds into a round's saves
+ROUND_SAVES = 400  # per producer: a bound; rounds end long before
+
+
+@dataclass
+class Ledger:
+    acked: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # id -> (ns, bytes)
+    lost: list[tuple[str, bytes]] = field(default_factory=list)  # answers never seen
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _worker_pids(pid: int) -> list[int]:
+    kids: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            kids += [int(k) for k in f.read().split()]
+    return kids
+
+
+def _produce(server: ServerProcess, me: int, ledger: Ledger, stop: threading.Event) -> None:
+    rng = random.Random(SEED * 31 + me + 1000 * len(ledger.acked))
+    ns = f"agents/p{me}"
+    with VaultClient(server.url, server.token, local_files=False, connections=2) as c:
+        for n in range(ROUND_SAVES):
+            if stop.is_set():
+                return
+            data = rng.randbytes(rng.randint(200, 6000)) + f"#{me}.{n}".encode()
+            try:
+                ckpt = c.save(ns, {"state.json": data}, chunking="small")
+            except (ClientError, OSError):
+                with ledger.lock:
+                    ledger.lost.append((ns, data))
+                continue
+            with ledger.lock:
+                ledger.acked[ckpt.id] = (ns, data)
+
+
+def _round(server: ServerProcess, rng: random.Random, victim: str, ledger: Ledger) -> None:
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_produce, args=(server, p, ledger, stop), daemon=True)
+        for p in range(PRODUCERS)
+    ]
+    for t in threads:
+        t.start()
+    stop.wait(rng.uniform(0.05, MAX_KILL_DELAY))  # a seeded moment into the saves
+    assert server.pid is not None
+    workers = _worker_pids(server.pid)
+    if victim == "worker":
+        assert workers, "no worker to kill"
+        os.kill(workers[0], signal.SIGKILL)
+        stop.wait(rng.uniform(0.05, MAX_KILL_DELAY))  # saves go on meanwhile
+    elif victim == "both":
+        for w in workers:
+            os.kill(w, signal.SIGKILL)
+    if victim != "worker":
+        server.kill()
+    stop.set()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a producer hung"
+    if victim != "worker":
+        server.start()
+
+
+def _verify(server: ServerProcess, ledger: Ledger) -> None:
+    for _ in range(2):  # fresh clients, several connections: both processes read
+        with VaultClient(server.url, server.token, local_files=False, connections=4) as c:
+            for ckpt_id, (ns, data) in ledger.acked.items():
+                assert c.read_range(ns, ckpt_id, "state.json", 0, 1 << 20) == data, ckpt_id
+            listed = [
+                (p, x.id) for p in range(PRODUCERS) for x in c.list(f"agents/p{p}", limit=1000)
+            ]
+            assert set(ledger.acked) <= {i for _, i in listed}
+            known = {data for _, data in ledger.acked.values()} | {d for _, d in ledger.lost}
+            for p, ckpt_id in listed:
+                if ckpt_id not in ledger.acked:
+                    data = c.read_range(f"agents/p{p}", ckpt_id, "state.json", 0, 1 << 20)
+                    assert data in known, f"{ckpt_id} holds bytes nobody sent"
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path / "data", free_port(), tmp_path / "server.log", workers=2)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("victim", ["worker", "writer", "both"])
+def test_sigkill_among_processes_loses_no_acknowledged_save(
+    service: ServerProcess, victim: str
+) -> None:
+    rng = random.Random(f"{SEED}-{victim}")
+    ledger = Ledger()
+    for _ in range(ROUNDS):
+        _round(service, rng, victim, ledger)
+        _verify(service, ledger)
+    print(
+        f"CRASH_SEED={SEED} {victim}: {ROUNDS} rounds, {len(ledger.acked)} acked, "
+        f"{len(ledger.lost)} answers lost"
+    )
+    assert ledger.acked, "no save was acknowledged"
+    with VaultClient(service.url, service.token) as c:
+        report = c.check()
+    assert report.ok, report
