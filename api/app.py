@@ -19,6 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from prometheus_client import generate_latest
 
 from protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault, VaultError
@@ -28,13 +29,14 @@ from vault.runtime import PoolSizes, Runtime
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
-from .calls import CallClient, serve_calls
+from .calls import CallClient, CallServer
 from .engine import open_vault
 from .errors import error_middleware
 from .forward import Forwarder, forward_middleware, trusted_forwards
 from .jobs import jobs_context, stop_jobs
 from .keys import (
     BODY_READERS,
+    CALLS,
     CLOCK,
     FORWARDER,
     INSTANCE,
@@ -138,7 +140,13 @@ async def _writer_context(app: web.Application) -> AsyncIterator[None]:
     assert settings.engine_socket is not None  # no workers without them
     assert settings.calls_socket is not None
     app[FORWARDER] = Forwarder(str(settings.engine_socket))
-    calls = CallClient(str(settings.calls_socket), asyncio.get_running_loop())
+    registry = app[METRICS].registry
+    calls = CallClient(
+        str(settings.calls_socket),
+        asyncio.get_running_loop(),
+        lambda: generate_latest(registry).decode(),
+    )
+    await calls.connect()
     app[VAULT].send_saves(calls.save)
     uses = asyncio.get_running_loop().create_task(_hand_uses(app, calls))
     try:
@@ -150,6 +158,20 @@ async def _writer_context(app: web.Application) -> AsyncIterator[None]:
                 await calls.note_uses(taken)
         await calls.close()
         await app[FORWARDER].close()
+
+
+async def _calls_context(app: web.Application) -> AsyncIterator[None]:
+    """The writing process's end of api/calls.py: its workers' prepared saves, their
+    tokens' uses, and its questions to them. Closed after they stopped."""
+    path = app[SETTINGS].calls_socket
+    assert path is not None  # no workers without it (Settings.processes)
+    app[CALLS] = CallServer(app[VAULT], app[TOKENS].note_uses)
+    server = await asyncio.start_unix_server(app[CALLS].handle, str(path))
+    try:
+        yield
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def _hand_uses(app: web.Application, calls: CallClient) -> None:
@@ -214,7 +236,7 @@ def create_app(
     app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
     app.cleanup_ctx.append(maintenance_context)
     if settings.processes > 1 and listening:
-        app.cleanup_ctx.append(serve_calls())  # closed after the workers stopped
+        app.cleanup_ctx.append(_calls_context)  # closed after the workers stopped
         app.cleanup_ctx.append(workers_context(app[INSTANCE]))
         app.on_shutdown.append(stop_workers)
     setup_routes(app)

@@ -10,7 +10,10 @@ as HTTP instead cost the writing process the whole request again (measured in
 docs/SCALING.md).
 
 Frames both ways: a 12-byte head (payload length u32, call id u64, big endian) and a
-pickle. Many calls share one connection per worker, answered as they complete. Pickle is
+pickle. Many calls share one connection per worker, answered as they complete. The same
+connection carries the worker's tokens' last uses, and the other way, with call ids that
+have the top bit set, the writing process's questions (a worker's metrics, for a
+`/metrics` that counts every process's requests). Pickle is
 safe here because both ends are this service: the socket is the server user's alone. A
 worker whose connection breaks fails the calls under way with 503 `unavailable`; the
 client's retry carries the same idempotency key, so a save committed before the break is
@@ -25,22 +28,21 @@ import logging
 import pickle
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-
 from vault import PreparedSave, StoredCheckpoint, Unavailable, Vault
-
-from .keys import SETTINGS, TOKENS, VAULT
 
 log = logging.getLogger("ckpt.api")
 
 _HEAD = struct.Struct(">IQ")
 MAX_FRAME = 1 << 30
 CONNECT_WAIT, CONNECT_RETRY = 10.0, 0.05  # seconds
+ASKED = 1 << 63  # call ids of the writing process's questions to a worker (the other way)
+ASK_WAIT = 5.0  # seconds a worker has to answer one
+METRICS_PLEASE = "metrics"
 
 Saved = tuple[StoredCheckpoint, bool]
 
@@ -75,6 +77,28 @@ class CallServer:
         self._vault = vault
         self._note_uses = note_uses
         self._connections: set[asyncio.StreamWriter] = set()
+        self._asked: dict[int, asyncio.Future[Any]] = {}  # our questions to the workers
+        self._ids = itertools.count(1)
+
+    async def worker_metrics(self) -> list[str]:
+        """Each connected worker's metrics, in Prometheus text (its request counters are
+        its own; `/metrics` sums them with this process's, api/observability.py)."""
+        loop = asyncio.get_running_loop()
+        asked = []
+        for writer in list(self._connections):
+            call = ASKED | next(self._ids)
+            self._asked[call] = answer = loop.create_future()
+            _send(writer, call, pickle.dumps(METRICS_PLEASE))
+            asked.append((call, answer))
+        texts = []
+        for call, answer in asked:
+            try:
+                texts.append(await asyncio.wait_for(answer, ASK_WAIT))
+            except asyncio.TimeoutError:
+                log.warning("a worker did not answer for its metrics in %.0f s", ASK_WAIT)
+            finally:
+                self._asked.pop(call, None)
+        return texts
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.add(writer)
@@ -84,6 +108,11 @@ class CallServer:
                     call, payload = await _read_frame(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
+                if call & ASKED:  # a worker answering our question
+                    answer = self._asked.get(call)
+                    if answer is not None and not answer.done():
+                        answer.set_result(pickle.loads(payload))  # noqa: S301 - our worker
+                    continue
                 self._commit(writer, call, payload)
         except ValueError as e:
             log.error("engine calls: closing a connection that sent %s", e)
@@ -124,9 +153,13 @@ class CallClient:
     """A worker's end: one connection to the writing process, opened when first needed
     and again after it broke; `save` may be called from any thread."""
 
-    def __init__(self, path: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, path: str, loop: asyncio.AbstractEventLoop, metrics: Callable[[], str]
+    ) -> None:
+        """`metrics`: this worker's metrics in Prometheus text, for the writing process."""
         self._path = path
         self._loop = loop
+        self._metrics = metrics
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count(1)
@@ -177,6 +210,9 @@ class CallClient:
         try:
             while True:
                 call, payload = await _read_frame(reader)
+                if call & ASKED:  # the writing process asks (its /metrics)
+                    _send(writer, call, pickle.dumps(self._metrics()))
+                    continue
                 answer = self._pending.pop(call, None)
                 if answer is not None and not answer.done():
                     answer.set_result(pickle.loads(payload))  # noqa: S301 - our own server
@@ -193,23 +229,10 @@ class CallClient:
                         Unavailable("the server process that writes went away; retry the save")
                     )
 
+    async def connect(self) -> None:
+        """Connect now (the writing process asks connected workers for their metrics)."""
+        await self._connected()
+
     async def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-
-
-def serve_calls() -> Callable[[web.Application], AsyncIterator[None]]:
-    """The writing process's cleanup context: listen for its workers' prepared saves."""
-
-    async def context(app: web.Application) -> AsyncIterator[None]:
-        path = app[SETTINGS].calls_socket
-        assert path is not None  # no workers without it (Settings.processes)
-        calls = CallServer(app[VAULT], app[TOKENS].note_uses)
-        server = await asyncio.start_unix_server(calls.handle, str(path))
-        try:
-            yield
-        finally:
-            server.close()
-            await server.wait_closed()
-
-    return context

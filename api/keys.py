@@ -16,6 +16,7 @@ from vault.runtime import Runtime
 
 from .auth import TokenCache
 from .bodies import BodyReaders
+from .calls import CallServer
 from .forward import Forwarder
 from .observability import JobLog, Metrics
 from .ratelimit import RateLimiter
@@ -34,6 +35,7 @@ CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
 TURNS = web.AppKey("turns", Turns)  # each token's share of the worker pool (api/turns.py)
 JOBS = web.AppKey("jobs", JobLog)
+CALLS = web.AppKey("calls", CallServer)  # the writing process's end of its workers' channel
 FORWARDER = web.AppKey("forwarder", Forwarder)  # a worker's way to the writing process
 METRICS = web.AppKey("metrics", Metrics)
 LIMITER = web.AppKey("limiter", RateLimiter)
@@ -42,6 +44,7 @@ QUEUE = web.AppKey("maintenance_queue", MaintenanceQueue)
 
 __all__ = [
     "BODY_READERS",
+    "CALLS",
     "CLOCK",
     "FORWARDER",
     "INSTANCE",

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +23,9 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.typedefs import Handler, Middleware
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from protocol import ReplicationStatus, StandbyStatus
@@ -419,6 +420,48 @@ class Metrics:
         latency.observe(seconds)
         bytes_in.inc(request.content_length or 0)
         bytes_out.inc(sent)
+
+
+SUMMED = "ckpt_http_"  # the families every process counts on its own (requests, bytes)
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def merged_metrics(own: bytes, others: Sequence[str]) -> bytes:
+    """This process's metrics with its workers' request counters added in, so one scrape
+    sees the whole service: the `ckpt_http_` families are summed sample by sample (a
+    `_created` time: the earliest); the others are this process's alone (a worker's
+    engine gauges read the same data dir and would count it twice)."""
+    if not others:
+        return own
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for i, text in enumerate([own.decode(), *others]):
+        for family in text_string_to_metric_families(text):
+            if i and not family.name.startswith(SUMMED):
+                continue
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type)
+                values[family.name] = {}
+            seen = values[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                if key in seen and sample.name.endswith("_created"):
+                    seen[key] = min(seen[key], sample.value)
+                else:
+                    seen[key] = seen.get(key, 0.0) + sample.value
+    for name, family in families.items():
+        for (sample_name, labels), value in values[name].items():
+            family.add_sample(sample_name, dict(labels), value)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry)
 
 
 def metrics_middleware(key: web.AppKey[Metrics]) -> Middleware:

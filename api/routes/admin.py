@@ -30,7 +30,8 @@ from ..auth import principal, require_admin
 from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool, query_int, query_size, run
 from ..jobs import run_job
-from ..keys import INSTANCE, METRICS, QUEUE, SETTINGS, TOKENS, VAULT, WORKER
+from ..keys import CALLS, INSTANCE, METRICS, QUEUE, SETTINGS, TOKENS, VAULT, WORKER
+from ..observability import merged_metrics
 from ..peers import same_user
 
 
@@ -84,7 +85,10 @@ async def metrics(request: web.Request) -> web.Response:
     who = principal(request)
     if not (who.is_admin or "metrics" in who.scopes):
         raise Forbidden(f"token {who.name!r} lacks the metrics scope")
-    body = await run(request, generate_latest, request.app[METRICS].registry)
+    calls = request.app.get(CALLS)  # with workers: their request counters too
+    others = await calls.worker_metrics() if calls is not None else []
+    registry = request.app[METRICS].registry
+    body = await run(request, lambda: merged_metrics(generate_latest(registry), others))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

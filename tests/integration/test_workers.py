@@ -223,3 +223,20 @@ def test_a_token_seen_only_by_the_worker_has_its_last_use_stored(two: ServerProc
     with VaultClient(two.url, two.token) as admin:
         (seen,) = [t for t in admin.tokens() if t.name == "seen"]
     assert seen.last_used is not None
+
+
+def test_metrics_count_the_requests_of_every_process(two: ServerProcess) -> None:
+    answered = sum(_on_worker(two, "/v1/namespaces", two.token) == 200 for _ in range(7))
+    assert answered == 7
+    conn = http.client.HTTPConnection(two.host, two.port, timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {two.token}"})
+    text = conn.getresponse().read().decode()
+    conn.close()
+    counted = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("ckpt_http_requests_total{") and 'route="/v1/namespaces"' in line
+    )
+    assert counted >= 7, text[:2000]
+    assert text.count("# TYPE ckpt_http_requests_total counter") == 1
+    assert "ckpt_disk_bytes" in text or "ckpt_chunks" in text  # the engine's own gauges too
