@@ -149,10 +149,10 @@ def _positive_int(value: object) -> int:
 
 
 def _share(value: object) -> float:
-    """A share of a whole, 0 to 1 (`[storage] shrink_above`)."""
+    """A share of a whole, 0 or more (`[storage] shrink_above`)."""
     share = float(str(value))
-    if not 0.0 <= share <= 1.0:
-        raise ValueError(f"must be from 0 to 1, got {value!r}")
+    if not share >= 0.0:  # NaN too
+        raise ValueError(f"must be 0 or more, got {value!r}")
     return share
 
 

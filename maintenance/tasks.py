@@ -120,11 +120,11 @@ def tiering(vault: Vault, dry_run: bool = True) -> TieringReport:
 
 def shrink(vault: Vault) -> None:
     """After compaction, GC or demotion freed pages of the hot store: give them back to the
-    file system if more than `[storage] shrink_above` of it is reclaimable (vault/shrink.py),
-    a few milliseconds of paused writes; one log line when it did. Logged, not reported:
-    the task's own record stays what it was, and /v1/stats shows the disk. Not on a standby
-    or a fenced primary, whose writer takes no changes (a standby's pages are freed by the
-    log it applies, and shrunk once it is promoted)."""
+    file system if its reclaimable bytes pass `[storage] shrink_above` of those in use
+    (vault/shrink.py), a few milliseconds of paused writes; one log line when it did.
+    Logged, not reported: the task's own record stays what it was, and /v1/stats shows the
+    disk. Not on a standby or a fenced primary, whose writer takes no changes (a standby's
+    pages are freed by the log it applies, and shrunk once it is promoted)."""
     if not vault.roles.writable:
         return
     done = vault.shrink()

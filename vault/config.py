@@ -64,7 +64,8 @@ class VaultConfig:
     audit_max_age: float = 90 * 86400.0
     audit_max_bytes: int = 64 << 20
     # Shrink the hot store (vault/shrink.py: give the pages LMDB freed back to the file
-    # system) after compaction, GC or a tiering run when more than this share of what its
-    # files take on disk is reclaimable. Punching costs milliseconds of paused writes, so
-    # the bound only spares runs that would give back little; 1.0 never shrinks.
+    # system) after compaction, GC or a tiering run when its reclaimable bytes are more
+    # than this share of the bytes it holds in use. Punching costs tens of milliseconds of
+    # paused writes, so the bound only spares runs that would give back little; 0 shrinks
+    # whenever anything is reclaimable, a large value (1000) never.
     shrink_above: float = 0.10

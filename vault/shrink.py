@@ -34,7 +34,7 @@ worst a hole not yet punched (tests/fault/test_shrink_crash.py).
 
 When. After compaction, GC (and repack) and a tiering run, `maintenance/tasks.py` shrinks
 when the hot store's reclaimable bytes are more than `VaultConfig.shrink_above` (10%) of
-what it takes on disk.
+the bytes it holds in use.
 """
 
 from __future__ import annotations
@@ -111,10 +111,15 @@ def hot_store(store: Store) -> dict[str, DiskSpace]:
 
 
 def worth_shrinking(store: Store, above: float) -> bool:
-    """Whether more than `above` of what the hot store's files take is reclaimable."""
+    """Whether the hot store's reclaimable bytes are more than `above` of the bytes it holds
+    in use (0: whenever any is). Of what it holds, not of what it takes: a fine-tune saved
+    and compacted checkpoint by checkpoint frees ~48 MB per compaction, 9.9% of the 472 MB
+    its files then take and 11% of the 425 MB in use, so a share of the files' size skipped
+    every other shrink there (bench/bench_du.py)."""
     spaces = hot_store(store).values()
-    allocated = sum(s.allocated_bytes for s in spaces)
-    return allocated > 0 and sum(s.reclaimable_bytes for s in spaces) > above * allocated
+    reclaimable = sum(s.reclaimable_bytes for s in spaces)
+    in_use = sum(s.allocated_bytes for s in spaces) - reclaimable
+    return reclaimable > 0 and reclaimable > above * in_use
 
 
 def shrink(store: Store) -> ShrinkResult:

@@ -560,7 +560,7 @@ class Vault:
 
     def shrink(self, above: float | None = None) -> ShrinkResult | None:
         """Give the pages LMDB freed back to the file system if more than `above` (default
-        `config.shrink_above`; 0: whenever any is) of the hot store's files is reclaimable;
+        `config.shrink_above`; 0: whenever any is) of what the hot store holds is reclaimable;
         None when it was not worth it (vault/shrink.py)."""
         bound = self.config.shrink_above if above is None else above
         with self.maintenance.hold("shrink"):
