@@ -23,8 +23,9 @@ the engine's `stored_bytes` and the disk disagreed. This saves each series the w
   deleted, one `gc` that deletes something (before it, runs that find the uploads'
   reservations still in force, `[uploads] ttl = "2s"`) and one `compact` run, and the data
   dir is measured against the newest checkpoint's size.
-- the server's peak RSS: VmHWM from /proc at the end, and the peak of RssAnon sampled
-  every 50 ms (bench_ingest.RssSampler), through saves and compactions.
+- the server's peak RSS: VmHWM from /proc of the process that writes (and compacts) once
+  the series is saved and compacted, the peak of its RssAnon sampled every 50 ms
+  (bench_ingest.RssSampler), and the highest VmHWM of its worker processes.
 - the alternative measured beside the shrink, on the `before` server's data dir once it
   stopped, at the end of its series (before the deletes): a compacting copy of the frames
   environment (`mdb_env_copy2(MDB_CP_COMPACT)`, py-lmdb `Environment.copy(compact=True)`),
@@ -75,6 +76,15 @@ def allocated(root: Path) -> int:
     return total
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of `pid` (the workers of `ckpt serve --workers`)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
 @dataclass
 class Step:
     """The data dir after one save and its compaction."""
@@ -95,8 +105,9 @@ class ModeResult:
     restore_newest_mb_s: float = 0.0
     only_newest_du: int = 0  # after deleting all but the newest, gc and compact
     only_newest_ratio: float = 0.0  # that over the newest checkpoint's size
-    vm_hwm_mib: float = 0.0
+    vm_hwm_mib: float = 0.0  # the process that writes (and compacts)
     rss_anon_peak_mib: float = 0.0
+    workers_vm_hwm_mib: float = 0.0  # the highest of its worker processes' (if any)
     shrinks: list[str] = field(default_factory=list)  # the server's shrink log lines
 
 
@@ -197,6 +208,10 @@ def run_mode(res: SeriesResult, ckpts: list[Checkpoint], tmp: Path, mode: str) -
             with RssSampler({"server": server.pid}) as rss:
                 ids = save_and_compact(m, ckpts, client, ns, data)
                 m.vm_hwm_mib = proc_status_kib(server.pid).get("VmHWM", 0) / KiB
+                m.workers_vm_hwm_mib = max(
+                    (proc_status_kib(w).get("VmHWM", 0) / KiB for w in children(server.pid)),
+                    default=0.0,
+                )
                 m.rss_anon_peak_mib = rss.peak("server").rss_anon_mib or 0.0
             m.du_ratio = res.logical / m.steps[-1].du
             m.stored_ratio = res.logical / m.steps[-1].stored
@@ -341,7 +356,8 @@ def report(results: list[SeriesResult]) -> str:
                     f"{m.steps[-1].stored / MB:.1f} = {_x(m.stored_ratio)}",
                     f"{m.only_newest_du / MB:.1f} = {_x(m.only_newest_ratio)}",
                     f"{m.restore_newest_mb_s:.0f}",
-                    f"{m.vm_hwm_mib:.0f} / {m.rss_anon_peak_mib:.0f}",
+                    f"{m.vm_hwm_mib:.0f} / {m.rss_anon_peak_mib:.0f} "
+                    f"(workers {m.workers_vm_hwm_mib:.0f})",
                     f"{m.compact_cpu_s:.1f}",
                 )
             )
@@ -353,7 +369,7 @@ def report(results: list[SeriesResult]) -> str:
         "stored MB = logical/stored",
         "only newest: du MB = du/newest",
         "restore newest MB/s",
-        "server VmHWM / RssAnon peak MiB",
+        "server VmHWM / RssAnon peak MiB (workers' VmHWM)",
         "compaction CPU s",
     )
     out = [table("Compaction after every save; du = allocated bytes of the data dir", header, rows)]

@@ -17,7 +17,9 @@ Per series, in one temp dir (`--tmpdir`, removed unless `--keep`):
 2. baseline: copies every checkpoint file with 8 MiB writes + fsync, timed;
 3. vault: saves every checkpoint with `VaultClient.save` (parent = the previous one,
    chunking "large") into a fresh `ckpt serve` on loopback; stored ratio = logical bytes /
-   growth of `stored_bytes` from GET /v1/stats (what is at rest, after zstd); ingest MB/s
+   growth of `stored_bytes` from GET /v1/stats (what is at rest, after zstd), and beside it
+   logical bytes / growth of the data dir's allocated bytes (st_blocks x 512 summed: what
+   `du` shows, LMDB's free pages and the journal included); ingest MB/s
    and its ratio to the local write + fsync; restores the newest and the oldest checkpoint
    with `VaultClient.load` into empty dirs, timed, compared byte for byte;
 4. compaction (`after_compaction`): runs `ckpt compact --namespace NS --json` and repeats
@@ -71,12 +73,35 @@ def ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
+def allocated(root: Path) -> int:
+    """Bytes the files under `root` take on disk (st_blocks x 512), as `du` counts."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+@dataclass(frozen=True)
+class Before:
+    """The server's figures when a series started: `stored_bytes` and the data dir's du."""
+
+    stored: int
+    disk: int
+    data_dir: Path
+
+
 @dataclass
 class Store:
     """One store's figures for one series (vault, vault after compaction, or borg)."""
 
     stored_bytes: int = 0
     ratio: float | None = None
+    disk_bytes: int = 0  # growth of the data dir's allocated bytes (du)
+    disk_ratio: float | None = None
     ingest_s: float = 0.0
     ingest_mb_s: float = 0.0
     ingest_vs_write: float | None = None
@@ -133,10 +158,9 @@ def vault_restore(client: Any, namespace: str, ck: Checkpoint, ref: str, dest: P
 
 
 def run_vault(
-    res: SeriesResult, ckpts: list[Checkpoint], client: Any, work: Path
+    res: SeriesResult, ckpts: list[Checkpoint], client: Any, work: Path, before: Before
 ) -> tuple[str, list[str]]:
     namespace = f"bench/{res.name}"
-    before = client.stats().stored_bytes
     ids: list[str] = []
     log(f"{res.name}: vault ingest of {len(ckpts)} checkpoints")
     start = time.perf_counter()
@@ -160,12 +184,15 @@ def measure_vault_at_rest(
     client: Any,
     namespace: str,
     ids: list[str],
-    before: int,
+    before: Before,
     work: Path,
 ) -> None:
-    """Stored ratio and the two timed restores; used before and after compaction."""
-    v.stored_bytes = client.stats().stored_bytes - before
+    """Stored ratio (the engine's and the disk's) and the two timed restores; used before
+    and after compaction."""
+    v.stored_bytes = client.stats().stored_bytes - before.stored
     v.ratio = ratio(res.logical_bytes, v.stored_bytes)
+    v.disk_bytes = allocated(before.data_dir) - before.disk
+    v.disk_ratio = ratio(res.logical_bytes, v.disk_bytes)
     log(f"{res.name}: vault restores")
     v.restore_newest_mb_s = vault_restore(client, namespace, ckpts[-1], ids[-1], work / "new")
     v.restore_oldest_mb_s = vault_restore(client, namespace, ckpts[0], ids[0], work / "old")
@@ -188,7 +215,7 @@ def after_compaction(
     client: Any,
     server: Server,
     ids: list[str],
-    before: int,
+    before: Before,
     work: Path,
 ) -> None:
     """The issue's "after" column: run `ckpt compact` on the series' namespace, then repeat
@@ -316,9 +343,10 @@ def run_series(name: str, ctx: Context, results: list[SeriesResult]) -> None:
     res.newest_bytes, res.oldest_bytes = ckpts[-1].size, ckpts[0].size
     log(f"{name}: {res.checkpoints} checkpoints, {res.logical_bytes / MB:.1f} MB")
     res.write_mb_s = mb_per_s(res.logical_bytes, local_write(ckpts, ctx.tmp / "baseline"))
-    before = ctx.client.stats().stored_bytes
+    data_dir = ctx.server.data_dir
+    before = Before(ctx.client.stats().stored_bytes, allocated(data_dir), data_dir)
     work = ctx.tmp / "restore" / name
-    _, ids = run_vault(res, ckpts, ctx.client, work)
+    _, ids = run_vault(res, ckpts, ctx.client, work, before)
     after_compaction(res, ckpts, ctx.client, ctx.server, ids, before, work)
     run_borg(res, ckpts, ctx.tmp)
     if not ctx.keep:
@@ -341,13 +369,14 @@ def series_table(r: SeriesResult) -> str:
     stores = [("vault", r.vault), ("vault compacted", r.compacted), ("borg 1.2", r.borg)]
     for label, s in stores:
         if s is None:
-            rows.append((label, "-", "-", "-", "-", r.compaction or "not run"))
+            rows.append((label, "-", "-", "-", "-", "-", r.compaction or "not run"))
             continue
         rows.append(
             (
                 label,
                 f"{s.stored_bytes / MB:.1f}",
                 _x(s.ratio),
+                "-" if s is r.borg else f"{s.disk_bytes / MB:.1f} = {_x(s.disk_ratio)}",
                 _mbs(s),
                 f"{s.ingest_mb_s:.0f} = {_x(s.ingest_vs_write)}" if s.ingest_s else "-",
                 "yes" if s.identical else "NO",
@@ -362,6 +391,7 @@ def series_table(r: SeriesResult) -> str:
         "store",
         "stored MB",
         "ratio",
+        "du MB = ratio",
         "restore newest / oldest MB/s",
         "ingest MB/s = x local write",
         "identical",
@@ -375,6 +405,8 @@ def summary_table(results: list[SeriesResult]) -> str:
             r.name,
             f"{r.logical_bytes / MB:.1f}",
             _x(r.vault.ratio),
+            _x(r.vault.disk_ratio),
+            _x(r.compacted.disk_ratio if r.compacted else None),
             _x(r.borg.ratio),
             _mbs(r.vault),
             _mbs(r.borg),
@@ -386,13 +418,18 @@ def summary_table(results: list[SeriesResult]) -> str:
         "series",
         "logical MB",
         "vault ratio",
+        "vault du ratio",
+        "compacted du ratio",
         "borg ratio",
         "vault restore newest / oldest MB/s",
         "borg restore newest / oldest",
         "ingest ratio",
     )
     return table(
-        "Summary (ratio = logical / stored; ingest ratio = vs local write + fsync)", header, rows
+        "Summary (ratio = logical / stored; du ratio = logical / growth of the data dir's "
+        "allocated bytes; ingest ratio = vs local write + fsync)",
+        header,
+        rows,
     )
 
 
