@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import resource
 import sys
@@ -60,6 +59,7 @@ import blake3
 from bench_ingest import log, table
 from bench_langgraph import allocated, pct, start_server
 from pgserver import PgServer, PgUnavailable
+from proc_cpu import tree_cpu
 from psycopg import AsyncConnection
 
 from client import AsyncVaultClient
@@ -192,12 +192,6 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cpu_of(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 Save = Callable[[str, int, bytes], Awaitable[str]]  # returns the key to read it back by
 
 
@@ -263,9 +257,9 @@ async def run_vault(tmp: Path, producers: int, seconds: float, seed: int) -> Sid
                 return await vault.read_range(f"agents/{thread}", key, "state.json", 0, 1 << 20)
 
             log(f"vault: {producers} producers for {seconds:g} s")
-            before = cpu_of(server.pid)
+            before = tree_cpu(server.pid)
             await produce(side, save, producers, seconds, seed)
-            side.server_cpu_s = cpu_of(server.pid) - before
+            side.server_cpu_s = tree_cpu(server.pid) - before
             log(f"vault: reading back {len(side.acked)} saves")
             await check(side, read, producers)
         side.disk_bytes = allocated(tmp / "data")

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_ingest import Server, log, parse_size, proc_status_kib, table
+from proc_cpu import tree_cpu
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -271,9 +272,9 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
     fig.copy_s = min(fig.copy_new_s, copy_all(1))
     shutil.rmtree(copies)
     log(f"{name}: saving {fig.nbytes / MB:.0f} MB in {len(sets)} checkpoint(s)")
-    before = cpu_seconds(server.pid)
+    before = tree_cpu(server.pid)
     saved = child(["save", server.url, name, json.dumps(sets)])
-    fig.save_server_cpu_s = cpu_seconds(server.pid) - before
+    fig.save_server_cpu_s = tree_cpu(server.pid) - before
     fig.save_s, fig.save_rss_mib, fig.save_sent = saved["seconds"], saved["rss_mib"], saved["sent"]
     fig.save_client_cpu_s = saved["cpu_s"]
     dests = [tmp / "restore" / name / ck for ck in saved["ids"]]
@@ -282,10 +283,10 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
     fig.load_s = fig.pull_s = float("inf")
     for attempt in range(RESTORES):  # the best of two, as for the copy
         log(f"{name}: restoring with VaultClient.load ({attempt + 1}/{RESTORES})")
-        before = cpu_seconds(server.pid)
+        before = tree_cpu(server.pid)
         loaded = child(["load", server.url, name, json.dumps(loads)])
         if loaded["seconds"] < fig.load_s:
-            fig.load_server_cpu_s = cpu_seconds(server.pid) - before
+            fig.load_server_cpu_s = tree_cpu(server.pid) - before
             fig.load_client_cpu_s = loaded["cpu_s"]
         fig.load_s = min(fig.load_s, loaded["seconds"])
         fig.load_rss_mib = max(fig.load_rss_mib, loaded["rss_mib"])
@@ -303,12 +304,6 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
         fig.identical = fig.identical and _restored(sets, dests)
         shutil.rmtree(tmp / "restore" / name)
     return fig
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _restored(sets: list[dict[str, str]], dests: list[Path]) -> bool:
