@@ -64,7 +64,7 @@ API_MODULES = sorted(
     ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
     for p in (ROOT / "api").rglob("*.py")
 )
-APP_IMPORTERS = {"api", "api.serve"}  # the entry points; every other module uses api.keys
+APP_IMPORTERS = {"api", "api.serve", "api.worker"}  # the entry points; others use api.keys
 
 
 @pytest.mark.parametrize("module", API_MODULES)
