@@ -59,6 +59,7 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.AuditEntry,
     protocol.StatsReport,
     protocol.TierTotals,
+    protocol.DiskSpace,
     protocol.CodecShare,
     protocol.QuotaUse,
     protocol.ReplicationStatus,
