@@ -348,7 +348,7 @@ class Settings:
             return 1
         if self.workers:
             return self.workers
-        return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS))
+        return max(1, min(usable_cpus(), MAX_AUTO_WORKERS))
 
     @property
     def following(self) -> FollowConfig | None:
@@ -396,6 +396,20 @@ class Settings:
 
 
 REDACTED_KEYS = frozenset({"token", "secret", "password", "key", "credentials"})
+
+
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The CPUs this process may use: those it may run on (a cpuset, `taskset`), fewer if
+    a cgroup's CPU quota allows less (a container's `--cpus`, a pod's CPU limit), where
+    `os.cpu_count()` would name every CPU of the host."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        quota, period = cgroup.read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus or 1, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 limit to read
+    return cpus or 1
 
 
 def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -123,3 +124,24 @@ def test_a_directory_that_cannot_hold_a_socket_is_told(tmp_path: Path) -> None:
     assert list((tmp_path / "data").iterdir()) == []  # the probe leaves nothing behind
     (tmp_path / "file").write_text("not a directory")
     assert cannot_hold_socket(tmp_path / "file" / "data") is not None
+
+
+def test_processes_follow_the_usable_cpus_and_the_exceptions(tmp_path: Path) -> None:
+    """`[server] workers` 0 means one process per usable CPU (a cgroup quota counts, as in
+    a container), at most MAX_AUTO_WORKERS; a standby, TLS and an explicit count differ."""
+    from api.settings import MAX_AUTO_WORKERS, usable_cpus
+
+    quota = tmp_path / "cpu.max"
+    quota.write_text("150000 100000\n")  # --cpus 1.5
+    assert usable_cpus(quota) == min(2, len(os.sched_getaffinity(0)))
+    quota.write_text("max 100000\n")
+    assert usable_cpus(quota) == len(os.sched_getaffinity(0))
+    settings = Settings(data_dir=tmp_path / "d")
+    assert settings.processes == min(usable_cpus(), MAX_AUTO_WORKERS)
+    assert Settings(data_dir=tmp_path / "d", workers=3).processes == 3
+    tls = Settings(
+        data_dir=tmp_path / "d", workers=3, tls_cert=tmp_path / "c", tls_key=tmp_path / "k"
+    )
+    assert tls.processes == 1
+    deep = Settings(data_dir=tmp_path / ("x" * 120), workers=3)
+    assert deep.processes == 1  # no room for the engine sockets' paths
