@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from pathlib import Path
 
 import lmdb
@@ -150,3 +151,38 @@ def _frame_keys(vault: Vault, cids: list[bytes], txn: lmdb.Transaction) -> list[
         new = {bytes(k) for k, _ in now.cursor(db=db)}
     assert len(old - new) >= len(cids) // 2
     return sorted(old - new)
+
+
+def test_reads_go_on_through_shrinks(tmp_path: Path) -> None:
+    """A thread reading the live checkpoints (every chunk verified against its id) all the
+    while checkpoints are saved, deleted, collected and the hot store shrunk: every read
+    returns the bytes saved."""
+    clock = FakeClock()
+    vault = Vault(tmp_path / "v", VaultConfig(map_size=1 << 26, gc_grace=0.0), clock)
+    keep = blob(50)
+    kept = client_save(vault, "keep", {"w.bin": keep}, chunk_size=PIECE).id
+    stop = threading.Event()
+    reads: list[bool] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            reads.append(read_file(vault, "keep", kept, "w.bin") == keep)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        shrunk = 0
+        for i in range(6):
+            old = client_save(vault, "ns", {"w.bin": blob(60 + i)}, chunk_size=PIECE).id
+            vault.delete("ns", old)
+            clock.advance(7 * 3600.0)
+            vault.gc()
+            done = vault.shrink(above=0.0)
+            shrunk += done is not None and done.pages > 0
+    finally:
+        stop.set()
+        thread.join()
+        vault.close()
+    assert shrunk >= 5
+    assert len(reads) >= 6
+    assert all(reads)
