@@ -12,10 +12,17 @@ the catalog itself records what it made.
 
 The table is bounded twice, in the transaction that appends (as vault/samples.py prunes):
 entries older than `max_age` go, and while the table's pages take more than `max_bytes`
-the oldest go. Each append deletes at most `PRUNE_PER_APPEND` entries, so its cost stays
-bounded when an operator lowers a bound on a big log: the log shrinks to it over the next
-appends instead of in one long writer transaction. Before issue 30 nothing was pruned and
-an entry kept the raw query (7 KB each, ~4 MB/s per write token at the rate limit).
+the oldest entries *of the token that holds the most bytes of the log* go, so a token that
+floods audited requests (a write token PATCHing in a loop) ages out its own entries, not
+the record of what every other token did. Each append deletes at most `PRUNE_PER_APPEND`
+entries, so its cost stays bounded when an operator lowers a bound on a big log: the log
+shrinks to it over the next appends instead of in one long writer transaction. Before
+issue 30 nothing was pruned and an entry kept the raw query (7 KB each, ~4 MB/s per write
+token at the rate limit); before this, pruning took the oldest entries whoever made them.
+
+Per token: an index `auditby` (token NUL key) finds its oldest entry, and counters
+`audit_bytes:<token>` hold the bytes of its entries. A log written before them is indexed
+once, at the first open that may write.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ MAX_BYTES = 64 << 20
 # Entries one append may delete: more than the one it adds, so the log converges to its
 # bounds; few enough that an append stays a short writer transaction.
 PRUNE_PER_APPEND = 16
+BYTES_BY = "audit_bytes:"  # counter prefix: bytes of a token's entries
+INDEXED = "audit_indexed"  # counter: 1 once `auditby` and the byte counters cover the log
 
 
 class AuditLog:
@@ -52,9 +61,14 @@ class AuditLog:
         bound off."""
         self._s = store
         self._db = store.catalog_env.db["audit"]
+        self._by = store.catalog_env.db["auditby"]
         self._seq = itertools.count()
         self._max_age = max_age
         self._max_bytes = max_bytes
+        with store.catalog_env.read() as txn:
+            indexed = store.counters.get(txn, INDEXED)
+        if not indexed and store.writer.refusal() is None:
+            store.writer.run(lambda w: self._index(w.catalog))
 
     def append(self, entry: AuditEntry) -> None:
         details = entry.details
@@ -66,16 +80,54 @@ class AuditLog:
         oldest_kept = _KEY.pack(max(0, age_floor), 0)
 
         def write(txn: lmdb.Transaction) -> None:
-            txn.put(key, raw.encode(), db=self._db)
-            cur = txn.cursor(db=self._db)
-            ok = cur.first()
+            self._put(txn, key, entry.token, raw.encode())
             for _ in range(PRUNE_PER_APPEND):
-                here = bytes(cur.key()) if ok else key
-                if here == key or (here >= oldest_kept and not self._over(txn)):
+                victim = self._victim(txn, oldest_kept)
+                if victim is None or victim == key:
                     break  # never the entry just added, however small max_bytes is
-                ok = cur.delete()  # moves to the next entry
+                self._delete(txn, victim)
 
         self._s.writer.run(lambda w: write(w.catalog))
+
+    def _victim(self, txn: lmdb.Transaction, oldest_kept: bytes) -> bytes | None:
+        """The entry to prune next: the oldest if it is past `max_age`; while the log is
+        over `max_bytes`, the oldest of the token holding the most bytes; else None."""
+        cur = txn.cursor(db=self._db)
+        if cur.first() and bytes(cur.key()) < oldest_kept:
+            return bytes(cur.key())
+        if not self._over(txn):
+            return None
+        sizes = self._s.counters.with_prefix(txn, BYTES_BY)
+        if not sizes:
+            return None
+        biggest = max(sizes, key=lambda name: sizes[name]).encode() + b"\0"
+        by = txn.cursor(db=self._by)
+        if by.set_range(biggest) and bytes(by.key()).startswith(biggest):
+            return bytes(by.key())[len(biggest) :]
+        return None
+
+    def _put(self, txn: lmdb.Transaction, key: bytes, token: str, raw: bytes) -> None:
+        txn.put(key, raw, db=self._db)
+        txn.put(token.encode() + b"\0" + key, b"", db=self._by)
+        self._s.counters.add(txn, BYTES_BY + token, len(raw))
+
+    def _delete(self, txn: lmdb.Transaction, key: bytes) -> None:
+        raw = txn.get(key, db=self._db)
+        if raw is None:
+            return
+        token = str(json.loads(bytes(raw)).get("token", "-"))
+        txn.delete(key, db=self._db)
+        txn.delete(token.encode() + b"\0" + key, db=self._by)
+        self._s.counters.add(txn, BYTES_BY + token, -len(raw))
+
+    def _index(self, txn: lmdb.Transaction) -> None:
+        """Index a log written before `auditby` (once; a few hundred thousand entries at
+        most, in one writer transaction at open)."""
+        for key, raw in txn.cursor(db=self._db):
+            token = str(json.loads(bytes(raw)).get("token", "-"))
+            txn.put(token.encode() + b"\0" + bytes(key), b"", db=self._by)
+            self._s.counters.add(txn, BYTES_BY + token, len(raw))
+        self._s.counters.add(txn, INDEXED, 1)
 
     def _over(self, txn: lmdb.Transaction) -> bool:
         return self._max_bytes > 0 and _table_bytes(txn, self._db) > self._max_bytes

@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient
 
 from api import Settings, create_app
 from api.keys import VAULT
+from protocol import encode_bundle
 from vault import FakeClock
 
 from ..conftest import Api
@@ -148,3 +149,36 @@ async def test_the_log_stays_within_max_bytes(
     assert 40 < entries < 300
     kept = (await api.json("GET", "/v1/admin/audit?limit=1000"))["entries"]
     assert [e["request_id"] for e in reversed(kept)] == ids[-entries:]  # the newest, in order
+
+
+async def test_a_token_flooding_the_log_ages_out_its_own_entries_not_others(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock
+) -> None:
+    """Past `max_bytes` the oldest entries of the token holding the most bytes go: a write
+    token PATCHing in a loop cannot erase what the admin did (it could before)."""
+    bound = 32 << 10
+    api = await _api_with(aiohttp_client, _bounded(settings, 0, bound), clock)
+    made = await api.json(
+        "POST",
+        "/v1/admin/tokens",
+        expect=201,
+        json={"name": "flood", "scopes": ["write:*", "delete:*"]},
+    )
+    admin_ids = []
+    for _ in range(5):
+        clock.advance(1.0)
+        resp = await api.call("POST", "/v1/admin/gc?dry_run=true", expect=200)
+        admin_ids.append(resp.headers["X-Request-Id"])
+    body = encode_bundle({}, [("f", b"x")])
+    rec = await api.json(
+        "POST", "/v1/namespaces/flood/run/checkpoints", expect=201, token=made["token"], data=body
+    )
+    path = f"/v1/namespaces/flood/run/checkpoints/{rec['id']}"
+    for i in range(300):  # ~400 bytes each: the log is pruned for most of them
+        clock.advance(1.0)
+        await api.call("PATCH", path, token=made["token"], json={"tags": [f"t{i}"]}, expect=200)
+    audit = api.client.app[VAULT].audit
+    assert audit.usage()[1] <= bound
+    kept = (await api.json("GET", "/v1/admin/audit?limit=1000"))["entries"]
+    assert {e["request_id"] for e in kept} >= set(admin_ids)  # every admin entry stays
+    assert sum(e["token"] == "flood" for e in kept) < 300  # the flood's own went
