@@ -52,13 +52,14 @@ class Report(Protocol):
     def to_wire(self) -> Mapping[str, object]: ...
 
 
-def gc(vault: Vault, dry_run: bool = False) -> GcReport:
+def gc(vault: Vault, dry_run: bool = False, stop: threading.Event | None = None) -> GcReport:
     """Collect expired uploads and chunks unreferenced past the grace period; with tiers
     (not a dry run), then repack at the default policy's `repack_below`: GC forgets packed
     chunks like any other, but their bytes stay in their packs until a repack. One hold of
-    the lock around both, whoever calls it."""
+    the lock around both, whoever calls it. `stop` set: stop at the next batch
+    (`MaintenanceStopped`), before the repack."""
     with vault.maintenance.hold("gc"):
-        report = vault.gc(dry_run)
+        report = vault.gc(dry_run, stop)
         if vault.tiers and not dry_run:
             packs = repack(vault, repack_threshold(vault))
             report = replace(
@@ -164,7 +165,7 @@ def scheduled(
     storage sample)."""
     return {
         "retention": lambda: retention(vault, dry_run=False),
-        "gc": lambda: gc(vault),
+        "gc": lambda: gc(vault, stop=stop),
         "scrub": lambda: scrub(vault, rate=scrub_rate, stop=stop),
         "compact": lambda: compact(vault, rate=compact_rate, stop=stop),
         "tiering": lambda: tiering(vault, dry_run=False),

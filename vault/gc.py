@@ -12,10 +12,13 @@ it, so a commit or a missing query that lands in between always wins.
 
 from __future__ import annotations
 
+import threading
+
 from protocol import GcReport
 
 from .content.chunks import ChunkMeta
 from .idempotency import IdempotencyKeys
+from .pacing import Pacer
 from .store import Store
 from .uploads import Uploads
 from .writer import WriteTxn
@@ -36,7 +39,13 @@ def _is_base(store: Store, cid: bytes) -> bool:
         return store.chunks.has_dependents(txn, cid)
 
 
-def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
+def collect(
+    store: Store, uploads: Uploads, dry_run: bool = False, stop: threading.Event | None = None
+) -> GcReport:
+    """`stop` set (SIGTERM): stop before the next batch (`MaintenanceStopped`); each batch
+    committed on its own, so what was collected stays collected and the rest waits for
+    the next run."""
+    pacer = Pacer("gc", None, stop)
     report = GcReport(dry_run=dry_run)
     if not dry_run:
         report.uploads_expired = uploads.expire()
@@ -55,10 +64,13 @@ def collect(store: Store, uploads: Uploads, dry_run: bool = False) -> GcReport:
             continue
         batch.append(key)
         if len(batch) >= DELETE_BATCH:
+            pacer.check()
             freed += delete_unreferenced(store, batch, now_ms, grace_ms, report)
             batch = []
     if batch:
+        pacer.check()
         freed += delete_unreferenced(store, batch, now_ms, grace_ms, report)
+    pacer.check()
     _collect_freed_bases(store, freed, now_ms, grace_ms, report)
     return report
 

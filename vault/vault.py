@@ -537,11 +537,12 @@ class Vault:
         with self.maintenance.hold("verify"):
             return scrub.verify(self.store, namespace, sample, rate, stop=stop)
 
-    def gc(self, dry_run: bool = False) -> GcReport:
+    def gc(self, dry_run: bool = False, stop: threading.Event | None = None) -> GcReport:
         """Collect expired uploads and unreferenced chunks. Packed chunks leave dead bytes in
-        their packs: with tiers, call tiering's `gc_and_repack` instead."""
+        their packs: with tiers, call tiering's `gc_and_repack` instead. `stop` set: stop
+        at the next batch (`MaintenanceStopped`)."""
         with self.maintenance.hold("gc"):
-            return collect(self.store, self.uploads, dry_run)
+            return collect(self.store, self.uploads, dry_run, stop)
 
     def compact(
         self,

@@ -110,7 +110,8 @@ async def gc(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", False)
-    result = await run_job(request.app, "gc", lambda: maintenance.gc(vault, dry_run))
+    stop = request.app[QUEUE].stopping
+    result = await run_job(request.app, "gc", lambda: maintenance.gc(vault, dry_run, stop))
     return json_response(result.to_wire())
 
 

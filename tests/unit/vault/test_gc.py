@@ -212,3 +212,25 @@ def test_repair_drops_unreserved_orphans_but_not_reserved_ones(
     clock.advance(vault.config.upload_ttl + 1)
     assert vault.check(repair=True).repaired == 3
     assert vault.stats().chunks == 0
+
+
+def test_gc_stops_before_its_next_batch_when_the_server_stops(
+    vault: Vault, clock: FakeClock
+) -> None:
+    """SIGTERM sets `stop`: a GC raises `MaintenanceStopped` before deleting more, keeps
+    what it committed, and the next run collects the rest."""
+    import threading
+
+    from vault import MaintenanceStopped
+
+    rec = stream_save(vault, "ns", {"f": os.urandom(200_000)})
+    vault.delete("ns", rec.id)
+    clock.advance(vault.config.upload_ttl + 1)
+    chunks = vault.stats().chunks
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(MaintenanceStopped):
+        vault.gc(stop=stop)
+    assert vault.stats().chunks == chunks  # nothing deleted past the stop
+    assert vault.gc().chunks_deleted == chunks
+    assert vault.check().ok
