@@ -14,7 +14,7 @@ the engine's `stored_bytes` and the disk disagreed. This saves each series the w
   8 checkpoints. `embedding`: the series' 400,000 x 64 fp32 table, 2% of its rows updated
   per checkpoint, `table.pt` (~102 MB); 10 checkpoints.
 - modes: `before` runs the server with `[storage] shrink_above = 1000` (never shrinks: the
-  behaviour before issue 32), `after` with the default (0.1); both compact after every
+  behaviour before issue 32), `after` with the default (0.05); both compact after every
   save. `final` (default shrink_above) compacts once, after the last save: the ratio the
   schedule's order is held to, and the CPU it costs.
 - each checkpoint is saved with `VaultClient.save` (parent: the previous one, chunking
@@ -59,7 +59,7 @@ MB = 1_000_000
 MiB = 1 << 20
 ALL_SERIES = ("finetune", "embedding")
 # [storage] shrink_above (1000: never); `final` compacts once, after the last save
-MODES = {"before": 1000.0, "after": 0.1, "final": 0.1}
+MODES = {"before": 1000.0, "after": 0.05, "final": 0.05}
 GC_ATTEMPTS = 60  # gc runs while the uploads' 2 s reservations lapse
 
 

@@ -33,7 +33,7 @@ power loss at any step therefore leaves every page of the durable state as it wa
 worst a hole not yet punched (tests/fault/test_shrink_crash.py).
 
 When. After compaction, GC (and repack) and a tiering run, `maintenance/tasks.py` shrinks
-when the hot store's reclaimable bytes are more than `VaultConfig.shrink_above` (10%) of
+when the hot store's reclaimable bytes are more than `VaultConfig.shrink_above` (5%) of
 the bytes it holds in use.
 """
 
