@@ -59,7 +59,7 @@ from .observability import (
     request_id_middleware,
 )
 from .promotion import promotion_context
-from .ratelimit import RateLimiter
+from .ratelimit import LIMITS_FILE, RateLimiter
 from .receive import close_taken
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
@@ -99,6 +99,14 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     if not reader:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         make_private(settings.data_dir)  # 0700 and its files 0600, whatever the umask
+    # Every process's buckets in one file: a token's rate is the service's (api/ratelimit.py).
+    app[LIMITER] = RateLimiter(
+        settings.requests_per_second,
+        settings.request_burst,
+        app[CLOCK],
+        settings.data_dir / LIMITS_FILE,
+        fresh=not reader,
+    )
     runtime = Runtime(PoolSizes(io=settings.worker_threads))
     loop = asyncio.get_running_loop()
     try:
@@ -107,6 +115,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         )
     except BaseException:
         runtime.close()
+        app[LIMITER].close()
         raise
     app[RUNTIME] = runtime
     app[VAULT] = vault
@@ -123,6 +132,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         # on the loop, and closing the environments waits for every pin.
         uses = app[TOKENS].take_uses()
         await asyncio.wrap_future(runtime.close_in_thread(functools.partial(_close, vault, uses)))
+        app[LIMITER].close()
 
 
 def _close(vault: Vault, uses: dict[str, float]) -> None:
@@ -218,7 +228,6 @@ def create_app(
     app[WORKER] = worker
     app[LISTENING] = listening or []
     app[CLOCK] = clock or SystemClock()
-    app[LIMITER] = RateLimiter(settings.requests_per_second, settings.request_burst, app[CLOCK])
     app[BODY_READERS] = BodyReaders()
     app[TURNS] = Turns(settings.workers_per_token or max(1, settings.worker_threads // 2))
     app[JOBS] = JobLog()

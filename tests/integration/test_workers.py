@@ -243,3 +243,35 @@ def test_metrics_count_the_requests_of_every_process(two: ServerProcess) -> None
     assert counted >= 7, text[:2000]
     assert text.count("# TYPE ckpt_http_requests_total counter") == 1
     assert "ckpt_disk_bytes" in text or "ckpt_chunks" in text  # the engine's own gauges too
+
+
+def test_a_tokens_rate_is_the_services_not_each_processes(tmp_path: Path) -> None:
+    """With buckets per process, two processes let a token make twice its burst."""
+    config = tmp_path / "limits.toml"
+    config.write_text("[limits]\nrequests_per_second = 0.01\nburst = 10\n")
+    server = ServerProcess(
+        tmp_path / "data", free_port(), tmp_path / "server.log", config, workers=2
+    )
+    try:
+        server.start()
+        with VaultClient(server.url, server.token) as admin:
+            secret = admin.create_token("flood", ["read:*"]).token
+        answered: dict[int, list[int]] = {0: [], 1: []}
+        deadline = time.monotonic() + RESPAWN_WAIT
+        while min(len(v) for v in answered.values()) < 10:  # 10+ tries through each
+            assert time.monotonic() < deadline, answered
+            conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+            try:
+                conn.request("GET", "/v1/health")
+                worker = json.loads(conn.getresponse().read())["worker"]
+                conn.request("GET", "/v1/namespaces", headers={"Authorization": f"Bearer {secret}"})
+                resp = conn.getresponse()
+                resp.read()
+                answered[worker].append(resp.status)
+            finally:
+                conn.close()
+        statuses = answered[0] + answered[1]
+        assert statuses.count(200) == 10, answered  # the burst, once for the service
+        assert set(statuses) == {200, 429}
+    finally:
+        server.stop()
