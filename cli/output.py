@@ -13,20 +13,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from protocol import UNPRINTABLE
+
 
 def emit_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
 
 
-# Control characters (C0, DEL, C1: ESC, CR, LF, CSI ...) and the bidirectional overrides
-# that reorder what a line shows, each written as a visible escape instead.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def printable(text: str) -> str:
     """`text` safe to print on a terminal: control characters shown as `\\x1b`-style escapes."""
-    return _UNPRINTABLE.sub(_escape, text)
+    return UNPRINTABLE.sub(_escape, text)
 
 
 def _escape(m: re.Match[str]) -> str:

@@ -3,6 +3,7 @@
 Everything both sides must agree on lives here, written once: the JSON records
 (`_records`), the admin answers (`_maintenance`, `_admin`, converted by `_wire`), the error table
 (`_errors`), the binary bodies (`_bodies`), the duration and size grammar (`_units`),
+the characters never shown as text (`_text`),
 FastCDC chunking (`_chunking`), where tensors lie in a file (`_layout`) and the service
 defaults (`_defaults`). Standard library only, except pyfastcdc in `_chunking`, and it
 imports nothing of ours: the engine, the service and the client all stand on it, the client
@@ -90,6 +91,7 @@ from ._records import (
     Validity,
     lineage_entry_from_wire,
 )
+from ._text import UNPRINTABLE
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
@@ -171,5 +173,6 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "parse_size",
+    "UNPRINTABLE",
     "status_of",
 ]

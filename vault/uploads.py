@@ -19,6 +19,8 @@ from typing import Any
 
 import lmdb
 
+from protocol import UNPRINTABLE
+
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
 from .content.reader import Reader
 from .create import ensure_namespace
@@ -67,6 +69,11 @@ def check_tags(tags: Any) -> list[str]:
         raise InvalidRequest(
             f"tags must be a list of at most {MAX_TAGS} strings of 1-{MAX_TAG_LENGTH} characters"
         )
+    for tag in tags:  # a tag is read back as text (listings, the console, `ckpt ls`)
+        if (bad := UNPRINTABLE.search(tag)) is not None:
+            raise InvalidRequest(
+                f"tag {tag[:40]!r} holds the control character U+{ord(bad.group()):04X}"
+            )
     return list(dict.fromkeys(tags))
 
 

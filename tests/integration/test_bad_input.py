@@ -187,6 +187,10 @@ async def test_malformed_json(api: Api, upload: str) -> None:
         "/v1/namespaces/ns2/uploads",
         json={"tags": "not-a-list"},
     )
+    for tag in ("ok\x1b[31mred", "line\nbreak", "bidi\u202eevil"):  # read back as text
+        await assert_error(
+            api, 400, "invalid_request", "POST", "/v1/namespaces/ns2/uploads", json={"tags": [tag]}
+        )
     await assert_error(
         api,
         400,
