@@ -64,12 +64,12 @@ def test_stats_show_the_disk_and_gc_gives_it_back(server: ServerProcess, tmp_pat
     assert set(full["environments"]) == {"catalog", "frames"}
     for old in ids[:-1]:
         ckpt(server, "rm", "disk/ns", old)
-    # Uploads expire a second after they open; until then they hold their chunks.
+    # Uploads expire a second after they open, each its own second; until then they hold
+    # their chunks, so a GC may take some checkpoints' chunks before the others'.
     for _ in range(100):
-        report = json.loads(ckpt(server, "gc", "--json"))
+        ckpt(server, "gc")
         if stats(server)["stored_bytes"] < 2 * SIZE:
             break
-        assert report["chunks_deleted"] == 0
     after = stats(server)
     assert after["stored_bytes"] < 2 * SIZE
     assert after["disk_bytes"] < 1.3 * SIZE  # the newest checkpoint and LMDB's own pages
