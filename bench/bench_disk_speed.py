@@ -414,9 +414,9 @@ def report(fig: Figures) -> str:
         "copy + fsync into new files only: "
         + ", ".join(
             f"{s.name} {s.nbytes / s.copy_new_s / MB:.0f} MB/s"
-            f" (save {s.copy_new_s / s.save_s:.2f}x)"
+            f" (save {s.copy_new_s / s.save_s:.2f}x, load {s.copy_new_s / s.load_s:.2f}x)"
             for s in fig.sets
-            if s.copy_new_s and s.save_s
+            if s.copy_new_s and s.save_s and s.load_s
         ),
         "CPU s per GB (server / client process): "
         + ", ".join(
