@@ -5,7 +5,7 @@ calls a sync saver from several threads at once (puts and writes go through a th
 pool): each put and put_writes runs its steps (`_steps.py`) on the thread that called it,
 so its small save goes out from there over the client's connection pool with no hop to the
 client's loop thread and back (bench_langgraph: put p50 4.0 -> 3.0 ms, client CPU per call
-1.2 -> 0.7 ms); reads and whole-thread operations run as coroutines on that loop.
+~1.0 -> ~0.65 ms); reads and whole-thread operations run as coroutines on that loop.
 Its async methods work too, from any loop. Fork safety and closing at exit come with the
 client.
 """
