@@ -36,6 +36,10 @@ def _open(path: Path, tier: Tier, **opts: object) -> Vault:
     return Vault(path, tiers={"cold": tier}, replication=config)
 
 
+def _generations(tier: LocalTier | FaultyTier) -> set[str]:
+    return {k.split("/")[1] for k in tier.list("replica/") if k != "replica/current"}
+
+
 def _wait_caught_up(vault: Vault) -> None:
     assert vault.roles.replication is not None
     assert vault.roles.replication.wait_restorable(DEADLINE), vault.roles.replication.status()
@@ -121,8 +125,12 @@ def test_overflow_drops_the_backlog_for_a_new_base(tmp_path: Path) -> None:
         assert status.lag_seconds > 0
         tier.fail_next = 0
         _wait_caught_up(vault)
-        gens = {k.split("/")[1] for k in tier.list("replica/") if k != "replica/current"}
-        assert len(gens) == 1  # older generations are deleted once a newer base is current
+        # Older generations are deleted once a newer base is current, by the base thread
+        # after the replica caught up (a few objects per idle turn): bounded by DEADLINE.
+        deadline = time.monotonic() + DEADLINE
+        while len(gens := _generations(tier)) > 1 and time.monotonic() < deadline:
+            vault.roles.replication.wait_restorable(DEADLINE)  # paces on the shipper's lock
+        assert len(gens) == 1, gens
     finally:
         vault.close()
     restore_replica(tier, tmp_path / "restored")
