@@ -19,6 +19,7 @@ from api import Settings, create_app
 from vault import FakeClock, Vault, VaultConfig
 
 from .seaweed import SeaweedFS
+from .serverproc import ServerProcess, free_port
 
 
 @pytest.fixture
@@ -158,6 +159,18 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     server = SeaweedFS(tmp_path_factory.mktemp("seaweed"))
     server.start()
     try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def two_processes(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A running `ckpt serve --workers 2` (the writing process and one worker) over a fresh
+    data dir; SIGKILLed at teardown if still alive."""
+    server = ServerProcess(tmp_path / "data", free_port(), tmp_path / "server.log", workers=2)
+    try:
+        server.start()
         yield server
     finally:
         server.stop()

@@ -155,6 +155,15 @@ class ServerProcess:
         self._reap()
         return code
 
+    def worker_pids(self) -> list[int]:
+        """The pids of the server's worker processes (`[server] workers` > 1)."""
+        assert self.pid is not None, "server not running"
+        kids: list[int] = []
+        for task in os.listdir(f"/proc/{self.pid}/task"):
+            with open(f"/proc/{self.pid}/task/{task}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+        return kids
+
     def holds_open(self, path: Path) -> bool:
         """Whether the server has the file at `path` open (a file handed over, say)."""
         assert self.pid is not None, "server not running"

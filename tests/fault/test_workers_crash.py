@@ -21,16 +21,14 @@ import os
 import random
 import signal
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from client import VaultClient
 from client.errors import ClientError
 
-from ..serverproc import ServerProcess, free_port
+from ..serverproc import ServerProcess
 
 SEED = int(os.environ.get("CRASH_SEED", "20261127"))
 ROUNDS = int(os.environ.get("CKPT_FAULT_ROUNDS", "2"))
@@ -44,14 +42,6 @@ class Ledger:
     acked: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # id -> (ns, bytes)
     lost: list[tuple[str, bytes]] = field(default_factory=list)  # answers never seen
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _worker_pids(pid: int) -> list[int]:
-    kids: list[int] = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            kids += [int(k) for k in f.read().split()]
-    return kids
 
 
 def _produce(server: ServerProcess, me: int, ledger: Ledger, stop: threading.Event) -> None:
@@ -81,8 +71,7 @@ def _round(server: ServerProcess, rng: random.Random, victim: str, ledger: Ledge
     for t in threads:
         t.start()
     stop.wait(rng.uniform(0.05, MAX_KILL_DELAY))  # a seeded moment into the saves
-    assert server.pid is not None
-    workers = _worker_pids(server.pid)
+    workers = server.worker_pids()
     if victim == "worker":
         assert workers, "no worker to kill"
         os.kill(workers[0], signal.SIGKILL)
@@ -116,20 +105,11 @@ def _verify(server: ServerProcess, ledger: Ledger) -> None:
                     assert data in known, f"{ckpt_id} holds bytes nobody sent"
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path / "data", free_port(), tmp_path / "server.log", workers=2)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.mark.parametrize("victim", ["worker", "writer", "both"])
 def test_sigkill_among_processes_loses_no_acknowledged_save(
-    service: ServerProcess, victim: str
+    two_processes: ServerProcess, victim: str
 ) -> None:
+    service = two_processes
     rng = random.Random(f"{SEED}-{victim}")
     ledger = Ledger()
     for _ in range(ROUNDS):

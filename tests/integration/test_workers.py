@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +66,6 @@ def _on_each_process(server: ServerProcess, path: str, token: str | None = None)
     pytest.fail(f"only processes {sorted(seen)} answered in {RESPAWN_WAIT:.0f} s")
 
 
-def _workers_of(pid: int) -> list[int]:
-    kids: list[int] = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            kids += [int(k) for k in f.read().split()]
-    return kids
-
-
 def _gone(pid: int, wait: float = 0.0) -> bool:
     """Whether process `pid` has exited, waiting up to `wait` seconds for it (pidfd)."""
     try:
@@ -88,13 +79,8 @@ def _gone(pid: int, wait: float = 0.0) -> bool:
 
 
 @pytest.fixture
-def two(tmp_path: Path) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path / "data", free_port(), tmp_path / "server.log", workers=2)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+def two(two_processes: ServerProcess) -> ServerProcess:
+    return two_processes
 
 
 def test_both_processes_answer_health_with_one_instance(two: ServerProcess) -> None:
@@ -148,13 +134,12 @@ def test_revoked_token_is_refused_by_every_process(two: ServerProcess) -> None:
 
 
 def test_a_killed_worker_is_replaced_and_the_writer_keeps_serving(two: ServerProcess) -> None:
-    assert two.pid is not None
-    (worker,) = _workers_of(two.pid)
+    (worker,) = two.worker_pids()
     os.kill(worker, signal.SIGKILL)
     with VaultClient(two.url, two.token, local_files=False) as c:
         c.save("agents/k", {"s.json": b"after the kill"}, chunking="small")
     deadline = time.monotonic() + RESPAWN_WAIT
-    while not [k for k in _workers_of(two.pid) if k != worker and not _gone(k)]:
+    while not [k for k in two.worker_pids() if k != worker and not _gone(k)]:
         assert time.monotonic() < deadline, "no new worker was started"
         _get(two, "/v1/health")  # paced by real requests, each answered meanwhile
     answers = _on_each_process(two, "/v1/namespaces/agents/k/checkpoints", two.token)
@@ -168,8 +153,7 @@ def test_sigkill_of_the_writer_takes_its_workers_and_a_restart_recovers(
         ids = [
             c.save("agents/r", {"s.json": os.urandom(500)}, chunking="small").id for _ in range(5)
         ]
-    assert two.pid is not None
-    workers = _workers_of(two.pid)
+    workers = two.worker_pids()
     assert len(workers) == 1
     two.kill()
     assert all(_gone(w, wait=10) for w in workers), "a worker outlived the writing process"
@@ -180,8 +164,7 @@ def test_sigkill_of_the_writer_takes_its_workers_and_a_restart_recovers(
 
 
 def test_sigterm_stops_every_process(two: ServerProcess) -> None:
-    assert two.pid is not None
-    workers = _workers_of(two.pid)
+    workers = two.worker_pids()
     assert two.terminate() == 0
     assert all(_gone(w) for w in workers), "the writing process exited before its workers"
 
