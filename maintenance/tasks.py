@@ -122,7 +122,7 @@ def tiering(vault: Vault, dry_run: bool = True) -> TieringReport:
 def shrink(vault: Vault) -> None:
     """After compaction, GC or demotion freed pages of the hot store: give them back to the
     file system if its reclaimable bytes pass `[storage] shrink_above` of those in use
-    (vault/shrink.py), a few milliseconds of paused writes; one log line when it did.
+    (vault/shrink.py), pauses of the writer of up to ~0.1 s each; one log line when it did.
     Logged, not reported: the task's own record stays what it was, and /v1/stats shows the
     disk. Not on a standby or a fenced primary, whose writer takes no changes (a standby's
     pages are freed by the log it applies, and shrunk once it is promoted)."""
@@ -131,11 +131,13 @@ def shrink(vault: Vault) -> None:
     done = vault.shrink()
     if done is not None:
         log.info(
-            "shrink: %d free pages given back, hot store %d -> %d bytes on disk, %.3f s",
+            "shrink: %d free pages given back, hot store %d -> %d bytes on disk, %.3f s in %d"
+            " pauses of the writer",
             done.pages,
             done.allocated_before,
             done.allocated_after,
             done.seconds,
+            done.slices,
         )
 
 

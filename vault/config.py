@@ -65,10 +65,10 @@ class VaultConfig:
     audit_max_bytes: int = 64 << 20
     # Shrink the hot store (vault/shrink.py: give the pages LMDB freed back to the file
     # system) after compaction, GC or a tiering run when its reclaimable bytes are more
-    # than this share of the bytes it holds in use. Punching costs tens of milliseconds of
-    # paused writes, so the bound only spares runs that would give back little; 0 shrinks
-    # whenever anything is reclaimable, a large value (1000) never. 5%, not 10%: a
-    # fine-tune (train.pt + safetensors) compacted after every save frees ~9% of what is in
+    # than this share of the bytes it holds in use. Punching costs ~0.1 s of paused
+    # writes, so the bound only spares runs that would give back little; 0 shrinks
+    # whenever anything is reclaimable, a large value (1000) never. 5%, not 10%: a fine-
+    # tune (train.pt + safetensors) compacted after every save frees ~9% of what is in
     # use per run, so at 10% the shrink waited and `du` sat ~10% above the stored bytes
     # (1.64x against 1.81x; bench/bench_du.py, bench/README.md).
     shrink_above: float = 0.05

@@ -15,6 +15,7 @@ from vault import FakeClock, Vault, VaultConfig
 from vault.env import DATA_FILE
 from vault.pages import oldest_reader, read_free_list
 from vault.samples import allocated_bytes
+from vault.shrink import shrink
 
 from .helpers import client_save, read_file
 
@@ -186,3 +187,28 @@ def test_reads_go_on_through_shrinks(tmp_path: Path) -> None:
     assert shrunk >= 5
     assert len(reads) >= 6
     assert all(reads)
+
+
+def test_a_large_shrink_goes_in_slices(tmp_path: Path) -> None:
+    """Given back at most `slice_bytes` per pause of the writer, each slice reading the free
+    list again; the slices together give back what one would, and pages punched before
+    are not counted again."""
+    clock = FakeClock()
+    vault = Vault(tmp_path / "v", VaultConfig(map_size=1 << 26, gc_grace=0.0), clock)
+    try:
+        ids = [client_save(vault, "ns", {"w.bin": blob(i)}, chunk_size=PIECE).id for i in range(6)]
+        for ckpt in ids[:-1]:
+            vault.delete("ns", ckpt)
+        clock.advance(7 * 3600.0)
+        vault.gc()
+        done = shrink(vault.store, slice_bytes=1 << 20)
+        assert done.slices >= 10  # 10 MiB of frames, 1 MiB a slice
+        assert done.freed >= 5 * (2 << 20)
+        assert done.pages * 4096 >= 5 * (2 << 20)
+        again = shrink(vault.store, slice_bytes=1 << 20)
+        assert again.pages == 0  # all holes already
+        assert again.slices == 1
+        assert read_file(vault, "ns", ids[-1], "w.bin") == blob(5)
+        assert vault.check().ok
+    finally:
+        vault.close()
