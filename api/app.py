@@ -149,7 +149,8 @@ async def _writer_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     assert settings.engine_socket is not None  # no workers without them
     assert settings.calls_socket is not None
-    app[FORWARDER] = Forwarder(str(settings.engine_socket))
+    assert settings.handoff_socket is not None
+    app[FORWARDER] = Forwarder(str(settings.engine_socket), str(settings.handoff_socket))
     registry = app[METRICS].registry
     calls = CallClient(
         str(settings.calls_socket),

@@ -29,6 +29,7 @@ from protocol import DESCRIPTOR_TYPE
 from vault import InvalidRequest, Unavailable
 
 from .errors import Handler
+from .handoff import can_hand_over, hand_over
 from .observability import request_id
 
 FORWARDED_FOR = "X-Ckpt-Forwarded-For"
@@ -72,7 +73,8 @@ def forwarded(request: web.Request) -> bool:
 class Forwarder:
     """One keep-alive connection pool to the writing process, for the worker's life."""
 
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str, handoff_path: str) -> None:
+        self._handoff = handoff_path
         self._session = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=socket_path, limit=0),
             auto_decompress=False,
@@ -86,6 +88,8 @@ class Forwarder:
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         if request.content_type == DESCRIPTOR_TYPE:
             raise InvalidRequest("a file descriptor can only be handed over on the local socket")
+        if can_hand_over(request):  # a large body: the connection goes, not the bytes
+            return await hand_over(request, self._handoff)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         headers[FORWARDED_FOR] = request.remote or ""
         headers["X-Request-Id"] = request_id(request)

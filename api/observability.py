@@ -32,6 +32,7 @@ from protocol import ReplicationStatus, StandbyStatus
 from vault import Vault
 
 REQUEST_ID = web.RequestKey("request_id", str)
+HANDED_OVER = web.RequestKey("handed_over", bool)  # its answer is another process's
 _SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -101,8 +102,8 @@ class AccessLogger(AbstractAccessLogger):
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         logger = self.logger
-        if not logger.isEnabledFor(logging.INFO):
-            return
+        if not logger.isEnabledFor(logging.INFO) or request.get(HANDED_OVER):
+            return  # a connection handed over: the writing process logs its answer
         method, path, status = request.method, request.path, response.status
         record = logging.LogRecord(
             logger.name, logging.INFO, __file__, 0, "%s %s %s", (method, path, status), None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -16,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from .app import create_app
+from .handoff import Adopter
 from .observability import AccessLogger, configure_logging
 from .settings import Settings, SettingsError
 from .tls import exposure, server_context
@@ -219,22 +222,65 @@ def serve(settings: Settings) -> None:
     paths = [str(p) for p in (settings.socket_path,) if p is not None]
     if settings.processes > 1 and settings.engine_socket is not None:
         paths.append(str(settings.engine_socket))  # what the workers forward (api/forward.py)
-    # run_app turns SIGTERM into a graceful exit: stop accepting, let in-flight requests
-    # finish (up to shutdown_timeout), then the cleanup context stops the workers, drains
-    # the writer and closes LMDB; the process exits 0. A connection must send a whole
-    # request head within header_timeout of opening it or of its previous answer
-    # (aiohttp's keep-alive timer runs from the connection's start), or it is closed.
-    web.run_app(
-        create_app(settings, listening=copies),
-        sock=socks,
-        path=paths or None,
-        keepalive_timeout=settings.header_timeout,
-        shutdown_timeout=settings.shutdown_timeout,
-        ssl_context=tls,
+    app = create_app(settings, listening=copies)
+    # SIGTERM (or SIGINT) is a graceful exit: stop accepting, let in-flight requests finish
+    # (up to shutdown_timeout), then the cleanup context stops the workers, drains the
+    # writer and closes LMDB; the process exits 0. As `web.run_app` does it: the signal
+    # ends the loop, then only the main task is cancelled, whose cleanup lets the handlers
+    # answer; whatever is left is cancelled after.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    main = loop.create_task(_run(app, settings, socks, paths, tls))
+    try:
+        loop.run_until_complete(main)
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
+    finally:
+        main.cancel()
+        with contextlib.suppress(asyncio.CancelledError, web.GracefulExit):
+            loop.run_until_complete(main)
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+async def _run(
+    app: web.Application,
+    settings: Settings,
+    socks: list[socket.socket],
+    paths: list[str],
+    tls: ssl.SSLContext | None,
+) -> None:
+    """What `web.run_app` does, keeping the runner, whose server adopts the connections
+    workers hand over (api/handoff.py). A connection must send a whole request head within
+    header_timeout of opening it or of its previous answer (aiohttp's keep-alive timer runs
+    from the connection's start), or it is closed. The Unix sockets speak plain HTTP."""
+    runner = web.AppRunner(
+        app,
+        handle_signals=True,
         access_log=logging.getLogger("ckpt.access"),
         access_log_class=AccessLogger,
-        print=None,
+        keepalive_timeout=settings.header_timeout,
+        shutdown_timeout=settings.shutdown_timeout,
     )
+    await runner.setup()
+    adopter = None
+    try:
+        sites: list[web.BaseSite] = [web.SockSite(runner, s, ssl_context=tls) for s in socks]
+        sites += [web.UnixSite(runner, path) for path in paths]
+        for site in sites:
+            await site.start()
+        if settings.processes > 1 and settings.handoff_socket is not None:
+            assert runner.server is not None  # set up above
+            adopter = Adopter(str(settings.handoff_socket), runner.server)
+        await asyncio.Event().wait()  # until a signal raises GracefulExit
+    finally:
+        if adopter is not None:
+            adopter.close()
+        await runner.cleanup()
 
 
 def _check_key(key: Path, shared: bool) -> None:

@@ -174,6 +174,7 @@ class Maintenance:
 # (section, key) -> (attribute on Settings, "vault.<field>" or "maintenance.<field>", parser)
 ENGINE_SOCKET_FILE = "ckpt-engine.sock"  # workers forward changes here (api/forward.py)
 CALLS_SOCKET_FILE = "ckpt-calls.sock"  # and hand over the saves they prepared (api/calls.py)
+HANDOFF_SOCKET_FILE = "ckpt-handoff.sock"  # and connections with a large body (api/handoff.py)
 # Beyond this many processes the writer, not the HTTP work, bounds saves (docs/SCALING.md).
 MAX_AUTO_WORKERS = 8
 _SUN_PATH_MAX = 108  # bytes of a Unix socket's path, its terminating NUL included
@@ -339,12 +340,20 @@ class Settings:
         return path if path is not None and len(os.fsencode(path)) < _SUN_PATH_MAX else None
 
     @property
+    def handoff_socket(self) -> Path | None:
+        """Where the process that writes adopts connections its workers hand over whole
+        (api/handoff.py); None with no engine socket."""
+        engine = self.engine_socket
+        path = engine.with_name(HANDOFF_SOCKET_FILE) if engine is not None else None
+        return path if path is not None and len(os.fsencode(path)) < _SUN_PATH_MAX else None
+
+    @property
     def processes(self) -> int:
         """How many server processes to run: `workers`, or one per CPU (at most
         MAX_AUTO_WORKERS); one for a standby (its follower writes as the replica's log
         arrives), with TLS (aiohttp would serve the engine socket with TLS too) and where
         the engine socket cannot be had."""
-        if self.following is not None or self.tls_cert is not None or self.calls_socket is None:
+        if self.following is not None or self.tls_cert is not None or self.handoff_socket is None:
             return 1
         if self.workers:
             return self.workers

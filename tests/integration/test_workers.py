@@ -258,3 +258,38 @@ def test_a_tokens_rate_is_the_services_not_each_processes(tmp_path: Path) -> Non
         assert set(statuses) == {200, 429}
     finally:
         server.stop()
+
+
+def test_a_large_body_hands_the_connection_to_the_writing_process(two: ServerProcess) -> None:
+    """A 3 MiB file PUT on a connection the worker holds is not forwarded byte by byte:
+    the connection itself moves to the writing process, which answers it and every later
+    request on it (api/handoff.py)."""
+    data = os.urandom(3 << 20)
+    deadline = time.monotonic() + RESPAWN_WAIT
+    while True:  # a connection the worker answers
+        assert time.monotonic() < deadline, "the worker answered no connection"
+        conn = http.client.HTTPConnection(two.host, two.port, timeout=30)
+        conn.request("GET", "/v1/health")
+        if json.loads(conn.getresponse().read())["worker"] == 1:
+            break
+        conn.close()
+    auth = {"Authorization": f"Bearer {two.token}"}
+    conn.request("POST", "/v1/namespaces/big/one/uploads", body=b"{}", headers=auth)
+    resp = conn.getresponse()
+    assert resp.status == 201
+    upload = json.loads(resp.read())["upload_id"]
+    conn.request("PUT", f"/v1/uploads/{upload}/files/w.bin", body=data, headers=auth)
+    resp = conn.getresponse()
+    assert resp.status == 201, resp.read()
+    assert json.loads(resp.read())["size"] == len(data)
+    conn.request("GET", "/v1/health")  # the same connection, now the writing process's
+    assert json.loads(conn.getresponse().read())["worker"] == 0
+    conn.request("POST", f"/v1/uploads/{upload}/commit", body=b"{}", headers=auth)
+    resp = conn.getresponse()
+    assert resp.status == 201, resp.read()
+    ckpt_id = json.loads(resp.read())["id"]
+    conn.close()
+    lines = [json.loads(x) for x in two.log_path.read_text().splitlines() if '"PUT' in x]
+    assert [(e["pid"], e["status"]) for e in lines] == [(two.pid, 201)]  # one line, its
+    with VaultClient(two.url, two.token, local_files=False) as c:
+        assert c.read_range("big/one", ckpt_id, "w.bin", 0, len(data)) == data
