@@ -54,6 +54,7 @@ from .keys import (
 from .observability import (
     JobLog,
     Metrics,
+    RequestIds,
     add_request_id_header,
     metrics_middleware,
     request_id_middleware,
@@ -201,7 +202,7 @@ def _middlewares(settings: Settings, worker: int) -> list[Middleware]:
     """A worker forwards what it does not read itself before authenticating anything (the
     writing process authenticates it); the writing process believes the caller's address
     a worker names only on the engine socket."""
-    first = [request_id_middleware, metrics_middleware(METRICS), error_middleware]
+    first = [request_id_middleware(RequestIds()), metrics_middleware(METRICS), error_middleware]
     if worker:
         return [*first, forward_middleware(FORWARDER), auth_middleware(TOKENS, LIMITER)]
     if settings.processes > 1 and settings.engine_socket is not None:

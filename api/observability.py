@@ -9,6 +9,7 @@ engine gauges read LMDB.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -42,11 +43,28 @@ def request_id(request: web.BaseRequest) -> str:
     return rid if isinstance(rid, str) else "-"
 
 
-@web.middleware
-async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    incoming = request.headers.get("X-Request-Id", "")
-    request[REQUEST_ID] = incoming if _SANE_ID.fullmatch(incoming) else os.urandom(8).hex()
-    return await handler(request)
+class RequestIds:
+    """This process's request ids: a random prefix drawn once, then a counter. Drawing 8
+    random bytes per request was a system call on the event loop, and each one handed the
+    interpreter lock to whichever thread wanted it: 0.14 ms of the loop's wall time per
+    request under load (cProfile of a server taking 16 agents' saves)."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(4).hex()
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._count) & 0xFFFFFFFF:08x}"
+
+
+def request_id_middleware(ids: RequestIds) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        incoming = request.headers.get("X-Request-Id", "")
+        request[REQUEST_ID] = incoming if _SANE_ID.fullmatch(incoming) else ids.next()
+        return await handler(request)
+
+    return middleware
 
 
 async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:
