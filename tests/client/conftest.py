@@ -32,10 +32,13 @@ def server(
 ) -> Iterator[ServerProcess]:
     """A started server in a fresh directory; with its local socket (files handed over
     by descriptor) when the test module sets `LOCAL_SOCKET = True`, or as parametrized
-    under `BOTH_TRANSPORTS`."""
+    under `BOTH_TRANSPORTS`; with `WORKERS = n` server processes (default one)."""
     root: Path = tmp_path_factory.mktemp("server")
     local_socket = bool(getattr(request, "param", getattr(request.module, "LOCAL_SOCKET", False)))
-    proc = ServerProcess(root / "data", free_port(), root / "server.log", local_socket=local_socket)
+    workers = int(getattr(request.module, "WORKERS", 1))
+    proc = ServerProcess(
+        root / "data", free_port(), root / "server.log", local_socket=local_socket, workers=workers
+    )
     try:
         proc.start()
         yield proc

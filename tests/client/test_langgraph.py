@@ -1,7 +1,8 @@
 """The LangGraph savers against a real server, driven by real LangGraph graphs.
 
 The reference for "what LangGraph expects" is langgraph-checkpoint's own InMemorySaver:
-the same calls replayed into a VaultSaver must read back exactly the same tuples.
+the same calls replayed into a VaultSaver must read back exactly the same tuples. The server
+runs two processes (`ckpt serve --workers 2`): the savers' saves and reads land on either.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from ..serverproc import ServerProcess
 from .forkscript import run_fork_script
 
 FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit " * 16  # ~0.9 kB a turn
+
+WORKERS = 2  # the server's processes (tests/client/conftest.py)
 
 
 class Chat(TypedDict, total=False):
