@@ -50,6 +50,7 @@ from .keys import (
     TURNS,
     VAULT,
     WORKER,
+    WRITER,
 )
 from .observability import (
     JobLog,
@@ -153,13 +154,12 @@ async def _writer_context(app: web.Application) -> AsyncIterator[None]:
     assert settings.handoff_socket is not None
     app[FORWARDER] = Forwarder(str(settings.engine_socket), str(settings.handoff_socket))
     registry = app[METRICS].registry
-    calls = CallClient(
+    calls = app[WRITER] = CallClient(
         str(settings.calls_socket),
         asyncio.get_running_loop(),
         lambda: generate_latest(registry).decode(),
     )
     await calls.connect()
-    app[VAULT].send_saves(calls.save)
     uses = asyncio.get_running_loop().create_task(_hand_uses(app, calls))
     try:
         yield

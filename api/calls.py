@@ -150,8 +150,8 @@ def _send(writer: asyncio.StreamWriter, call: int, payload: bytes) -> None:
 
 
 class CallClient:
-    """A worker's end: one connection to the writing process, opened when first needed
-    and again after it broke; `save` may be called from any thread."""
+    """A worker's end: one connection to the writing process, opened at start and again
+    after it broke; used from the worker's event loop."""
 
     def __init__(
         self, path: str, loop: asyncio.AbstractEventLoop, metrics: Callable[[], str]
@@ -165,10 +165,9 @@ class CallClient:
         self._ids = itertools.count(1)
         self._connecting = asyncio.Lock()
 
-    def save(self, prepared: PreparedSave) -> Saved:
-        """Blocking, from a worker thread: the writing process's (record, created)."""
-        payload = pickle.dumps(prepared, protocol=5)  # here, not on the event loop
-        result: Saved = asyncio.run_coroutine_threadsafe(self._call(payload), self._loop).result()
+    async def save(self, prepared: PreparedSave) -> Saved:
+        """What the writing process's writer made of `prepared`: (record, created)."""
+        result: Saved = await self._call(pickle.dumps(prepared, protocol=5))
         return result
 
     async def note_uses(self, last_used: dict[str, float]) -> None:

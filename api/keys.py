@@ -16,7 +16,7 @@ from vault.runtime import Runtime
 
 from .auth import TokenCache
 from .bodies import BodyReaders
-from .calls import CallServer
+from .calls import CallClient, CallServer
 from .forward import Forwarder
 from .observability import JobLog, Metrics
 from .ratelimit import RateLimiter
@@ -36,6 +36,7 @@ BODY_READERS = web.AppKey("body_readers", BodyReaders)
 TURNS = web.AppKey("turns", Turns)  # each token's share of the worker pool (api/turns.py)
 JOBS = web.AppKey("jobs", JobLog)
 CALLS = web.AppKey("calls", CallServer)  # the writing process's end of its workers' channel
+WRITER = web.AppKey("writer", CallClient)  # a worker's end: where its prepared saves go
 FORWARDER = web.AppKey("forwarder", Forwarder)  # a worker's way to the writing process
 METRICS = web.AppKey("metrics", Metrics)
 LIMITER = web.AppKey("limiter", RateLimiter)
@@ -59,4 +60,5 @@ __all__ = [
     "TURNS",
     "VAULT",
     "WORKER",
+    "WRITER",
 ]

@@ -11,7 +11,7 @@ the checkpoint the first attempt made, so clients may retry it like every other 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -60,16 +60,10 @@ class PreparedSave:
     frames: dict[bytes, bytes]  # chunk id -> frame, for the chunks the vault lacked
 
 
-SendSave = Callable[[PreparedSave], tuple[StoredCheckpoint, bool]]
-
-
 class DirectSaver:
     def __init__(self, store: Store) -> None:
         self._s = store
         self._keys = IdempotencyKeys(store)
-        # A worker's: hands a prepared save to the process that writes and returns what
-        # its writer made of it (api/calls.py). None: this process writes.
-        self.send: SendSave | None = None
 
     def save(
         self,
@@ -86,12 +80,29 @@ class DirectSaver:
     ) -> tuple[StoredCheckpoint, bool]:
         """Create a checkpoint from in-memory files; returns (record, created)."""
         request, done = self._request(ns, files, parent, inherit, metadata, tags, chunking, key, by)
-        if self.send is not None:  # its writer finds a retry in its own transaction
-            return self.send(self._prepared(request))
         if done is not None:  # a retry: the first attempt may be visible before it is durable
             self._s.writer.wait_durable()
             return done, False
         return self.submit(self._prepared(request)).result()
+
+    def prepare(
+        self,
+        ns: str,
+        files: Mapping[str, bytes],
+        *,
+        parent: Any = None,
+        inherit: bool = False,
+        metadata: Any = None,
+        tags: Any = None,
+        chunking: Any = None,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> PreparedSave:
+        """Everything of `save` but the writer's transaction, for `submit` in the process
+        that writes (a worker's save, api/calls.py); a retry of a save already made is
+        found there, in the transaction."""
+        request, _ = self._request(ns, files, parent, inherit, metadata, tags, chunking, key, by)
+        return self._prepared(request)
 
     def replay(self, record: bytes) -> Future[tuple[StoredCheckpoint, bool]]:
         """Apply a save-journal record again (at open, vault/journal.py): the same save,

@@ -54,7 +54,7 @@ from .config import VaultConfig
 from .content.moves import Mover
 from .content.reader import Pinned, Reader
 from .deliver import deliver_descriptor
-from .direct import DirectSaver, PreparedSave, SendSave
+from .direct import DirectSaver, PreparedSave
 from .domains import Domain
 from .env import make_private
 from .errors import InvalidRequest, NotTheWriter
@@ -348,11 +348,33 @@ class Vault:
             by=by,
         )
 
-    def send_saves(self, send: SendSave) -> None:
-        """A reader's (a worker's) one-request saves are cut, hashed and compressed here,
-        then handed by `send` to the process that writes, which commits them
-        (`commit_prepared`), so their CPU is spent on every core."""
-        self._direct.send = send
+    def prepare_save(
+        self,
+        ns: str,
+        files: Mapping[str, bytes],
+        *,
+        parent: str | None = None,
+        inherit: bool = False,
+        metadata: Mapping[str, JSON] | None = None,
+        tags: Sequence[str] | None = None,
+        chunking: Chunking | None = None,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> PreparedSave:
+        """A worker's one-request save: checked, cut, hashed and compressed here, for the
+        process that writes to commit (`commit_prepared`), so its CPU is spent on every
+        core."""
+        return self._direct.prepare(
+            ns,
+            files,
+            parent=parent,
+            inherit=inherit,
+            metadata=_obj(metadata),
+            tags=_seq(tags),
+            chunking=chunking,
+            key=key,
+            by=by,
+        )
 
     def commit_prepared(self, prepared: PreparedSave) -> Future[tuple[StoredCheckpoint, bool]]:
         """Queue the writer transaction of a save a worker prepared; resolves once durable

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from protocol import BulkDeleted, Manifest, NamespaceEntry
@@ -11,7 +13,7 @@ from ..audit import BULK_DELETED
 from ..auth import principal, require, visible_record
 from ..download import stream_file
 from ..http import bundle_body, json_body, json_response, query_int, run
-from ..keys import VAULT
+from ..keys import VAULT, WRITER
 from ..receive import expect_descriptor
 
 
@@ -53,19 +55,21 @@ async def save_checkpoint(request: web.Request) -> web.Response:
     ns = request.match_info["ns"]
     require(request, "write", ns)
     header, files = await bundle_body(request)
-    record, created = await run(
-        request,
-        request.app[VAULT].save,
-        ns,
-        files,
-        parent=parse.parent(header.get("parent")),
-        inherit=bool(header.get("inherit", False)),
-        metadata=parse.metadata(header.get("metadata")),
-        tags=parse.tags(header.get("tags")),
-        chunking=parse.chunking(header.get("chunking")),
-        key=parse.idempotency_key(header.get("key")),
-        by=principal(request).name,
-    )
+    vault, writer = request.app[VAULT], request.app.get(WRITER)
+    args: dict[str, Any] = {
+        "parent": parse.parent(header.get("parent")),
+        "inherit": bool(header.get("inherit", False)),
+        "metadata": parse.metadata(header.get("metadata")),
+        "tags": parse.tags(header.get("tags")),
+        "chunking": parse.chunking(header.get("chunking")),
+        "key": parse.idempotency_key(header.get("key")),
+        "by": principal(request).name,
+    }
+    if writer is None:
+        record, created = await run(request, vault.save, ns, files, **args)
+    else:  # a worker: prepared here, committed by the process that writes (api/calls.py)
+        prepared = await run(request, vault.prepare_save, ns, files, **args)
+        record, created = await writer.save(prepared)
     return json_response(visible_record(request, record).to_wire(), status=201 if created else 200)
 
 
