@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from vault.runtime import os_name
+
 from .app import create_app
 from .handoff import Adopter
 from .observability import AccessLogger, configure_logging
@@ -203,6 +205,7 @@ def tls_context(settings: Settings) -> ssl.SSLContext | None:
 
 
 def serve(settings: Settings) -> None:
+    os_name("ckpt-serve")  # the event loop's thread: what ps and top show for the process
     tune_malloc()
     configure_logging(settings.log_format)
     tls = tls_context(settings)

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from vault.runtime import os_name
+
 from .app import create_app
 from .observability import AccessLogger, configure_logging
 from .serve import inherited, tls_context, tune_malloc
@@ -35,6 +37,7 @@ def main() -> None:
     if not isinstance(spec, WorkerSpec):
         raise SystemExit("api.worker: expected a WorkerSpec on standard input")
     die_with_parent(spec.parent)
+    os_name(f"ckpt-worker-{spec.index}")
     tune_malloc()
     settings = spec.settings
     configure_logging(settings.log_format)

@@ -15,6 +15,9 @@ tools) gets a private runtime that its `close` closes.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import logging
 import os
 import threading
@@ -23,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 log = logging.getLogger("ckpt.runtime")
+_PR_SET_NAME = 15
 
 # A dedicated thread is started by its owner, through the runtime: `spawn(name, target)`.
 Spawn = Callable[[str, Callable[[], None]], threading.Thread]
@@ -150,6 +154,34 @@ THREADS: tuple[ThreadKind, ...] = (
 )
 
 
+def os_name(name: str) -> None:
+    """Give the calling thread `name` in the kernel too (15 bytes), so `top -H`, `ps -L`
+    and /proc/PID/task/*/comm tell the writer from the loop from a pool: Python 3.11 names
+    only its own thread objects."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: Python's name only
+        _libc().prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _named(name: str, target: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        os_name(name)
+        target()
+
+    return run
+
+
+def _pool(size: int, prefix: str) -> ThreadPoolExecutor:
+    """A pool whose threads carry `prefix` in Python and in the kernel."""
+    return ThreadPoolExecutor(
+        size, thread_name_prefix=prefix, initializer=os_name, initargs=(prefix,)
+    )
+
+
 @dataclass(frozen=True)
 class PoolSizes:
     """How many threads each pool may start (its bound; threads start on demand, and more
@@ -176,16 +208,16 @@ class Runtime:
     def __init__(self, sizes: PoolSizes | None = None) -> None:
         s = sizes or PoolSizes()
         self.sizes = s
-        self.io = ThreadPoolExecutor(s.io, thread_name_prefix="vault-io")
-        self.send = ThreadPoolExecutor(s.send, thread_name_prefix="vault-send")
-        self.receive = ThreadPoolExecutor(s.receive, thread_name_prefix="vault-receive")
-        self.handover = ThreadPoolExecutor(s.handover, thread_name_prefix="vault-handover")
+        self.io = _pool(s.io, "vault-io")
+        self.send = _pool(s.send, "vault-send")
+        self.receive = _pool(s.receive, "vault-receive")
+        self.handover = _pool(s.handover, "vault-handover")
         # Delta chains decode side by side (zstd and numpy release the GIL): one core
         # decodes a chain 8 deep at ~150 MB/s.
-        self.decode = ThreadPoolExecutor(s.decode, thread_name_prefix="ckpt-decode")
+        self.decode = _pool(s.decode, "ckpt-decode")
         # Long-lived, so the malloc arena each thread gets is reused rather than one more
         # kept per handed-over file.
-        self.store = ThreadPoolExecutor(s.store, thread_name_prefix="ckpt-store")
+        self.store = _pool(s.store, "ckpt-store")
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -195,7 +227,7 @@ class Runtime:
         joins it; a daemon, so a thread stuck on a dead object store cannot hold exit."""
         if name not in _DEDICATED:
             raise ValueError(f"{name!r} is not a thread of the runtime's table")
-        t = threading.Thread(target=target, name=name, daemon=True)
+        t = threading.Thread(target=_named(name, target), name=name, daemon=True)
         with self._lock:
             self._threads = [x for x in self._threads if x.is_alive()]
             self._threads.append(t)
