@@ -93,6 +93,8 @@ class ServerProcess:
                 self.host,
                 "--port",
                 str(self.port),
+                "--workers",
+                str(self.workers),
                 *(["--config", str(self.config)] if self.config else []),
                 *self.extra_args,
             ],
@@ -103,7 +105,6 @@ class ServerProcess:
             env={
                 **{k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
                 "CKPT_SERVER_LOCAL_SOCKET": str(self.local_socket).lower(),
-                "CKPT_SERVER_WORKERS": str(self.workers),
             },
         )
         self.starts += 1
