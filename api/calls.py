@@ -6,18 +6,16 @@ bundle, cutting, hashing, compressing and the JSON answer. A worker does all of 
 (`vault.PreparedSave`) on this socket (`Settings.calls_socket`, mode 0600 in the data dir);
 the writing process queues it on its writer straight from its event loop (no thread hop,
 no HTTP parsing) and answers with the checkpoint once it is durable. Forwarding the save
-as HTTP instead cost the writing process the whole request again (measured in
-docs/SCALING.md).
+as HTTP instead would have the writing process pay for the whole request again.
 
 Frames both ways: a 12-byte head (payload length u32, call id u64, big endian) and a
 pickle. Many calls share one connection per worker, answered as they complete. The same
 connection carries the worker's tokens' last uses, and the other way, with call ids that
 have the top bit set, the writing process's questions (a worker's metrics, for a
-`/metrics` that counts every process's requests). Pickle is
-safe here because both ends are this service: the socket is the server user's alone. A
-worker whose connection breaks fails the calls under way with 503 `unavailable`; the
-client's retry carries the same idempotency key, so a save committed before the break is
-returned, not made twice.
+`/metrics` that counts every process's requests). Pickle is safe here because both
+ends are this service: the socket is the server user's alone. A worker whose connection
+breaks fails the calls under way with 503 `unavailable`; the client's retry carries the
+same idempotency key, so a save committed before the break is returned, not made twice.
 """
 
 from __future__ import annotations
