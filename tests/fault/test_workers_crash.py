@@ -11,7 +11,8 @@ After every round every acknowledged save must be listed and read back bit-ident
 through both processes, and after the last one `check` must be clean. An attempt that
 failed (its answer lost) may or may not exist, but if it exists it must read back whole.
 
-Rounds: `CKPT_FAULT_ROUNDS` (default 1 per kind in the suite, which must stay under 10 minutes; the closing figures use 20).
+Rounds: `CKPT_FAULT_ROUNDS` (default 1 per kind in the suite, which must stay under 10
+minutes; the closing figures use 20).
 Seed: `CRASH_SEED`.
 """
 
