@@ -11,15 +11,15 @@ the checkpoint the first attempt made, so clients may retry it like every other 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import blake3
 
-from protocol import decode_bundle, encode_bundle
+from protocol import JSON, decode_bundle, encode_bundle
 
 from .chunking import ChunkingProfile, cut_whole
 from .create import Draft, create, ensure_namespace
@@ -32,6 +32,9 @@ from .records import StoredCheckpoint
 from .store import Store, store_all
 from .uploads import check_metadata, check_new_checkpoint, check_tags
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -60,49 +63,43 @@ class PreparedSave:
     frames: dict[bytes, bytes]  # chunk id -> frame, for the chunks the vault lacked
 
 
+Chunking = str | Mapping[str, JSON]  # a profile's name, or its sizes
+
+
+class SaveOptions(TypedDict, total=False):
+    """What a one-request save may say besides its namespace and files (all optional)."""
+
+    parent: str | None
+    inherit: bool
+    metadata: Mapping[str, JSON] | None
+    tags: Sequence[str] | None
+    chunking: Chunking | None
+    key: str | None
+    by: str | None
+
+
 class DirectSaver:
     def __init__(self, store: Store) -> None:
         self._s = store
         self._keys = IdempotencyKeys(store)
 
     def save(
-        self,
-        ns: str,
-        files: Mapping[str, bytes],
-        *,
-        parent: Any = None,
-        inherit: bool = False,
-        metadata: Any = None,
-        tags: Any = None,
-        chunking: Any = None,
-        key: str | None = None,
-        by: str | None = None,
+        self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
     ) -> tuple[StoredCheckpoint, bool]:
         """Create a checkpoint from in-memory files; returns (record, created)."""
-        request, done = self._request(ns, files, parent, inherit, metadata, tags, chunking, key, by)
+        request, done = self._request(ns, files, options)
         if done is not None:  # a retry: the first attempt may be visible before it is durable
             self._s.writer.wait_durable()
             return done, False
         return self.submit(self._prepared(request)).result()
 
     def prepare(
-        self,
-        ns: str,
-        files: Mapping[str, bytes],
-        *,
-        parent: Any = None,
-        inherit: bool = False,
-        metadata: Any = None,
-        tags: Any = None,
-        chunking: Any = None,
-        key: str | None = None,
-        by: str | None = None,
+        self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
     ) -> PreparedSave:
         """Everything of `save` but the writer's transaction, for `submit` in the process
         that writes (a worker's save, api/calls.py); a retry of a save already made is
         found there, in the transaction."""
-        request, _ = self._request(ns, files, parent, inherit, metadata, tags, chunking, key, by)
-        return self._prepared(request)
+        return self._prepared(self._request(ns, files, options)[0])
 
     def replay(self, record: bytes) -> Future[tuple[StoredCheckpoint, bool]]:
         """Apply a save-journal record again (at open, vault/journal.py): the same save,
@@ -127,20 +124,18 @@ class DirectSaver:
         return self.submit(self._prepared(request), given)
 
     def _request(
-        self,
-        ns: str,
-        files: Mapping[str, bytes],
-        parent: Any,
-        inherit: bool,
-        metadata: Any,
-        tags: Any,
-        chunking: Any,
-        key: str | None,
-        by: str | None,
+        self, ns: str, files: Mapping[str, bytes], options: SaveOptions
     ) -> tuple[SaveRequest, StoredCheckpoint | None]:
         """The checked request, and the checkpoint a first attempt with `key` made."""
-        wanted = self._check(ns, files, parent, inherit, key, chunking)
-        metadata, tags = check_metadata(metadata), check_tags(tags)
+        parent, inherit = options.get("parent"), options.get("inherit", False)
+        key, by = options.get("key"), options.get("by")
+        wanted = self._check(ns, files, parent, inherit, key, options.get("chunking"))
+        raw_metadata, raw_tags = options.get("metadata"), options.get("tags")
+        # Other mappings and sequences as the plain dicts and lists the validators check.
+        metadata = check_metadata(
+            dict(raw_metadata) if isinstance(raw_metadata, Mapping) else raw_metadata
+        )
+        tags = check_tags(list(raw_tags) if isinstance(raw_tags, tuple) else raw_tags)
         with self._s.catalog_env.read() as txn:
             ns_rec = self._s.catalog.namespace(txn, ns)
             done = self._keys.replay(txn, key, ns) if key is not None else None

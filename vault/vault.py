@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol import (
     JSON,
@@ -54,7 +54,7 @@ from .config import VaultConfig
 from .content.moves import Mover
 from .content.reader import Pinned, Reader
 from .deliver import deliver_descriptor
-from .direct import DirectSaver, PreparedSave
+from .direct import Chunking, DirectSaver, PreparedSave, SaveOptions
 from .domains import Domain
 from .env import make_private
 from .errors import InvalidRequest, NotTheWriter
@@ -82,6 +82,9 @@ from .uploads import OPEN_UPLOADS_BY, PENDING_BYTES_BY, Uploads
 from .usage import checkpoint_usage, namespace_usage
 from .writer import WriteTxn
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 log = logging.getLogger(__name__)
 
 
@@ -95,7 +98,6 @@ def _not_the_writer() -> NotTheWriter:
 MAX_LIST = 1000
 
 # A requested chunking profile: a profile name or {min_size, avg_size, max_size}.
-Chunking = str | Mapping[str, JSON]
 
 
 def _obj(value: Mapping[str, JSON] | None) -> JSON:
@@ -323,58 +325,18 @@ class Vault:
         return self._committer.commit(upload_id, files, domain)
 
     def save(
-        self,
-        ns: str,
-        files: Mapping[str, bytes],
-        *,
-        parent: str | None = None,
-        inherit: bool = False,
-        metadata: Mapping[str, JSON] | None = None,
-        tags: Sequence[str] | None = None,
-        chunking: Chunking | None = None,
-        key: str | None = None,
-        by: str | None = None,
+        self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
     ) -> tuple[StoredCheckpoint, bool]:
         """One-shot save of small, in-memory files (see vault/direct.py)."""
-        return self._direct.save(
-            ns,
-            files,
-            parent=parent,
-            inherit=inherit,
-            metadata=_obj(metadata),
-            tags=_seq(tags),
-            chunking=chunking,
-            key=key,
-            by=by,
-        )
+        return self._direct.save(ns, files, **options)
 
     def prepare_save(
-        self,
-        ns: str,
-        files: Mapping[str, bytes],
-        *,
-        parent: str | None = None,
-        inherit: bool = False,
-        metadata: Mapping[str, JSON] | None = None,
-        tags: Sequence[str] | None = None,
-        chunking: Chunking | None = None,
-        key: str | None = None,
-        by: str | None = None,
+        self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
     ) -> PreparedSave:
         """A worker's one-request save: checked, cut, hashed and compressed here, for the
         process that writes to commit (`commit_prepared`), so its CPU is spent on every
         core."""
-        return self._direct.prepare(
-            ns,
-            files,
-            parent=parent,
-            inherit=inherit,
-            metadata=_obj(metadata),
-            tags=_seq(tags),
-            chunking=chunking,
-            key=key,
-            by=by,
-        )
+        return self._direct.prepare(ns, files, **options)
 
     def commit_prepared(self, prepared: PreparedSave) -> Future[tuple[StoredCheckpoint, bool]]:
         """Queue the writer transaction of a save a worker prepared; resolves once durable
