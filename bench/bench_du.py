@@ -54,8 +54,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_client import BenchError, Checkpoint, generate, make_client, same_files, wait_healthy
-from bench_ingest import KiB, RssSampler, Server, mb_per_s, proc_status_kib, table
+from bench_client import Checkpoint, generate, make_client, wait_healthy
+from bench_ingest import KiB, RssSampler, Server, proc_status_kib, table
+from bench_tensors import vault_restore
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -223,7 +224,8 @@ def run_mode(res: SeriesResult, ckpts: list[Checkpoint], tmp: Path, mode: str) -
             m.du_ratio = res.logical / m.steps[-1].du
             m.stored_ratio = res.logical / m.steps[-1].stored
             m.restores_mb_s = [
-                restore(client, ns, ckpts[-1], ids[-1], tmp / "restore") for _ in range(RESTORES)
+                vault_restore(client, ns, ckpts[-1], ids[-1], tmp / "restore")
+                for _ in range(RESTORES)
             ]
             m.restore_newest_mb_s = statistics.median(m.restores_mb_s)
         finally:
@@ -265,17 +267,6 @@ def save_and_compact(
             f"{step.stored / MB:.1f} MB, logical {logical / MB:.1f} MB"
         )
     return ids
-
-
-def restore(client: Any, ns: str, ck: Checkpoint, ref: str, dest: Path) -> float:
-    start = time.perf_counter()
-    client.load(ns, ref=ref, dest=dest)
-    seconds = time.perf_counter() - start
-    ok = same_files(ck, dest)
-    shutil.rmtree(dest, ignore_errors=True)
-    if not ok:
-        raise BenchError(f"{ns}: the restored newest checkpoint differs")
-    return mb_per_s(ck.size, seconds)
 
 
 def keep_only_newest(
