@@ -17,10 +17,11 @@ from typing import Any
 
 from aiohttp import web
 
-from vault.runtime import os_name
+from vault.runtime import exit_if_stuck, os_name
 
 from .app import create_app
 from .handoff import Adopter
+from .keys import RUNTIME
 from .observability import AccessLogger, configure_logging
 from .settings import Settings, SettingsError
 from .tls import exposure, server_context
@@ -248,6 +249,9 @@ def serve(settings: Settings) -> None:
         loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+    runtime = app.get(RUNTIME)
+    if runtime is not None:
+        exit_if_stuck(runtime)  # a hand-over blocked in a hung file system's read
 
 
 async def _run(

@@ -70,9 +70,10 @@ def gc(vault: Vault, dry_run: bool = False, stop: threading.Event | None = None)
     return report
 
 
-def check(vault: Vault, repair: bool = False) -> CheckReport:
-    """Recompute every reference count from the manifests; `repair` fixes what drifted."""
-    return vault.check(repair)
+def check(vault: Vault, repair: bool = False, stop: threading.Event | None = None) -> CheckReport:
+    """Recompute every reference count from the manifests; `repair` fixes what drifted.
+    `stop` set: stop mid-scan (`MaintenanceStopped`), before any repair."""
+    return vault.check(repair, stop)
 
 
 def retention(vault: Vault, dry_run: bool = True, namespace: str | None = None) -> RetentionReport:
@@ -109,11 +110,14 @@ def compact(
     return report
 
 
-def tiering(vault: Vault, dry_run: bool = True) -> TieringReport:
+def tiering(
+    vault: Vault, dry_run: bool = True, stop: threading.Event | None = None
+) -> TieringReport:
     """Plan, or run, demotion and promotion by the tiering policies (then shrink the hot
-    store, which demotion leaves pages free in)."""
+    store, which demotion leaves pages free in). `stop` set: stop at the next batch
+    (`MaintenanceStopped`)."""
     with vault.maintenance.hold("tiering"):
-        report = run_tiering(vault, dry_run)
+        report = run_tiering(vault, dry_run, stop)
         if not dry_run:
             shrink(vault)
     return report
@@ -162,15 +166,15 @@ def scheduled(
     stop: threading.Event | None = None,
 ) -> dict[str, Callable[[], Report]]:
     """The tasks the schedule runs, by job name, with the settings' parameters: retention
-    applied, GC (and repack), a full scrub and compaction at their rates (stopping when
-    `stop` is set), a tiering run, a catalog backup to the last tier, a usage scan (a
+    applied, GC (and repack), a full scrub and compaction at their rates, a tiering run
+    (each stopping when `stop` is set), a catalog backup to the last tier, a usage scan (a
     storage sample)."""
     return {
         "retention": lambda: retention(vault, dry_run=False),
         "gc": lambda: gc(vault, stop=stop),
         "scrub": lambda: scrub(vault, rate=scrub_rate, stop=stop),
         "compact": lambda: compact(vault, rate=compact_rate, stop=stop),
-        "tiering": lambda: tiering(vault, dry_run=False),
+        "tiering": lambda: tiering(vault, dry_run=False, stop=stop),
         "catalog_backup": lambda: catalog_backup(vault),
         "usage": lambda: usage(vault),
     }

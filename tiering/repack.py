@@ -18,6 +18,7 @@ unreferenced packs are deleted; a tier prefix must belong to one vault.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -69,8 +70,14 @@ def plan(vault: Vault, below: float = DEFAULT_REPACK_BELOW) -> list[PackUsage]:
 
 @maintenance_operation("repack")
 def repack(
-    vault: Vault, below: float = DEFAULT_REPACK_BELOW, pack_target: int = PACK_TARGET
+    vault: Vault,
+    below: float = DEFAULT_REPACK_BELOW,
+    pack_target: int = PACK_TARGET,
+    stop: threading.Event | None = None,
 ) -> RepackReport:
+    """Rewrite the sparse packs' live chunks into new packs, then delete the packs nothing
+    is left in. `stop` set: stop before the next batch (`MaintenanceStopped`); an old pack
+    whose chunks did not all move is kept, so a stop loses nothing."""
     started = time.monotonic()
     report = RepackReport()
     packs = vault.content.pack_usage()
@@ -81,7 +88,7 @@ def repack(
             by_tier[p.tier].append(p)
     for tier_name, group in by_tier.items():
         live = [item for p in group if p.live for item in sorted(p.live.items(), key=_offset)]
-        move_packed(vault, tier_name, live, pack_target, report)
+        move_packed(vault, tier_name, live, pack_target, report, stop)
         for p in group:
             if vault.content.delete_unreferenced_pack(p):
                 report.deleted += 1
@@ -98,12 +105,14 @@ def move_packed(
     todo: list[tuple[bytes, Packed]],
     target: int = PACK_TARGET,
     report: RepackReport | None = None,
+    stop: threading.Event | None = None,
 ) -> RepackReport:
     """Copy packed chunks (each with where the caller saw it) into new packs in
     `tier_name` and switch each one still there: repacking within a tier, or moving chunks
-    to a colder one. The packs they leave are repacked or deleted later, like any other."""
+    to a colder one. The packs they leave are repacked or deleted later, like any other.
+    `stop` set: stop before the next batch (`MaintenanceStopped`)."""
     report = report if report is not None else RepackReport()
-    moved = vault.content.move_packed(tier_name, todo, target)
+    moved = vault.content.move_packed(tier_name, todo, target, stop)
     report.chunks_moved += moved.chunks_moved
     report.new_packs += moved.packs
     report.bytes_written += moved.bytes_moved

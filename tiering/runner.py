@@ -9,6 +9,7 @@ a chunk only if the chunk is still where it was read."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
 from protocol import MoveSummary, RepackSummary, TieringReport
@@ -24,7 +25,12 @@ from .policy import plan
 
 
 @maintenance_operation("tiering")
-def run_tiering(vault: Vault, dry_run: bool = False) -> TieringReport:
+def run_tiering(
+    vault: Vault, dry_run: bool = False, stop: threading.Event | None = None
+) -> TieringReport:
+    """Plan, or run the plan. `stop` set (SIGTERM): stop before the next batch of any of
+    its moves (`MaintenanceStopped`); what moved so far is switched and stays so, and
+    checkpoint records' `tier` is refreshed by the next run."""
     tiering_plan = plan(vault, vault.clock.now())
     below = repack_threshold(vault)
     if dry_run:
@@ -34,14 +40,16 @@ def run_tiering(vault: Vault, dry_run: bool = False) -> TieringReport:
     moved: dict[str, MoveSummary] = {}
     for target, chunks in tiering_plan.moves.items():
         if chunks:
-            moved[target] = _summary(vault.content.demote(target, sorted(chunks)))
+            demoted = vault.content.demote(target, sorted(chunks), stop=stop)
+            moved[target] = _summary(demoted)
     for target, items in tiering_plan.transfers.items():
-        report = repack.move_packed(vault, target, sorted(items, key=_by_place))
+        todo = sorted(items, key=_by_place)
+        report = repack.move_packed(vault, target, todo, stop=stop)
         move = moved.get(target) or _summary(MoveReport())
         moved[target] = replace(move, from_other_tiers=_repacked(report))
-    promoted = _summary(vault.content.promote(sorted(tiering_plan.promote)))
+    promoted = _summary(vault.content.promote(sorted(tiering_plan.promote), stop))
     retiered = retier(vault)
-    repacked = _repacked(repack.repack(vault, below), below)
+    repacked = _repacked(repack.repack(vault, below, stop=stop), below)
     return replace(
         tiering_plan.report(False, repacked), moved=moved, promoted=promoted, retiered=retiered
     )

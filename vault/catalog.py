@@ -37,6 +37,8 @@ LATEST_VALID = "latest-valid"
 MAX_LINEAGE = 100_000
 
 
+# Manifests a recount reads between two looks at its caller's stop (a few ms of work).
+RECOUNT_STEP = 1024
 TAG_INDEX_BUILT = "tag_index_built"  # counter: 1 once the tag index covers every checkpoint
 
 
@@ -371,14 +373,19 @@ class Catalog:
             cid = bytes(key).decode()
             yield cid, self._decode(txn, cid, raw, seen)
 
-    def expected_refs(self, txn: lmdb.Transaction) -> tuple[int, Counter[bytes], Counter[bytes]]:
+    def expected_refs(
+        self, txn: lmdb.Transaction, every: Callable[[], None] | None = None
+    ) -> tuple[int, Counter[bytes], Counter[bytes]]:
         """Recount from the manifests alone: (live checkpoints, chunk references, entry
-        references), what the stored counts must equal (see vault/entries.py)."""
+        references), what the stored counts must equal (see vault/entries.py). `every` is
+        called each `RECOUNT_STEP` manifests: a long scan's chance to stop (it raises)."""
         n = 0
         chunks: Counter[bytes] = Counter()
         entries: Counter[bytes] = Counter()
         for _, raw in txn.cursor(db=self._manifests):
             n += 1
+            if every is not None and n % RECOUNT_STEP == 0:
+                every()
             refs = decode_entry_refs(raw)
             if refs is None:
                 chunks.update(distinct_chunks(decode_manifest(raw)))

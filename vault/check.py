@@ -12,6 +12,7 @@ them), and drops links of chunks no longer stored.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -20,19 +21,23 @@ from protocol import CheckReport, Drift, GcReport
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline
 from .gc import delete_unreferenced
+from .pacing import Pacer
 from .store import Store
 from .writer import WriteTxn
 
 
-def check(store: Store, repair: bool = False) -> CheckReport:
+def check(store: Store, repair: bool = False, stop: threading.Event | None = None) -> CheckReport:
     """Frames are listed first: a frame is durable before the metadata that names it, so
-    any frame in that list whose chunk is committed appears in the later catalog view."""
+    any frame in that list whose chunk is committed appears in the later catalog view.
+    `stop` is looked at every `RECOUNT_STEP` manifests of the recount and before repairs: a
+    stopped check has changed nothing."""
     report = CheckReport()
+    pacer = Pacer("check", None, stop)
     frame_seqs = store.chunks.hot_frame_seqs()
     expected: Counter[bytes] = Counter()
     stored: dict[bytes, ChunkMeta] = {}
     with store.catalog_env.read() as txn:
-        report.checkpoints, expected, entries = store.catalog.expected_refs(txn)
+        report.checkpoints, expected, entries = store.catalog.expected_refs(txn, pacer.check)
         entry_drift = _entry_drift(store.catalog.entries.all_refs(txn), entries)
         stored = dict(store.chunks.all(txn))
         links = dict(store.chunks.delta_links(txn))
@@ -72,6 +77,7 @@ def check(store: Store, repair: bool = False) -> CheckReport:
             report.bases_kept += 1
         elif want == 0:
             report.orphans.append(cid.hex())
+    pacer.check()
     if repair:
         _repair_all(store, report, stale, baseless, bool(entry_drift))
     return report

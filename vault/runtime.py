@@ -21,6 +21,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ THREADS: tuple[ThreadKind, ...] = (
         "reading and writing files handed over by descriptor",
         "8, `handovers_per_token` (2) per token",
         "the file (pread / pwrite), until a deadline its allocated bytes set",
-        "told to stop; stops at its next piece",
+        "told to stop; stops at its next piece; one blocked in the kernel 10 s on is left "
+        "behind and the process exits without it",
     ),
     ThreadKind(
         "ckpt-decode",
@@ -132,8 +134,8 @@ THREADS: tuple[ThreadKind, ...] = (
         "(GC, compaction, scrub...), from one queue",
         "1; 8 tasks queued behind it",
         "the maintenance lock, its rate's pacing",
-        "queued tasks dropped; a running compaction or scrub stops at its next step "
-        "(503), others finish",
+        "queued tasks dropped; a running GC, check, scrub, compaction or tiering run "
+        "stops at its next step (503), others finish",
     ),
     ThreadKind(
         "vault-close",
@@ -202,6 +204,12 @@ class PoolSizes:
     store: int = 4
 
 
+# How long `close` waits for hand-over threads once the stop is set. They look at it
+# between pieces of 8 MiB (well under a second on any disk); one still busy after this is
+# blocked in a system call no stop can interrupt.
+HANDOVER_GRACE = 10.0
+
+
 class Runtime:
     """The pools of one process, and the dedicated threads started through it."""
 
@@ -221,6 +229,8 @@ class Runtime:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
+        self.handover_grace = HANDOVER_GRACE
+        self.stuck: list[str] = []  # hand-over threads `close` could not wait for
 
     def thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
         """Start a dedicated thread named `name` (a row of THREADS). Its owner stops and
@@ -250,11 +260,27 @@ class Runtime:
         """The one shutdown order (idempotent). Request pools first: the handlers were
         cancelled and bodies aborted, so they finish what is under way and take nothing
         new; then the engine's pools, idle by then; then `engine_close` (the owners stop
-        and join their dedicated threads, the writer commits what is queued, LMDB closes)."""
+        and join their dedicated threads, the writer commits what is queued, LMDB closes).
+
+        The hand-over pool is waited for `handover_grace` seconds only: its threads read
+        and write files callers own, and look at the stop between pieces, so one still
+        running by then is blocked in the kernel (a FUSE or network file that never
+        answers) and no wait would end. It is left in `stuck`; the process exits without
+        it (`exit_if_stuck`), the engine closed first."""
         if self._closed:
             return
         self._closed = True
-        for pool in (self.send, self.receive, self.handover, self.io, self.decode, self.store):
+        for pool in (self.send, self.receive):
+            pool.shutdown(wait=True)
+        self.stuck = _drain(self.handover, self.handover_grace)
+        if self.stuck:
+            log.error(
+                "hand-over threads blocked in a file's read or write for %.0f s after the"
+                " stop, left behind: %s",
+                self.handover_grace,
+                ", ".join(self.stuck),
+            )
+        for pool in (self.io, self.decode, self.store):
             pool.shutdown(wait=True)
         engine_close()
         me = threading.current_thread()
@@ -280,3 +306,23 @@ class Runtime:
 
 
 _DEDICATED = frozenset(k.name for k in THREADS if not k.pool)
+
+
+def _drain(pool: ThreadPoolExecutor, grace: float) -> list[str]:
+    """Shut `pool` down, waiting at most `grace` seconds for its threads; the names of
+    those still running after."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace
+    threads = list(pool._threads)  # noqa: SLF001 - no public view
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in threads if t.is_alive()]
+
+
+def exit_if_stuck(runtime: Runtime) -> None:
+    """End the process now if `close` left hand-over threads behind: Python's exit joins
+    every pool thread and would wait on them forever. The engine is closed and everything
+    committed is durable by then; only the logs are flushed first."""
+    if runtime.stuck:
+        logging.shutdown()
+        os._exit(0)

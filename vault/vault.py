@@ -587,9 +587,11 @@ class Vault:
             },
         )
 
-    def check(self, repair: bool = False) -> CheckReport:
+    def check(self, repair: bool = False, stop: threading.Event | None = None) -> CheckReport:
+        """Recount references (vault/check.py); `stop` set: stop mid-scan, before any
+        repair (`MaintenanceStopped`)."""
         with self.maintenance.hold("check --repair" if repair else "check"):
-            return check(self.store, repair)
+            return check(self.store, repair, stop)
 
     def catalog_backup(self, to: str | None = None) -> CatalogBackup:
         """Back the catalog up to tier `to`, an absolute path, or (None) the last tier;

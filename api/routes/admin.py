@@ -120,7 +120,8 @@ async def check(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     repair = query_bool(request, "repair", False)
-    report = await run_job(request.app, "check", lambda: maintenance.check(vault, repair))
+    stop = request.app[QUEUE].stopping
+    report = await run_job(request.app, "check", lambda: maintenance.check(vault, repair, stop))
     return json_response(report.to_wire())
 
 
@@ -174,7 +175,10 @@ async def tiering(request: web.Request) -> web.Response:
     require_admin(request)
     vault = request.app[VAULT]
     dry_run = query_bool(request, "dry_run", True)
-    result = await run_job(request.app, "tiering", lambda: maintenance.tiering(vault, dry_run))
+    stop = request.app[QUEUE].stopping
+    result = await run_job(
+        request.app, "tiering", lambda: maintenance.tiering(vault, dry_run, stop)
+    )
     return json_response(result.to_wire())
 
 

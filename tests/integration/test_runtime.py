@@ -12,6 +12,8 @@ import ast
 import dataclasses
 import os
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
 from vault import FakeClock, VaultConfig
 from vault.frame import chunk_id
 from vault.replication import ReplicationConfig
-from vault.runtime import THREADS
+from vault.runtime import THREADS, Runtime
 
 from ..conftest import Api
 
@@ -115,3 +117,44 @@ def test_designs_runtime_table_lists_every_row() -> None:
     section = section[: section.index("\n## ", 1)]
     rows = re.findall(r"^\| `([\w-]+)` \|", section, re.MULTILINE)
     assert sorted(rows) == sorted(k.name for k in THREADS)
+
+
+def test_close_leaves_a_blocked_hand_over_behind() -> None:
+    """A hand-over whose file never answers (a hung FUSE read) holds its thread in the
+    kernel: close waits `handover_grace` for it, closes the engine anyway and names the
+    thread, which `exit_if_stuck` then exits without (Python's own exit would join it)."""
+    runtime = Runtime()
+    runtime.handover_grace = 0.2
+    blocked = threading.Event()
+    started = threading.Event()
+
+    def hung_read() -> None:
+        started.set()
+        blocked.wait()
+
+    runtime.handover.submit(hung_read)
+    assert started.wait(10)
+    closed: list[bool] = []
+    try:
+        runtime.close(lambda: closed.append(True))
+        assert closed == [True]
+        assert len(runtime.stuck) == 1
+        assert runtime.stuck[0].startswith("vault-handover")
+    finally:
+        blocked.set()
+
+
+def test_a_process_with_a_blocked_hand_over_still_exits() -> None:
+    """Without `exit_if_stuck` this process never ends: Python joins pool threads at exit."""
+    script = (
+        "import threading\n"
+        "from vault.runtime import Runtime, exit_if_stuck\n"
+        "r = Runtime()\n"
+        "r.handover_grace = 0.1\n"
+        "r.handover.submit(threading.Event().wait)\n"
+        "r.close()\n"
+        "exit_if_stuck(r)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert b"left behind: vault-handover" in done.stderr

@@ -24,6 +24,7 @@ Which chunks move, and when, is policy (tiering/); this module only moves what i
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
 from ..frame import seal_frame
+from ..pacing import Pacer
 from ..writer import WriteTxn
 from .location import Location, Packed
 from .packs import PACK_PREFIX, PACK_TARGET, PackBuilder, delete_pack, pack_key, upload
@@ -79,24 +81,33 @@ class Mover:
         self._reader = reader
 
     def demote(
-        self, tier_name: str, chunks: Iterable[bytes], pack_target: int = PACK_TARGET
+        self,
+        tier_name: str,
+        chunks: Iterable[bytes],
+        pack_target: int = PACK_TARGET,
+        stop: threading.Event | None = None,
     ) -> MoveReport:
-        """Move the given hot chunks into packs in `tier_name`."""
+        """Move the given hot chunks into packs in `tier_name`. `stop` set (SIGTERM): stop
+        before the next batch (`MaintenanceStopped`); every pack shipped so far is
+        switched, the one being filled is dropped unseen."""
         if tier_name not in self._s.tiers:
             raise InvalidRequest(f"tier {tier_name!r} is not configured")
         todo: list[tuple[bytes, Packed | None]] = [(cid, None) for cid in chunks]
-        return self._pack(tier_name, todo, pack_target, from_hot=True)
+        return self._pack(tier_name, todo, pack_target, True, Pacer("demotion", None, stop))
 
     def move_packed(
         self,
         tier_name: str,
         todo: Sequence[tuple[bytes, Packed]],
         pack_target: int = PACK_TARGET,
+        stop: threading.Event | None = None,
     ) -> MoveReport:
         """Copy packed chunks (each with where the caller saw it) into new packs in
         `tier_name` and switch each one still there: repacking within a tier, or moving
-        chunks on to a colder one. The packs they leave are repacked or deleted later."""
-        return self._pack(tier_name, list(todo), pack_target, from_hot=False)
+        chunks on to a colder one. The packs they leave are repacked or deleted later.
+        `stop` as for `demote`."""
+        pacer = Pacer("repack", None, stop)
+        return self._pack(tier_name, list(todo), pack_target, False, pacer)
 
     def _pack(
         self,
@@ -104,6 +115,7 @@ class Mover:
         todo: list[tuple[bytes, Packed | None]],
         pack_target: int,
         from_hot: bool,
+        pacer: Pacer,
     ) -> MoveReport:
         report = MoveReport()
         started = time.monotonic()
@@ -111,6 +123,7 @@ class Mover:
         pack = PackBuilder(pack_target)
         sources: dict[bytes, Location] = {}  # chunk -> where it was when copied
         for i in range(0, len(todo), READ_BATCH):
+            pacer.check()
             batch = todo[i : i + READ_BATCH]
             cids = [cid for cid, _ in batch]
             metas, frames = self._reader.frames(cids)
@@ -164,13 +177,16 @@ class Mover:
         report.chunks_moved += len(left)
         report.bytes_moved += pack.size
 
-    def promote(self, chunks: Iterable[bytes]) -> MoveReport:
-        """Bring the given packed chunks back into the hot store."""
+    def promote(self, chunks: Iterable[bytes], stop: threading.Event | None = None) -> MoveReport:
+        """Bring the given packed chunks back into the hot store; `stop` as for `demote`
+        (each batch is switched in its own commit)."""
         report = MoveReport()
         started = time.monotonic()
         table = self._s.chunks
         todo = list(chunks)
+        pacer = Pacer("promotion", None, stop)
         for i in range(0, len(todo), READ_BATCH):
+            pacer.check()
             batch = todo[i : i + READ_BATCH]
             metas, frames = self._reader.frames(batch)
             sound, _ = self._reader.decoded(batch, metas, frames)

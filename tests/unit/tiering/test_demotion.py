@@ -11,10 +11,11 @@ import pytest
 from tiering import MemoryTier
 from tiering.runner import run_tiering
 from tiering.wrappers import FaultyTier
-from vault import FakeClock, Vault, VaultConfig
+from vault import FakeClock, MaintenanceStopped, Vault, VaultConfig
+from vault.content import moves
 from vault.errors import TierUnavailable
 
-from ..vault.helpers import read_file, stream_save
+from ..vault.helpers import StopAfter, read_file, stream_save
 
 
 @pytest.fixture
@@ -146,3 +147,27 @@ def test_a_crash_at_either_step_of_a_move_loses_nothing(
     assert tiered.check(repair=True).repaired == len(set(chunks))
     assert tiered.check().orphan_frames == 0
     assert read_file(tiered, "ns", rec.id, "w") == data
+
+
+def test_a_demotion_stops_between_batches_when_the_server_stops(
+    tiered: Vault, cold: FaultyTier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM during a tiering run: the batches before it moved and read back from their
+    packs, the rest is still hot, nothing half moved; the next run moves the rest."""
+    monkeypatch.setattr(moves, "READ_BATCH", 1)  # a batch per chunk
+    data = random.Random(5).randbytes(900_000)
+    rec = stream_save(tiered, "ns", {"w": data})
+    _, files = tiered.manifest("ns", rec.id)
+    chunks = [c for c, _ in files["w"].chunks]
+    assert len(chunks) >= 4
+    with pytest.raises(MaintenanceStopped):
+        tiered.content.demote("cold", chunks, pack_target=1, stop=StopAfter(2))
+    stats = tiered.stats()
+    assert stats.tiers["cold"].chunks == 2
+    assert stats.tiers["hot"].chunks == len(set(chunks)) - 2
+    assert read_file(tiered, "ns", rec.id, "w") == data
+    assert tiered.check().ok
+    tiered.content.demote("cold", chunks)
+    assert tiered.stats().tiers["cold"].chunks == len(set(chunks))
+    assert read_file(tiered, "ns", rec.id, "w") == data
+    assert tiered.check().ok

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from protocol import CommitFile
@@ -62,3 +63,16 @@ def flip_last_byte(vault: Vault, cid: bytes) -> None:
         w.frames.put(seq_key(meta.where.seq), bytes(frame), db=vault.store.frames_env.db["frames"])
 
     vault.store.writer.run(damage)
+
+
+class StopAfter(threading.Event):
+    """A server's stop event that SIGTERM sets after `looks` looks at it: where a long
+    task stops in the middle of its work."""
+
+    def __init__(self, looks: int) -> None:
+        super().__init__()
+        self.looks = looks
+
+    def is_set(self) -> bool:
+        self.looks -= 1
+        return self.looks < 0

@@ -234,3 +234,28 @@ def test_gc_stops_before_its_next_batch_when_the_server_stops(
     assert vault.stats().chunks == chunks  # nothing deleted past the stop
     assert vault.gc().chunks_deleted == chunks
     assert vault.check().ok
+
+
+def test_check_stops_mid_scan_and_repairs_nothing(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM during `check --repair`: the recount stops between manifests and nothing
+    is repaired; the next check repairs what drifted."""
+    from vault import MaintenanceStopped, catalog
+
+    from .helpers import StopAfter
+
+    monkeypatch.setattr(catalog, "RECOUNT_STEP", 1)  # a look at `stop` per manifest
+    recs = [stream_save(vault, "ns", {"f": os.urandom(5000)}) for _ in range(4)]
+    _, files = vault.manifest("ns", recs[0].id)
+    cid = files["f"].chunks[0][0]
+    vault.store.writer.run(
+        lambda w: vault.store.chunks.set_meta(
+            w.catalog, cid, vault.store.chunks.meta(w.catalog, cid)._replace(refs=7)
+        )
+    )
+    with pytest.raises(MaintenanceStopped):
+        vault.check(repair=True, stop=StopAfter(2))
+    assert len(vault.check().drift) == 1  # nothing repaired
+    assert vault.check(repair=True).repaired == 1
+    assert vault.check().ok
