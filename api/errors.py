@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -78,17 +79,6 @@ FALLBACK_CLIENT = "invalid_request"  # any other 4xx aiohttp raises
 INTERNAL = "internal"  # any other 5xx, and every exception that is a bug
 
 
-def error_response(
-    status: int, code: str, message: str, extra: dict[str, object] | None = None
-) -> web.Response:
-    body: dict[str, object] = {"code": code, "message": message, **(extra or {})}
-    return web.Response(
-        status=status,
-        text=json.dumps({"error": body}),
-        content_type="application/json",
-    )
-
-
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -107,29 +97,54 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
-def _answer(request: web.Request, e: Exception) -> tuple[web.Response, bool]:
-    """The error answer for `e`, and whether the connection must close after it."""
+@dataclass(frozen=True)
+class Refusal:
+    """How the service answers an error: status, the JSON error object, the headers it
+    needs, and whether the connection must close after it. One answer of a request, or one
+    entry of a request that carries several (`POST /v1/saves`)."""
+
+    status: int
+    error: dict[str, object]
+    retry_after: str | None = None
+    allow: str | None = None
+    close: bool = False
+
+
+def refusal(request: web.Request, e: Exception) -> Refusal:
+    """What `e` answers: engine and service errors by their code, aiohttp's by status,
+    anything else a bug (logged with the request id; 500 with no detail)."""
     if isinstance(e, VaultError):
-        response = error_response(e.status, e.code, e.message, e.details())
-        if e.status in (429, 503):
-            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return response, False
+        after = str(RETRY_AFTER_SECONDS) if e.status in (429, 503) else None
+        return Refusal(e.status, {"code": e.code, "message": e.message, **e.details()}, after)
     if isinstance(e, ApiError):
-        response = error_response(e.status, e.code, e.message)
         retry_after = getattr(e, "retry_after", None)
-        if retry_after is not None:
-            response.headers["Retry-After"] = str(retry_after)
-        return response, e.close_connection
+        return Refusal(
+            e.status,
+            {"code": e.code, "message": e.message},
+            None if retry_after is None else str(retry_after),
+            close=e.close_connection,
+        )
     if isinstance(e, web.HTTPException):
         if e.status < 400:
             raise e
         code = HTTP_CODES.get(e.status, FALLBACK_CLIENT if e.status < 500 else INTERNAL)
-        response = error_response(e.status, code, e.reason)
-        if "Allow" in e.headers:  # 405: which methods the resource has (RFC 9110 15.5.6)
-            response.headers["Allow"] = e.headers["Allow"]
-        return response, False
+        # 405: which methods the resource has (RFC 9110 15.5.6)
+        return Refusal(e.status, {"code": code, "message": e.reason}, allow=e.headers.get("Allow"))
     rid = request_id(request)
     log.exception("internal error, request id %s", rid, extra={"request_id": rid})
-    return error_response(
-        500, INTERNAL, f"internal error; the server log has request id {rid}"
-    ), False
+    return Refusal(
+        500, {"code": INTERNAL, "message": f"internal error; the server log has request id {rid}"}
+    )
+
+
+def _answer(request: web.Request, e: Exception) -> tuple[web.Response, bool]:
+    """The error answer for `e`, and whether the connection must close after it."""
+    r = refusal(request, e)
+    response = web.Response(
+        status=r.status, text=json.dumps({"error": r.error}), content_type="application/json"
+    )
+    if r.retry_after is not None:
+        response.headers["Retry-After"] = r.retry_after
+    if r.allow is not None:
+        response.headers["Allow"] = r.allow
+    return response, r.close

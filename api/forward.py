@@ -55,18 +55,19 @@ _HOP = frozenset(
     }
 )
 PIECE = 1 << 20
-SAVE_ROUTE = "/v1/namespaces/{ns}/checkpoints"  # POST: a one-request save
+# POST: one-request saves, one or several (api/routes/saves.py)
+SAVE_ROUTES = frozenset({"/v1/namespaces/{ns}/checkpoints", "/v1/saves"})
 CONNECT_WAIT, CONNECT_RETRY = 10.0, 0.05  # seconds
 
 
 def forwarded(request: web.Request) -> bool:
-    """Whether this request belongs to the process that writes. A one-request save does
-    not: the worker prepares it and hands the writer only that (api/calls.py)."""
+    """Whether this request belongs to the process that writes. One-request saves do
+    not: the worker prepares them and hands the writer only that (api/calls.py)."""
     if request.method in _READS:
         return request.path.startswith(_WRITER_READS)
     if request.method == "POST":
         resource = request.match_info.route.resource
-        return resource is None or resource.canonical != SAVE_ROUTE
+        return resource is None or resource.canonical not in SAVE_ROUTES
     return True
 
 

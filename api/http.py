@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from protocol import decode_bundle, parse_size
+from protocol import decode_bundle, decode_saves, parse_size
 from vault import InvalidRequest, TooLarge
 
 from .auth import PRINCIPAL
@@ -191,13 +191,23 @@ async def bundle_body(request: web.Request) -> tuple[Mapping[str, Any], dict[str
     containers, finite numbers); it was a plain `json.loads` on the event loop, where
     nesting 5,000 deep answered 500 and an 8 MiB `[],` header stalled health 3.2 s. Past
     `JSON_ON_LOOP_MAX` bytes the whole bundle is taken apart on the worker pool."""
+    return await _bundles(request, decode_bundle)
+
+
+async def saves_body(request: web.Request) -> list[tuple[dict[str, Any], dict[str, bytes]]]:
+    """The bundles of a `POST /v1/saves` body, each header through the same parser and
+    limits as `bundle_body`'s, the whole body within `max_batch_body`."""
+    return await _bundles(request, decode_saves)
+
+
+async def _bundles(request: web.Request, decode: Callable[[bytes, Callable[[bytes], Any]], T]) -> T:
     settings = request.app[SETTINGS]
     body = await read_body(request, settings.max_batch_body)
     loads = functools.partial(_bundle_header, limit=settings.max_json_body)
     try:
         if len(body) <= JSON_ON_LOOP_MAX:
-            return decode_bundle(body, loads)
-        return await run(request, decode_bundle, body, loads)
+            return decode(body, loads)
+        return await run(request, decode, body, loads)
     except (ValueError, TypeError) as e:
         raise InvalidRequest(f"malformed checkpoint bundle: {e}") from None
 

@@ -146,6 +146,18 @@ def _component_schemas() -> dict[str, Any]:
     }
     # What a change answers: the record, or to a write-only token only what it wrote.
     schemas["Written"] = {"anyOf": [_ref("Checkpoint"), _ref("CheckpointWritten")]}
+    # One save of `POST /v1/saves`: what it would have answered alone (status and record,
+    # or status and error, with `retry_after` seconds on a 429 or 503).
+    schemas["SaveResult"] = {
+        "type": "object",
+        "required": ["status"],
+        "properties": {
+            "status": {"type": "integer", "minimum": 200, "maximum": 599},
+            "checkpoint": _ref("Written"),
+            "error": schemas["ErrorBody"],
+            "retry_after": {"type": "number", "minimum": 0},
+        },
+    }
     schemas.update(PATTERNS)
     return schemas
 
@@ -168,6 +180,7 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         _listing("checkpoints", _ref("Checkpoint"), next={"type": ["string", "null"]}),
     ),
     "save_checkpoint": ("201", _ref("Checkpoint")),
+    "save_many": ("200", _listing("results", _ref("SaveResult"))),
     "get_checkpoint": ("200", _ref("Checkpoint")),
     "get_manifest": ("200", _ref("Manifest")),
     "get_lineage": (
@@ -239,6 +252,10 @@ BINARY: dict[str, str] = {
     ),
     "put_chunks": f"{protocol.CHUNK_BATCH_TYPE}: records of raw id, u32 length, bytes",
     "save_checkpoint": f"{protocol.BUNDLE_TYPE}: header and files",
+    "save_many": (
+        f"{protocol.SAVES_TYPE}: bundles one after the other, each header naming its "
+        f"namespace; 1 to {protocol.MAX_SAVES}"
+    ),
 }
 # Binary bodies with a structure no JSON Schema can state (a hash over the bytes, a framing
 # with lengths inside): a schema-valid string of random bytes is almost never one of them,
@@ -254,6 +271,10 @@ BINARY_STRUCTURED: dict[str, str] = {
         f"not a bundle: magic {protocol.BUNDLE_MAGIC!r}, u32 header length, a JSON header "
         "object with a files list of [name, size] (parsed with the limits of every JSON "
         "body), then the files' bytes, exactly as long as the header says"
+    ),
+    "save_many": (
+        f"not 1 to {protocol.MAX_SAVES} bundles one after the other (each as in a one-request "
+        "save), the body exactly as long as they are"
     ),
 }
 # JSON bodies a request must carry (the others may be empty, meaning {}).

@@ -59,6 +59,7 @@ class VaultClient(BlockingClient):
         progress: bool | None = None,
         max_background_saves: int = 1,
         local_files: bool = True,
+        small_saves_in_flight: int = 4,
     ) -> None:
         super().__init__(
             AsyncVaultClient(
@@ -71,6 +72,7 @@ class VaultClient(BlockingClient):
                 progress=progress,
                 max_background_saves=max_background_saves,
                 local_files=local_files,
+                small_saves_in_flight=small_saves_in_flight,
             )
         )
 

@@ -25,6 +25,12 @@ CHUNK_BATCH_TYPE = "application/vnd.ckpt.chunks"
 BUNDLE_MAGIC = b"CVB1"
 BUNDLE_HEAD = struct.Struct("<4sI")
 BUNDLE_TYPE = "application/vnd.ckpt.bundle"
+# POST /v1/saves: several one-request saves in one request, each a bundle as above whose
+# header also names its "namespace", one after the other. A client with many agents
+# saving at once sends what queued while its previous request was under way in one
+# (client/coalesce.py): one HTTP exchange, one hop to the writer, one commit for them all.
+SAVES_TYPE = "application/vnd.ckpt.saves"
+MAX_SAVES = 64  # bundles in one such body
 # `PUT files/{name}` over the local socket: a one-byte body carrying the open file's
 # descriptor (SCM_RIGHTS); the server reads the file itself.
 DESCRIPTOR_TYPE = "application/vnd.ckpt.descriptor"
@@ -86,25 +92,55 @@ def decode_bundle(
     """(header, {name: bytes}); ValueError if the body is malformed. `loads` parses the
     header: the server passes its one JSON parser with the limits (depth, size, numbers),
     since a header is as much untrusted input as a JSON body."""
-    if len(body) < BUNDLE_HEAD.size:
+    header, files, end = _bundle_at(body, 0, loads)
+    if end != len(body):
+        raise ValueError(f"bundle body is {len(body)} bytes, its header describes {end}")
+    return header, files
+
+
+def decode_saves(
+    body: bytes, loads: Callable[[bytes], Any] = json.loads
+) -> list[tuple[dict[str, Any], dict[str, bytes]]]:
+    """The bundles of a `SAVES_TYPE` body, each (header, files) as `decode_bundle`'s;
+    ValueError if any is malformed or there are none or more than `MAX_SAVES`."""
+    out: list[tuple[dict[str, Any], dict[str, bytes]]] = []
+    pos = 0
+    while pos < len(body):
+        if len(out) == MAX_SAVES:
+            raise ValueError(f"more than {MAX_SAVES} saves in one body")
+        header, files, pos = _bundle_at(body, pos, loads)
+        out.append((header, files))
+    if not out:
+        raise ValueError("no saves in the body")
+    return out
+
+
+def _bundle_at(
+    body: bytes, start: int, loads: Callable[[bytes], Any]
+) -> tuple[dict[str, Any], dict[str, bytes], int]:
+    """The bundle starting at byte `start` of `body`, and where it ends."""
+    if len(body) - start < BUNDLE_HEAD.size:
         raise ValueError("bundle shorter than its header")
-    magic, head_len = BUNDLE_HEAD.unpack_from(body)
+    magic, head_len = BUNDLE_HEAD.unpack_from(body, start)
     if magic != BUNDLE_MAGIC:
         raise ValueError("not a checkpoint bundle (bad magic)")
-    start = BUNDLE_HEAD.size + head_len
-    header = loads(body[BUNDLE_HEAD.size : start])
+    pos = start + BUNDLE_HEAD.size + head_len
+    if pos > len(body):
+        raise ValueError("bundle header runs past the end of the body")
+    header = loads(body[start + BUNDLE_HEAD.size : pos])
     if not isinstance(header, dict) or not isinstance(header.get("files"), list):
         raise ValueError("bundle header must be an object with a files list")
     files: dict[str, bytes] = {}
-    pos = start
     for item in header["files"]:
+        if not isinstance(item, list) or len(item) != 2:
+            raise ValueError("bundle files entries must be [name, size]")
         name, size = item
         if not isinstance(name, str) or not isinstance(size, int) or size < 0:
             raise ValueError("bundle files entries must be [name, size]")
         if name in files:
             raise ValueError(f"file {name!r} appears twice in the bundle")
+        if pos + size > len(body):
+            raise ValueError(f"file {name!r} runs past the end of the body")
         files[name] = body[pos : pos + size]
         pos += size
-    if pos != len(body):
-        raise ValueError(f"bundle body is {len(body)} bytes, its header describes {pos}")
-    return header, files
+    return header, files, pos

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
 from protocol import BulkDeleted, Manifest, NamespaceEntry
+from vault.direct import SaveOptions
 
 from .. import parse
 from ..audit import BULK_DELETED
@@ -50,13 +52,9 @@ async def list_checkpoints(request: web.Request) -> web.Response:
     )
 
 
-async def save_checkpoint(request: web.Request) -> web.Response:
-    """One-request save of a small checkpoint (body: a bundle of header and files)."""
-    ns = request.match_info["ns"]
-    require(request, "write", ns)
-    header, files = await bundle_body(request)
-    vault, writer = request.app[VAULT], request.app.get(WRITER)
-    args: dict[str, Any] = {
+def save_options(request: web.Request, header: Mapping[str, Any]) -> SaveOptions:
+    """A one-request save's options, from its bundle's header (400 for a bad one)."""
+    return {
         "parent": parse.parent(header.get("parent")),
         "inherit": bool(header.get("inherit", False)),
         "metadata": parse.metadata(header.get("metadata")),
@@ -65,6 +63,15 @@ async def save_checkpoint(request: web.Request) -> web.Response:
         "key": parse.idempotency_key(header.get("key")),
         "by": principal(request).name,
     }
+
+
+async def save_checkpoint(request: web.Request) -> web.Response:
+    """One-request save of a small checkpoint (body: a bundle of header and files)."""
+    ns = request.match_info["ns"]
+    require(request, "write", ns)
+    header, files = await bundle_body(request)
+    vault, writer = request.app[VAULT], request.app.get(WRITER)
+    args = save_options(request, header)
     if writer is None:
         record, created = await run(request, vault.save, ns, files, **args)
     else:  # a worker: prepared here, committed by the process that writes (api/calls.py)
