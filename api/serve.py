@@ -118,7 +118,7 @@ def inherited(fds: list[int], spare: int) -> list[socket.socket]:
 def listeners(host: str, port: int, spare: int, copies: int = 1) -> list[list[socket.socket]]:
     """Bound (not yet listening) TCP sockets for `host`:`port`, one per address it names,
     each refusing connections past the descriptor bound (`_Listener`); `copies` such sets,
-    one per process of the service (api/workers.py).
+    one per process answering on the port (api/workers.py).
 
     Several copies are bound together with SO_REUSEPORT, so the kernel spreads new
     connections evenly over the processes (one socket shared by all of them let the
@@ -220,9 +220,11 @@ def serve(settings: Settings) -> None:
         " (client certificates required)" if settings.tls_client_ca else "",
     )
     settings = _local_socket(settings, log)
-    socks, *copies = listeners(
-        settings.host, settings.port, settings.spare_descriptors, settings.processes
-    )
+    # With workers, they answer on the port and this process (which writes) does not: its
+    # copies of their sockets stay open here, so connections a dead worker's socket holds
+    # wait for its successor.
+    groups = listeners(settings.host, settings.port, settings.spare_descriptors, settings.answering)
+    socks, copies = (groups[0], []) if settings.processes == 1 else ([], groups)
     paths = [str(p) for p in (settings.socket_path,) if p is not None]
     if settings.processes > 1 and settings.engine_socket is not None:
         paths.append(str(settings.engine_socket))  # what the workers forward (api/forward.py)

@@ -246,9 +246,11 @@ class Settings:
     data_dir: Path = Path(DEFAULT_DATA_DIR)
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
-    # Server processes answering on the port (api/workers.py): the one that writes the data
-    # dir and workers - 1 that read it and forward changes to it. 0: one per CPU, at most
-    # MAX_AUTO_WORKERS. One process for a standby and with TLS (`processes`).
+    # Server processes answering on the port (api/workers.py). One: it also writes the data
+    # dir. More: each is a worker that reads the data dir and forwards changes, and one
+    # process more writes it without answering on the port, so its interpreter lock is
+    # the writer's. 0: one per CPU, at most MAX_AUTO_WORKERS. One process for a standby
+    # and with TLS (`processes`).
     workers: int = 0
     worker_threads: int = 16  # blocking vault calls in flight; most wait on the writer
     # A commit listing 160k chunks (a 10 GiB file at 64 KiB) is ~11 MB of JSON; anything
@@ -348,9 +350,9 @@ class Settings:
         return path if path is not None and len(os.fsencode(path)) < _SUN_PATH_MAX else None
 
     @property
-    def processes(self) -> int:
-        """How many server processes to run: `workers`, or one per CPU (at most
-        MAX_AUTO_WORKERS); one for a standby (its follower writes as the replica's log
+    def answering(self) -> int:
+        """How many server processes answer on the port: `workers`, or one per CPU (at
+        most MAX_AUTO_WORKERS); one for a standby (its follower writes as the replica's log
         arrives), with TLS (aiohttp would serve the engine socket with TLS too) and where
         the engine socket cannot be had."""
         if self.following is not None or self.tls_cert is not None or self.handoff_socket is None:
@@ -358,6 +360,16 @@ class Settings:
         if self.workers:
             return self.workers
         return max(1, min(usable_cpus(), MAX_AUTO_WORKERS))
+
+    @property
+    def processes(self) -> int:
+        """How many server processes run: one that answers and writes, or the `answering`
+        workers and one that writes. Measured on 2 cores, 16 agents saving (docs/SCALING.md):
+        two workers and a writer that answers nothing beat a writer that also answers
+        beside one worker, whose HTTP work took the interpreter lock from the writer
+        (apply 1.1 ms of wall time per save against 0.6)."""
+        answering = self.answering
+        return 1 if answering == 1 else answering + 1
 
     @property
     def following(self) -> FollowConfig | None:

@@ -1,13 +1,15 @@
 """Several server processes on one data dir: the one that writes starts and keeps the rest.
 
 `ckpt serve` is the writing process: it opens the vault as ever (writer, syncer, save
-journal, maintenance, replication, the schedule) and serves the port, the local socket and
-the engine socket. It then starts `Settings.processes - 1` workers (`python -m api.worker`),
-each with its own event loop, interpreter and pools, which accept on listening sockets
-bound to the same port (SO_REUSEPORT, made here and inherited: api/serve.py), open the
-vault to read
-(`Vault(reader=True)`) and forward every change to the writing process (api/forward.py).
-So HTTP parsing, authentication, JSON and the reads themselves use every core, while
+journal, maintenance, replication, the schedule) and serves the local socket and the
+engine socket. It then starts `Settings.answering` workers (`python -m api.worker`), each
+with its own event loop, interpreter and pools, which accept on listening sockets bound to
+the same port (SO_REUSEPORT, made here and inherited: api/serve.py), open the vault to
+read (`Vault(reader=True)`), prepare one-request saves and forward every other change to
+the writing process (api/forward.py, api/calls.py). The writing process answers nothing
+on the port: its interpreter lock is the writer's (answering too, its HTTP work doubled
+the wall time of the writer's transactions, docs/SCALING.md). So HTTP parsing,
+authentication, JSON, cutting and hashing and the reads themselves use every core, while
 every write still goes through one writer, one group commit and one journal, and every
 crash invariant of docs/DESIGN.md holds unchanged.
 
@@ -148,7 +150,7 @@ class Workers:
         for future in late:
             future.cancel()
         log.info(
-            "serving with %d processes (this one writes; %d workers%s)",
+            "serving with %d processes (this one writes; %d workers answer on the port%s)",
             count + 1,
             count,
             f", {len(late)} not ready after {READY_WAIT:.0f} s" if late else "",

@@ -236,11 +236,21 @@ async def check(side: Side, read: Callable[[str, int, str], Awaitable[bytes]], n
     await asyncio.gather(*(one(*a) for a in side.acked))
 
 
-async def run_vault(tmp: Path, producers: int, seconds: float, seed: int) -> Side:
-    side = Side("vault")
+async def run_vault(
+    tmp: Path, producers: int, seconds: float, seed: int, in_flight: int | None = None
+) -> Side:
+    """`in_flight`: the client's `small_saves_in_flight` (None: its default)."""
+    side = Side("vault" if in_flight is None else f"vault, {in_flight} in flight")
     server, token = start_server(tmp)
     try:
-        async with AsyncVaultClient(server.url, token, connections=producers) as vault:
+        client = (
+            AsyncVaultClient(server.url, token, connections=producers)
+            if in_flight is None
+            else AsyncVaultClient(
+                server.url, token, connections=producers, small_saves_in_flight=in_flight
+            )
+        )
+        async with client as vault:
             parents: dict[str, str] = {}
 
             async def save(thread: str, step: int, state: bytes) -> str:
@@ -312,11 +322,17 @@ async def run_postgres(pg: PgServer, producers: int, seconds: float, seed: int) 
     return side
 
 
-async def run(producers: int, seconds: float, seed: int) -> list[Side]:
-    with tempfile.TemporaryDirectory(prefix="bench-agents-") as tmpdir, PgServer() as pg:
-        vault = await run_vault(Path(tmpdir), producers, seconds, seed)
-        postgres = await run_postgres(pg, producers, seconds, seed)
-    return [vault, postgres]
+async def run(
+    producers: int, seconds: float, seed: int, in_flight: Sequence[int] = ()
+) -> list[Side]:
+    sides = []
+    with PgServer() as pg:
+        runs: Sequence[int | None] = in_flight or [None]
+        for n in runs:
+            with tempfile.TemporaryDirectory(prefix="bench-agents-") as tmpdir:
+                sides.append(await run_vault(Path(tmpdir), producers, seconds, seed, n))
+        sides.append(await run_postgres(pg, producers, seconds, seed))
+    return sides
 
 
 def figures(side: Side) -> dict[str, Any]:
@@ -342,8 +358,8 @@ def figures(side: Side) -> dict[str, Any]:
 def report(figs: list[dict[str, Any]], producers: int, seconds: float) -> str:
     rows: list[tuple[str, ...]] = [
         (
-            "vault (AsyncVaultClient.save)"
-            if f["side"] == "vault"
+            f"{f['side']} (AsyncVaultClient.save)"
+            if f["side"].startswith("vault")
             else "PostgreSQL (INSERT bytea)",
             f"{f['saves']:,}",
             f"{f['saves_per_s']:.1f}",
@@ -354,16 +370,19 @@ def report(figs: list[dict[str, Any]], producers: int, seconds: float) -> str:
             f"{f['disk_bytes']:,}",
             f"{f['disk_bytes'] / max(1, f['saves']) / 1000:.1f}",
             f"{f['cpu_ms_per_save']:.2f}",
-            f"{f['server_cpu_ms_per_save']:.2f}" if f["side"] == "vault" else "-",
+            f"{f['server_cpu_ms_per_save']:.2f}" if f["side"].startswith("vault") else "-",
         )
         for f in figs
     ]
-    v, g = figs
-    ratio = v["saves_per_s"] / g["saves_per_s"] if g["saves_per_s"] else 0.0
+    *vaults, g = figs
+    ratios = ", ".join(
+        f"{v['saves_per_s'] / g['saves_per_s']:.2f}x" if g["saves_per_s"] else "-" for v in vaults
+    )
     title = (
         f"{producers} producers x {seconds:g} s, states "
         f"{START_BYTES // 1000}-{END_BYTES // 1000} kB "
-        f"(mean {v['mean_state_bytes'] / 1000:.1f} kB); vault / PostgreSQL saves/s = {ratio:.2f}x"
+        f"(mean {vaults[0]['mean_state_bytes'] / 1000:.1f} kB); vault / PostgreSQL saves/s = "
+        f"{ratios}"
     )
     header = (
         "side",
@@ -386,10 +405,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--producers", type=int, default=16)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--in-flight",
+        type=int,
+        nargs="*",
+        default=[],
+        help="the client's small_saves_in_flight, one vault run per value (default: the "
+        "client's default; 0: every save its own request, as before POST /v1/saves)",
+    )
     p.add_argument("--json", action="store_true", help="print every figure as JSON last")
     args = p.parse_args(argv)
     try:
-        sides = asyncio.run(run(args.producers, args.seconds, args.seed))
+        sides = asyncio.run(run(args.producers, args.seconds, args.seed, args.in_flight))
     except PgUnavailable as e:
         print(e, file=sys.stderr)
         return 2

@@ -23,8 +23,9 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="server processes on the port: one writes, N-1 read and forward changes "
-        "(default [server] workers, 0: one per CPU, at most 8)",
+        help="server processes answering on the port; with 2 or more they read and forward "
+        "changes to one more process that writes (default [server] workers, 0: one per CPU, "
+        "at most 8)",
     )
     p.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS: certificate (PEM)")
     p.add_argument("--tls-key", type=Path, default=None, help="serve HTTPS: private key (PEM)")

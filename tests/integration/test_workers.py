@@ -83,9 +83,11 @@ def two(two_processes: ServerProcess) -> ServerProcess:
     return two_processes
 
 
-def test_both_processes_answer_health_with_one_instance(two: ServerProcess) -> None:
+def test_both_workers_answer_health_with_one_instance(two: ServerProcess) -> None:
+    """`--workers 2`: two workers answer on the port; the process that writes (0) answers
+    none of its connections (its interpreter lock is the writer's)."""
     answers = _on_each_process(two, "/v1/health")
-    assert sorted(answers) == [0, 1]
+    assert sorted(answers) == [1, 2]
     assert {a[1]["instance"] for a in answers.values()} == {_get(two, "/v1/health")[1]["instance"]}
     assert {a[1]["role"] for a in answers.values()} == {"primary"}
 
@@ -133,8 +135,8 @@ def test_revoked_token_is_refused_by_every_process(two: ServerProcess) -> None:
         c.namespaces()
 
 
-def test_a_killed_worker_is_replaced_and_the_writer_keeps_serving(two: ServerProcess) -> None:
-    (worker,) = two.worker_pids()
+def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two: ServerProcess) -> None:
+    worker, _ = two.worker_pids()
     os.kill(worker, signal.SIGKILL)
     with VaultClient(two.url, two.token, local_files=False) as c:
         c.save("agents/k", {"s.json": b"after the kill"}, chunking="small")
@@ -154,7 +156,7 @@ def test_sigkill_of_the_writer_takes_its_workers_and_a_restart_recovers(
             c.save("agents/r", {"s.json": os.urandom(500)}, chunking="small").id for _ in range(5)
         ]
     workers = two.worker_pids()
-    assert len(workers) == 1
+    assert len(workers) == 2
     two.kill()
     assert all(_gone(w, wait=10) for w in workers), "a worker outlived the writing process"
     two.start()
@@ -184,7 +186,7 @@ def test_a_port_in_use_is_still_refused(two: ServerProcess, tmp_path: Path) -> N
 
 
 def _on_worker(server: ServerProcess, path: str, token: str) -> int:
-    """`GET path` on a connection the worker (not the writing process) answers."""
+    """`GET path` on a connection worker 1 answers."""
     deadline = time.monotonic() + RESPAWN_WAIT
     while time.monotonic() < deadline:
         conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
@@ -239,7 +241,7 @@ def test_a_tokens_rate_is_the_services_not_each_processes(tmp_path: Path) -> Non
         server.start()
         with VaultClient(server.url, server.token) as admin:
             secret = admin.create_token("flood", ["read:*"]).token
-        answered: dict[int, list[int]] = {0: [], 1: []}
+        answered: dict[int, list[int]] = {1: [], 2: []}
         deadline = time.monotonic() + RESPAWN_WAIT
         while min(len(v) for v in answered.values()) < 10:  # 10+ tries through each
             assert time.monotonic() < deadline, answered
@@ -253,7 +255,7 @@ def test_a_tokens_rate_is_the_services_not_each_processes(tmp_path: Path) -> Non
                 answered[worker].append(resp.status)
             finally:
                 conn.close()
-        statuses = answered[0] + answered[1]
+        statuses = answered[1] + answered[2]
         assert statuses.count(200) == 10, answered  # the burst, once for the service
         assert set(statuses) == {200, 429}
     finally:

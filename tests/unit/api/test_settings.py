@@ -137,8 +137,12 @@ def test_processes_follow_the_usable_cpus_and_the_exceptions(tmp_path: Path) -> 
     quota.write_text("max 100000\n")
     assert usable_cpus(quota) == len(os.sched_getaffinity(0))
     settings = Settings(data_dir=tmp_path / "d")
-    assert settings.processes == min(usable_cpus(), MAX_AUTO_WORKERS)
-    assert Settings(data_dir=tmp_path / "d", workers=3).processes == 3
+    assert settings.answering == min(usable_cpus(), MAX_AUTO_WORKERS)
+    assert settings.processes == (1 if settings.answering == 1 else settings.answering + 1)
+    three = Settings(data_dir=tmp_path / "d", workers=3)
+    assert (three.answering, three.processes) == (3, 4)  # and one that writes
+    one = Settings(data_dir=tmp_path / "d", workers=1)
+    assert (one.answering, one.processes) == (1, 1)  # answers and writes
     tls = Settings(
         data_dir=tmp_path / "d", workers=3, tls_cert=tmp_path / "c", tls_key=tmp_path / "k"
     )
