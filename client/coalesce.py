@@ -5,8 +5,10 @@ step. Alone, every such save is an HTTP exchange whose fixed cost (the request, 
 authentication, the server's thread hops, the answer) is most of what the server spends on
 it. `Coalescer` keeps at most `in_flight` one-request saves travelling; saves made while
 that many are under way wait, and the next free slot takes all that waited (up to
-`MAX_SAVES` bundles, `MAX_BYTES`) in one `POST /v1/saves` (api/routes/saves.py). One agent
-saving alone never waits: with a free slot a save goes at once, on its own route.
+`MAX_SAVES` bundles, `MAX_BYTES`) in one `POST /v1/saves` (api/routes/saves.py), split
+evenly over the free slots. One agent saving alone never waits: with nothing under way a
+save goes at once, on its own route; while others travel, saves wait until `MIN_BATCH` of
+them can go together or nothing is under way.
 
 Nothing about a save changes by travelling with others: each keeps its namespace, options,
 idempotency key and its own answer. An entry the server answers 429 or 503 is sent again
@@ -26,6 +28,11 @@ from protocol import MAX_SAVES
 from .errors import ClientError, NotFound, TransportError, error_from
 from .transport import retryable
 
+# Saves a request carries while another is under way: fewer wait for more to join them or
+# for the others to come back. With 16 agents on 2 cores (docs/SCALING.md), a save in a
+# request of ~16 cost the server 1.3-1.9 ms of CPU and the client 0.55-0.7, alone 1.9-2.6
+# and 0.9-1.1; requests of 1-2 saved little of it.
+MIN_BATCH = 4
 MAX_BYTES = 8 << 20  # bundle bytes in one request: well under the server's max_batch_body
 
 SendOne = Callable[[str, bytes], Awaitable[Any]]  # (namespace, bundle) to its own route
@@ -72,7 +79,9 @@ class Coalescer:
         the server's processes and this client working at once."""
         self._flush_due = False
         while self._waiting and self._busy < self._limit:
-            share = -(-len(self._waiting) // (self._limit - self._busy))
+            if self._busy and len(self._waiting) < MIN_BATCH:
+                return  # a request under way will make room; more saves join these meanwhile
+            share = max(MIN_BATCH, -(-len(self._waiting) // (self._limit - self._busy)))
             batch: list[_Waiting] = []
             size = 0
             while self._waiting and len(batch) < min(share, MAX_SAVES):
