@@ -243,6 +243,14 @@ class Catalog:
             raise CheckpointNotFound(f"checkpoint {ref!r} {state} in namespace {ns!r}")
         return rec
 
+    def resolve_id(self, txn: lmdb.Transaction, ns: str, ref: str) -> str:
+        """`resolve(...).id`, without decoding the record when `ref` is an id: a live
+        checkpoint of `ns` is one in its index (a save naming its parent asks this inside
+        the writer's transaction, where each record decoded is time every save waits)."""
+        if ref not in (LATEST, LATEST_VALID) and txn.get(_index_key(ns, ref), db=self._index):
+            return ref
+        return self.resolve(txn, ns, ref).id
+
     def lineage(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> list[StoredCheckpoint]:
         chain = [rec]
         seen = {rec.id}

@@ -167,7 +167,7 @@ class DirectSaver:
             now = given[1] if given is not None else self._s.clock.now()
             if ensure_namespace(self._s, txn, s.ns, fields, now).chunking() != s.profile:
                 raise Conflict(f"namespace {s.ns!r} changed its chunking profile; save again")
-            parent_id = self._s.catalog.resolve(txn, s.ns, s.parent).id if s.parent else None
+            parent_id = self._s.catalog.resolve_id(txn, s.ns, s.parent) if s.parent else None
             # Referenced by the checkpoint made in this same transaction: no reservation;
             # every one of them is sound once stored, so `create` need not look again.
             store_all(self._s, w, items, 0, inline=True)
