@@ -25,6 +25,7 @@ import itertools
 import logging
 import pickle
 import struct
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -57,6 +58,14 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     if length > MAX_FRAME:
         raise ValueError(f"a frame of {length} bytes")
     return call, await reader.readexactly(length)
+
+
+@dataclass(frozen=True)
+class SaveBatch:
+    """Several prepared saves in one frame (`POST /v1/saves` on a worker): committed in
+    one writer batch and answered in one frame, a (ok, value) per save, in order."""
+
+    saves: list[PreparedSave]
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,9 @@ class CallServer:
                 self._note_uses(message.last_used)
                 _send(writer, call, _answer(True, None))
                 return
+            if isinstance(message, SaveBatch):
+                self._commit_all(writer, call, message.saves)
+                return
             if not isinstance(message, PreparedSave):
                 raise TypeError(f"expected a prepared save, got {type(message).__name__}")
             done = self._vault.commit_prepared(message)
@@ -134,12 +146,50 @@ class CallServer:
         loop = asyncio.get_running_loop()  # the syncer resolves `done` on its own thread
         done.add_done_callback(lambda f: loop.call_soon_threadsafe(_reply, writer, call, f))
 
+    def _commit_all(
+        self, writer: asyncio.StreamWriter, call: int, saves: list[PreparedSave]
+    ) -> None:
+        """Queue every save of a batch at once (one writer batch takes them); answer once
+        the last is durable, with each one's outcome."""
+        loop = asyncio.get_running_loop()
+        futures: list[Future[Saved]] = []
+        for prepared in saves:
+            try:
+                futures.append(self._vault.commit_prepared(prepared))
+            except Exception as e:  # noqa: BLE001 - that save's answer
+                failed: Future[Saved] = Future()
+                failed.set_exception(e)
+                futures.append(failed)
+        left = [len(futures)]
+        lock = threading.Lock()  # the syncer resolves them on its own thread
+
+        def one_done(_: Future[Saved]) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                loop.call_soon_threadsafe(_reply_all, writer, call, futures)
+
+        for future in futures:
+            future.add_done_callback(one_done)
+
+
+def _reply_all(writer: asyncio.StreamWriter, call: int, done: list[Future[Saved]]) -> None:
+    outcomes = [
+        (False, e) if (e := f.exception()) is not None else (True, f.result()) for f in done
+    ]
+    _send(writer, call, _answer(True, outcomes))
+
 
 def _reply(writer: asyncio.StreamWriter, call: int, done: Future[Saved]) -> None:
     error = done.exception()
     _send(
         writer, call, _answer(False, error) if error is not None else _answer(True, done.result())
     )
+
+
+def _error(value: object) -> Exception:
+    return value if isinstance(value, Exception) else Unavailable(f"{value!r}")
 
 
 def _send(writer: asyncio.StreamWriter, call: int, payload: bytes) -> None:
@@ -167,6 +217,14 @@ class CallClient:
         """What the writing process's writer made of `prepared`: (record, created)."""
         result: Saved = await self._call(pickle.dumps(prepared, protocol=5))
         return result
+
+    async def save_all(self, prepared: list[PreparedSave]) -> list[Saved | Exception]:
+        """What the writer made of each of `prepared` (one frame each way): (record,
+        created), or the error that save met."""
+        outcomes: list[tuple[bool, Any]] = await self._call(
+            pickle.dumps(SaveBatch(prepared), protocol=5)
+        )
+        return [value if ok else _error(value) for ok, value in outcomes]
 
     async def note_uses(self, last_used: dict[str, float]) -> None:
         """Hand the writing process when this worker last saw each token."""

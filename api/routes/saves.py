@@ -18,8 +18,7 @@ body that cannot be taken apart, or that no token may send, is refused as a whol
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +44,7 @@ class _Save:
     namespace: str
     files: dict[str, bytes]
     options: SaveOptions | None = None
+    prepared: PreparedSave | None = None
     outcome: Saved | Exception | None = None
 
 
@@ -54,15 +54,11 @@ async def save_many(request: web.Request) -> web.Response:
     bodies = await saves_body(request)
     saves = [_checked(request, header, files, i > 0) for i, (header, files) in enumerate(bodies)]
     vault, writer = request.app[VAULT], request.app.get(WRITER)
-    submit: Callable[[PreparedSave], Future[Saved]]
-    if writer is None:
-        submit = vault.commit_prepared
-    else:  # a worker: committed by the process that writes (api/calls.py)
-        loop = asyncio.get_running_loop()
-        submit = functools.partial(_on_loop, loop, writer.save)
     todo = [s for s in saves if s.outcome is None]
-    if todo:
-        committing = await run(request, _prepare_all, vault, todo, submit)
+    if not todo:
+        pass
+    elif writer is None:  # the process that writes: each to the writer as it is ready
+        committing = await run(request, _prepare_all, vault, todo, vault.commit_prepared)
         outcomes = await asyncio.gather(
             *(asyncio.wrap_future(f) for _, f in committing), return_exceptions=True
         )
@@ -70,15 +66,14 @@ async def save_many(request: web.Request) -> web.Response:
             if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
                 raise outcome  # cancelled: the client went away
             save.outcome = outcome
+    else:  # a worker: all of them in one frame to the process that writes (api/calls.py)
+        await run(request, _prepare_all, vault, todo, None)
+        ready = [(s, s.prepared) for s in todo if s.prepared is not None]
+        if ready:
+            answers = await writer.save_all([p for _, p in ready])
+            for (save, _), answer in zip(ready, answers, strict=True):
+                save.outcome = answer
     return json_response({"results": [_entry(request, s) for s in saves]})
-
-
-def _on_loop(
-    loop: asyncio.AbstractEventLoop,
-    save: Callable[[PreparedSave], Coroutine[Any, Any, Saved]],
-    prepared: PreparedSave,
-) -> Future[Saved]:
-    return asyncio.run_coroutine_threadsafe(save(prepared), loop)
 
 
 def _checked(
@@ -103,18 +98,23 @@ def _checked(
 
 
 def _prepare_all(
-    vault: Vault, saves: list[_Save], submit: Callable[[PreparedSave], Future[Saved]]
+    vault: Vault, saves: list[_Save], submit: Callable[[PreparedSave], Future[Saved]] | None
 ) -> list[tuple[_Save, Future[Saved]]]:
-    """Cut, hash and compress each save (one turn on the worker pool for all of them), and
-    hand each to the writer as soon as it is ready, so the writer commits the first while
-    the rest are prepared."""
+    """Cut, hash and compress each save (one turn on the worker pool for all of them); with
+    `submit`, hand each to the writer as soon as it is ready (it commits the first while
+    the rest are prepared), else keep it (`prepared`) for one hand-over of them all."""
     committing = []
     for s in saves:
         assert s.options is not None
         try:
-            committing.append((s, submit(vault.prepare_save(s.namespace, s.files, **s.options))))
+            prepared = vault.prepare_save(s.namespace, s.files, **s.options)
         except Exception as e:  # noqa: BLE001 - this save's answer
             s.outcome = e
+            continue
+        if submit is None:
+            s.prepared = prepared
+        else:
+            committing.append((s, submit(prepared)))
     return committing
 
 
