@@ -194,7 +194,7 @@ async def bundle_body(request: web.Request) -> tuple[Mapping[str, Any], dict[str
     return await _bundles(request, decode_bundle)
 
 
-async def saves_body(request: web.Request) -> list[tuple[dict[str, Any], dict[str, bytes]]]:
+async def saves_body(request: web.Request) -> list[tuple[Mapping[str, Any], dict[str, bytes]]]:
     """The bundles of a `POST /v1/saves` body, each header through the same parser and
     limits as `bundle_body`'s, the whole body within `max_batch_body`."""
     return await _bundles(request, decode_saves)

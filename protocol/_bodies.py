@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # -- binary bodies --------------------------------------------------------------------------
@@ -100,10 +100,10 @@ def decode_bundle(
 
 def decode_saves(
     body: bytes, loads: Callable[[bytes], Any] = json.loads
-) -> list[tuple[dict[str, Any], dict[str, bytes]]]:
+) -> list[tuple[Mapping[str, Any], dict[str, bytes]]]:
     """The bundles of a `SAVES_TYPE` body, each (header, files) as `decode_bundle`'s;
     ValueError if any is malformed or there are none or more than `MAX_SAVES`."""
-    out: list[tuple[dict[str, Any], dict[str, bytes]]] = []
+    out: list[tuple[Mapping[str, Any], dict[str, bytes]]] = []
     pos = 0
     while pos < len(body):
         if len(out) == MAX_SAVES:
