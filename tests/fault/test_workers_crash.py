@@ -95,15 +95,21 @@ def _verify(server: ServerProcess, ledger: Ledger) -> None:
         with VaultClient(server.url, server.token, local_files=False, connections=4) as c:
             for ckpt_id, (ns, data) in ledger.acked.items():
                 assert c.read_range(ns, ckpt_id, "state.json", 0, 1 << 20) == data, ckpt_id
-            listed = [
-                (p, x.id) for p in range(PRODUCERS) for x in c.list(f"agents/p{p}", limit=1000)
-            ]
+            listed = [(p, i) for p in range(PRODUCERS) for i in _every_id(c, f"agents/p{p}")]
             assert set(ledger.acked) <= {i for _, i in listed}
             known = {data for _, data in ledger.acked.values()} | {d for _, d in ledger.lost}
             for p, ckpt_id in listed:
                 if ckpt_id not in ledger.acked:
                     data = c.read_range(f"agents/p{p}", ckpt_id, "state.json", 0, 1 << 20)
                     assert data in known, f"{ckpt_id} holds bytes nobody sent"
+
+
+def _every_id(c: VaultClient, ns: str) -> list[str]:
+    """Every live checkpoint of `ns`, page by page (20 rounds make more than a page)."""
+    ids: list[str] = []
+    while page := c.list(ns, limit=1000, before=ids[-1] if ids else None):
+        ids += [x.id for x in page]
+    return ids
 
 
 @pytest.mark.parametrize("victim", ["worker", "writer", "both"])
