@@ -29,6 +29,7 @@ from vault import InvalidRequest, PreparedSave, StoredCheckpoint, Vault
 from vault.direct import SaveOptions
 
 from ..auth import principal, require, visible_record
+from ..calls import CallClient
 from ..errors import refusal
 from ..http import json_response, run, saves_body
 from ..keys import LIMITER, VAULT, WRITER
@@ -55,25 +56,36 @@ async def save_many(request: web.Request) -> web.Response:
     saves = [_checked(request, header, files, i > 0) for i, (header, files) in enumerate(bodies)]
     vault, writer = request.app[VAULT], request.app.get(WRITER)
     todo = [s for s in saves if s.outcome is None]
-    if not todo:
-        pass
-    elif writer is None:  # the process that writes: each to the writer as it is ready
-        committing = await run(request, _prepare_all, vault, todo, vault.commit_prepared)
-        outcomes = await asyncio.gather(
-            *(asyncio.wrap_future(f) for _, f in committing), return_exceptions=True
-        )
-        for (save, _), outcome in zip(committing, outcomes, strict=True):
-            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-                raise outcome  # cancelled: the client went away
-            save.outcome = outcome
-    else:  # a worker: all of them in one frame to the process that writes (api/calls.py)
-        await run(request, _prepare_all, vault, todo, None)
-        ready = [(s, s.prepared) for s in todo if s.prepared is not None]
-        if ready:
-            answers = await writer.save_all([p for _, p in ready])
-            for (save, _), answer in zip(ready, answers, strict=True):
-                save.outcome = answer
+    if todo and writer is None:
+        await _commit_here(request, vault, todo)
+    elif todo and writer is not None:
+        await _commit_through(request, vault, writer, todo)
     return json_response({"results": [_entry(request, s) for s in saves]})
+
+
+async def _commit_here(request: web.Request, vault: Vault, saves: list[_Save]) -> None:
+    """The process that writes: each save goes to the writer as soon as it is prepared."""
+    committing = await run(request, _prepare_all, vault, saves, vault.commit_prepared)
+    outcomes = await asyncio.gather(
+        *(asyncio.wrap_future(f) for _, f in committing), return_exceptions=True
+    )
+    for (save, _), outcome in zip(committing, outcomes, strict=True):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+            raise outcome  # cancelled: the client went away
+        save.outcome = outcome
+
+
+async def _commit_through(
+    request: web.Request, vault: Vault, writer: CallClient, saves: list[_Save]
+) -> None:
+    """A worker: all of them prepared, then in one frame to the process that writes
+    (api/calls.py), which queues them at once for one writer batch."""
+    await run(request, _prepare_all, vault, saves, None)
+    ready = [(s, s.prepared) for s in saves if s.prepared is not None]
+    if ready:
+        answers = await writer.save_all([p for _, p in ready])
+        for (save, _), answer in zip(ready, answers, strict=True):
+            save.outcome = answer
 
 
 def _checked(
