@@ -2,10 +2,12 @@
 
 An agent's one-request save is mostly CPU outside the writer: the HTTP request, auth, the
 bundle, cutting, hashing, compressing and the JSON answer. A worker does all of that itself
-(api/workers.py) and hands the writing process only the prepared save
-(`vault.PreparedSave`) on this socket (`Settings.calls_socket`, mode 0600 in the data dir);
-the writing process queues it on its writer straight from its event loop (no thread hop,
-no HTTP parsing) and answers with the checkpoint once it is durable. Forwarding the save
+(api/workers.py) and hands the writing process only the prepared saves
+(`SaveBatch` of `vault.PreparedSave`: one for a one-request save, all of a `POST
+/v1/saves`) on this socket (`Settings.calls_socket`, mode 0600 in the data dir);
+the writing process queues them on its writer straight from its event loop (no thread
+hop, no HTTP parsing; one writer batch takes them) and answers with each checkpoint once
+the last is durable. Forwarding the save
 as HTTP instead would have the writing process pay for the whole request again.
 
 Frames both ways: a 12-byte head (payload length u32, call id u64, big endian) and a
@@ -62,8 +64,9 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 @dataclass(frozen=True)
 class SaveBatch:
-    """Several prepared saves in one frame (`POST /v1/saves` on a worker): committed in
-    one writer batch and answered in one frame, a (ok, value) per save, in order."""
+    """The prepared saves of one request on a worker (one, or all of a `POST /v1/saves`)
+    in one frame: committed in one writer batch and answered in one frame, an (ok, value)
+    per save, in order."""
 
     saves: list[PreparedSave]
 
@@ -134,17 +137,12 @@ class CallServer:
                 self._note_uses(message.last_used)
                 _send(writer, call, _answer(True, None))
                 return
-            if isinstance(message, SaveBatch):
-                self._commit_all(writer, call, message.saves)
-                return
-            if not isinstance(message, PreparedSave):
-                raise TypeError(f"expected a prepared save, got {type(message).__name__}")
-            done = self._vault.commit_prepared(message)
+            if not isinstance(message, SaveBatch):
+                raise TypeError(f"expected prepared saves, got {type(message).__name__}")
         except Exception as e:  # noqa: BLE001 - the caller gets it as its answer
             _send(writer, call, _answer(False, e))
             return
-        loop = asyncio.get_running_loop()  # the syncer resolves `done` on its own thread
-        done.add_done_callback(lambda f: loop.call_soon_threadsafe(_reply, writer, call, f))
+        self._commit_all(writer, call, message.saves)
 
     def _commit_all(
         self, writer: asyncio.StreamWriter, call: int, saves: list[PreparedSave]
@@ -181,13 +179,6 @@ def _reply_all(writer: asyncio.StreamWriter, call: int, done: list[Future[Saved]
     _send(writer, call, _answer(True, outcomes))
 
 
-def _reply(writer: asyncio.StreamWriter, call: int, done: Future[Saved]) -> None:
-    error = done.exception()
-    _send(
-        writer, call, _answer(False, error) if error is not None else _answer(True, done.result())
-    )
-
-
 def _error(value: object) -> Exception:
     return value if isinstance(value, Exception) else Unavailable(f"{value!r}")
 
@@ -215,8 +206,10 @@ class CallClient:
 
     async def save(self, prepared: PreparedSave) -> Saved:
         """What the writing process's writer made of `prepared`: (record, created)."""
-        result: Saved = await self._call(pickle.dumps(prepared, protocol=5))
-        return result
+        (outcome,) = await self.save_all([prepared])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     async def save_all(self, prepared: list[PreparedSave]) -> list[Saved | Exception]:
         """What the writer made of each of `prepared` (one frame each way): (record,
