@@ -8,6 +8,7 @@ from that process: reads answered from the data dir's maps, everything else forw
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import pickle
@@ -24,12 +25,29 @@ from .serve import inherited, tls_context, tune_malloc
 from .workers import WorkerSpec, die_with_parent, hold_shared
 
 
-def _ready(fd: int) -> Callable[[web.Application], Awaitable[None]]:
-    async def ready(app: web.Application) -> None:
-        os.write(fd, b"1")
-        os.close(fd)
+def _ready(ready: int, go: int) -> Callable[[web.Application], Awaitable[None]]:
+    """on_startup, after the vault opened: say so, then wait for the writing process to
+    let every worker accept at once (api/workers.py); its end of file means it died, and
+    PR_SET_PDEATHSIG ends this process."""
 
-    return ready
+    async def startup(app: web.Application) -> None:
+        os.write(ready, b"1")
+        os.close(ready)
+        loop = asyncio.get_running_loop()
+        told: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            loop.remove_reader(go)
+            told.set_result(None)
+
+        loop.add_reader(go, readable)
+        try:
+            await told
+        finally:
+            loop.remove_reader(go)
+            os.close(go)
+
+    return startup
 
 
 def main() -> None:
@@ -43,7 +61,7 @@ def main() -> None:
     configure_logging(settings.log_format)
     hold_shared(settings)
     app = create_app(settings, worker=spec.index, instance=spec.instance)
-    app.on_startup.append(_ready(spec.ready))  # after the vault opened (cleanup contexts)
+    app.on_startup.append(_ready(spec.ready, spec.go))  # after the vault opened (cleanup contexts)
     web.run_app(
         app,
         sock=inherited(spec.listening, settings.spare_descriptors),

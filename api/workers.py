@@ -69,6 +69,7 @@ class WorkerSpec:
     instance: str  # the service's, so every process answers health alike
     listening: list[int]  # descriptors of this worker's listening sockets, inherited
     ready: int  # a pipe's write end: one byte once the worker is ready to serve
+    go: int  # a pipe's read end: one byte once it may accept (every worker is ready)
     parent: int  # the writer's pid: a worker that finds another parent exits
 
 
@@ -126,6 +127,7 @@ class _Worker:
     pause: float = RESTART_MIN
     served: bool = False  # it got ready: a death after that is no start-up crash loop
     pidfd: int = -1
+    go: int = -1  # the write end of its `WorkerSpec.go` pipe until it is let accept
     gone: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -139,16 +141,23 @@ class Workers:
     forget_readers: Callable[[], object]  # clear dead readers' slots in LMDB's lock table
     _workers: list[_Worker] = field(default_factory=list)
     _stopping: bool = False
+    _open: bool = False  # every worker got ready (or READY_WAIT passed): they accept
 
     async def start(self) -> None:
-        """Start every worker and wait until each has opened the vault (READY_WAIT at
-        most), so that a service that answers is a service whose processes all answer."""
+        """Start every worker, wait until each has opened the vault (READY_WAIT at most),
+        then let them all accept: a service that answers on the port is one whose
+        processes all answer (the first one ready would otherwise take every connection
+        made meanwhile, and a caller would see one process where it asked for several)."""
         count = self.settings.processes - 1
         self._workers = [_Worker(i) for i in range(1, count + 1)]
         ready = [self._spawn(w) for w in self._workers]
         _, late = await asyncio.wait(ready, timeout=READY_WAIT)
         for future in late:
             future.cancel()
+        self._open = True
+        for w in self._workers:
+            if w.served:
+                self._let_accept(w)
         log.info(
             "serving with %d processes (this one writes; %d workers answer on the port%s)",
             count + 1,
@@ -161,21 +170,27 @@ class Workers:
         fds = self.listening[w.index - 1]
         loop = asyncio.get_running_loop()
         ready_read, ready_write = os.pipe()
-        spec = WorkerSpec(self.settings, w.index, self.instance, fds, ready_write, os.getpid())
+        go_read, w.go = os.pipe()
+        spec = WorkerSpec(
+            self.settings, w.index, self.instance, fds, ready_write, go_read, os.getpid()
+        )
         try:
             proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
                 [sys.executable, "-m", "api.worker"],
                 stdin=subprocess.PIPE,
-                pass_fds=[*fds, ready_write],
+                pass_fds=[*fds, ready_write, go_read],
             )
         finally:
             os.close(ready_write)
+            os.close(go_read)
         ready: asyncio.Future[None] = loop.create_future()
 
         def readable() -> None:  # a byte once ready, or end of file if it died first
             loop.remove_reader(ready_read)
             w.served = os.read(ready_read, 1) == b"1"
             os.close(ready_read)
+            if w.served and self._open:  # started again: the others already accept
+                self._let_accept(w)
             if not ready.done():
                 ready.set_result(None)
 
@@ -189,8 +204,22 @@ class Workers:
         loop.add_reader(w.pidfd, self._exited, w)
         return ready
 
+    @staticmethod
+    def _let_accept(w: _Worker) -> None:
+        """Tell worker `w` to start accepting on its sockets (closing the pipe, if it
+        died meanwhile, is all that is left to do)."""
+        if w.go < 0:
+            return
+        with suppress(OSError):  # EPIPE: it died; _exited starts it again
+            os.write(w.go, b"1")
+        os.close(w.go)
+        w.go = -1
+
     def _exited(self, w: _Worker) -> None:
         loop = asyncio.get_running_loop()
+        if w.go >= 0:
+            os.close(w.go)
+            w.go = -1
         loop.remove_reader(w.pidfd)
         os.close(w.pidfd)
         w.pidfd = -1
@@ -261,8 +290,8 @@ def workers_context(instance: str) -> Callable[[web.Application], AsyncIterator[
         listening = [[s.fileno() for s in group] for group in app[LISTENING]]
         workers = Workers(settings, instance, listening, app[VAULT].forget_dead_readers)
         app[WORKERS] = workers
-        await workers.start()
         try:
+            await workers.start()  # inside: a SIGTERM while they start stops them too
             yield
         finally:
             workers.stop()

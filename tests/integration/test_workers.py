@@ -83,9 +83,20 @@ def two(two_processes: ServerProcess) -> ServerProcess:
     return two_processes
 
 
+def _listening(port: int) -> int:
+    """How many sockets listen on loopback `port` (a socket bound but not yet listening is
+    not in /proc/net/tcp)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return sum(r[1] == f"0100007F:{port:04X}" and r[3] == "0A" for r in rows)
+
+
 def test_both_workers_answer_health_with_one_instance(two: ServerProcess) -> None:
-    """`--workers 2`: two workers answer on the port; the process that writes (0) answers
-    none of its connections (its interpreter lock is the writer's)."""
+    """`--workers 2`: two workers answer on the port, both from the first answer on (the
+    first one ready would otherwise take every connection made until the other is); the
+    process that writes (0) answers none of its connections (its interpreter lock is the
+    writer's)."""
+    assert _listening(two.port) == 2
     answers = _on_each_process(two, "/v1/health")
     assert sorted(answers) == [1, 2]
     assert {a[1]["instance"] for a in answers.values()} == {_get(two, "/v1/health")[1]["instance"]}
@@ -295,3 +306,29 @@ def test_a_large_body_hands_the_connection_to_the_writing_process(two: ServerPro
     assert [(e["pid"], e["status"]) for e in lines] == [(two.pid, 201)]  # one line, its
     with VaultClient(two.url, two.token, local_files=False) as c:
         assert c.read_range("big/one", ckpt_id, "w.bin", 0, len(data)) == data
+
+
+def test_sigterm_while_workers_start_stops_them(tmp_path: Path) -> None:
+    """A SIGTERM before the workers are ready (the writing process waits for them) still
+    stops each before the writing process exits, and the exit is clean."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve", "--data", str(tmp_path / "d")]
+        + ["--port", str(free_port()), "--workers", "2"],
+        stderr=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
+    )
+    try:
+        kids: list[int] = []
+        deadline = time.monotonic() + RESPAWN_WAIT
+        while not kids:  # the first worker started: none is ready this soon
+            assert time.monotonic() < deadline, "no worker was started"
+            assert proc.poll() is None, "the server exited during start-up"
+            for task in os.listdir(f"/proc/{proc.pid}/task"):
+                with open(f"/proc/{proc.pid}/task/{task}/children") as f:
+                    kids += [int(k) for k in f.read().split()]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert all(_gone(k) for k in kids), "the writing process exited before its workers"
+    finally:
+        proc.kill()
+        proc.wait()
