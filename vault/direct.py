@@ -7,6 +7,15 @@ transaction creates the namespace if needed, stores the chunks and commits the c
 acknowledged by one sequential sync of its record in the save journal (vault/journal.py),
 which `replay` applies again after a crash. An idempotency key makes a retried save return
 the checkpoint the first attempt made, so clients may retry it like every other step.
+
+A record holds what the transaction wrote, not the request: the files' chunk lists and the
+frames of the chunks it stored. An agent's state that grew by a message is ~40 kB of which
+one or two chunks are new, so a record is a few kB (the whole files made the journal write
+~20x the bytes stored, and its sync and the writer's copy grew with the state). The other
+chunks were stored and sound when the transaction ran, and a record is applied again on
+exactly that state (vault/journal.py), so they are there again; a record that finds one
+missing is refused rather than applied wrong. Records holding whole files (`"v"` absent,
+written before) still replay.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from protocol import JSON, decode_bundle, encode_bundle
 from .chunking import ChunkingProfile, cut_whole
 from .create import Draft, create, ensure_namespace
 from .errors import Conflict
-from .frame import Encoder, chunk_id
+from .frame import Decoder, Encoder, chunk_id
 from .idempotency import IdempotencyKeys, check_key
 from .manifest import FileEntry
 from .names import check_file_name
@@ -105,11 +114,12 @@ class DirectSaver:
         """Apply a save-journal record again (at open, vault/journal.py): the same save,
         with the id, time and parent it was given; (record, False) if the catalog holds
         it already. ValueError if the record is not one `save` wrote."""
-        header, files = decode_bundle(record)
+        header, parts = decode_bundle(record)
+        holds_chunks = header.get("v") == RECORD_OF_CHUNKS
         try:
             request = SaveRequest(
                 header["ns"],
-                files,
+                {} if holds_chunks else parts,
                 header["parent"],
                 header["inherit"],
                 header["metadata"],
@@ -119,9 +129,10 @@ class DirectSaver:
                 ChunkingProfile(**header["profile"]),
             )
             given = (str(header["id"]), float(header["created_at"]))
-        except (KeyError, TypeError) as e:
+            prepared = _recorded(request, parts) if holds_chunks else self._prepared(request)
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a journal record of a save: {e}") from None
-        return self.submit(self._prepared(request), given)
+        return self.submit(prepared, given)
 
     def _request(
         self, ns: str, files: Mapping[str, bytes], options: SaveOptions
@@ -157,11 +168,14 @@ class DirectSaver:
         fields = _fields(s.profile)
         entries = p.entries
         items = _items(s.files, entries, p.frames)
+        written: list[bytes] = []  # the chunks the transaction stored: what its record holds
 
         def op(w: WriteTxn) -> tuple[StoredCheckpoint, bool]:
             txn = w.catalog
             if given is not None and (known := self._s.catalog.record(txn, given[0])):
                 return known, False
+            if not s.files and (lost := [c for c, (_, f) in items.items() if f is None]):
+                _require_stored(self._s, txn, lost)  # a record's: held by the vault
             if s.key is not None and (done := self._keys.replay(txn, s.key, s.ns)) is not None:
                 return done, False
             now = given[1] if given is not None else self._s.clock.now()
@@ -170,7 +184,7 @@ class DirectSaver:
             parent_id = self._s.catalog.resolve_id(txn, s.ns, s.parent) if s.parent else None
             # Referenced by the checkpoint made in this same transaction: no reservation;
             # every one of them is sound once stored, so `create` need not look again.
-            store_all(self._s, w, items, 0, inline=True)
+            written[:] = store_all(self._s, w, items, 0, inline=True)
             draft = Draft(
                 s.ns, parent_id, s.inherit, s.metadata, s.tags, entries, s.by,
                 id=given[0] if given is not None else None,
@@ -195,8 +209,17 @@ class DirectSaver:
                 "key": s.key,
                 "by": s.by,
                 "profile": fields,
+                "v": RECORD_OF_CHUNKS,
             }
-            return encode_bundle(header, list(s.files.items()))
+            parts = [(_ENTRY + name, entry.to_bytes()) for name, entry in entries.items()]
+            encoder = Encoder() if any(c not in p.frames for c in written) else None
+            for cid in written:  # prepared as absent, or (rarely) gone or damaged since
+                frame = p.frames.get(cid)
+                if frame is None:
+                    assert encoder is not None
+                    frame = encoder.encode(items[cid][0])
+                parts.append((_FRAME + cid.hex(), frame))
+            return encode_bundle(header, parts)
 
         size = sum(len(f) for _, f in items.values() if f is not None)
         return self._s.writer.submit(op, size, journal=journal if given is None else None)
@@ -240,13 +263,50 @@ class DirectSaver:
         return entries, items
 
 
+RECORD_OF_CHUNKS = 2  # a journal record's "v": chunk lists and new frames, not whole files
+_ENTRY, _FRAME = "e/", "f/"  # a record's parts: a file's entry, a stored chunk's frame
+
+
+def _recorded(request: SaveRequest, parts: Mapping[str, bytes]) -> PreparedSave:
+    """The prepared save a journal record of chunks describes (`request.files` empty)."""
+    entries: dict[str, FileEntry] = {}
+    frames: dict[bytes, bytes] = {}
+    for name, data in parts.items():
+        if name.startswith(_ENTRY):
+            entries[name[len(_ENTRY) :]] = FileEntry.from_view(memoryview(data))[0]
+        elif name.startswith(_FRAME):
+            frames[bytes.fromhex(name[len(_FRAME) :])] = data
+        else:
+            raise ValueError(f"unknown part {name!r}")
+    for name in entries:
+        check_file_name(name)
+    return PreparedSave(request, entries, frames)
+
+
+def _require_stored(store: Store, txn: Any, cids: list[bytes]) -> None:
+    """A journal record's chunks that it does not hold must be stored and sound (they were
+    when it was first applied, on this same state); else it cannot be applied again."""
+    for cid in cids:
+        if not store.chunks.usable(txn, cid):
+            raise ValueError(f"the record needs chunk {cid.hex()}, which the vault lacks")
+
+
 def _items(
     files: Mapping[str, bytes], entries: Mapping[str, FileEntry], frames: Mapping[bytes, bytes]
 ) -> dict[bytes, tuple[bytes | memoryview, bytes | None]]:
     """Each chunk's bytes (a slice of its file) with its frame, or None where the vault
-    had it when the save was prepared (`store_all` looks again in the transaction)."""
+    had it when the save was prepared (`store_all` looks again in the transaction). A
+    journal record's save has no files: its frames give the bytes of the chunks it holds,
+    and the others are the vault's (`_require_stored`)."""
     items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {}
+    decoder = Decoder() if not files else None
     for name, entry in entries.items():
+        if decoder is not None:
+            for cid, _ in entry.chunks:
+                frame = frames.get(cid)
+                data = b"" if frame is None else decoder.plaintext(frame, cid)
+                items[cid] = (data, frame)
+            continue
         view, at = memoryview(files[name]), 0
         for cid, size in entry.chunks:
             items[cid] = (view[at : at + size], frames.get(cid))

@@ -74,7 +74,7 @@ class FileIngest:
 
             def op(w: WriteTxn) -> int:
                 self._uploads.charge(w.catalog, self._upload_id, fresh)
-                return store_all(self._s, w, items, self._until_ms)
+                return len(store_all(self._s, w, items, self._until_ms))
 
             self._pending = self._s.writer.submit(
                 op, size=sum(len(f) for _, f in items.values() if f is not None)

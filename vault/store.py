@@ -214,19 +214,22 @@ def store_all(
     items: Mapping[bytes, tuple[bytes | memoryview, bytes | memoryview | None]],
     reserve_until_ms: int,
     inline: bool = False,
-) -> int:
-    """Writer-side half of every chunk upload: keep each (data, frame-or-None); count new."""
+) -> list[bytes]:
+    """Writer-side half of every chunk upload: keep each (data, frame-or-None). Returns the
+    ids of the chunks this wrote (the others were stored and sound already)."""
     now_ms = store.now_ms()
-    written = added = grown = 0
+    written: list[bytes] = []
+    added = grown = 0
     for cid, (data, frame) in items.items():
         if frame is None and not reserve_until_ms and store.chunks.usable(w.catalog, cid):
             continue  # known sound and nothing to reserve: what `store` would conclude
         wrote, n, b = store.chunks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
-        written += wrote
+        if wrote:
+            written.append(cid)
         added += n
         grown += b
-    store.writer.stats.chunks_written += written  # writer thread only: no lock needed
-    store.writer.stats.chunks_deduplicated += len(items) - written
+    store.writer.stats.chunks_written += len(written)  # writer thread only: no lock needed
+    store.writer.stats.chunks_deduplicated += len(items) - len(written)
     if added:
         store.counters.add(w.catalog, "chunks", added)
     if grown:

@@ -408,7 +408,7 @@ class Uploads:
 
         def op(w: WriteTxn) -> int:
             self.charge(w.catalog, upload_id, fresh)
-            written = store_all(self._s, w, items, until_ms)
+            written = len(store_all(self._s, w, items, until_ms))
             for cid in items:
                 w.catalog.put(prefix + cid, b"", db=self._sent)
             return written + len(known - seen)

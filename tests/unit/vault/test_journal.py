@@ -11,17 +11,25 @@ would leave them, and reopens: every acknowledged save must be back, with its id
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 
+from protocol import decode_bundle, encode_bundle
 from vault import Vault
+from vault.direct import RECORD_OF_CHUNKS
+from vault.frame import chunk_id
+from vault.ids import IdGenerator
 from vault.journal import Journal
+from vault.manifest import FileEntry
 from vault.syncer import Syncer
 from vault.writer import Writer
 
@@ -61,6 +69,7 @@ def test_journal_acknowledged_saves_survive_losing_every_later_page(
 ) -> None:
     snap, vdir = tmp_path / "snap", tmp_path / "v"
     ids = _child(vdir, 5, 12, snap)
+    records = [decode_bundle(p) for _, p in Journal(vdir / "journal", applied=0).pending()]
     rng = random.Random(seed)
     for name in DATA_FILES:
         path = vdir / name
@@ -80,6 +89,13 @@ def test_journal_acknowledged_saves_survive_losing_every_later_page(
             chunks = [c for c, _ in files["state.json"].chunks]
             data = b"".join(bytes(c) for c in v.read_chunks(chunks))
             assert json.loads(data)[-1]["content"].endswith(str(step + 19))
+        # Each journaled save's record holds its chunk list and the chunks it stored, not
+        # the state: a grown state shares all but its tail with the one before.
+        for (header, parts), step in zip(records[-12:], range(5, 17), strict=True):
+            assert header["id"] == ids[step]
+            assert header["v"] == RECORD_OF_CHUNKS
+            held = sum(len(b) for b in parts.values())
+            assert held < v.get("agents/a", ids[step]).size / 4
         after, _ = v.save("agents/a", {"state.json": b"[]"}, parent=ids[-1])
         assert after.id > ids[-1]  # ids go on after the ones applied again
     finally:
@@ -208,5 +224,46 @@ def test_an_idle_vault_keeps_no_journal_bytes(tmp_path: Path) -> None:
         v.store.writer.wait_durable()  # a cycle after the last record: it holds them all
         sizes = [f.stat().st_size for f in (tmp_path / "v" / "journal").iterdir()]
         assert sizes == [0]
+    finally:
+        v.close()
+
+
+def test_records_of_whole_files_still_apply_and_one_lacking_a_chunk_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A journal written before records held chunks (whole files, no "v") is applied at
+    the next open; a record naming a chunk it does not hold and the vault lacks is not
+    applied (it would make a checkpoint that cannot be read), and the records after it
+    still are."""
+    v = Vault(tmp_path / "v")
+    v.save("ns", {"f": b"first"})
+    with v.store.catalog_env.read() as txn:
+        ns = v.store.catalog.namespace(txn, "ns")
+        assert ns is not None
+        profile = dataclasses.asdict(ns.chunking())
+    ids = IdGenerator()
+    now = time.time()
+    old, lacking = ids.next(int(now * 1000) + 1), ids.next(int(now * 1000) + 2)
+    header: dict[str, Any] = {"ns": "ns", "parent": None, "created_at": now, "inherit": False}
+    header |= {"metadata": {}, "tags": [], "key": None, "by": None, "profile": profile}
+    data = b"never stored " * 100
+    entry = FileEntry(len(data), blake3.blake3(data).digest(), ((chunk_id(data), len(data)),))
+    v.store.writer.journal.append(
+        [
+            encode_bundle(
+                {**header, "id": lacking, "v": RECORD_OF_CHUNKS}, [("e/f", entry.to_bytes())]
+            ),
+            encode_bundle({**header, "id": old}, [("f", b"a whole file, as before")]),
+        ]
+    )
+    v.close()
+    v = Vault(tmp_path / "v")
+    try:
+        assert [r.id for r in v.checkpoints("ns")[0]][0] == old
+        assert lacking not in {r.id for r in v.checkpoints("ns")[0]}
+        _, files = v.manifest("ns", old)
+        chunks = [c for c, _ in files["f"].chunks]
+        assert b"".join(bytes(c) for c in v.read_chunks(chunks)) == b"a whole file, as before"
+        assert v.check().ok
     finally:
         v.close()
