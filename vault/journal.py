@@ -3,8 +3,9 @@
 A one-request save (vault/direct.py) is committed to LMDB like every change, but the sync
 that makes a catalog commit durable writes every page the commit dirtied: ~25 pages of a
 dozen tables, scattered over the file, ~0.4-0.8 ms of disk for a few kB of agent state.
-So the writer also appends the save's request (its files, header and the id and time it
-was given) to this journal and syncs that: one sequential write, ~0.1 ms. The save is
+So the writer also appends a record of the save (its header, the id and time it was
+given, its files' chunk lists and the frames its transaction stored: vault/direct.py) to
+this journal and syncs that: one sequential write, ~0.1 ms. The save is
 acknowledged then; the LMDB state follows on the syncer's next cycle (vault/syncer.py),
 which records in its durable slot the newest journal record that state contains.
 
@@ -16,7 +17,7 @@ Why a record can always be applied again: the writer journals a batch only if ev
 operation in it is a one-request save and every earlier batch that is not is durable
 (`Writer`), so the state a record is applied on is exactly the one it first was (the
 durable state plus the records before it), up to what no acknowledged change depends on.
-A save carries all of its bytes, so it needs no chunk the crash may have lost.
+So the chunks a record does not hold, stored and sound in that state, are there again.
 
 Files: `journal/<first seq, 16 hex>.log`, a new one past `FILE_BYTES`; the one being
 written is emptied whenever a durable state holds all of it. A record is
