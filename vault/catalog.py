@@ -247,7 +247,8 @@ class Catalog:
         """`resolve(...).id`, without decoding the record when `ref` is an id: a live
         checkpoint of `ns` is one in its index (a save naming its parent asks this inside
         the writer's transaction, where each record decoded is time every save waits)."""
-        if ref not in (LATEST, LATEST_VALID) and txn.get(_index_key(ns, ref), db=self._index):
+        index = self._index  # values are empty: found is "not None" (b"" is false)
+        if ref not in (LATEST, LATEST_VALID) and txn.get(_index_key(ns, ref), db=index) is not None:
             return ref
         return self.resolve(txn, ns, ref).id
 

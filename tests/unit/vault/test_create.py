@@ -108,3 +108,21 @@ def test_a_compact_key_whose_expiry_starts_like_json_expires(
     vault.save("ns", {"s": b"state"}, key="j" * 20)
     clock.advance(ttl + 1)
     assert vault.gc().keys_expired == 1
+
+
+def test_a_parent_named_by_id_is_found_in_the_index_without_its_record(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer resolves a save's parent inside its transaction, where each record
+    decoded is time every save waits: an id of the namespace is looked up in its index
+    (whose values are empty), the record is read only for `latest` or an id not there."""
+    parent, _ = vault.save("ns", {"f": b"one"})
+    other, _ = vault.save("other", {"f": b"two"})
+    catalog = vault.store.catalog
+    with vault.store.catalog_env.read() as txn:
+        monkeypatch.setattr(type(catalog), "record", lambda *a: pytest.fail("record decoded"))
+        assert catalog.resolve_id(txn, "ns", parent.id) == parent.id
+        monkeypatch.undo()
+        with pytest.raises(CheckpointNotFound):
+            catalog.resolve_id(txn, "ns", other.id)
+        assert catalog.resolve_id(txn, "ns", "latest") == parent.id
