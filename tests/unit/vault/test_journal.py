@@ -113,10 +113,12 @@ def test_a_save_after_an_unsynced_plain_batch_waits_for_it(
     """A journal record is applied again on the durable state plus the records before it,
     so a save is not journaled while a change that is not in the journal is still
     unsynced: its answer waits for that change's sync."""
+    resume, entered = threading.Event(), threading.Event()
     v = Vault(tmp_path / "v")
     try:
         v.save("ns", {"f": b"first"})  # journaled
-        resume, entered = threading.Event(), threading.Event()
+        # Its catalog cycle may still run: the slow sync below must be the plain batch's.
+        v.store.writer.wait_durable()
         make_durable = Syncer._make_durable
 
         def slow(self: Syncer, *args: Any) -> None:
@@ -147,6 +149,7 @@ def test_a_save_after_an_unsynced_plain_batch_waits_for_it(
             assert plain.result(60) is None
             assert second.result(60)[1]
     finally:
+        resume.set()
         v.close()
 
 
