@@ -56,7 +56,10 @@ async def test_metrics_count_saves_the_journal_acknowledged(api: Api) -> None:
     for name in ("journaled_batches", "journal_records"):
         series = f"ckpt_writer_{name}_total"
         assert metric(after, series) == metric(before, series) + 1
-    assert metric(after, "ckpt_writer_journal_bytes_total") > 1100
+    # The record: header, chunk list and the state's one frame, zstd-compressed (1,100 B
+    # of a repeated step compress to a few dozen).
+    series = "ckpt_writer_journal_bytes_total"
+    assert 200 < metric(after, series) - metric(before, series) < 1100
 
 
 async def test_metrics_need_admin_or_metrics_scope(api: Api) -> None:
