@@ -10,8 +10,8 @@ the checkpoint the first attempt made, so clients may retry it like every other 
 
 A record holds what the transaction wrote, not the request: the files' chunk lists and the
 frames of the chunks it stored. An agent's state that grew by a message is ~40 kB of which
-one or two chunks are new, so a record is a few kB (the whole files made the journal write
-~20x the bytes stored, and its sync and the writer's copy grew with the state). The other
+one or two chunks are new, so a record is ~3 kB where the whole files made it ~40 (and its
+sync and the writer's copy grew with the state). The other
 chunks were stored and sound when the transaction ran, and a record is applied again on
 exactly that state (vault/journal.py), so they are there again; a record that finds one
 missing is refused rather than applied wrong. Records holding whole files (`"v"` absent,
