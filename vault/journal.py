@@ -44,7 +44,11 @@ log = logging.getLogger(__name__)
 
 JOURNAL_DIR = "journal"  # in the vault dir, beside catalog/, frames/ and durable
 FILE_BYTES = 16 << 20  # a file past this is closed; it goes once a durable state covers it
-_MAGIC = b"CVJ1"
+# A record's magic names its payload's generation: CVJ1, a save's whole files (read, no
+# longer written); CVJ2, its chunk lists and stored frames (vault/direct.py). A version
+# that knows only CVJ1 stops at a CVJ2 record as at a torn one rather than apply it wrong.
+_MAGIC = b"CVJ2"
+_KNOWN = (b"CVJ1", _MAGIC)
 _HEAD = struct.Struct("<4sQI16s")  # magic, seq, payload length, digest of seq + payload
 _SUFFIX = ".log"
 
@@ -167,7 +171,7 @@ class Journal:
             while pos + _HEAD.size <= len(data):
                 magic, seq, n, digest = _HEAD.unpack_from(data, pos)
                 payload = data[pos + _HEAD.size : pos + _HEAD.size + n]
-                if magic != _MAGIC or len(payload) != n or _digest(seq, payload) != digest:
+                if magic not in _KNOWN or len(payload) != n or _digest(seq, payload) != digest:
                     break
                 yield seq, payload
                 pos += _HEAD.size + n

@@ -270,3 +270,19 @@ def test_records_of_whole_files_still_apply_and_one_lacking_a_chunk_is_refused(
         assert v.check().ok
     finally:
         v.close()
+
+
+def test_records_an_earlier_version_wrote_are_read(tmp_path: Path) -> None:
+    """A file of CVJ1 records (a save's whole files, before) is read like one of CVJ2 (its
+    chunks); the digest covers sequence and payload, so only the magic differs."""
+    old = [b"a save's whole files", b"another"]
+    j = Journal(tmp_path / "j", applied=0)
+    j.append(old)
+    j.close()
+    (log,) = (tmp_path / "j").iterdir()
+    log.write_bytes(log.read_bytes().replace(b"CVJ2", b"CVJ1"))
+    j = Journal(tmp_path / "j", applied=0)
+    assert [p for _, p in j.pending()] == old
+    assert j.append([b"new"]) == 3
+    j.close()
+    assert [p for _, p in Journal(tmp_path / "j", applied=1).pending()] == [old[1], b"new"]
