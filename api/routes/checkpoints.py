@@ -14,7 +14,7 @@ from .. import parse
 from ..audit import BULK_DELETED
 from ..auth import principal, require, visible_record
 from ..download import stream_file
-from ..http import bundle_body, json_body, json_response, query_int, run
+from ..http import bundle_body, json_body, json_response, query_int, run, run_small
 from ..keys import VAULT, WRITER
 from ..receive import expect_descriptor
 
@@ -75,7 +75,8 @@ async def save_checkpoint(request: web.Request) -> web.Response:
     if writer is None:
         record, created = await run(request, vault.save, ns, files, **args)
     else:  # a worker: prepared here, committed by the process that writes (api/calls.py)
-        prepared = await run(request, vault.prepare_save, ns, files, **args)
+        size = sum(len(data) for data in files.values())
+        prepared = await run_small(request, size, vault.prepare_save, ns, files, **args)
         record, created = await writer.save(prepared)
     return json_response(visible_record(request, record).to_wire(), status=201 if created else 200)
 

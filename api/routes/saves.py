@@ -31,7 +31,7 @@ from vault.direct import SaveOptions
 from ..auth import principal, require, visible_record
 from ..calls import CallClient
 from ..errors import refusal
-from ..http import json_response, run, saves_body
+from ..http import json_response, run_small, saves_body
 from ..keys import LIMITER, VAULT, WRITER
 from .checkpoints import save_options
 
@@ -65,7 +65,8 @@ async def save_many(request: web.Request) -> web.Response:
 
 async def _commit_here(request: web.Request, vault: Vault, saves: list[_Save]) -> None:
     """The process that writes: each save goes to the writer as soon as it is prepared."""
-    committing = await run(request, _prepare_all, vault, saves, vault.commit_prepared)
+    size = _bytes(saves)
+    committing = await run_small(request, size, _prepare_all, vault, saves, vault.commit_prepared)
     outcomes = await asyncio.gather(
         *(asyncio.wrap_future(f) for _, f in committing), return_exceptions=True
     )
@@ -80,12 +81,16 @@ async def _commit_through(
 ) -> None:
     """A worker: all of them prepared, then in one frame to the process that writes
     (api/calls.py), which queues them at once for one writer batch."""
-    await run(request, _prepare_all, vault, saves, None)
+    await run_small(request, _bytes(saves), _prepare_all, vault, saves, None)
     ready = [(s, s.prepared) for s in saves if s.prepared is not None]
     if ready:
         answers = await writer.save_all([p for _, p in ready])
         for (save, _), answer in zip(ready, answers, strict=True):
             save.outcome = answer
+
+
+def _bytes(saves: list[_Save]) -> int:
+    return sum(len(data) for s in saves for data in s.files.values())
 
 
 def _checked(
