@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import threading
 from typing import Any
 
+from api.http import PREPARE_ON_LOOP_MAX
+from api.keys import RUNTIME, SETTINGS
 from client import AsyncVaultClient
 from protocol import MAX_SAVES, SAVES_TYPE, encode_bundle
 from vault import FakeClock
@@ -16,6 +20,7 @@ from ..serverproc import ServerProcess
 from .test_limits import started
 
 HEADERS = {"Content-Type": SAVES_TYPE}
+BOUND = 20.0  # seconds any step may take: a bound on a hang, never a pace
 
 
 def bundle(ns: str, files: dict[str, bytes], **header: Any) -> bytes:
@@ -131,3 +136,32 @@ async def test_the_client_sends_saves_that_wait_together(two_processes: ServerPr
         for (ns, state), ckpt in zip(states.items(), ids, strict=True):
             assert await vault.read_range(ns, ckpt, "state.json", 0, 1 << 20) == state
         assert len(set(ids)) == 40
+
+
+async def test_small_saves_are_prepared_on_the_loop_large_ones_on_the_pool(api: Api) -> None:
+    """With every thread of the worker pool busy, saves of up to PREPARE_ON_LOOP_MAX bytes
+    are still answered (cut and hashed on the event loop: handing a few kB to the pool and
+    back cost more than the work); a larger one waits for a thread."""
+    app = api.client.app
+    assert app is not None
+    pool = app[RUNTIME].io
+    release = threading.Event()
+    busy = [pool.submit(release.wait, BOUND) for _ in range(app[SETTINGS].worker_threads)]
+    small = os.urandom(8 << 10)  # four in a body stay under the 64 KiB parsed on the loop
+    large = os.urandom(PREPARE_ON_LOOP_MAX + 1)
+    try:
+        waiting = asyncio.create_task(
+            api.call("POST", "/v1/saves", data=bundle("big/a", {"f": large}), headers=HEADERS)
+        )
+        for body in (bundle("small/a", {"f": small}), bundle("small/b", {"f": small}) * 4):
+            out = await asyncio.wait_for(
+                api.json("POST", "/v1/saves", data=body, headers=HEADERS), BOUND
+            )
+            assert {r["status"] for r in out["results"]} == {201}
+        assert not waiting.done()
+    finally:
+        release.set()
+    resp = await asyncio.wait_for(waiting, BOUND)
+    assert (await resp.json())["results"][0]["status"] == 201
+    for f in busy:
+        f.result(BOUND)
