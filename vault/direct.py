@@ -212,12 +212,8 @@ class DirectSaver:
                 "v": RECORD_OF_CHUNKS,
             }
             parts = [(_ENTRY + name, entry.to_bytes()) for name, entry in entries.items()]
-            encoder = Encoder() if any(c not in p.frames for c in written) else None
             for cid in written:  # prepared as absent, or (rarely) gone or damaged since
-                frame = p.frames.get(cid)
-                if frame is None:
-                    assert encoder is not None
-                    frame = encoder.encode(items[cid][0])
+                frame = p.frames.get(cid) or Encoder().encode(items[cid][0])
                 parts.append((_FRAME + cid.hex(), frame))
             return encode_bundle(header, parts)
 

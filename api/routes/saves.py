@@ -4,8 +4,9 @@ An agent platform saves many conversations at once; each save alone is a small r
 whose HTTP exchange, authentication, thread hops and answer cost the server more than the
 save itself (about 2 ms of CPU against ~0.5 for the writer's part). A client that has
 several saves waiting sends them together (client/coalesce.py), and they share all of
-that: one exchange, one turn on the worker pool to prepare them all, one hop to the writer,
-whose group commit then takes them in one batch.
+that: one exchange, one preparation of them all (on the event loop when small, else one
+turn on the worker pool), one hop to the writer, whose group commit then takes them in one
+batch.
 
 Each save keeps everything it has alone: its own namespace and write permission, its own
 charge against the token's rate limit, its own checks, idempotency key and transaction
@@ -65,8 +66,9 @@ async def save_many(request: web.Request) -> web.Response:
 
 async def _commit_here(request: web.Request, vault: Vault, saves: list[_Save]) -> None:
     """The process that writes: each save goes to the writer as soon as it is prepared."""
-    size = _bytes(saves)
-    committing = await run_small(request, size, _prepare_all, vault, saves, vault.commit_prepared)
+    committing = await run_small(
+        request, _bytes(saves), _prepare_all, vault, saves, vault.commit_prepared
+    )
     outcomes = await asyncio.gather(
         *(asyncio.wrap_future(f) for _, f in committing), return_exceptions=True
     )
@@ -117,7 +119,7 @@ def _checked(
 def _prepare_all(
     vault: Vault, saves: list[_Save], submit: Callable[[PreparedSave], Future[Saved]] | None
 ) -> list[tuple[_Save, Future[Saved]]]:
-    """Cut, hash and compress each save (one turn on the worker pool for all of them); with
+    """Cut, hash and compress each save (all in one call: `run_small`); with
     `submit`, hand each to the writer as soon as it is ready (it commits the first while
     the rest are prepared), else keep it (`prepared`) for one hand-over of them all."""
     committing = []
