@@ -9,7 +9,6 @@ from that process: reads answered from the data dir's maps, everything else forw
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import pickle
 import sys
@@ -20,8 +19,8 @@ from aiohttp import web
 from vault.runtime import os_name
 
 from .app import create_app
-from .observability import AccessLogger, configure_logging
-from .serve import inherited, tls_context, tune_malloc
+from .observability import configure_logging
+from .serve import inherited, run_sites, tls_context, tune_malloc
 from .workers import WorkerSpec, die_with_parent, hold_shared
 
 
@@ -62,16 +61,8 @@ def main() -> None:
     hold_shared(settings)
     app = create_app(settings, worker=spec.index, instance=spec.instance)
     app.on_startup.append(_ready(spec.ready, spec.go))  # after the vault opened (cleanup contexts)
-    web.run_app(
-        app,
-        sock=inherited(spec.listening, settings.spare_descriptors),
-        keepalive_timeout=settings.header_timeout,
-        shutdown_timeout=settings.shutdown_timeout,
-        ssl_context=tls_context(settings),
-        access_log=logging.getLogger("ckpt.access"),
-        access_log_class=AccessLogger,
-        print=None,
-    )
+    socks = inherited(spec.listening)
+    run_sites(app, settings, socks, [], tls_context(settings))
 
 
 if __name__ == "__main__":
