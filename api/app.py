@@ -29,7 +29,7 @@ from vault.runtime import PoolSizes, Runtime
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
-from .calls import CallClient, CallServer
+from .calls import CHANNEL_BUFFER, CallClient, CallServer
 from .engine import open_vault
 from .errors import error_middleware
 from .forward import Forwarder, forward_middleware, trusted_forwards
@@ -178,7 +178,7 @@ async def _calls_context(app: web.Application) -> AsyncIterator[None]:
     path = app[SETTINGS].calls_socket
     assert path is not None  # no workers without it (Settings.processes)
     app[CALLS] = CallServer(app[VAULT], app[TOKENS].note_uses)
-    server = await asyncio.start_unix_server(app[CALLS].handle, str(path))
+    server = await asyncio.start_unix_server(app[CALLS].handle, str(path), limit=CHANNEL_BUFFER)
     try:
         yield
     finally:
