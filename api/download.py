@@ -38,7 +38,6 @@ from protocol import DESCRIPTOR_TYPE
 from vault import FileEntry, InvalidRequest, NotFound, Vault
 from vault.content.reader import Pinned, batches
 
-from .connection import connection_socket
 from .errors import InvalidRange
 from .http import json_response, run
 from .keys import RUNTIME, VAULT
@@ -123,8 +122,7 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
     transport = request.transport
     try:
         await resp.prepare(request)
-        if transport is None or transport.is_closing():
-            # (uvloop refuses any call on a closed transport, asyncio's ignores it)
+        if transport is None:
             raise ConnectionResetError("connection lost")
         low, high = transport.get_write_buffer_limits()
         if not _encrypted(transport):
@@ -136,8 +134,7 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
             if i + 1 < len(groups):
                 pending = asyncio.ensure_future(_read(request, groups[i + 1]))
             pos = await _send(request, resp, batch, pos, first, last)
-        if not transport.is_closing():
-            transport.set_write_buffer_limits(high=high, low=low)
+        transport.set_write_buffer_limits(high=high, low=low)
     except BaseException:
         # The status is out: a cut connection is the only honest signal left (the client
         # sees a short body and resumes, or reports it).
@@ -241,7 +238,7 @@ async def _send_from_thread(
 ) -> None:
     try:
         await request.writer.drain()  # what the transport holds goes first
-        out = connection_socket(request)
+        out: socket.socket = transport.get_extra_info("socket").dup()
     except BaseException:
         _release(batch)
         raise

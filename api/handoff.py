@@ -31,7 +31,6 @@ from aiohttp.web_protocol import RequestHandler
 
 from vault import Unavailable
 
-from .connection import connection_socket
 from .observability import HANDED_OVER
 
 log = logging.getLogger("ckpt.api")
@@ -65,7 +64,7 @@ async def hand_over(request: web.Request, path: str) -> web.StreamResponse:
     if len(prefix) > MAX_PREFIX:
         _refuse(request, "the request head and body start are too large to hand over")
     loop = asyncio.get_running_loop()
-    fd = connection_socket(request).detach()
+    fd = os.dup(transport.get_extra_info("socket").fileno())
     chan = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         chan.setblocking(False)

@@ -43,7 +43,6 @@ from vault import InvalidRequest, TooLarge
 
 from .auth import principal
 from .bodies import Shares
-from .connection import connection_socket
 from .errors import BodyTimeout
 from .http import read_writable_body, reading_body
 from .keys import BODY_READERS, RUNTIME, SETTINGS
@@ -217,10 +216,9 @@ class _Bounded:
         self.seconds = settings.body_timeout
         if settings.body_min_rate:
             self.seconds += work / settings.body_min_rate
-        try:
-            self._sock: socket.socket | None = connection_socket(request)
-        except ConnectionResetError:
-            self._sock = None
+        transport = request.transport
+        conn = None if transport is None else transport.get_extra_info("socket")
+        self._sock: socket.socket | None = None if conn is None else conn.dup()
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
 
@@ -283,7 +281,8 @@ async def _on_receiver(request: web.Request, held: _Held, fn: Callable[..., T], 
     thread counted in `held` until `fn` returns; if the handler is cancelled meanwhile
     (shutdown), the socket is shut, which ends `fn` at its next wait, and a descriptor it
     received after all is closed."""
-    sock = connection_socket(request)
+    assert request.transport is not None
+    sock: socket.socket = request.transport.get_extra_info("socket").dup()
     loop = asyncio.get_running_loop()
     receiving = loop.run_in_executor(request.app[RUNTIME].receive, fn, sock, *args)
     held.work = receiving

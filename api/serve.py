@@ -7,8 +7,10 @@ import contextlib
 import ctypes
 import logging
 import os
+import resource
 import socket
 import ssl
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,7 @@ from aiohttp import web
 
 from vault.runtime import exit_if_stuck, os_name
 
-from .accepting import BoundedSite, Refusals, descriptor_bound
 from .app import create_app
-from .eventloop import new_loop
 from .handoff import Adopter
 from .keys import RUNTIME
 from .observability import AccessLogger, configure_logging
@@ -57,14 +57,68 @@ def tune_malloc() -> None:
         pass
 
 
-def inherited(fds: list[int]) -> list[socket.socket]:
-    """The listening sockets a worker got from the writing process (api/workers.py)."""
-    return [socket.socket(fileno=fd) for fd in fds]
+class _Listener(socket.socket):
+    """A listening TCP socket that refuses, at accept, a connection that would leave fewer
+    than `spare` descriptors under the process's limit (RLIMIT_NOFILE).
+
+    Past the limit accept() itself failed with EMFILE, asyncio logged a traceback for each
+    try, and every request that needed a descriptor (a receiver's dup, an LMDB read, a
+    log file) failed too: 1,050 idle connections under a 1,024 limit made health take
+    70 s. Linux gives a new descriptor the lowest free number, so the number the accepted
+    connection got says how many are in use: no count to keep. A refused connection is
+    closed at once (the client sees it reset and may retry); the refusals are logged a
+    line a second at most, with how many there were."""
+
+    def __init__(
+        self, family: int, kind: int, proto: int, bound: int = 1 << 62, fileno: int | None = None
+    ) -> None:  # socket.dup() makes its copy as type(self)(family, type, proto, fileno=...)
+        super().__init__(family, kind, proto, fileno)
+        self.bound = bound  # descriptor numbers from here on are refused
+        self._refused = 0
+        self._logged_at = 0.0
+
+    def accept(self) -> tuple[socket.socket, object]:
+        for _ in range(128):  # the backlog asyncio accepts per wakeup; more wait
+            conn, addr = super().accept()  # BlockingIOError once the backlog is empty
+            if conn.fileno() < self.bound:
+                return conn, addr
+            conn.close()
+            self._note_refused()
+        raise ConnectionAbortedError  # asyncio's "nothing more to accept now"
+
+    def _note_refused(self) -> None:
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._logged_at >= 1.0:
+            self._logged_at = now
+            logging.getLogger("ckpt.api").warning(
+                "connections refused: %d so far, descriptors %d and up are kept spare",
+                self._refused,
+                self.bound,
+            )
 
 
-def listeners(host: str, port: int, copies: int = 1) -> list[list[socket.socket]]:
-    """Bound (not yet listening) TCP sockets for `host`:`port`, one per address it names;
-    `copies` such sets, one per process answering on the port (api/workers.py).
+def _descriptor_bound(spare: int) -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1 << 62 if soft == resource.RLIM_INFINITY else max(64, soft - spare)
+
+
+def inherited(fds: list[int], spare: int) -> list[socket.socket]:
+    """The listening sockets a worker got from the writing process (api/workers.py), each
+    refusing connections past this process's descriptor bound."""
+    bound = _descriptor_bound(spare)
+    out: list[socket.socket] = []
+    for fd in fds:
+        probe = socket.socket(fileno=fd)
+        family, kind, proto = probe.family, probe.type, probe.proto
+        out.append(_Listener(family, kind, proto, bound, fileno=probe.detach()))
+    return out
+
+
+def listeners(host: str, port: int, spare: int, copies: int = 1) -> list[list[socket.socket]]:
+    """Bound (not yet listening) TCP sockets for `host`:`port`, one per address it names,
+    each refusing connections past the descriptor bound (`_Listener`); `copies` such sets,
+    one per process answering on the port (api/workers.py).
 
     Several copies are bound together with SO_REUSEPORT, so the kernel spreads new
     connections evenly over the processes (one socket shared by all of them let the
@@ -73,6 +127,7 @@ def listeners(host: str, port: int, copies: int = 1) -> list[list[socket.socket]
     is with one process: SO_REUSEPORT alone would let a second `ckpt serve` share it
     unnoticed. The writing process keeps every copy open, so connections queued on a
     worker that died wait for its successor, which inherits the same socket."""
+    bound = _descriptor_bound(spare)
     out: list[list[socket.socket]] = [[] for _ in range(copies)]
     seen = set()
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -82,9 +137,9 @@ def listeners(host: str, port: int, copies: int = 1) -> list[list[socket.socket]
                 continue
             seen.add((family, address))
             if copies > 1 and port:
-                _bind(socket.socket(family, kind, proto), address, False).close()
+                _bind(_Listener(family, kind, proto, bound), address, False).close()
             for group in out:
-                sock = _bind(socket.socket(family, kind, proto), address, copies > 1)
+                sock = _bind(_Listener(family, kind, proto, bound), address, copies > 1)
                 group.append(sock)
                 address = sock.getsockname()  # a port 0 became one: the copies share it
     except BaseException:
@@ -168,36 +223,20 @@ def serve(settings: Settings) -> None:
     # With workers, they answer on the port and this process (which writes) does not: its
     # copies of their sockets stay open here, so connections a dead worker's socket holds
     # wait for its successor.
-    groups = listeners(settings.host, settings.port, settings.answering)
+    groups = listeners(settings.host, settings.port, settings.spare_descriptors, settings.answering)
     socks, copies = (groups[0], []) if settings.processes == 1 else ([], groups)
     paths = [str(p) for p in (settings.socket_path,) if p is not None]
     if settings.processes > 1 and settings.engine_socket is not None:
         paths.append(str(settings.engine_socket))  # what the workers forward (api/forward.py)
     app = create_app(settings, listening=copies)
-    run_sites(app, settings, socks, paths, tls, adopt=settings.processes > 1)
-
-
-def run_sites(
-    app: web.Application,
-    settings: Settings,
-    socks: list[socket.socket],
-    paths: list[str],
-    tls: ssl.SSLContext | None,
-    *,
-    adopt: bool = False,
-) -> None:
-    """Serve `app` on the listening sockets and Unix socket paths until SIGTERM or SIGINT,
-    on the event loop `[server] event_loop` names (asyncio's with TLS: api/eventloop.py);
-    `adopt`: also take the connections workers hand over (the writing process).
-
-    SIGTERM (or SIGINT) is a graceful exit: stop accepting, let in-flight requests finish
-    (up to shutdown_timeout), then the cleanup context stops the workers, drains the
-    writer and closes LMDB; the process exits 0. As `web.run_app` does it: the signal
-    ends the loop, then only the main task is cancelled, whose cleanup lets the handlers
-    answer; whatever is left is cancelled after."""
-    loop = new_loop(settings.event_loop, tls=tls is not None)
+    # SIGTERM (or SIGINT) is a graceful exit: stop accepting, let in-flight requests finish
+    # (up to shutdown_timeout), then the cleanup context stops the workers, drains the
+    # writer and closes LMDB; the process exits 0. As `web.run_app` does it: the signal
+    # ends the loop, then only the main task is cancelled, whose cleanup lets the handlers
+    # answer; whatever is left is cancelled after.
+    loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    main = loop.create_task(_run(app, settings, socks, paths, tls, adopt))
+    main = loop.create_task(_run(app, settings, socks, paths, tls))
     try:
         loop.run_until_complete(main)
     except (web.GracefulExit, KeyboardInterrupt):
@@ -223,14 +262,11 @@ async def _run(
     socks: list[socket.socket],
     paths: list[str],
     tls: ssl.SSLContext | None,
-    adopt: bool,
 ) -> None:
     """What `web.run_app` does, keeping the runner, whose server adopts the connections
     workers hand over (api/handoff.py). A connection must send a whole request head within
     header_timeout of opening it or of its previous answer (aiohttp's keep-alive timer runs
-    from the connection's start), or it is closed. TCP connections past the descriptor
-    bound are closed as they arrive (api/accepting.py); the Unix sockets speak plain HTTP
-    and are not bounded (only the data dir's owner reaches them)."""
+    from the connection's start), or it is closed. The Unix sockets speak plain HTTP."""
     runner = web.AppRunner(
         app,
         handle_signals=True,
@@ -242,14 +278,11 @@ async def _run(
     await runner.setup()
     adopter = None
     try:
-        refusals = Refusals(descriptor_bound(settings.spare_descriptors))
-        sites: list[web.BaseSite] = [
-            BoundedSite(runner, s, refusals, ssl_context=tls) for s in socks
-        ]
+        sites: list[web.BaseSite] = [web.SockSite(runner, s, ssl_context=tls) for s in socks]
         sites += [web.UnixSite(runner, path) for path in paths]
         for site in sites:
             await site.start()
-        if adopt and settings.handoff_socket is not None:
+        if settings.processes > 1 and settings.handoff_socket is not None:
             assert runner.server is not None  # set up above
             adopter = Adopter(str(settings.handoff_socket), runner.server)
         await asyncio.Event().wait()  # until a signal raises GracefulExit

@@ -28,8 +28,6 @@ from vault.quotas import Quota
 from vault.replication import FollowConfig, ReplicationConfig
 from vault.replication.shipper import MODES
 
-from .eventloop import LOOPS
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -56,12 +54,6 @@ def _profile(value: object) -> str:
 def _log_format(value: object) -> str:
     if value not in ("auto", "json", "text"):
         raise ValueError(f"must be auto, json or text, got {value!r}")
-    return str(value)
-
-
-def _event_loop(value: object) -> str:
-    if value not in LOOPS:
-        raise ValueError(f"must be one of {', '.join(LOOPS)}, got {value!r}")
     return str(value)
 
 
@@ -192,7 +184,6 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "port"): ("port", _port),
     ("server", "data_dir"): ("data_dir", Path),
     ("server", "workers"): ("workers", _non_negative_int),
-    ("server", "event_loop"): ("event_loop", _event_loop),
     ("server", "worker_threads"): ("worker_threads", _positive_int),
     ("server", "max_json_body"): ("max_json_body", parse_size),
     ("server", "shutdown_timeout"): ("shutdown_timeout", parse_duration),
@@ -261,7 +252,6 @@ class Settings:
     # the writer's. 0: one per CPU, at most MAX_AUTO_WORKERS. One process for a standby
     # and with TLS (`processes`).
     workers: int = 0
-    event_loop: str = "uvloop"  # every server process's loop (api/eventloop.py)
     worker_threads: int = 16  # blocking vault calls in flight; most wait on the writer
     # A commit listing 160k chunks (a 10 GiB file at 64 KiB) is ~11 MB of JSON; anything
     # bigger streams files or commits in parts. Parsed on the worker pool (api/http.py).

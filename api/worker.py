@@ -9,6 +9,7 @@ from that process: reads answered from the data dir's maps, everything else forw
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pickle
 import sys
@@ -19,8 +20,8 @@ from aiohttp import web
 from vault.runtime import os_name
 
 from .app import create_app
-from .observability import configure_logging
-from .serve import inherited, run_sites, tls_context, tune_malloc
+from .observability import AccessLogger, configure_logging
+from .serve import inherited, tls_context, tune_malloc
 from .workers import WorkerSpec, die_with_parent, hold_shared
 
 
@@ -61,8 +62,16 @@ def main() -> None:
     hold_shared(settings)
     app = create_app(settings, worker=spec.index, instance=spec.instance)
     app.on_startup.append(_ready(spec.ready, spec.go))  # after the vault opened (cleanup contexts)
-    socks = inherited(spec.listening)
-    run_sites(app, settings, socks, [], tls_context(settings))
+    web.run_app(
+        app,
+        sock=inherited(spec.listening, settings.spare_descriptors),
+        keepalive_timeout=settings.header_timeout,
+        shutdown_timeout=settings.shutdown_timeout,
+        ssl_context=tls_context(settings),
+        access_log=logging.getLogger("ckpt.access"),
+        access_log_class=AccessLogger,
+        print=None,
+    )
 
 
 if __name__ == "__main__":

@@ -332,37 +332,3 @@ def test_sigterm_while_workers_start_stops_them(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
-
-
-def _runs_uvloop(pid: int) -> bool:
-    """Whether uvloop's extension is loaded in process `pid`."""
-    with open(f"/proc/{pid}/maps") as f:
-        return "/uvloop/loop." in f.read()
-
-
-def test_every_process_runs_uvloop_and_asyncio_on_request(
-    two: ServerProcess, tmp_path: Path
-) -> None:
-    """By default the writing process and each worker run uvloop (api/eventloop.py);
-    `[server] event_loop = "asyncio"` runs the standard loop in all of them, and the
-    service works the same: a save made through one process reads back through another."""
-    assert two.pid is not None
-    assert [_runs_uvloop(p) for p in [two.pid, *two.worker_pids()]] == [True] * 3
-    config = tmp_path / "asyncio.toml"
-    config.write_text('[server]\nevent_loop = "asyncio"\n')
-    server = ServerProcess(
-        tmp_path / "plain", free_port(), tmp_path / "plain.log", config, workers=2
-    )
-    try:
-        server.start()
-        assert server.pid is not None
-        assert [_runs_uvloop(p) for p in [server.pid, *server.worker_pids()]] == [False] * 3
-        data = os.urandom(5000)
-        with VaultClient(server.url, server.token, local_files=False) as c:
-            ckpt = c.save("agents/a", {"state.json": data}, chunking="small")
-        for worker, (status, body) in _on_each_process(
-            server, f"/v1/namespaces/agents/a/checkpoints/{ckpt.id}", server.token
-        ).items():
-            assert (status, body["files"]["state.json"]["size"]) == (200, len(data)), worker
-    finally:
-        server.stop()

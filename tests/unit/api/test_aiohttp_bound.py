@@ -1,6 +1,5 @@
 """api/receive.py takes request bodies past aiohttp's parser, with three of its internals:
-`request.writer.output_size`, `request.content.feed_eof()` and `request.protocol.close()`;
-api/accepting.py starts a `SockSite` its own way, with the site's private fields.
+`request.writer.output_size`, `request.content.feed_eof()` and `request.protocol.close()`.
 pyproject.toml bounds aiohttp to the minor release they were read from; this keeps the
 bound and the installed version in step and names the internals, so a new aiohttp fails
 here with a reason rather than as a stalled body in tests/integration/test_receive.py."""
@@ -11,7 +10,7 @@ import re
 from importlib.metadata import version
 from pathlib import Path
 
-from aiohttp import streams, web, web_protocol
+from aiohttp import streams, web_protocol
 from aiohttp.http_writer import StreamWriter
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,9 +35,3 @@ def test_the_internals_the_receive_path_uses_are_there() -> None:
     assert "output_size" in StreamWriter.__dict__ or hasattr(StreamWriter, "output_size")
     assert callable(streams.StreamReader.feed_eof)
     assert callable(web_protocol.RequestHandler.close)
-
-
-def test_the_site_fields_the_accept_gate_uses_are_there() -> None:
-    fields = {"_runner", "_sock", "_ssl_context", "_backlog", "_server"}
-    slots = {name for cls in web.SockSite.__mro__ for name in getattr(cls, "__slots__", ())}
-    assert fields <= slots

@@ -46,7 +46,6 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
         ("", {"CKPT_STORAGE_MAP_SIZE": "lots"}, "[storage] map_size"),
         ("", {"CKPT_NOPE_X": "1"}, "[nope] x"),
         ('[log]\nformat = "xml"\n', {}, "[log] format"),
-        ('[server]\nevent_loop = "trio"\n', {}, "[server] event_loop"),
         ("server = 1\n", {}, "not a section"),
         ('[maintenance]\ncompact_rate = "512KiB"\n', {}, "[maintenance] compact_rate"),
         ("", {"CKPT_MAINTENANCE_SCRUB_RATE": "1"}, "[maintenance] scrub_rate"),
