@@ -19,15 +19,22 @@ operation in it is a one-request save and every earlier batch that is not is dur
 durable state plus the records before it), up to what no acknowledged change depends on.
 So the chunks a record does not hold, stored and sound in that state, are there again.
 
-Files: `journal/<first seq, 16 hex>.log`, a new one past `FILE_BYTES`; the one being
-written is emptied whenever a durable state holds all of it. A record is
-`magic, seq, length, digest, payload`; reading stops at the first record that is torn or
-does not verify: only the tail of the newest file can be, a write the crash cut short,
-never acknowledged.
+Files: `journal/<first seq, 16 hex>.log`, a new one past `FILE_BYTES`. The one being
+written is allocated ahead in steps of zeros (`ALLOC_STEP`) and written over in place: it
+starts again at its beginning whenever a durable state holds all of it. A sync that must
+also record a grown file (its size, its new blocks) commits the file system's own
+journal too; one that only overwrites allocated blocks writes the data: 0.11 ms against
+0.18-0.28 ms per append and sync here, what every save's acknowledgement waits for.
+A record is `magic, seq, length, digest, payload`. Reading a file stops at the first
+record that is torn, does not verify, or does not follow the one before it (seq + 1):
+the zeros ahead, a write the crash cut short (never acknowledged), or the records of an
+earlier round of the file, which are all older than any record written over them, so
+they never follow on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -44,6 +51,10 @@ log = logging.getLogger(__name__)
 
 JOURNAL_DIR = "journal"  # in the vault dir, beside catalog/, frames/ and durable
 FILE_BYTES = 16 << 20  # a file past this is closed; it goes once a durable state covers it
+# Zeros written ahead of the records, so their syncs change no file size. An idle vault
+# keeps this much (more after a burst, until SHRINK_ABOVE gives it back).
+ALLOC_STEP = 64 << 10
+SHRINK_ABOVE = 4 * ALLOC_STEP
 # A record's magic names its payload's generation: CVJ1, a save's whole files (read, no
 # longer written); CVJ2, its chunk lists and stored frames (vault/direct.py). A version
 # that knows only CVJ1 stops at a CVJ2 record as at a torn one rather than apply it wrong.
@@ -57,6 +68,14 @@ def discard_journal(path: Path) -> None:
     """Remove a journal whose records belong to no state of the files beside it: opened
     with a new durable file (a new data dir; restores delete the durable file)."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    """All of `data` at `offset` (pwrite may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
 
 
 def _is_hex(text: str) -> bool:
@@ -83,8 +102,9 @@ class Journal:
             f for f in path.glob(f"*{_SUFFIX}") if len(f.stem) == 16 and _is_hex(f.stem)
         )
         self._last = max((seq for seq, _ in self._records()), default=applied)
-        self._fd: int | None = None  # the file being appended to (opened at the next append)
-        self._size = 0
+        self._fd: int | None = None  # the file being written (opened at the next append)
+        self._tail = 0  # where its next record goes
+        self._allocated = 0  # its size: records, then zeros or an earlier round's records
 
     @property
     def last(self) -> int:
@@ -107,15 +127,22 @@ class Journal:
             parts.append(payload)
         data = b"".join(parts)
         with self._lock:
-            fd = self._writable(self._last + 1)
+            fd = self._writable(self._last + 1, len(data))
+            end = self._tail + len(data)
             try:
-                os.write(fd, data)
+                if end > self._allocated:
+                    grown = -(-end // ALLOC_STEP) * ALLOC_STEP
+                    _write_at(fd, bytes(grown - self._allocated), self._allocated)
+                    self._allocated = grown
+                _write_at(fd, data, self._tail)
                 os.fdatasync(fd)
             except OSError:
                 # Not acknowledged, so it must not come back at the next open either.
-                os.ftruncate(fd, self._size)
+                with contextlib.suppress(OSError):
+                    _write_at(fd, bytes(len(data)), self._tail)
+                    os.fdatasync(fd)
                 raise
-            self._size += len(data)
+            self._tail = end
             self._last = seq
         return seq
 
@@ -131,12 +158,13 @@ class Journal:
                     break
                 keep_from = i + 1
             gone, self._files = self._files[:keep_from], self._files[keep_from:]
-            if self._fd is not None and self._size and durable >= self._last:
-                # Every record is in the catalog: the file being written starts over (an
-                # idle vault keeps no journal bytes; old records are skipped if it comes
-                # back longer after a crash).
-                os.ftruncate(self._fd, 0)
-                self._size = 0
+            if self._fd is not None and self._tail and durable >= self._last:
+                # Every record is in the catalog: the file being written starts over, its
+                # blocks kept (a burst's beyond SHRINK_ABOVE given back).
+                self._tail = 0
+                if self._allocated > SHRINK_ABOVE:
+                    os.ftruncate(self._fd, ALLOC_STEP)
+                    self._allocated = ALLOC_STEP
         for f in gone:
             f.unlink(missing_ok=True)
 
@@ -146,10 +174,10 @@ class Journal:
                 os.close(self._fd)
                 self._fd = None
 
-    def _writable(self, seq: int) -> int:
-        """The fd to append to, starting a new file at `seq` when there is none or the
-        current one is full (lock held)."""
-        if self._fd is not None and self._size < FILE_BYTES:
+    def _writable(self, seq: int, n: int) -> int:
+        """The fd to write `n` bytes of records to, starting a new file at `seq` when there
+        is none or they would take the current one past FILE_BYTES (lock held)."""
+        if self._fd is not None and (self._tail == 0 or self._tail + n <= FILE_BYTES):
             return self._fd
         if self._fd is not None:
             os.close(self._fd)
@@ -157,8 +185,8 @@ class Journal:
         path = self.path / f"{seq:016x}{_SUFFIX}"
         # A file of that name holds no intact record (else `last` would be past `seq`):
         # a torn first record of an earlier run. Emptied, so nothing precedes ours.
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-        self._size = 0
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._tail = self._allocated = 0
         if path not in self._files:
             self._files.append(path)
         fsync_dir(self.path)  # the file's entry must outlast a crash as its records do
@@ -167,13 +195,14 @@ class Journal:
     def _records(self) -> Iterator[tuple[int, bytes]]:
         for f in list(self._files):
             data = f.read_bytes()
-            pos = 0
+            pos, last = 0, None
             while pos + _HEAD.size <= len(data):
                 magic, seq, n, digest = _HEAD.unpack_from(data, pos)
+                if magic not in _KNOWN or (last is not None and seq != last + 1):
+                    break  # zeros ahead, or an earlier round's records: the end
                 payload = data[pos + _HEAD.size : pos + _HEAD.size + n]
-                if magic not in _KNOWN or len(payload) != n or _digest(seq, payload) != digest:
+                if len(payload) != n or _digest(seq, payload) != digest:
+                    log.warning("journal %s ends in a torn record (seq %d)", f, seq)
                     break
                 yield seq, payload
-                pos += _HEAD.size + n
-            if pos != len(data):
-                log.warning("journal %s ends in %d bytes of a torn record", f, len(data) - pos)
+                pos, last = pos + _HEAD.size + n, seq

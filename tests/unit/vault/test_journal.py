@@ -28,7 +28,7 @@ from vault import Vault
 from vault.direct import RECORD_OF_CHUNKS
 from vault.frame import chunk_id
 from vault.ids import IdGenerator
-from vault.journal import Journal
+from vault.journal import _HEAD, ALLOC_STEP, SHRINK_ABOVE, Journal
 from vault.manifest import FileEntry
 from vault.syncer import Syncer
 from vault.writer import Writer
@@ -182,7 +182,7 @@ def test_a_changed_record_is_not_applied(tmp_path: Path) -> None:
     j.close()
     (log,) = (tmp_path / "j").iterdir()
     raw = bytearray(log.read_bytes())
-    raw[-1] ^= 1  # the second record's last byte
+    raw[2 * (_HEAD.size + 100) - 1] ^= 1  # the second record's last byte
     log.write_bytes(bytes(raw))
     assert list(Journal(tmp_path / "j", applied=0).pending()) == [(1, b"a" * 100)]
 
@@ -219,16 +219,48 @@ def test_a_new_durable_file_discards_a_journal_of_other_files(tmp_path: Path) ->
         v.close()
 
 
-def test_an_idle_vault_keeps_no_journal_bytes(tmp_path: Path) -> None:
+def test_an_idle_vault_keeps_one_allocation_step_of_journal(tmp_path: Path) -> None:
     v = Vault(tmp_path / "v")
     try:
         for i in range(20):
             v.save("ns", {"f": bytes([i]) * 5000})
         v.store.writer.wait_durable()  # a cycle after the last record: it holds them all
-        sizes = [f.stat().st_size for f in (tmp_path / "v" / "journal").iterdir()]
-        assert sizes == [0]
+        files = list((tmp_path / "v" / "journal").iterdir())
+        assert [f.stat().st_blocks * 512 for f in files] == [ALLOC_STEP]
+        assert list(v.store.writer.journal.pending()) == []
     finally:
         v.close()
+
+
+def test_records_written_over_an_earlier_round_end_where_the_new_ones_do(
+    tmp_path: Path,
+) -> None:
+    """Once a durable state holds every record, the file is written again from its start;
+    the earlier round's records after the new ones are not read back, even with nothing
+    applied, and the file's size never changed for any of these syncs."""
+    j = Journal(tmp_path / "j", applied=0)
+    for n in range(10):
+        j.append([bytes([n]) * 300])
+    (log,) = (tmp_path / "j").iterdir()
+    assert log.stat().st_size == ALLOC_STEP
+    j.trim(10)
+    assert j.append([b"x" * 40, b"y" * 40]) == 12  # shorter: old bytes follow them
+    j.close()
+    assert log.stat().st_size == ALLOC_STEP
+    assert list(Journal(tmp_path / "j", applied=0).pending()) == [(11, b"x" * 40), (12, b"y" * 40)]
+
+
+def test_a_burst_grows_the_file_and_the_next_round_gives_it_back(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j", applied=0)
+    for n in range(6):
+        j.append([bytes([n]) * ALLOC_STEP])
+    (log,) = (tmp_path / "j").iterdir()
+    assert log.stat().st_size > SHRINK_ABOVE
+    j.trim(6)
+    assert log.stat().st_size == ALLOC_STEP
+    j.append([b"after"])
+    j.close()
+    assert [p for _, p in Journal(tmp_path / "j", applied=6).pending()] == [b"after"]
 
 
 def test_records_of_whole_files_still_apply_and_one_lacking_a_chunk_is_refused(
