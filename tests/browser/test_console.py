@@ -154,9 +154,13 @@ def test_admin_tags_pins_and_deletes_after_confirming(demo: Demo, watched: Watch
     sign_in(page, demo, demo.admin)
     expect(page.locator("#namespaces")).to_contain_text(HIDDEN)
     open_namespace(page)
+    # The retention preview redraws the graph when it arrives: wait for it, as a user
+    # would see it, so the click lands on the graph it leaves (a CI run clicked before).
+    expect(page.locator("#retention-plan tbody tr")).not_to_have_count(0)
     target = demo.ids["f2"]
     node = page.locator(f'[data-checkpoint="{target}"]')
     node.click()
+    expect(page.locator("#detail")).to_contain_text(target)
     page.fill("#detail input[name=tag]", "keep-me")
     page.click('#detail [data-action="tag"]')
     expect(node.locator("text.l2")).to_contain_text("#keep-me")
