@@ -59,11 +59,7 @@ def peer_uid(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
 
 def _diag_uid(nl: socket.socket, src: tuple[str, int], dst: tuple[str, int]) -> int | None:
     """The owner of the TCP socket whose local address is `src` and remote one `dst`."""
-    a, b = ipaddress.ip_address(src[0].split("%")[0]), ipaddress.ip_address(dst[0].split("%")[0])
-    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
-        a = a.ipv4_mapped  # a dual-stack socket's view of an IPv4 peer
-    if isinstance(b, ipaddress.IPv6Address) and b.ipv4_mapped is not None:
-        b = b.ipv4_mapped
+    a, b = _unmapped(src[0]), _unmapped(dst[0])
     if a.version != b.version:
         return None
     family = socket.AF_INET if a.version == 4 else socket.AF_INET6
@@ -84,6 +80,15 @@ def _diag_uid(nl: socket.socket, src: tuple[str, int], dst: tuple[str, int]) -> 
         return None  # a listener on that port, which the lookup falls back to
     uid: int = struct.unpack_from("=I", answer, _UID_AT)[0]
     return uid
+
+
+def _unmapped(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """`host`'s address; an IPv4-mapped one (a dual-stack socket's view of an IPv4 peer)
+    as the IPv4 address the kernel files that socket under."""
+    addr = ipaddress.ip_address(host.split("%")[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
 
 
 def _listed_uid(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
