@@ -16,6 +16,7 @@ from client import VaultClient
 from ..serverproc import ServerProcess
 
 BOTH_TRANSPORTS = True  # conftest: each test against a server with its local socket on, and off
+WORKERS = 2  # the default on this machine (one per CPU): the commands go through a worker
 
 
 def ckpt(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -74,6 +75,10 @@ def test_push_pull_and_catalog_commands(server: ServerProcess, tmp_path: Path) -
     pulled = js(server, "pull", "cli/run", "latest-valid", str(dest))
     assert pulled["id"] == first_id
     assert (dest / "opt" / "state.bin").read_bytes() == (src / "opt" / "state.bin").read_bytes()
+    marked = js(server, "mark", "cli/run", second["id"], "valid")
+    assert marked["validity"]["state"] == "valid"
+    assert js(server, "show", "cli/run", "latest-valid")["id"] == second["id"]
+    js(server, "mark", "cli/run", second["id"], "invalid", "--reason", "NaN loss")
 
     assert js(server, "pin", "cli/run", first_id)["pinned"] is True
     refused = ckpt(server, "rm", "cli/run", first_id, ok=False)

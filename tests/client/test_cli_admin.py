@@ -24,6 +24,7 @@ from ..serverproc import ServerProcess, free_port
 from .test_cli import ckpt, js
 
 BOTH_TRANSPORTS = True  # conftest: the module's server with its local socket on, and off
+WORKERS = 2  # the default on this machine (one per CPU): admin calls are forwarded by a worker
 QUIET = (  # no scheduled maintenance: what a test sees is what it ran
     "[maintenance]\nretention_interval = 0\ngc_interval = 0\nscrub_interval = 0\n"
     "tiering_interval = 0\nbackup_interval = 0\ncompact_interval = 0\n"
