@@ -20,6 +20,9 @@ tests are read as source (ast), never run, so this test costs a second. The rule
   fixture), or directly on the constructor call. `VaultClient`'s methods are generated twins
   that run `AsyncVaultClient`'s, so a method is covered by a call on either face.
 
+A test that may be skipped (a skip mark, `skipif`, a `pytest.skip` call in its body, a
+module whose `pytestmark` skips) counts for nothing: a call there is not a call that runs.
+
 The tests that hold these calls run against a real server (tests/serverproc.py or the app
 in process); this test checks only that the call exists, and names what has none.
 """
@@ -224,11 +227,60 @@ def called_methods(tree: ast.Module) -> set[str]:
     return found
 
 
+# -- skipped tests ----------------------------------------------------------------------------
+_SKIPS = frozenset({"skip", "skipif", "skipIf", "skipUnless"})
+
+
+def _skips(node: ast.AST) -> bool:
+    """A mark or decorator that may skip: `pytest.mark.skip(...)`, `skipif`, `unittest.skip`,
+    a list of marks holding one."""
+    if isinstance(node, ast.List | ast.Tuple):
+        return any(_skips(e) for e in node.elts)
+    target = node.func if isinstance(node, ast.Call) else node
+    return isinstance(target, ast.Attribute) and target.attr in _SKIPS
+
+
+def _may_skip(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Decorated with a skip, or calling `pytest.skip` anywhere in its body (a skip on a
+    condition of the machine skips somewhere)."""
+    if any(_skips(d) for d in function.decorator_list):
+        return True
+    return any(
+        isinstance(n, ast.Call) and _callee(n) == "skip" and isinstance(n.func, ast.Attribute)
+        for n in ast.walk(function)
+    )
+
+
+class _Unskipped(ast.NodeTransformer):
+    """Drops the functions that may be skipped: a call there is not a call that runs."""
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST | None:
+        return None if _may_skip(node) else self.generic_visit(node)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST | None:
+        return None if _may_skip(node) else self.generic_visit(node)
+
+
+def unskipped(tree: ast.Module) -> ast.Module:
+    """`tree` without what may be skipped: nothing of a module whose `pytestmark` skips."""
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+            and _skips(node.value)
+        ):
+            return ast.Module(body=[], type_ignores=[])
+    pruned = _Unskipped().visit(tree)
+    assert isinstance(pruned, ast.Module)
+    return pruned
+
+
 # -- the tests ----------------------------------------------------------------------------
 def _test_modules() -> list[ast.Module]:
-    """Every test module but this one (its examples below are strings, not calls)."""
+    """Every test module but this one (its examples below are strings, not calls), without
+    the tests that may be skipped."""
     return [
-        ast.parse(path.read_text(), str(path))
+        unskipped(ast.parse(path.read_text(), str(path)))
         for path in sorted(TESTS.rglob("*.py"))
         if path.resolve() != Path(__file__).resolve()
     ]
@@ -272,8 +324,16 @@ def test(server, vault: VaultClient, command):
     engine.verify()
 def test_other(vault):
     vault.rotate_token("x")
+@pytest.mark.skipif(os.geteuid() != 0, reason="root")
+def test_as_root(server, vault: VaultClient):
+    js(server, "gc")
+    vault.stats()
+def test_needs_docker(server):
+    if not shutil.which("docker"):
+        pytest.skip("no docker")
+    js(server, "serve")
 """
-    tree = ast.parse(source)
+    tree = unskipped(ast.parse(source))
     runners = cli_runners([tree])
     assert runners == {"ckpt", "js"}
     invoked = invoked_commands(tree, runners)
@@ -287,3 +347,5 @@ def test_other(vault):
     assert covered(("token", "rotate"), invoked)
     assert not covered(("audit",), invoked)
     assert called_methods(tree) == {"tag", "audit"}
+    skipped_module = "pytestmark = [pytest.mark.skip]\ndef test(s):\n    js(s, 'gc')\n"
+    assert unskipped(ast.parse(skipped_module)).body == []
