@@ -146,6 +146,14 @@ THREADS: tuple[ThreadKind, ...] = (
         "is what SIGTERM starts",
     ),
     ThreadKind(
+        "vault-fetch",
+        True,
+        "a standby's reads of the replica's segments, one ahead of the one it applies",
+        "2",
+        "the tier (object store)",
+        "idle once the standby stops; shut down after it",
+    ),
+    ThreadKind(
         "vault-standby",
         False,
         "a standby applying the replica's log",
@@ -202,6 +210,8 @@ class PoolSizes:
     handover: int = 8
     decode: int = max(1, min(4, os.cpu_count() or 1))
     store: int = 4
+    # A standby's segment fetches (one ahead, and a rebuild's): each GET is a round trip.
+    fetch: int = 2
 
 
 # How long `close` waits for hand-over threads once the stop is set. They look at it
@@ -226,6 +236,7 @@ class Runtime:
         # Long-lived, so the malloc arena each thread gets is reused rather than one more
         # kept per handed-over file.
         self.store = _pool(s.store, "ckpt-store")
+        self.fetch = _pool(s.fetch, "vault-fetch")
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -249,7 +260,9 @@ class Runtime:
         with self._lock:
             if thread in self._threads:
                 return True
-        pools = (self.io, self.send, self.receive, self.handover, self.decode, self.store)
+        pools = (
+            self.io, self.send, self.receive, self.handover, self.decode, self.store, self.fetch
+        )  # fmt: skip
         return any(thread in p._threads for p in pools)  # noqa: SLF001 - no public view
 
     def live(self) -> list[threading.Thread]:
@@ -283,6 +296,7 @@ class Runtime:
         for pool in (self.io, self.decode, self.store):
             pool.shutdown(wait=True)
         engine_close()
+        self.fetch.shutdown(wait=True)  # after the standby that submits to it has stopped
         me = threading.current_thread()
         left = [t.name for t in self._threads if t.is_alive() and t is not me]
         if left:  # a replication thread stuck on a dead store: a daemon, exit goes on

@@ -15,18 +15,21 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from api import Settings, create_app
 from api.keys import RUNTIME
 from protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
-from vault import FakeClock, VaultConfig
+from tiering.backends.local import LocalTier
+from vault import FakeClock, Vault, VaultConfig
 from vault.frame import chunk_id
-from vault.replication import ReplicationConfig
+from vault.replication import FollowConfig, ReplicationConfig
 from vault.runtime import THREADS, Runtime
 
 from ..conftest import Api
+from ..unit.vault.helpers import client_save
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -151,10 +154,51 @@ def test_a_process_with_a_blocked_hand_over_still_exits() -> None:
         "from vault.runtime import Runtime, exit_if_stuck\n"
         "r = Runtime()\n"
         "r.handover_grace = 0.1\n"
-        "r.handover.submit(threading.Event().wait)\n"
+        "started = threading.Event()\n"
+        "r.handover.submit(lambda: (started.set(), threading.Event().wait()))\n"
+        "assert started.wait(30)\n"  # else close may cancel it before a thread took it
         "r.close()\n"
         "exit_if_stuck(r)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
     assert done.returncode == 0, done.stderr
     assert b"left behind: vault-handover" in done.stderr
+
+
+def test_a_standbys_threads_are_its_runtimes(tmp_path: Path) -> None:
+    """A standby fetches the replica's segments on its runtime's `vault-fetch` pool (it
+    used to make a pool of its own on every poll, which no table listed and no shutdown
+    waited for); every thread it starts is its runtime's and ends with it."""
+    tier = LocalTier(str(tmp_path / "tier"), "cold")
+    primary = Vault(
+        tmp_path / "primary", tiers={"cold": tier}, replication=ReplicationConfig("cold")
+    )
+    try:
+        client_save(primary, "ns", {"a": b"first"})
+        assert primary.roles.replication is not None
+        assert primary.roles.replication.wait_restorable(30)
+        before = set(threading.enumerate())
+        runtime = Runtime()
+        standby = Vault(
+            tmp_path / "standby",
+            tiers={"cold": tier},
+            replication=ReplicationConfig("cold"),
+            follow=FollowConfig("cold", 0.02),
+            runtime=runtime,
+        )
+        try:
+            for i in range(3):
+                rec = client_save(primary, "ns", {"a": os.urandom(20_000 + i)})
+                deadline = time.monotonic() + 30
+                while standby.checkpoints("ns", limit=10)[0][0].id != rec.id:
+                    assert time.monotonic() < deadline, "the standby did not follow"
+                    time.sleep(0.01)
+            started = [t for t in threading.enumerate() if t not in before]
+            assert [t.name for t in started if not runtime.owns(t)] == []
+            assert {"vault-fetch", "vault-standby"} <= {_pool_of(t) for t in started}
+        finally:
+            standby.close()
+            runtime.close()
+        assert [t.name for t in started if t.is_alive()] == []
+    finally:
+        primary.close()

@@ -223,7 +223,8 @@ class Follower:
         assert pos is not None
         batches = []
         size, last = 0, None
-        for seq, body in segments(self._tier, target, pos.next_segment, self._s.keyring, 1):
+        fetch = self._s.runtime.fetch
+        for seq, body in segments(self._tier, target, pos.next_segment, self._s.keyring, fetch, 1):
             batches += list(decode_batches(body))
             size, last = size + len(body), seq
             if size >= GROUP_BYTES:
@@ -248,7 +249,9 @@ class Follower:
         """Rebuild `target`'s replica in a scratch dir and converge the vault onto it."""
         started = time.monotonic()
         with tempfile.TemporaryDirectory(dir=self._dir, prefix=SCRATCH) as tmp:
-            built = build(self._tier, target, self._s.keyring, None, Path(tmp))
+            built = build(
+                self._tier, target, self._s.keyring, None, Path(tmp), self._s.runtime.fetch
+            )
             if self._pos is not None:
                 self._set_position(replace(self._pos, applying=True))
             catalog, frames = open_envs(Path(tmp))

@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +73,9 @@ def restore_replica(
         tempfile.TemporaryDirectory(dir=vault_dir, prefix=".restore-") as tmp,
     ):
         work = Path(tmp)
-        built = build(tier, current, keyring, until, work)
+        # Offline, outside any service's runtime: the command's own fetch threads.
+        with ThreadPoolExecutor(PREFETCH, thread_name_prefix="vault-fetch") as pool:
+            built = build(tier, current, keyring, until, work, pool)
         (vault_dir / DURABLE_FILE).unlink(missing_ok=True)  # the state of files now replaced
         for sub in ("catalog", "frames"):
             (work / sub / "vault.lock").unlink(missing_ok=True)
@@ -116,10 +118,16 @@ def open_envs(root: Path) -> tuple[Env, Env]:
 
 
 def build(
-    tier: Tier, current: Current, keyring: Keyring | None, until: float | None, work: Path
+    tier: Tier,
+    current: Current,
+    keyring: Keyring | None,
+    until: float | None,
+    work: Path,
+    pool: Executor,
 ) -> Built:
     """The replica `current` names, as the two environments under the empty `work`: its
-    base, then its log up to the first missing segment, the fence point or `until`."""
+    base, then its log up to the first missing segment, the fence point or `until`;
+    segments fetched on `pool` (a standby's runtime's `fetch`)."""
     first = current.base_segment
     for sub in ("catalog", "frames"):
         (work / sub).mkdir()
@@ -127,7 +135,7 @@ def build(
         (work / sub / "data.mdb").write_bytes(open_body(raw, keyring, BASE_CONTEXT))
     catalog, frames = open_envs(work)
     try:
-        return _replay(tier, current, keyring, until, catalog, frames)
+        return _replay(tier, current, keyring, until, catalog, frames, pool)
     finally:
         catalog.close()
         frames.close()
@@ -138,30 +146,29 @@ def segments(
     current: Current,
     first: int,
     keyring: Keyring | None,
+    pool: Executor,
     prefetch: int = PREFETCH,
 ) -> Iterator[tuple[int, bytes]]:
     """(number, plain body) of segments `first`, `first`+1, ... of `current`'s generation,
-    while they exist and come before its end. Fetched by number, `prefetch` at a time (each
-    GET is a round trip); never listed: a listing is no snapshot (and may be paged), a
-    missing number is the end."""
-    with ThreadPoolExecutor(prefetch, thread_name_prefix="replica-fetch") as pool:
-        ahead: deque[Future[bytes | None]] = deque()
-        fetched = seq = first
-        try:
-            while current.within(seq):
-                while len(ahead) < prefetch and current.within(fetched):
-                    ahead.append(
-                        pool.submit(_fetch, tier, segment_key(current.generation, fetched))
-                    )
-                    fetched += 1
-                raw = ahead.popleft().result()
-                if raw is None:
-                    return
-                yield seq, open_body(raw, keyring, SEGMENT_CONTEXT)
-                seq += 1
-        finally:
-            for f in ahead:
-                f.cancel()
+    while they exist and come before its end. Fetched on `pool` by number, `prefetch` at a
+    time (each GET is a round trip); never listed: a listing is no snapshot (and may be
+    paged), a missing number is the end. The pool is the caller's (a standby's runtime),
+    not one made per call: a standby calls this on every poll."""
+    ahead: deque[Future[bytes | None]] = deque()
+    fetched = seq = first
+    try:
+        while current.within(seq):
+            while len(ahead) < prefetch and current.within(fetched):
+                ahead.append(pool.submit(_fetch, tier, segment_key(current.generation, fetched)))
+                fetched += 1
+            raw = ahead.popleft().result()
+            if raw is None:
+                return
+            yield seq, open_body(raw, keyring, SEGMENT_CONTEXT)
+            seq += 1
+    finally:
+        for f in ahead:
+            f.cancel()
 
 
 def _replay(
@@ -171,6 +178,7 @@ def _replay(
     until: float | None,
     catalog: Env,
     frames: Env,
+    pool: Executor,
 ) -> Built:
     """Apply the log over the base in `catalog` and `frames`, up to 64 MiB of it per pair
     of transactions (the scratch dir needs no per-segment sync)."""
@@ -187,7 +195,7 @@ def _replay(
         group.clear()
         group_bytes = 0
 
-    for seq, body in segments(tier, current, current.base_segment, keyring):
+    for seq, body in segments(tier, current, current.base_segment, keyring, pool):
         todo = list(decode_batches(body))
         cut = [b for b in todo if until is None or b.committed_at <= until]
         group += cut
