@@ -68,6 +68,8 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.Promotion,
     protocol.Health,
     protocol.CheckpointWritten,
+    protocol.NamespaceBytes,
+    protocol.StorageSample,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -132,18 +134,6 @@ def _component_schemas() -> dict[str, Any]:
     }
     # The name the document has always used for the live record.
     schemas["Checkpoint"] = schemas["CheckpointRecord"]
-    # A storage sample (vault/samples.py's SampleWire: a TypedDict, not a protocol record).
-    schemas["StorageSample"] = {
-        "type": "object",
-        "required": ["at", "logical_bytes", "stored_bytes", "disk_bytes", "namespaces"],
-        "properties": {
-            "at": {"type": "number"},
-            "logical_bytes": _TOTAL,
-            "stored_bytes": _TOTAL,
-            "disk_bytes": _TOTAL,
-            "namespaces": {"type": "object", "additionalProperties": _NAMESPACE_BYTES},
-        },
-    }
     # What a change answers: the record, or to a write-only token only what it wrote.
     schemas["Written"] = {"anyOf": [_ref("Checkpoint"), _ref("CheckpointWritten")]}
     # One save of `POST /v1/saves`: what it would have answered alone (status and record,
@@ -230,13 +220,6 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         "200",
         _listing("samples", _ref("StorageSample"), interval={"type": "number"}),
     ),
-}
-_BYTES = {"type": "integer", "minimum": 0}
-_TOTAL = {"type": ["integer", "null"], "minimum": 0}  # null to a token without admin
-_NAMESPACE_BYTES = {
-    "type": "object",
-    "required": ["logical_bytes", "stored_bytes"],
-    "properties": {"logical_bytes": _BYTES, "stored_bytes": _BYTES},
 }
 # Routes answering 204 and no body, by handler name.
 NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})

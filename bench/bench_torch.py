@@ -255,7 +255,7 @@ def measure_way(
     ckpt = save_way(fig.way, vault.client, ns, state, tensors)
     fig.save_s.append(time.perf_counter() - start)
     name = next(iter(ckpt.files))
-    fig.logical_bytes.append(int(ckpt.files[name]["size"]))
+    fig.logical_bytes.append(ckpt.files[name].size)
     fig.stored_growth.append(vault.stored() - stored)
     fig.bytes_sent.append(vault.client.transfer.bytes_sent - sent)
     fig.chunks.append(len(vault.client.manifest(ns, ckpt.id).files[name].chunks))

@@ -115,7 +115,7 @@ def _print_records(records: list[Checkpoint]) -> None:
             [
                 r.id,
                 r.created_at,
-                "deleted" if r.deleted else r.validity.get("state"),
+                "deleted" if r.deleted else r.validity.state,
                 human_bytes(r.size) if not r.deleted else "-",
                 len(r.files),
                 "yes" if r.pinned else "",
@@ -199,7 +199,7 @@ def show(args: argparse.Namespace) -> int:
     print()
     table(
         ["file", "size", "hash"],
-        [[n, human_bytes(f["size"]), f["hash"]] for n, f in sorted(ckpt.files.items())],
+        [[n, human_bytes(f.size), f.hash] for n, f in sorted(ckpt.files.items())],
     )
     codecs = ", ".join(
         f"{codec} {human_bytes(c.bytes)} ({c.chunks} chunks)"
@@ -234,7 +234,7 @@ def mark(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(ckpt.to_wire())
     else:
-        print(printable(f"{ckpt.id}: {ckpt.validity.get('state')}"))
+        print(printable(f"{ckpt.id}: {ckpt.validity.state}"))
     return 0
 
 

@@ -34,6 +34,7 @@ from protocol import (
     ChunkingProfile,
     CommitFile,
     CompactReport,
+    FileInfo,
     GcReport,
     Health,
     Manifest,
@@ -46,6 +47,7 @@ from protocol import (
     TieringReport,
     TokenIssued,
     TokenRecord,
+    UploadOpened,
     Usage,
     VerifyReport,
     encode_bundle,
@@ -305,7 +307,8 @@ class AsyncVaultClient:
         up = await self._t.json(
             "POST", f"/v1/namespaces/{ns_path(namespace)}/uploads", json_body=opts.wire()
         )
-        return UploadSession(up["upload_id"], up["namespace"], up["chunking"])
+        opened = UploadOpened.from_wire(up)
+        return UploadSession(opened.upload_id, opened.namespace, opened.chunking)
 
     async def _save_small(
         self, namespace: str, sources: list[Source], opts: SaveOptions
@@ -368,7 +371,7 @@ class AsyncVaultClient:
         """Write every file of a checkpoint under `dest`, each verified against its hash."""
         ckpt = await self.get(namespace, ref)
         targets = await asyncio.to_thread(restore_targets, dest, ckpt.files)
-        total = sum(int(f["size"]) for f in ckpt.files.values())
+        total = sum(f.size for f in ckpt.files.values())
         slots = asyncio.Semaphore(FILES_IN_FLIGHT)
         socket = await self._t.local_socket() if self.local_files else None  # asked once
 
@@ -384,7 +387,7 @@ class AsyncVaultClient:
         self,
         ckpt: Checkpoint,
         name: str,
-        info: dict[str, Any],
+        info: FileInfo,
         target: Path,
         bar: Progress,
         socket: str | None = None,
@@ -393,7 +396,7 @@ class AsyncVaultClient:
         local socket, else received over HTTP."""
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = part_of(target)
-        size = int(info["size"])
+        size = info.size
         path = file_path(ckpt.namespace, ckpt.id, name)
         out = await _create(partial)
         try:
@@ -402,7 +405,7 @@ class AsyncVaultClient:
                     socket, path, partial, info, bar
                 )
                 if not written:  # no server here, or one that cannot: over HTTP
-                    await self._receive(out, path, size, info["hash"], bar)
+                    await self._receive(out, path, size, info.hash, bar)
         except BaseException:
             partial.unlink(missing_ok=True)  # a failed download leaves nothing behind
             raise
@@ -424,12 +427,12 @@ class AsyncVaultClient:
             raise IntegrityError(f"{path}: received bytes do not match the recorded hash")
 
     async def _restore_into(
-        self, socket: str, path: str, partial: Path, info: dict[str, Any], bar: Progress
+        self, socket: str, path: str, partial: Path, info: FileInfo, bar: Progress
     ) -> bool:
         """Have the server on this machine write the file into `partial` itself, durably
         (it verifies every chunk against its id as it writes: client/local.py); False if
         it predates that. A shown progress bar follows the file's growth meanwhile."""
-        size = int(info["size"])
+        size = info.size
         growth = _Growth(partial, bar) if bar.shown else None
         try:
             answer = await self._t.hand_over(socket, path, partial, restore_size=size)
@@ -439,7 +442,7 @@ class AsyncVaultClient:
             if growth is not None:
                 await growth.stop()
         bar.update(size - (growth.shown if growth is not None else 0))
-        await asyncio.to_thread(local.check_restored, path, answer, partial, size, info["hash"])
+        await asyncio.to_thread(local.check_restored, path, answer, partial, size, info.hash)
         return True
 
     async def read_range(
@@ -461,7 +464,7 @@ class AsyncVaultClient:
         if name not in ckpt.files:
             raise NotFound(f"checkpoint {ckpt.id} has no file {name!r}")
         path = file_path(namespace, ckpt.id, name)
-        return RangeReader(self._t, path, int(ckpt.files[name]["size"]))
+        return RangeReader(self._t, path, ckpt.files[name].size)
 
     # -- catalog ----------------------------------------------------------------------
     async def get(self, namespace: str, ref: str = "latest") -> Checkpoint:

@@ -35,6 +35,8 @@ from typing import Any, NoReturn
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem  # type: ignore[import-untyped]
 
+from protocol import FileInfo
+
 from .errors import Forbidden, NotFound, Unauthorized
 from .models import Checkpoint
 from .sync import VaultClient
@@ -124,17 +126,18 @@ def _directory(name: str, **extra: Any) -> dict[str, Any]:
 
 
 def _checkpoint_info(name: str, ckpt: Checkpoint) -> dict[str, Any]:
-    state = ckpt.validity.get("state")
+    state = ckpt.validity.state
     return _directory(name, checkpoint=ckpt.id, created_at=ckpt.created_at, validity=state)
 
 
-def _file_info(name: str, ckpt: Checkpoint, meta: dict[str, Any]) -> dict[str, Any]:
+def _file_info(name: str, ckpt: Checkpoint, meta: FileInfo) -> dict[str, Any]:
+    """fsspec's info dict (its own shape, read by key by fsspec's callers)."""
     return {
         "name": name,
-        "size": int(meta["size"]),
+        "size": meta.size,
         "type": "file",
         "checkpoint": ckpt.id,
-        "hash": meta["hash"],
+        "hash": meta.hash,
     }
 
 
@@ -347,7 +350,7 @@ class VaultFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec has n
     def _read_span(
         self, pinned: InCheckpoint, ckpt: Checkpoint, start: int | None, end: int | None
     ) -> bytes:
-        span = range(int(ckpt.files[pinned.name]["size"]))[start:end]
+        span = range(ckpt.files[pinned.name].size)[start:end]
         return self._read(pinned, span.start, span.stop)
 
     def _read(self, pinned: InCheckpoint, start: int, end: int) -> bytes:

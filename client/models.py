@@ -2,8 +2,9 @@
 
 `Checkpoint` holds the protocol's record it was parsed from (`record`: a
 `protocol.CheckpointRecord`, or a `TombstoneRecord` for a deleted one), so the client reads
-and writes back exactly the fields the server wrote; it keeps dict-shaped `validity` and
-`files` for callers that index them.
+and writes back exactly the fields the server wrote. Its `validity` and `files` are the
+protocol's records (`ckpt.files[name].size`, `ckpt.validity.state`): until issue 42 they
+were the JSON dicts, read by string key.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol import JSONObject, LineageEntry, TombstoneRecord, lineage_entry_from_wire
+from protocol import (
+    FileInfo,
+    JSONObject,
+    LineageEntry,
+    TombstoneRecord,
+    Validity,
+    lineage_entry_from_wire,
+)
 
 
 @dataclass(frozen=True)
@@ -24,8 +32,8 @@ class Checkpoint:
     metadata: JSONObject = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     pinned: bool = False
-    validity: dict[str, Any] = field(default_factory=dict)
-    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    validity: Validity = field(default_factory=Validity)
+    files: dict[str, FileInfo] = field(default_factory=dict)
     size: int = 0
     tier: str = "hot"
     deleted: bool = False
@@ -35,8 +43,8 @@ class Checkpoint:
     @property
     def valid(self) -> bool | None:
         """True if marked valid, False if invalid, None while unverified."""
-        state = self.validity.get("state")
-        return None if state in (None, "unverified") else state == "valid"
+        state = self.validity.state
+        return None if state == "unverified" else state == "valid"
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> Checkpoint:
@@ -55,8 +63,8 @@ class Checkpoint:
             metadata=r.metadata,
             tags=list(r.tags),
             pinned=r.pinned,
-            validity=r.validity.to_wire(),
-            files={name: f.to_wire() for name, f in r.files.items()},
+            validity=r.validity,
+            files=r.files,
             size=r.size,
             tier=r.tier,
             record=r,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from protocol import DEFAULT_URL
+from protocol import DEFAULT_URL, FileInfo
 
 from . import local
 from .connections import Broken
@@ -129,12 +129,12 @@ def _restore(
     target: str,
     headers: Mapping[str, str],
     dest: Path,
-    info: Mapping[str, Any],
+    info: FileInfo,
     timeout: float,
 ) -> bool:
     """One file written by the server into its part file, then renamed into place; False
     (no part file left) for anything `VaultClient.load` should take over."""
-    size, digest = int(info["size"]), str(info["hash"])
+    size, digest = info.size, info.hash
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = part_of(dest)
     partial.touch()

@@ -17,6 +17,7 @@ from ._admin import (
     DiskSpace,
     Health,
     KeepBestRule,
+    NamespaceBytes,
     PolicyRecord,
     Promotion,
     QuotaUse,
@@ -24,6 +25,7 @@ from ._admin import (
     RetentionRules,
     StandbyStatus,
     StatsReport,
+    StorageSample,
     TierTotals,
     TokenIssued,
     TokenRecord,
@@ -99,6 +101,7 @@ from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
     "Health",
+    "NamespaceBytes",
     "CheckpointWritten",
     "CodecShare",
     "Usage",
@@ -108,6 +111,7 @@ __all__ = [
     "ReplicationStatus",
     "StandbyStatus",
     "StatsReport",
+    "StorageSample",
     "Promotion",
     "AuditEntry",
     "TokenIssued",

@@ -291,3 +291,29 @@ class CheckpointWritten(Record):
 
     id: str
     namespace: str
+
+
+_COUNT: dict[str, Any] = {"schema": {"minimum": 0}}
+
+
+@dataclass(frozen=True)
+class NamespaceBytes(Record):
+    """One namespace in a storage sample: its live checkpoints' logical bytes and the
+    bytes their distinct chunks take at rest (from the last usage scan)."""
+
+    logical_bytes: int = field(metadata=_COUNT)
+    stored_bytes: int = field(metadata=_COUNT)
+
+
+@dataclass(frozen=True)
+class StorageSample(Record):
+    """The vault's bytes at one moment (GET /v1/stats/history; the catalog keeps the same
+    JSON): `disk_bytes` is what the data dir takes on the file system (allocated blocks,
+    what `du` shows), which LMDB's free pages and the map's growth make differ from
+    `stored_bytes`. The vault-wide totals are null to a token without admin."""
+
+    at: float  # epoch seconds
+    logical_bytes: int | None = field(metadata=_COUNT)
+    stored_bytes: int | None = field(metadata=_COUNT)
+    disk_bytes: int | None = field(metadata=_COUNT)
+    namespaces: dict[str, NamespaceBytes] = field(default_factory=dict)

@@ -5,7 +5,8 @@ moved. A sample is taken at each usage scan (`Vault.usage`: the per-namespace fi
 only exist then), and the schedule runs a scan at a bounded interval
 (`[maintenance] sample_interval`, the `usage` task of maintenance/tasks.py). Samples live in the
 catalog (database `samples`, appended last to `CATALOG_DBS`), so they are replicated and
-backed up with it and survive restarts.
+backed up with it and survive restarts. A sample is the wire's `StorageSample` record
+(protocol/_admin.py), stored as its JSON.
 
 Keys are the sample's time in milliseconds (8 bytes, big endian), so a forward scan is the
 history in order and two samples in one millisecond keep the later. The table is bounded
@@ -19,11 +20,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
 
 import lmdb
+
+from protocol import NamespaceBytes, StorageSample
 
 from .errors import InvalidRequest
 from .store import Store
@@ -33,68 +34,7 @@ MAX_SAMPLES = 4096  # ~400 B each with a few namespaces: a few MB at most
 MAX_AGE_SECONDS = 90 * 86400.0  # a quarter of history is what a chart of "lately" needs
 MAX_LIST = 4096
 
-
-class NamespaceWire(TypedDict):
-    logical_bytes: int
-    stored_bytes: int
-
-
-class SampleWire(TypedDict):
-    """A sample on the wire (GET /v1/stats/history); the vault's totals are null to a
-    token without admin (api/routes/console.py)."""
-
-    at: float
-    logical_bytes: int | None
-    stored_bytes: int | None
-    disk_bytes: int | None
-    namespaces: dict[str, NamespaceWire]
-
-
-@dataclass(frozen=True)
-class NamespaceBytes:
-    """One namespace in a sample: its live checkpoints' logical bytes and the bytes their
-    distinct chunks take at rest (from the last usage scan)."""
-
-    logical_bytes: int
-    stored_bytes: int
-
-    def to_wire(self) -> NamespaceWire:
-        return {"logical_bytes": self.logical_bytes, "stored_bytes": self.stored_bytes}
-
-
-@dataclass(frozen=True)
-class StorageSample:
-    """The vault's bytes at one moment: `disk_bytes` is what its data dir takes on the file
-    system (allocated blocks, what `du` shows), which LMDB's free pages and the map's
-    growth make differ from `stored_bytes`."""
-
-    at: float  # epoch seconds
-    logical_bytes: int
-    stored_bytes: int
-    disk_bytes: int
-    namespaces: dict[str, NamespaceBytes] = field(default_factory=dict)
-
-    def to_wire(self) -> SampleWire:
-        return {
-            "at": self.at,
-            "logical_bytes": self.logical_bytes,
-            "stored_bytes": self.stored_bytes,
-            "disk_bytes": self.disk_bytes,
-            "namespaces": {ns: b.to_wire() for ns, b in sorted(self.namespaces.items())},
-        }
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> StorageSample:
-        return cls(
-            at=float(d["at"]),
-            logical_bytes=int(d["logical_bytes"]),
-            stored_bytes=int(d["stored_bytes"]),
-            disk_bytes=int(d["disk_bytes"]),
-            namespaces={
-                ns: NamespaceBytes(int(b["logical_bytes"]), int(b["stored_bytes"]))
-                for ns, b in d.get("namespaces", {}).items()
-            },
-        )
+__all__ = ["NamespaceBytes", "StorageSample", "StorageSamples", "allocated_bytes"]
 
 
 def allocated_bytes(root: Path) -> int:

@@ -583,7 +583,8 @@ class Vault:
             stored_bytes=stats.stored_bytes,
             disk_bytes=allocated_bytes(self.path),
             namespaces={
-                ns: NamespaceBytes(u.logical_bytes, u.stored_bytes) for ns, u in usage.items()
+                ns: NamespaceBytes(u.logical_bytes, u.stored_bytes)
+                for ns, u in sorted(usage.items())
             },
         )
 

@@ -8,12 +8,13 @@ only those the token may read.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
+from protocol import StorageSample
 from vault import InvalidRequest
-from vault.samples import SampleWire
 
 from ..auth import principal, require_admin
 from ..http import json_response, query_int, run
@@ -49,13 +50,13 @@ async def stats_history(request: web.Request) -> web.Response:
         since=_query_since(request),
         limit=query_int(request, "limit", 1000),
     )
-    out: list[SampleWire] = []
+    out = []
     for s in samples:
-        wire = s.to_wire()
-        if not who.is_admin:  # vault-wide totals are admin figures (GET /v1/stats)
-            wire["logical_bytes"] = wire["stored_bytes"] = wire["disk_bytes"] = None
-        wire["namespaces"] = {ns: b for ns, b in wire["namespaces"].items() if who.may("read", ns)}
-        out.append(wire)
+        shown = {ns: b for ns, b in s.namespaces.items() if who.may("read", ns)}
+        if who.is_admin:
+            out.append(replace(s, namespaces=shown).to_wire())
+        else:  # vault-wide totals are admin figures (GET /v1/stats)
+            out.append(StorageSample(s.at, None, None, None, shown).to_wire())
     interval = request.app[SETTINGS].maintenance.sample_interval
     return json_response({"samples": out, "interval": interval})
 

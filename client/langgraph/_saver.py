@@ -191,7 +191,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         info = rec.files.get(name)
         if info is None:
             raise IntegrityError(f"record {rec.id} in {rec.namespace} has no file {name!r}")
-        digest, size = str(info["hash"]), int(info["size"])
+        digest, size = info.hash, info.size
         data = self._memo.files.get(digest)
         if data is None:
             data = await self.client.read_range(rec.namespace, rec.id, name, 0, size)
@@ -330,7 +330,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             channel_file(k) in parent.files and k in kinds for k in put.unchanged
         ):
             put.metadata["channels"].update({k: kinds[k] for k in put.unchanged})
-            held = {name: info.get("hash") for name, info in parent.files.items()}
+            held = {name: info.hash for name, info in parent.files.items()}
             files.update({v.file: v.data for v in put.values if held.get(v.file) != v.digest})
             inheriting = SaveFields(
                 parent=parent.id,

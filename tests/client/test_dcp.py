@@ -177,7 +177,7 @@ def test_two_gloo_ranks_commit_one_checkpoint_that_loads_anywhere(
     assert ckpt.metadata == {"step": 3}
     # Each rank wrote its half of the row-sharded weight (plus the replicated bias once).
     half = 128 * 96 * 4
-    assert all(ckpt.files[f"__{r}_0.distcp"]["size"] >= half for r in range(2))
+    assert all(ckpt.files[f"__{r}_0.distcp"].size >= half for r in range(2))
 
     # Resharded: two shards into one whole tensor, in this single process.
     full = dcp_worker.expected()

@@ -41,5 +41,5 @@ def test_a_script_that_never_closes_its_client_exits_quietly(
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    assert vault.get("x/exit", done.stdout.strip()).files["a"]["size"] == 5
+    assert vault.get("x/exit", done.stdout.strip()).files["a"].size == 5
     assert vault.list("x/exit", tag="last")  # the background save finished before exit

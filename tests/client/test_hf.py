@@ -147,7 +147,7 @@ def test_a_nan_loss_marks_the_checkpoint_invalid_and_resume_skips_it(
     run.train()
     (checkpoint,) = vault.list("hf/nan")
     assert checkpoint.valid is False
-    assert checkpoint.validity["reason"] == "loss is nan"
+    assert checkpoint.validity.reason == "loss is nan"
     assert resume_from_vault(vault, "hf/nan", dest=tmp_path / "resume") is None
     assert resume_from_vault(vault, "hf/absent", dest=tmp_path / "resume") is None
 

@@ -61,8 +61,8 @@ def test_a_file_on_disk_is_handed_over_not_sent(
     after = server.handed_over()
     assert after["files"] - before["files"] == 2
     assert after["bytes"] - before["bytes"] == len(data) + (tmp_path / "state.bin").stat().st_size
-    assert ckpt.files["model.safetensors"]["hash"] == blake3.blake3(data).hexdigest()
-    assert ckpt.files["model.safetensors"]["size"] == len(data)
+    assert ckpt.files["model.safetensors"].hash == blake3.blake3(data).hexdigest()
+    assert ckpt.files["model.safetensors"].size == len(data)
 
     # The same files through HTTP: the same chunks (tensors cut alike), so they dedup.
     with VaultClient(server.url, server.token, progress=False, local_files=False) as http:
@@ -180,7 +180,7 @@ def test_a_client_that_cannot_reach_the_socket_sends(server: ServerProcess, tmp_
             ckpt = vault.save("l/fallback", {"f.bin": tmp_path / "f.bin"})
             assert vault.transfer.bytes_sent - sent >= 2 * MiB
             assert (
-                ckpt.files["f.bin"]["hash"]
+                ckpt.files["f.bin"].hash
                 == blake3.blake3((tmp_path / "f.bin").read_bytes()).hexdigest()
             )
     finally:

@@ -121,7 +121,7 @@ def test_the_file_ends_where_the_stored_one_ends(
     finally:
         os.close(fd)
     assert got == 200, answer
-    assert answer == {"size": len(data), "hash": ckpt.files["f.bin"]["hash"]}
+    assert answer == {"size": len(data), "hash": ckpt.files["f.bin"].hash}
     assert out.read_bytes() == data
 
 

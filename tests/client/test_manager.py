@@ -114,7 +114,7 @@ def test_restore_skips_a_checkpoint_marked_invalid(vault: VaultClient, tmp_path:
     bad = manager.save(2, {"w": b"bad"}, metrics={"loss": float("nan")}).result()
     assert good.valid is True
     assert bad.valid is False
-    assert bad.validity["reason"] == "loss is nan"
+    assert bad.validity.reason == "loss is nan"
     assert bad.metadata["loss"] == "nan"
     assert manager.latest_step() == 1
     restored = manager.restore(dest=str(tmp_path / "latest"))

@@ -14,6 +14,7 @@ import pytest
 
 import client.aio as client_aio
 from client import Checkpoint, IntegrityError, InvalidName, NotFound, VaultClient
+from protocol import FileInfo
 
 from ..serverproc import ServerProcess
 
@@ -29,7 +30,7 @@ def test_small_save_is_one_request_and_round_trips(vault: VaultClient, tmp_path:
         chunking="small",
     )
     assert vault.transfer.requests - before == 1
-    assert ckpt.files["state.json"]["hash"] == blake3.blake3(b'{"step": 1}').hexdigest()
+    assert ckpt.files["state.json"].hash == blake3.blake3(b'{"step": 1}').hexdigest()
     loaded = vault.load("c/small", ckpt.id, tmp_path)
     assert loaded.id == ckpt.id
     assert (tmp_path / "state.json").read_bytes() == b'{"step": 1}'
@@ -108,14 +109,14 @@ def test_files_are_hashed_as_they_arrive_whatever_the_vault_has(
     src.write_bytes(data)
     start = _file_hashes(server)
     first = vault.save("c/repeats", {"f.bin": src})
-    assert first.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
+    assert first.files["f.bin"].hash == blake3.blake3(data).hexdigest()
 
     mostly_known = data[: 12 << 20] + os.urandom(3 << 20)
     src.write_bytes(mostly_known)
     sent = vault.transfer.bytes_sent
     second = vault.save("c/repeats", {"f.bin": src}, parent=first.id)
     assert vault.transfer.bytes_sent - sent < 4 << 20  # the new 3 MiB, not 15
-    assert second.files["f.bin"]["hash"] == blake3.blake3(mostly_known).hexdigest()
+    assert second.files["f.bin"].hash == blake3.blake3(mostly_known).hexdigest()
     hashed = _file_hashes(server)
     assert hashed["on_arrival"] - start["on_arrival"] == 2
     assert hashed["read_back"] == start["read_back"]
@@ -123,7 +124,7 @@ def test_files_are_hashed_as_they_arrive_whatever_the_vault_has(
     requests = vault.transfer.requests
     third = vault.save("c/repeats", {"f.bin": src}, parent=second.id)
     assert vault.transfer.requests - requests == 3  # open, one missing query, commit
-    assert third.files["f.bin"]["hash"] == second.files["f.bin"]["hash"]
+    assert third.files["f.bin"].hash == second.files["f.bin"].hash
     assert _file_hashes(server)["same_file"] - hashed["same_file"] == 1
     out = tmp_path / "out"
     vault.load("c/repeats", third.id, out)
@@ -140,7 +141,7 @@ def test_a_file_ending_in_known_pieces_is_hashed_as_it_arrives(
     ckpt, proved = _resave(vault, server, tmp_path / "tail.bin", "c/tail", known, data)
     assert proved["on_arrival"] == 1
     assert proved["read_back"] == 0
-    assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
+    assert ckpt.files["f.bin"].hash == blake3.blake3(data).hexdigest()
 
 
 def test_a_long_run_of_known_pieces_gives_up_the_place(
@@ -153,7 +154,7 @@ def test_a_long_run_of_known_pieces_gives_up_the_place(
     data = known + os.urandom(4 << 20)
     ckpt, proved = _resave(vault, server, tmp_path / "known.bin", "c/held", known, data)
     assert proved["read_back"] == 1
-    assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
+    assert ckpt.files["f.bin"].hash == blake3.blake3(data).hexdigest()
 
 
 def test_a_long_run_of_known_pieces_after_new_ones_goes_as_references(
@@ -167,7 +168,7 @@ def test_a_long_run_of_known_pieces_after_new_ones_goes_as_references(
     ckpt, proved = _resave(vault, server, tmp_path / "middle.bin", "c/middle", known, data)
     assert proved["on_arrival"] == 1
     assert proved["read_back"] == 0
-    assert ckpt.files["f.bin"]["hash"] == blake3.blake3(data).hexdigest()
+    assert ckpt.files["f.bin"].hash == blake3.blake3(data).hexdigest()
 
 
 def test_directory_save_with_nested_files_and_file_objects(
@@ -181,7 +182,7 @@ def test_directory_save_with_nested_files_and_file_objects(
     assert sorted(ckpt.files) == ["meta.json", "shards/0.bin"]
     with open(root / "shards" / "0.bin", "rb") as f:
         via_fileobj = vault.save("c/dir", {"again.bin": f})
-    assert via_fileobj.files["again.bin"]["hash"] == ckpt.files["shards/0.bin"]["hash"]
+    assert via_fileobj.files["again.bin"].hash == ckpt.files["shards/0.bin"].hash
     vault.load("c/dir", ckpt.id, tmp_path / "restored")
     assert (tmp_path / "restored" / "shards" / "0.bin").read_bytes() == (
         root / "shards" / "0.bin"
@@ -262,7 +263,7 @@ def test_catalog_calls(vault: VaultClient) -> None:
 
 def test_load_refuses_bytes_that_do_not_match(vault: VaultClient, tmp_path: Path) -> None:
     ckpt = vault.save("c/verify", {"f": b"payload"})
-    tampered = type(ckpt)(**{**ckpt.__dict__, "files": {"f": {"size": 7, "hash": "0" * 64}}})
+    tampered = type(ckpt)(**{**ckpt.__dict__, "files": {"f": FileInfo(7, "0" * 64)}})
     with pytest.raises(IntegrityError):
         vault._run(
             vault.aio._download(tampered, "f", tampered.files["f"], tmp_path / "f", _NoBar())

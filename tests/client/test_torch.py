@@ -81,7 +81,7 @@ def test_state_dict_streams_the_exact_torch_save_bytes_and_loads_back(vault: Vau
     state = train_state()
     ckpt = save_state_dict(vault, "t/state", state, metadata={"step": 1})
     assert ckpt.metadata == {"step": 1}
-    assert ckpt.files["state.pt"]["hash"] == blake3.blake3(torch_save_bytes(state)).hexdigest()
+    assert ckpt.files["state.pt"].hash == blake3.blake3(torch_save_bytes(state)).hexdigest()
     assert_same(load_state_dict(vault, "t/state"), state)
     assert torch_save_threads() == []
 
@@ -142,7 +142,7 @@ def test_background_save_uploads_the_state_as_it_was_at_the_call(vault: VaultCli
         t.add_(1.0)
     ckpt = handle.result(timeout=120)
     assert handle.done()
-    assert ckpt.files["state.pt"]["hash"] == blake3.blake3(torch_save_bytes(before)).hexdigest()
+    assert ckpt.files["state.pt"].hash == blake3.blake3(torch_save_bytes(before)).hexdigest()
     assert_same(load_state_dict(vault, "t/bg", ckpt.id), before)
     vault.flush()
 
@@ -188,7 +188,7 @@ def test_saves_beyond_the_limit_wait_for_a_slot(server: ServerProcess) -> None:
         first.result(timeout=60)
         second.result(timeout=60)
         third = client.save("t/slots", {"x": b"third"}, background=True)
-        assert third.result(timeout=60).files["x"]["size"] == 5
+        assert third.result(timeout=60).files["x"].size == 5
         assert client.aio.background.in_flight == 0
 
 
@@ -197,14 +197,14 @@ def test_client_save_in_background_snapshots_mutable_buffers(vault: VaultClient)
     handle = vault.save("t/bytes", {"d.bin": data}, background=True)
     data[:6] = b"after!"
     ckpt = handle.result(timeout=60)
-    assert ckpt.files["d.bin"]["hash"] == blake3.blake3(b"before" * 1000).hexdigest()
+    assert ckpt.files["d.bin"].hash == blake3.blake3(b"before" * 1000).hexdigest()
 
 
 async def test_async_client_background_save_is_awaitable(server: ServerProcess) -> None:
     async with AsyncVaultClient(server.url, server.token, progress=False) as client:
         handle = await client.save("t/async", {"a.txt": b"async"}, background=True)
         ckpt = await handle
-        assert ckpt.files["a.txt"]["size"] == 5
+        assert ckpt.files["a.txt"].size == 5
         failed = await client.save(BAD_NAMESPACE, {"a": b"1"}, background=True)
         with pytest.raises(InvalidName):
             await failed
@@ -274,7 +274,7 @@ def test_send_file_ends_chunks_at_cuts_across_pieces(vault: VaultClient) -> None
     upload = vault.begin_upload("t/cuts-pieces")
     entry = vault.send_file(upload, "data.bin", data, cuts=cuts)
     ckpt = vault.commit(upload, {"data.bin": entry})
-    assert ckpt.files["data.bin"]["hash"] == blake3.blake3(data).hexdigest()
+    assert ckpt.files["data.bin"].hash == blake3.blake3(data).hexdigest()
     chunks = vault.manifest("t/cuts-pieces", ckpt.id).files["data.bin"].chunks
     assert set(cuts) <= {c.offset for c in chunks}
     with vault.open("t/cuts-pieces", ckpt.id, "data.bin") as f:

@@ -34,7 +34,7 @@ def test_checkpoint_round_trips() -> None:
     )  # fmt: skip
     assert CheckpointRecord.from_wire(rec.to_wire()) == rec
     client = Checkpoint.from_wire(rec.to_wire())
-    assert client.files == {"f": {"size": 3, "hash": "ab"}}
+    assert client.files == {"f": FileInfo(3, "ab")}
     assert client.valid is True
 
 
@@ -54,12 +54,12 @@ def test_manifest_round_trips() -> None:
     [{}, {"id": 1, "namespace": "n"}, {"id": "i", "namespace": "n", "tags": "x"}, []],
 )
 def test_malformed_records_are_value_errors(bad: object) -> None:
-    with pytest.raises(ValueError, match="checkpoint"):
+    with pytest.raises(ValueError, match="CheckpointRecord"):
         CheckpointRecord.from_wire(bad)
 
 
 def test_validity_state_is_checked() -> None:
-    with pytest.raises(ValueError, match="validity.state"):
+    with pytest.raises(ValueError, match="Validity.state"):
         Validity.from_wire({"state": "maybe"})
 
 
