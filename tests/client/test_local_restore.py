@@ -22,7 +22,7 @@ import pytest
 from client import RetryPolicy, VaultClient, aio, restore
 from client import local as local_files
 from client.errors import IntegrityError
-from protocol import DESCRIPTOR_TYPE
+from protocol import DESCRIPTOR_TYPE, FileInfo
 
 from ..serverproc import ServerProcess, free_port
 
@@ -293,7 +293,7 @@ def test_ckpt_pull_leaves_what_it_cannot_do_here_to_the_client(
 def test_a_restore_here_that_cannot_be_done_leaves_nothing(tmp_path: Path) -> None:
     """The lean pull gives up on a server that sends bytes (the client takes over) and
     refuses a file the server says it wrote otherwise than asked: no part file either way."""
-    info = {"size": 10, "hash": "ab" * 32}
+    info = FileInfo(10, "ab" * 32)
     path = str(tmp_path / "s.sock")
     with _socket_server(path, _BYTES_INSTEAD):
         assert not restore._restore(path, "/v1/x/files/f", {}, tmp_path / "old", info, 10)
