@@ -334,9 +334,9 @@ class Env:
 
 
 class Pin:
-    """An open read transaction plus what copying out of the file by offset needs: the data file, open
-    for reading, and where the map lies (a value's file offset is its address in the map
-    minus the map's start)."""
+    """An open read transaction plus what copying out of the file by offset needs: the
+    data file, open for reading, and where the map lies (a value's file offset is its
+    address in the map minus the map's start)."""
 
     def __init__(self, env: Env) -> None:
         self._stack = ExitStack()
