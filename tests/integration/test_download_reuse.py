@@ -29,7 +29,7 @@ PAGE = 4096
 ROUNDS = 20
 SIZE = 4 * MiB  # one read batch: its bytes are read or copied before the status goes out
 BALLAST = 96 * MiB
-STALL = 2.0  # longer than a round's maintenance and save, so A is normally not cut off
+STALL = 5.0  # longer than a round's maintenance and saves take: A is normally not cut off
 
 
 @pytest.fixture(params=[0.05, 0.0], ids=["shrink_default", "shrink_always"])
