@@ -139,7 +139,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
 
 def _close(vault: Vault, uses: dict[str, float]) -> None:
     """The engine's part of the runtime's shutdown order (vault/runtime.py): by now the
-    request pools have finished (senders within PIN_SECONDS of a stalled client; receivers
+    request pools have finished (senders within STALL_SECONDS of a stalled client; receivers
     woken and hand-overs told to stop when shutdown aborted the handlers)."""
     vault.tokens.record_use(uses)
     vault.close()

@@ -4,39 +4,47 @@ Chunks are read in ~4 MiB batches on the worker pool, one batch ahead of the soc
 4 GiB download holds two batches in memory. If a chunk fails verification mid-stream the
 connection is cut: the client sees a short body, never wrong bytes.
 
-A batch of raw frames in the frame environment (most hot data) is not copied at all: it is
-verified in LMDB's map and sent from the data file with sendfile, its read transaction held
-until sent so no page it names can be reused in between. A client that makes no progress
-for PIN_SECONDS is cut off (it resumes with a Range request) rather than holding those
-pages, and map growth, for as long as it likes.
+Bytes leave only from this process's memory. A batch of raw frames in the frame
+environment (most hot data) is copied out of LMDB's data file with `preadv` into one of
+two buffers the download reuses, under a read transaction that ends as soon as the copy
+is made, and verified in the copy; then it is sent from there. It used to be sent from the
+data file with sendfile, the transaction held until sendfile returned (issue 41): but a
+TCP socket keeps *references* to the page-cache pages sendfile hands it, not copies, and
+reads them when the bytes leave. Bytes still in the server's send queue (a client that
+stops reading) or, on loopback, in the client's receive queue outlived the transaction,
+LMDB reused the freed pages in place, and a client read another tenant's data. Holding
+the transaction until the kernel lets go cannot be proven: SIOCOUTQ counts the send queue
+only, and on loopback a byte leaves it when it reaches the receiver's queue, still a
+reference to the same page. The copy costs one memcpy per byte (see docs/SECURITY.md).
 
-The body leaves from a sender thread, not the event loop: asyncio's sendfile costs a
-selector round (register, wait, unregister) each time the socket fills, which on loopback
-is every few hundred KiB, and that held the loop near a core for ~600 MB/s. A sender blocks
-in `poll` instead, on its own descriptor of the socket (a dup, so the transport closing its
-own cannot hand the number to another file mid-send), while the loop serves everything
-else. The transport must hold no byte when a sender starts, so for the body its high-water
-mark is 0: draining then means "empty".
+The body leaves from a sender thread, not the event loop: the loop's way costs a selector
+round (register, wait, unregister) each time the socket fills, every few hundred KiB on
+loopback, which held the loop near a core for ~600 MB/s when it was asyncio's sendfile
+(and a transport write also copies what does not fit into the transport's buffer). A sender
+blocks in `poll` instead, on its own descriptor of the socket (a dup, so the transport
+closing its own cannot hand the number to another file mid-send), while the loop serves
+everything else; `send` copies the bytes into the kernel, so a buffer is free again when
+its sender returns. The transport must hold no byte when a sender starts, so for the body
+its high-water mark is 0: draining then means "empty". A client that takes nothing for
+STALL_SECONDS is cut off (it resumes with a Range request) rather than holding a sender
+and two buffers as long as it likes. Under TLS every byte passes through the transport,
+which may keep a view of what it has not encrypted yet: buffers are not reused there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import os
 import re
 import select
 import socket
 import threading
-from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
 from protocol import DESCRIPTOR_TYPE
 from vault import FileEntry, InvalidRequest, NotFound, Vault
-from vault.content.reader import Pinned, batches
+from vault.content.reader import CopyBuffers, batches
 
 from .errors import InvalidRange
 from .http import json_response, run
@@ -45,7 +53,7 @@ from .promotion import PROMOTIONS
 from .receive import with_descriptor
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
-PIN_SECONDS = 10.0  # longest a client may make no progress while pages are held for it
+STALL_SECONDS = 10.0  # longest a client may take nothing before it is cut off
 _BEYOND = 1 << 63  # stands for any position written with more digits than a size can have
 
 
@@ -111,40 +119,53 @@ async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web
         return resp
     spans = _spans(entry, first, last)
     groups = list(batches([(c, n) for c, _, n in spans]))
+    transport = request.transport
+    copies = CopyBuffers(reuse=transport is not None and not _encrypted(transport))
     # The first batch is read before the status goes out, so a tier that is down or a
     # corrupt first chunk still gets its proper JSON error (503, 500) instead of a 200
     # cut short; later failures can only cut the connection.
-    loop = asyncio.get_running_loop()
-    first_batch: asyncio.Future[Batch] = loop.create_future()
-    first_batch.set_result(await _read(request, groups[0]))
-    pending: asyncio.Future[Batch] | None = first_batch
-    pos = spans[0][1]
-    transport = request.transport
+    batch = await _read(request, groups[0], copies)
     try:
         await resp.prepare(request)
-        if transport is None:
-            raise ConnectionResetError("connection lost")
-        low, high = transport.get_write_buffer_limits()
-        if not _encrypted(transport):
-            transport.set_write_buffer_limits(high=0)  # drain() waits for an empty buffer
-        for i in range(len(groups)):
-            assert pending is not None
-            batch = await pending  # `_send` owns it from here: it releases it
-            pending = None
-            if i + 1 < len(groups):
-                pending = asyncio.ensure_future(_read(request, groups[i + 1]))
-            pos = await _send(request, resp, batch, pos, first, last)
-        transport.set_write_buffer_limits(high=high, low=low)
+        await _send_all(request, resp, groups, batch, copies, (spans[0][1], first, last))
     except BaseException:
         # The status is out: a cut connection is the only honest signal left (the client
         # sees a short body and resumes, or reports it).
-        if transport is not None:
-            transport.abort()
+        if request.transport is not None:
+            request.transport.abort()
         raise
-    finally:
-        _drop(pending)
     await resp.write_eof()
     return resp
+
+
+async def _send_all(
+    request: web.Request,
+    resp: web.StreamResponse,
+    groups: list[list[bytes]],
+    batch: Batch,
+    copies: CopyBuffers,
+    where: tuple[int, int, int],
+) -> None:
+    """Send every batch, the first (`batch`, already read) included, reading one ahead.
+    `where`: the first batch's file offset and the range [first, last] asked for."""
+    pos, first, last = where
+    transport = request.transport
+    if transport is None:
+        raise ConnectionResetError("connection lost")
+    low, high = transport.get_write_buffer_limits()
+    if not _encrypted(transport):
+        transport.set_write_buffer_limits(high=0)  # drain() waits for an empty buffer
+    pending: asyncio.Future[Batch] | None = None
+    try:
+        for i in range(len(groups)):
+            if i + 1 < len(groups):  # the next batch, into the other buffer
+                pending = asyncio.ensure_future(_read(request, groups[i + 1], copies))
+            pos = await _send(request, resp, batch, pos, first, last)
+            if pending is not None:
+                batch, pending = await pending, None
+    finally:
+        _drop(pending)
+    transport.set_write_buffer_limits(high=high, low=low)
 
 
 async def _deliver(request: web.Request, vault: Vault, entry: FileEntry) -> web.Response:
@@ -160,20 +181,15 @@ async def _deliver(request: web.Request, vault: Vault, entry: FileEntry) -> web.
     return json_response({"size": entry.size, "hash": entry.hash.hex()})
 
 
-Batch = Pinned | list[bytes | memoryview]
+Batch = list[bytes | memoryview]  # verified plaintexts, in the server's own memory
 
 
-async def _read(request: web.Request, cids: list[bytes]) -> Batch:
-    """A batch as pinned stretches of the data file (raw hot frames), else as plaintexts."""
+async def _read(request: web.Request, cids: list[bytes], copies: CopyBuffers) -> Batch:
+    """A batch's verified plaintexts, raw hot frames copied out of the data file."""
     vault = request.app[VAULT]
-    pinning = asyncio.ensure_future(run(request, vault.pinned_chunks, cids))
-    try:
-        pinned = await asyncio.shield(pinning)
-    except asyncio.CancelledError:
-        pinning.add_done_callback(_release_result)  # the worker still finishes its pin
-        raise
-    if pinned is not None:
-        return pinned
+    copied = await run(request, vault.copied_chunks, cids, copies)
+    if copied is not None:
+        return copied
     return await run(request, vault.read_chunks, cids)
 
 
@@ -186,28 +202,21 @@ async def _send(
     last: int,
 ) -> int:
     """Send the part of `batch` inside [first, last]; `pos` is the batch's file offset.
-    Returns the offset after it. The batch's pin is released once it is sent or failed,
-    even if this coroutine is cancelled first."""
-    pieces: list[Piece] = []
-    parts = batch.parts if isinstance(batch, Pinned) else batch
-    for part in parts:
-        n = part[1] if isinstance(part, tuple) else len(part)
-        lo, hi = max(first - pos, 0), min(last + 1 - pos, n)
-        if hi <= lo:
-            pass
-        elif isinstance(part, tuple):
-            pieces.append((part[0] + lo, hi - lo))
-        else:
+    Returns the offset after it."""
+    pieces: list[memoryview] = []
+    for part in batch:
+        lo, hi = max(first - pos, 0), min(last + 1 - pos, len(part))
+        if hi > lo:
             pieces.append(memoryview(part)[lo:hi])
-        pos += n
+        pos += len(part)
     transport = request.transport
     if transport is None:
-        _release(batch)
         raise ConnectionResetError("connection lost")
     if _encrypted(transport):
-        await _send_through_transport(resp, transport, batch, pieces)
+        for piece in pieces:
+            await asyncio.wait_for(resp.write(piece), STALL_SECONDS)
     else:
-        await _send_from_thread(request, transport, batch, pieces)
+        await _send_from_thread(request, transport, pieces)
     return pos
 
 
@@ -216,82 +225,39 @@ def _encrypted(transport: asyncio.BaseTransport) -> bool:
     return transport.get_extra_info("ssl_object") is not None
 
 
-async def _send_through_transport(
-    resp: web.StreamResponse, transport: asyncio.Transport, batch: Batch, pieces: list[Piece]
-) -> None:
-    """The event loop's way, for TLS (asyncio's sendfile reads and encrypts there)."""
-    loop = asyncio.get_running_loop()
-    try:
-        for piece in pieces:
-            if isinstance(piece, tuple):
-                assert isinstance(batch, Pinned)
-                sendfile = loop.sendfile(transport, batch.file, piece[0], piece[1])
-                await asyncio.wait_for(sendfile, PIN_SECONDS)
-            else:
-                await asyncio.wait_for(resp.write(piece), PIN_SECONDS)
-    finally:
-        _release(batch)
-
-
 async def _send_from_thread(
-    request: web.Request, transport: asyncio.Transport, batch: Batch, pieces: list[Piece]
+    request: web.Request, transport: asyncio.Transport, pieces: list[memoryview]
 ) -> None:
-    try:
-        await request.writer.drain()  # what the transport holds goes first
-        out: socket.socket = transport.get_extra_info("socket").dup()
-    except BaseException:
-        _release(batch)
-        raise
-    src = batch.file.fileno() if isinstance(batch, Pinned) else -1
+    """Returns once every byte of `pieces` is in the kernel (copied there by `send`), so
+    their buffer may be refilled."""
+    await request.writer.drain()  # what the transport holds goes first
+    out: socket.socket = transport.get_extra_info("socket").dup()
     loop = asyncio.get_running_loop()
-    sending = loop.run_in_executor(request.app[RUNTIME].send, _blocking_send, out, src, pieces)
-
-    def done(_: asyncio.Future[None]) -> None:
-        out.close()
-        _release(batch)
-
-    sending.add_done_callback(done)
+    sending = loop.run_in_executor(request.app[RUNTIME].send, _blocking_send, out, pieces)
+    sending.add_done_callback(lambda _: out.close())
     try:
         await asyncio.shield(sending)
     except asyncio.CancelledError:
-        _shut(out)  # the sender fails at its next write and lets go of the batch
+        _shut(out)  # the sender fails at its next write
         raise
 
 
-Piece = tuple[int, int] | memoryview  # a stretch of the data file, or bytes to send as they are
-
-
-def _blocking_send(out: socket.socket, src: int, pieces: list[Piece]) -> None:
-    """Write `pieces` to the (non-blocking) socket in order: (offset, length) stretches of
-    the file `src` with sendfile, plaintexts as they are; wait in poll when it is full."""
+def _blocking_send(out: socket.socket, pieces: list[memoryview]) -> None:
+    """Write `pieces` to the (non-blocking) socket in order; wait in poll when it is full.
+    A client that takes nothing for STALL_SECONDS is cut off."""
     poller = select.poll()
     poller.register(out, select.POLLOUT)
-    fd = out.fileno()
-    for piece in pieces:
-        if isinstance(piece, tuple):
-            offset, count = piece
-            while count:
-                sent = _attempt(poller, functools.partial(os.sendfile, fd, src, offset, count))
-                offset += sent
-                count -= sent
-        else:
-            view = piece
-            while view:
-                view = view[_attempt(poller, functools.partial(out.send, view)) :]
-
-
-def _attempt(poller: select.poll, write: Callable[[], int]) -> int:
-    """Bytes one write took; 0 after waiting for room. A client that takes nothing for
-    PIN_SECONDS is cut off."""
-    try:
-        sent = write()
-    except BlockingIOError:
-        if not poller.poll(PIN_SECONDS * 1000):
-            raise TimeoutError(f"client took nothing for {PIN_SECONDS:.0f} s") from None
-        return 0
-    if sent == 0:
-        raise ConnectionResetError("connection closed mid-body")
-    return sent
+    for view in pieces:
+        while view:
+            try:
+                sent = out.send(view)
+            except BlockingIOError:
+                if not poller.poll(STALL_SECONDS * 1000):
+                    raise TimeoutError(f"client took nothing for {STALL_SECONDS:.0f} s") from None
+                continue
+            if sent == 0:
+                raise ConnectionResetError("connection closed mid-body")
+            view = view[sent:]
 
 
 def _shut(out: socket.socket) -> None:
@@ -299,21 +265,13 @@ def _shut(out: socket.socket) -> None:
         out.shutdown(socket.SHUT_RDWR)
 
 
-def _release(batch: Batch) -> None:
-    if isinstance(batch, Pinned):
-        batch.release()
-
-
 def _drop(pending: asyncio.Future[Batch] | None) -> None:
-    """Let go of a batch read ahead and never sent."""
+    """Let go of a batch read ahead and never sent (its failure, if it failed, is not the
+    one to report: the send's is)."""
     if pending is None:
         return
     if pending.done():
-        _release_result(pending)
+        if not pending.cancelled():
+            pending.exception()  # retrieved: no "never retrieved" log
     else:
         pending.cancel()
-
-
-def _release_result(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled() and future.exception() is None:
-        _release(future.result())

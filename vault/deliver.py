@@ -4,10 +4,20 @@ The mirror of `ingest_descriptor`: a client restoring from a server on its own m
 opens the file it restores into and hands the open descriptor over on the local socket
 (client/local.py); the server writes the file's bytes into it. Over HTTP every byte is
 copied into the socket, out of it and into the file, and hashed again by the client; here
-a raw hot frame, verified against its id in LMDB's map as a download verifies it, is
-copied once, by the kernel, from the frame environment's data file (sendfile). Chunks that
-are not raw hot frames (zstd, deltas, packed, in a colder tier) are decoded and verified
-as for any read, then written.
+a raw hot frame is copied out of the frame environment's data file into a buffer of this
+process under a read transaction, verified there against its id, and written from that
+buffer with `pwrite`. Chunks that are not raw hot frames (zstd, deltas, packed, in a
+colder tier) are decoded and verified as for any read, then written.
+
+Not sendfile from the data file, though that was one copy fewer (issue 41): it writes
+into the handed-over file from the data file's page-cache pages, and whether those pages
+are copied before the call returns depends on the file system the client chose. A FUSE
+file opened for direct I/O takes them by reference into the request its daemon reads,
+and a daemon reading with splice keeps references to them after it has answered, past
+the end of the read transaction that kept LMDB from reusing them for another tenant's
+data. A write from this process's memory is copied by every file system (FUSE copies
+user pages into a request it hands out by reference); the buffer is only refilled after
+the write has returned.
 
 The client checks nothing it did not compute on this path: the server verified every
 chunk against its id, and the entry's ordered chunk ids are what the file's hash was
@@ -25,14 +35,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from .content.reader import Pinned, Plain, Reader, batches
+from .content.reader import CopyBuffers, Plain, Reader, batches
 from .errors import InvalidRequest, Unavailable
 from .files import start_writeback
 from .ingest import handed_over_file
 from .manifest import FileEntry
 from .store import Store
-
-Batch = Pinned | list[Plain]
 
 
 def deliver_descriptor(
@@ -43,18 +51,15 @@ def deliver_descriptor(
     handed_over_file(fd, writing=True)
     pos = 0
     writing: Future[int] | None = None
+    copies = CopyBuffers()  # the batch read goes into one while the one before is written
     try:
         for cids in batches([(cid, n) for cid, _, n in entry.spans()]):
             if stop is not None and stop.is_set():
                 raise Unavailable("the server is shutting down; restore the file again")
-            batch: Batch = reader.pinned(cids) or reader.chunks(cids)
-            try:
-                if writing is not None:
-                    pos = writing.result()
-                writing = store.runtime.store.submit(_write, fd, batch, pos)
-            except BaseException:
-                _release(batch)
-                raise
+            batch = reader.copied(cids, copies) or reader.chunks(cids)
+            if writing is not None:
+                pos = writing.result()
+            writing = store.runtime.store.submit(_write, fd, batch, pos)
         if writing is not None:
             pos = writing.result()
         _writing(os.ftruncate, fd, pos)
@@ -66,21 +71,14 @@ def deliver_descriptor(
         raise RuntimeError(f"wrote {pos} bytes of a {entry.size}-byte file")
 
 
-def _write(fd: int, batch: Batch, pos: int) -> int:
-    """Write `batch` at `pos`, start its write-back, let go of its pin; the offset after it."""
+def _write(fd: int, batch: list[Plain], pos: int) -> int:
+    """Write `batch` at `pos` and start its write-back; the offset after it."""
     start = pos
     try:
-        if isinstance(batch, Pinned):
-            src = batch.file.fileno()
-            for part in batch.parts:
-                pos = _copy(fd, src, part, pos) if isinstance(part, tuple) else _put(fd, part, pos)
-        else:
-            for part in batch:
-                pos = _put(fd, part, pos)
+        for part in batch:
+            pos = _put(fd, part, pos)
     except OSError as e:
         raise _unwritable(e) from e
-    finally:
-        _release(batch)
     start_writeback(fd, start, pos - start)
     return pos
 
@@ -96,26 +94,6 @@ def _unwritable(e: OSError) -> InvalidRequest:
     """The client's file refused the bytes (its disk full, its size limit): its problem
     to fix, told as such, and not retried as a server fault would be."""
     return InvalidRequest(f"cannot write the file handed over: {e.strerror or e}")
-
-
-def _release(batch: Batch) -> None:
-    if isinstance(batch, Pinned):
-        batch.release()
-
-
-def _copy(fd: int, src: int, stretch: tuple[int, int], pos: int) -> int:
-    """A stretch of the data file, copied by the kernel (sendfile writes at the file's
-    position, so it is set first)."""
-    offset, count = stretch
-    os.lseek(fd, pos, os.SEEK_SET)
-    while count:
-        n = os.sendfile(fd, src, offset, count)
-        if n == 0:
-            raise RuntimeError("the data file ended inside a frame")
-        offset += n
-        count -= n
-        pos += n
-    return pos
 
 
 def _put(fd: int, data: Plain, pos: int) -> int:

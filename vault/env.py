@@ -261,9 +261,12 @@ class Env:
         return self._span
 
     def pin(self) -> Pin:
-        """A read transaction the caller ends with `Pin.release()`, for bytes that leave
-        through the data file (sendfile) after being read in the map: while it lives, no
-        page it can see is reused. It blocks map growth like any reader: release it soon."""
+        """A read transaction the caller ends with `Pin.release()`, for bytes copied out of
+        the data file by offset (`Reader.copied`): while it lives, no page it can see is
+        reused. Once it ends those pages may hold another tenant's data, so nothing may
+        read them later: never hand them to a socket or a pipe by reference (sendfile,
+        splice), which reads them when the bytes leave (issue 41). It blocks map growth
+        like any reader: release it soon."""
         return Pin(self)
 
     def note_io(self, nbytes: int) -> None:
@@ -331,9 +334,9 @@ class Env:
 
 
 class Pin:
-    """An open read transaction plus what sending from the file needs: the data file, open
-    for reading, and where the map lies (a value's file offset is its address in the map
-    minus the map's start)."""
+    """An open read transaction plus what copying out of the file by offset needs: the
+    data file, open for reading, and where the map lies (a value's file offset is its
+    address in the map minus the map's start)."""
 
     def __init__(self, env: Env) -> None:
         self._stack = ExitStack()

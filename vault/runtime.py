@@ -60,7 +60,7 @@ THREADS: tuple[ThreadKind, ...] = (
         "copying download bodies to sockets",
         "128 (started on demand)",
         "the client's socket",
-        "a stalled client is let go after PIN_SECONDS",
+        "a stalled client is let go after STALL_SECONDS",
     ),
     ThreadKind(
         "vault-receive",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -52,7 +52,7 @@ from .clock import Clock, SystemClock
 from .commit import Committer
 from .config import VaultConfig
 from .content.moves import Mover
-from .content.reader import Pinned, Reader
+from .content.reader import Reader
 from .deliver import deliver_descriptor
 from .direct import Chunking, DirectSaver, PreparedSave, SaveOptions
 from .domains import Domain
@@ -412,9 +412,12 @@ class Vault:
     def read_chunks(self, cids: list[bytes]) -> list[bytes | memoryview]:
         return self.reader.chunks(cids)
 
-    def pinned_chunks(self, cids: list[bytes]) -> Pinned | None:
-        """The chunks verified and held in place for sendfile, or None (see Reader.pinned)."""
-        return self.reader.pinned(cids)
+    def copied_chunks(
+        self, cids: list[bytes], room: Callable[[int], bytearray]
+    ) -> list[bytes | memoryview] | None:
+        """The chunks verified, raw hot frames copied into `room(n)`, or None (see
+        Reader.copied)."""
+        return self.reader.copied(cids, room)
 
     # -- changes to checkpoints -------------------------------------------------------
     def patch(

@@ -1,6 +1,8 @@
-"""Downloads of raw hot frames leave with sendfile, their pages held until sent: the bytes
-must still be exactly the file's, ranges included, and nothing may stay held after a client
-goes away or a frame turns out damaged."""
+"""Downloads of raw hot frames are copied out of the data file under a read transaction and
+sent from that copy by a sender thread: the bytes must still be exactly the file's, ranges
+included, and nothing may stay held after a client goes away or a frame turns out damaged.
+(tests/integration/test_download_reuse.py replays why they are no longer sent with
+sendfile.)"""
 
 from __future__ import annotations
 
@@ -26,6 +28,17 @@ def _vault(api: Api) -> Vault:
     return vault
 
 
+class _Room:
+    """The buffer a copy asks for, kept to see which parts were copied into it."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def __call__(self, size: int) -> bytearray:
+        self.buf = bytearray(size)
+        return self.buf
+
+
 async def _readers_gone(vault: Vault) -> None:
     """Bounded: the server notices a dropped connection within a few loop turns."""
     for _ in range(400):
@@ -40,10 +53,12 @@ async def test_raw_hot_files_leave_pinned_and_read_back_exactly(api: Api) -> Non
     rec = await api.save("sf", {"w": data})
     vault = _vault(api)
     _, files = vault.manifest("sf", rec["id"])
-    pinned = vault.pinned_chunks([c for c, _ in files["w"].chunks])
-    assert pinned is not None, "the chunks of a streamed random file are raw hot frames"
-    assert all(isinstance(p, tuple) for p in pinned.parts)
-    pinned.release()
+    room = _Room()
+    copied = vault.copied_chunks([c for c, _ in files["w"].chunks], room)
+    assert copied is not None, "the chunks of a streamed random file are raw hot frames"
+    assert all(isinstance(p, memoryview) and p.obj is room.buf for p in copied)
+    assert b"".join(copied) == data
+    assert vault.store.frames_env.readers == 0, "nothing held once copied"
     assert await api.read("sf", rec["id"], "w") == data
     for first, last in [(0, 0), (4 * MiB - 3, 4 * MiB + 5), (5 * MiB, 9 * MiB - 1)]:
         got = await api.read("sf", rec["id"], "w", headers={"Range": f"bytes={first}-{last}"})
@@ -60,11 +75,12 @@ async def test_batches_mixing_raw_and_compressed_frames_read_back_exactly(api: A
     rec = await api.save("mix", {"w": data})
     vault = _vault(api)
     _, files = vault.manifest("mix", rec["id"])
-    pinned = vault.pinned_chunks([c for c, _ in files["w"].chunks])
-    assert pinned is not None
-    kinds = {isinstance(p, tuple) for p in pinned.parts}
-    pinned.release()
-    assert kinds == {True, False}, "both raw frames and decoded plaintexts in one batch"
+    room = _Room()
+    copied = vault.copied_chunks([c for c, _ in files["w"].chunks], room)
+    assert copied is not None
+    kinds = {isinstance(p, memoryview) and p.obj is room.buf for p in copied}
+    assert b"".join(copied) == data
+    assert kinds == {True, False}, "both raw frames copied and decoded plaintexts in one batch"
     assert await api.read("mix", rec["id"], "w") == data
     for first, last in [(299_990, 300_010), (1_000_000, 4_500_000), (len(data) - 7, len(data) - 1)]:
         got = await api.read("mix", rec["id"], "w", headers={"Range": f"bytes={first}-{last}"})
@@ -85,17 +101,26 @@ async def test_a_client_gone_mid_download_lets_go_of_the_pages(api: Api) -> None
     assert await api.read("gone", rec["id"], "w") == data  # and the grown map still serves
 
 
-async def test_a_client_that_stops_reading_is_cut_off_and_lets_go(
+async def test_a_client_that_stops_reading_is_cut_off(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(download, "PIN_SECONDS", 0.5)
+    monkeypatch.setattr(download, "STALL_SECONDS", 0.5)
     data = os.urandom(64 * MiB)  # far more than the socket buffers on both sides hold
     rec = await api.save("stall", {"w": data})
     resp = await api.call("GET", f"/v1/namespaces/stall/checkpoints/{rec['id']}/files/w")
     assert resp.status == 200
     assert await resp.content.readexactly(MiB) == data[:MiB]
     vault = _vault(api)
-    await _readers_gone(vault)  # while the client holds the connection open, reading nothing
+    await _readers_gone(vault)  # nothing held even while the client reads nothing
+    runner = api.client.server.runner
+    assert runner is not None
+    assert runner.server is not None
+    server = runner.server
+    for _ in range(400):  # bounded: the sender gives up after STALL_SECONDS without room
+        if not server.connections:
+            break
+        await asyncio.sleep(0.025)
+    assert not server.connections, "a client that reads nothing is cut off"
     with pytest.raises(aiohttp.ClientError):
         await resp.read()  # what was buffered, then the cut
     resp.close()

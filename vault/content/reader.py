@@ -16,8 +16,8 @@ as damaged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import BinaryIO
+import os
+from collections.abc import Callable, Iterator, Sequence
 
 import blake3
 import lmdb
@@ -251,35 +251,56 @@ class Reader:
         a download writes them to the socket as they are)."""
         return list(self._plaintexts(cids))
 
-    def pinned(self, cids: Sequence[bytes]) -> Pinned | None:
-        """The chunks in order, each either a verified stretch of the frame environment's
-        data file, held in place until `Pinned.release()` (a download sends it with
-        sendfile, no copy in this process), or, for chunks that are not sound raw hot
-        frames (zstd, deltas, packed, damaged), its plaintext read the usual way, which
-        raises on and flags what is damaged. None (nothing held) if no chunk is a raw
-        hot frame: the caller reads the batch the usual way."""
+    def copied(self, cids: Sequence[bytes], room: Callable[[int], bytearray]) -> list[Plain] | None:
+        """The chunks in order as verified plaintexts, the raw hot frames among them copied
+        out of the frame environment's data file into a buffer `room(n)` gives (n: the
+        bytes they take), with one `preadv` each inside one read transaction; chunks that
+        are not sound raw hot frames (zstd, deltas, packed, damaged) are read the usual
+        way, which raises on and flags what is damaged. None (nothing copied) if no chunk
+        is a raw hot frame: the caller reads the batch the usual way.
+
+        Why a copy (issue 41): pages of the data file are reused in place by LMDB once no
+        reader holds them, and bytes handed to a socket by reference (sendfile) are read
+        from those pages when they leave, which may be long after. What this returns
+        lives in the caller's memory, hashed after the copy: the bytes verified are the
+        bytes the caller sends, whatever happens to the file later. The buffer must stay
+        untouched until the caller is done with the views into it."""
         _, wheres = self._sound_hot(cids)
         if not any(isinstance(w, HotFrame) for w in wheres):
             return None
+        parts: list[Plain | None] = [None] * len(cids)
         pin = self._s.frames_env.pin()
         try:
-            parts: list[tuple[int, int] | Plain | None] = [None] * len(cids)
-            for i, (cid, where) in enumerate(zip(cids, wheres, strict=True)):
-                view = self._raw_view(pin.txn, where)
-                if view is not None and blake3.blake3(view).digest() == cid:
-                    parts[i] = (pin.offset(view), len(view))
-            rest = [i for i, part in enumerate(parts) if part is None]
-            if len(rest) == len(cids):
-                pin.release()
-                return None
-            for i, data in zip(rest, self.chunks([cids[i] for i in rest]), strict=True):
-                parts[i] = data
-        except BaseException:
-            pin.release()
-            raise
-        done = [part for part in parts if part is not None]  # every one, by now
-        self._s.frames_env.note_io(sum(p[1] for p in done if isinstance(p, tuple)))
-        return Pinned(pin, done)
+            spots = self._spots(pin, wheres)
+            buf = memoryview(room(sum(n for _, _, n in spots)) if spots else bytearray())
+            pos = 0
+            for i, offset, n in spots:
+                copy = buf[pos : pos + n]
+                pos += n
+                if _pread_into(pin, copy, offset):
+                    parts[i] = copy
+        finally:
+            pin.release()  # the copies are ours: no page of the file is read after this
+        for i, part in enumerate(parts):
+            if part is not None and blake3.blake3(part).digest() != cids[i]:
+                parts[i] = None  # read the usual way below, which flags it
+        rest = [i for i, part in enumerate(parts) if part is None]
+        if len(rest) == len(cids):
+            return None
+        self._s.frames_env.note_io(sum(len(part) for part in parts if part is not None))
+        for i, data in zip(rest, self.chunks([cids[i] for i in rest]), strict=True):
+            parts[i] = data
+        return [part for part in parts if part is not None]  # every one, by now
+
+    def _spots(self, pin: Pin, wheres: Sequence[HotFrame | None]) -> list[tuple[int, int, int]]:
+        """(index, offset in the data file, length) of each raw hot frame's plaintext, as
+        `pin` sees it; only headers are read through the map."""
+        spots = []
+        for i, where in enumerate(wheres):
+            view = self._raw_view(pin.txn, where)
+            if view is not None:
+                spots.append((i, pin.offset(view), len(view)))
+        return spots
 
     def flag_damaged(self, cids: set[bytes]) -> None:
         """Flag chunks damaged (and what depends on them) without waiting for the write."""
@@ -350,17 +371,38 @@ class Reader:
         return raw_payload(frame) if frame is not None else None
 
 
-class Pinned:
-    """Verified chunks in order: (offset, length) stretches of `file`, valid until
-    `release()`, or plaintexts where a chunk could not be sent from the file."""
+class CopyBuffers:
+    """Where a reader's raw hot frames are copied to, batch by batch (`Reader.copied`'s
+    `room`): two buffers in turn, for a reader that copies one batch while the one before
+    is sent or written, and never more, so a copy never lands in a buffer still being read.
+    `reuse=False` gives a fresh buffer each time, for a consumer that may keep views after
+    it is done (asyncio's TLS transport keeps what it has not encrypted yet). Reused
+    buffers spare zero-filling multi-MiB buffers for every batch."""
 
-    def __init__(self, pin: Pin, parts: list[tuple[int, int] | Plain]) -> None:
-        self._pin = pin
-        self.file: BinaryIO = pin.file
-        self.parts = parts
+    def __init__(self, reuse: bool = True) -> None:
+        self._reuse = reuse
+        self._buffers = [bytearray(), bytearray()]
+        self._turn = 0
 
-    def release(self) -> None:
-        self._pin.release()
+    def __call__(self, size: int) -> bytearray:
+        if not self._reuse:
+            return bytearray(size)
+        i, self._turn = self._turn, 1 - self._turn
+        if len(self._buffers[i]) < size:
+            self._buffers[i] = bytearray(size)
+        return self._buffers[i]
+
+
+def _pread_into(pin: Pin, into: memoryview, offset: int) -> bool:
+    """Fill `into` from the data file at `offset` (the GIL released meanwhile); False if
+    the file ends first."""
+    fd = pin.file.fileno()
+    while into:
+        n = os.preadv(fd, [into], offset)
+        if n == 0:
+            return False
+        into, offset = into[n:], offset + n
+    return True
 
 
 def batches(
