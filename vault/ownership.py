@@ -177,13 +177,29 @@ def _prepare(path: Path, sockets: Iterable[Path]) -> None:
         path.mkdir(mode=0o700)
     except FileExistsError:
         pass
-    except FileNotFoundError:  # parents too: made 0700 as well, then looked at again
+    except FileNotFoundError:  # its parents too (under the umask), then looked at again
         path.mkdir(mode=0o700, parents=True)
         check_ancestors(path)
-    check_tree(path)
+    root = _followed(path)
+    check_tree(root)
     for socket in sockets:
         check_entry(socket, stat.S_IFSOCK)
-    make_private(path)
+    make_private(root)
+
+
+def _followed(path: Path) -> Path:
+    """Where the data dir is: a symlink to it (an operator's choice) is followed if root or
+    the server's user made it (only they, or the owner of its directory, checked too, can
+    point it elsewhere)."""
+    st = os.lstat(path)
+    if not stat.S_ISLNK(st.st_mode):
+        return path
+    if st.st_uid not in (0, os.geteuid()):
+        raise UnsafePath(f"{path} is a symbolic link belonging to {_who(st.st_uid)}")
+    real = path.resolve()
+    if not real.is_dir():
+        raise UnsafePath(f"{path} is a symbolic link to {real}, which is not a directory")
+    return real
 
 
 def open_private(path: Path, flags: int, mode: int = 0o600) -> int:
