@@ -10,11 +10,12 @@ own socket, which then received an admin's Authorization header (issue 41).
 So before the server writes anything there (`prepare_data_dir`, the first thing `ckpt
 serve` does):
 - the data dir and everything under it must belong to the server's effective uid, must not
-  be writable by group or others and must not be a symlink; files, directories and sockets
-  only (a FIFO or device is refused too);
-- its ancestors must belong to root or to that uid and must not be writable by group or
-  others unless sticky (/tmp): whoever can rename entries in a parent can move the data dir
-  away and put their own in its place;
+  be writable by others than it and must not be a symlink; files, directories and sockets
+  only (a FIFO or device is refused too). Group-writable passes only where the server's
+  user is the group's one member, as OpenSSH allows (`_only_ours`);
+- its ancestors must belong to root or to that uid and must not be writable by others
+  unless sticky (/tmp): whoever can rename entries in a parent can move the data dir away
+  and put their own in its place;
 - anything else is refused with `UnsafePath`, naming the entry, before anything is created
   or changed. Modes that are only too open to read (a data dir made under umask 022) are
   tightened to 0700 / 0600 afterwards, as they always were (`make_private`).
@@ -29,6 +30,7 @@ be had.
 from __future__ import annotations
 
 import errno
+import grp
 import os
 import pwd
 import stat
@@ -37,7 +39,6 @@ from pathlib import Path
 
 from .errors import UnsafePath
 
-_OPEN_TO_OTHERS = stat.S_IWGRP | stat.S_IWOTH  # StrictModes refuses group or world write
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFREG: "a file", stat.S_IFSOCK: "a socket"}
 
 
@@ -46,6 +47,28 @@ def _who(uid: int) -> str:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
         return f"uid {uid}"
+
+
+def _only_ours(gid: int) -> bool:
+    """Whether the server's user is the only member of group `gid` (by the group and user
+    databases): OpenSSH's rule for a group-writable file (misc.c, `secure_permissions`),
+    which lets user-private groups (umask 002) and a Kubernetes fsGroup naming the
+    server's own group pass, and no group with anyone else in it."""
+    me = os.geteuid()
+    try:
+        group, name = grp.getgrgid(gid), pwd.getpwuid(me).pw_name
+    except KeyError:
+        return False
+    primary = [user.pw_uid for user in pwd.getpwall() if user.pw_gid == gid]
+    if any(uid != me for uid in primary) or group.gr_mem not in ([], [name]):
+        return False
+    return bool(primary or group.gr_mem)
+
+
+def _writable_by_others(st: os.stat_result) -> bool:
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and not _only_ours(st.st_gid)
 
 
 def refusal(path: Path | str, st: os.stat_result, kind: int | None = None) -> str | None:
@@ -60,8 +83,8 @@ def refusal(path: Path | str, st: os.stat_result, kind: int | None = None) -> st
     if stat.S_IFMT(mode) not in (_KINDS if kind is None else (kind,)):
         wanted = "a file, directory or socket" if kind is None else _KINDS[kind]
         return f"{path} is not {wanted}"
-    if mode & _OPEN_TO_OTHERS:
-        return f"{path} is writable by its group or others ({stat.filemode(mode)})"
+    if _writable_by_others(st):
+        return f"{path} is writable by others than its owner ({stat.filemode(mode)})"
     return None
 
 
@@ -101,9 +124,9 @@ def check_ancestors(path: Path) -> None:
                 f"neither to root nor to the server's user {_who(ours)}"
             )
         sticky = st.st_mode & stat.S_ISVTX
-        if stat.S_ISDIR(st.st_mode) and st.st_mode & _OPEN_TO_OTHERS and not sticky:
+        if stat.S_ISDIR(st.st_mode) and _writable_by_others(st) and not sticky:
             raise UnsafePath(
-                f"{parent} (a parent of {path}) is writable by its group or others "
+                f"{parent} (a parent of {path}) is writable by others than its owner "
                 f"({stat.filemode(st.st_mode)})"
             )
 

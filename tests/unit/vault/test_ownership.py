@@ -4,6 +4,7 @@ is never let open a file through a symlink (issue 41). As root; "another user" i
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def test_a_sticky_parent_others_can_write_is_accepted_and_a_plain_one_is_not(
     os.chmod(shared, 0o1777)
     check_ancestors(shared / "data")
     os.chmod(shared, 0o777)
-    with pytest.raises(UnsafePath, match="writable by its group or others"):
+    with pytest.raises(UnsafePath, match="writable by others than its owner"):
         check_ancestors(shared / "data")
 
 
@@ -102,5 +103,19 @@ def test_prepare_follows_a_data_dir_symlink_of_its_own_and_checks_where_it_goes(
     (tmp_path / "link").symlink_to(real)
     prepare_data_dir(tmp_path / "link")
     os.chmod(real, 0o777)
-    with pytest.raises(UnsafePath, match="writable by its group or others"):
+    with pytest.raises(UnsafePath, match="writable by others than its owner"):
         prepare_data_dir(tmp_path / "link")
+
+
+@needs_root
+def test_group_write_passes_only_for_a_group_of_the_servers_user_alone(tmp_path: Path) -> None:
+    """OpenSSH's rule: root's group has root alone here; nogroup is nobody's."""
+    assert [u.pw_name for u in pwd.getpwall() if u.pw_gid == 0] == ["root"]
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(data, 0o770)
+    prepare_data_dir(data)
+    data.chmod(0o770)
+    os.chown(data, -1, NOBODY)
+    with pytest.raises(UnsafePath, match="writable by others than its owner"):
+        prepare_data_dir(data)
