@@ -217,3 +217,24 @@ def test_the_servers_own_data_dir_still_serves(served: Path, tmp_path: Path) -> 
         assert os.stat(served / "admin.token").st_mode & 0o777 == 0o600
     finally:
         server.stop()
+
+
+def test_offline_check_refuses_a_vault_dir_of_another_user(served: Path, tmp_path: Path) -> None:
+    """`ckpt check --data` opens the data dir itself and may repair it: the same rule."""
+    os.chown(served / "vault", NOBODY, NOBODY)
+    before = listing(served)
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "check", "--data", str(served)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        f"ckpt check: refusing data dir: {served / 'vault'} belongs to nobody (uid {NOBODY}), "
+        "not to the server's user root (uid 0) (it and everything in it must belong to the "
+        "server's user and be writable by no one else)"
+    ]
+    assert listing(served) == before
