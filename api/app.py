@@ -23,7 +23,7 @@ from prometheus_client import generate_latest
 
 from protocol import ADMIN_TOKEN_FILE
 from vault import Clock, SystemClock, Vault, VaultError
-from vault.env import make_private
+from vault.ownership import open_private, prepare_data_dir
 from vault.runtime import PoolSizes, Runtime
 
 from .audit import audit_middleware
@@ -80,7 +80,7 @@ def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
         return
     _, secret = vault.tokens.create("admin", ["admin"])
     path = data_dir / ADMIN_TOKEN_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # refuses one not ours
     with os.fdopen(fd, "w") as f:
         f.write(secret + "\n")
     log.warning("created an admin token; it is in %s (mode 0600)", path)
@@ -99,8 +99,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     reader = app[WORKER] > 0
     if not reader:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        make_private(settings.data_dir)  # 0700 and its files 0600, whatever the umask
+        prepare_data_dir(settings.data_dir)  # ours alone (vault/ownership.py), 0700 / 0600
     # Every process's buckets in one file: a token's rate is the service's (api/ratelimit.py).
     app[LIMITER] = RateLimiter(
         settings.requests_per_second,

@@ -28,6 +28,7 @@ import struct
 from pathlib import Path
 
 from vault import Clock
+from vault.ownership import open_private
 
 from .errors import ApiError
 
@@ -54,7 +55,7 @@ class RateLimiter:
         self.burst = max(burst, 1.0)
         self._clock = clock
         flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if fresh else 0)
-        self._fd = os.open(path, flags, 0o600)
+        self._fd = open_private(path, flags)  # no symlink, no other user's file
         os.ftruncate(self._fd, SLOTS * _SLOT.size)
         self._map = mmap.mmap(self._fd, SLOTS * _SLOT.size)
         self.refused = 0  # by this process, for /metrics

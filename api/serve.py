@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from vault.ownership import prepare_data_dir
 from vault.runtime import exit_if_stuck, os_name
 
 from .app import create_app
@@ -205,8 +206,23 @@ def tls_context(settings: Settings) -> ssl.SSLContext | None:
         raise SettingsError(f"[server] tls_cert / tls_key / tls_client_ca: {e}") from None
 
 
+def own_data_dir(settings: Settings) -> None:
+    """Refuse, with `UnsafePath` and before anything is written there, a data dir that is
+    not the server's alone (vault/ownership.py). A socket an earlier run left is ours and is
+    bound afresh; anything else at a socket's path is refused, never unlinked."""
+    os.umask(0o077)  # what the server creates is its own, whatever the caller's umask
+    sockets = (
+        settings.socket_path,
+        settings.engine_socket,
+        settings.calls_socket,
+        settings.handoff_socket,
+    )
+    prepare_data_dir(settings.data_dir, [p for p in sockets if p is not None])
+
+
 def serve(settings: Settings) -> None:
     os_name("ckpt-serve")  # the event loop's thread: what ps and top show for the process
+    own_data_dir(settings)  # first: a refused data dir gets nothing written, nor logged
     tune_malloc()
     configure_logging(settings.log_format)
     tls = tls_context(settings)

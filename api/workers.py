@@ -47,6 +47,7 @@ from typing import IO
 from aiohttp import web
 
 from vault import Unavailable
+from vault.ownership import open_private
 
 from .keys import LISTENING, SETTINGS, VAULT
 from .settings import Settings
@@ -82,8 +83,8 @@ def no_readers(settings: Settings) -> Iterator[None]:
     """Hold `workers.lock` exclusively: no worker of an earlier writer is still reading.
     Waits up to READERS_WAIT seconds (they die with their writer, within milliseconds)."""
     path = readers_lock(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as f:
         deadline = time.monotonic() + READERS_WAIT
         while True:
             try:
@@ -104,7 +105,9 @@ def no_readers(settings: Settings) -> Iterator[None]:
 
 def hold_shared(settings: Settings) -> IO[bytes]:
     """A worker's share of `workers.lock`, for its life (the kernel drops it at exit)."""
-    f = open(readers_lock(settings), "ab")  # noqa: SIM115 - held until the process exits
+    f = os.fdopen(
+        open_private(readers_lock(settings), os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab"
+    )
     fcntl.flock(f.fileno(), fcntl.LOCK_SH)
     return f
 

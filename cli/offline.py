@@ -28,6 +28,7 @@ def open_offline(command: str, data_dir: Path, config: Path | None) -> Vault:
     from api.engine import open_vault
     from api.settings import SettingsError, load_settings
     from vault import VaultError, VaultInUse
+    from vault.ownership import prepare_data_dir
 
     if not (data_dir / "vault").is_dir():
         raise ValueError(f"{data_dir} holds no vault (no {data_dir / 'vault'})")
@@ -36,6 +37,7 @@ def open_offline(command: str, data_dir: Path, config: Path | None) -> Vault:
     except SettingsError as e:
         _fail(command, str(e))
     try:
+        prepare_data_dir(settings.data_dir)  # as `ckpt serve` does: the server's user's alone
         return open_vault(settings)
     except VaultInUse as e:
         _fail(

@@ -69,7 +69,14 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "conflict",
         409,
         "Conflict",
-        ("Conflict", "ObjectExists", "MaintenanceBusy", "VaultInUse", "PromotionConflict"),
+        (
+            "Conflict",
+            "ObjectExists",
+            "MaintenanceBusy",
+            "VaultInUse",
+            "PromotionConflict",
+            "UnsafePath",
+        ),
         "contradicts current state (pinned, committed, maintenance busy, ...)",
     ),
     ErrorSpec(

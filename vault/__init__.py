@@ -21,6 +21,7 @@ from .errors import (
     TooLarge,
     TooManyUploads,
     Unavailable,
+    UnsafePath,
     UploadExpired,
     UploadNotFound,
     VaultError,
@@ -67,5 +68,6 @@ __all__ = [
     "Vault",
     "VaultConfig",
     "VaultError",
+    "UnsafePath",
     "VaultInUse",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from .content.chunks import settle_restored
 from .env import CATALOG_DBS, Env
 from .errors import Conflict, InvalidRequest
 from .maintenance import MaintenanceLock
+from .ownership import check_ancestors, check_entry, open_private
 from .seal import Keyring, open_blob
 from .store import Store
 from .syncer import DURABLE_FILE
@@ -44,7 +46,7 @@ SEAL_CONTEXT = b"ckpt catalog backup"  # associated data: a sealed backup opens 
 def backup_catalog(store: Store, dest: Path) -> int:
     """Write the copy to `dest` (fsynced); returns its size."""
     tmp = dest.with_name(dest.name + ".partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         store.catalog_env.copy_to(fd)
         os.fsync(fd)
@@ -94,6 +96,11 @@ def _place(tiers: Mapping[str, Tier], target: str, tmp: Path) -> CatalogBackup:
         tiers[target].put(key, tmp.read_bytes())
         tiers[target].put(LATEST, key.encode())
         return CatalogBackup(tier=target, key=key)
+    # The copy replaces the file there (a rename never follows a link); a directory other
+    # users can rename entries in, or a file there that is not ours, is refused: else the
+    # backup a restore would trust could be swapped for another user's.
+    check_ancestors(Path(target))
+    check_entry(Path(target), stat.S_IFREG)
     os.replace(tmp, target)
     return CatalogBackup(path=target)
 

@@ -19,6 +19,7 @@ import ctypes
 import fcntl
 import functools
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -29,8 +30,10 @@ from typing import IO
 import lmdb
 
 from .errors import VaultInUse
+from .ownership import check_entry, make_private, open_private
 
 DATA_FILE = "data.mdb"  # LMDB's file in an environment's directory
+LOCK_FILE = "lock.mdb"  # and its reader table
 FRAME_DBS = (b"frames",)  # sequence number (u64 big endian) -> frame
 CATALOG_DBS = (
     b"chunkmeta",  # chunk id -> ChunkMeta (refs, sizes, timestamps, flags, frame sequence)
@@ -99,19 +102,6 @@ def _madvise_dontneed(span: tuple[int, int]) -> None:
     _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
-def make_private(path: Path) -> None:
-    """Directory `path` 0700 and the regular files directly in it 0600, whatever the umask.
-
-    LMDB holds plaintext frames and the catalog (file names, metadata, token hashes); under
-    the common umask 022 the data dir was 0755 and its files 0644, so any local user could
-    grep stored content. Applied at every open, so existing data dirs are tightened too.
-    """
-    os.chmod(path, 0o700)
-    for entry in os.scandir(path):
-        if entry.is_file(follow_symlinks=False):
-            os.chmod(entry.path, 0o600)
-
-
 def _lock_dir(path: Path) -> IO[bytes]:
     """Hold an exclusive lock on the data dir for the life of the process.
 
@@ -119,7 +109,8 @@ def _lock_dir(path: Path) -> IO[bytes]:
     id generator and the token cache each assume they are the only ones; the kernel drops
     the lock when the process dies, so a SIGKILLed server never blocks its successor.
     """
-    owner = open(path / "vault.lock", "ab")  # noqa: SIM115 - held until close()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    owner = os.fdopen(open_private(path / "vault.lock", flags), "ab")
     try:
         fcntl.flock(owner.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -192,7 +183,8 @@ class Env:
         --workers`): no lock on the directory (the writing process holds it), nothing
         written, and a map the writer grew is adopted at the next read (LMDB answers
         MDB_MAP_RESIZED once the data passed this process's map)."""
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_entry(path, stat.S_IFDIR)
         self.path = path
         self.reader = reader
         self._owner: IO[bytes] | None = None if reader else _lock_dir(path)
@@ -200,6 +192,8 @@ class Env:
         try:
             if prepare is not None:
                 prepare()
+            for name in (DATA_FILE, LOCK_FILE):  # LMDB opens them by path, following links
+                check_entry(path / name, stat.S_IFREG)
             existing = data_file.stat().st_size if data_file.exists() else 0
             self.lmdb = lmdb.open(
                 str(path),

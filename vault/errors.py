@@ -115,6 +115,13 @@ class VaultInUse(Conflict):
     engine assumes it is the only one writing, so a second opener is refused at once."""
 
 
+class UnsafePath(Conflict):
+    """A file or directory the server would use is not its own: it belongs to another
+    user, is writable by group or others, or is a symlink (vault/ownership.py). Refused,
+    never repaired: another local user who could put it there could read the admin token
+    or redirect a write."""
+
+
 class PromotionConflict(Conflict):
     """A promotion cannot go ahead: this vault is not a standby, or another node claimed
     the next epoch first (vault/replication/layout.py, "Fencing")."""

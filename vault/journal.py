@@ -46,6 +46,7 @@ from pathlib import Path
 import blake3
 
 from .files import fsync_dir
+from .ownership import open_private
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class Journal:
         path = self.path / f"{seq:016x}{_SUFFIX}"
         # A file of that name holds no intact record (else `last` would be past `seq`):
         # a torn first record of an earlier run. Emptied, so nothing precedes ours.
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         self._tail = self._allocated = 0
         if path not in self._files:
             self._files.append(path)

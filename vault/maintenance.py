@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import IO, Concatenate, ParamSpec, Protocol, TypeVar
 
 from .errors import MaintenanceBusy
+from .ownership import open_private
 
 LOCK_FILE = "maintenance.lock"
 POLL = 0.05  # seconds between flock attempts while waiting with a time limit
@@ -144,7 +145,7 @@ class MaintenanceLock:
 
     def _flock(self, operation: str, deadline: float | None) -> IO[bytes]:
         """The cross-process half, taken by the thread that owns the in-process half."""
-        f = open(self.path, "a+b")  # noqa: SIM115 - closed by _release
+        f = os.fdopen(open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+b")
         try:
             if not _try_flock(f):
                 self._wait_for_flock(f, operation, deadline)

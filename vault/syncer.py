@@ -55,6 +55,7 @@ from .env import DATA_FILE, Env
 from .errors import Conflict, Unavailable
 from .files import fsync_dir
 from .journal import Journal, discard_journal
+from .ownership import open_private
 from .runtime import Spawn
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ def _restore_metas(durable: Path, data: Path, inode: int, metas: bytes) -> None:
     nothing to do (a clean close), whichever file this is. Else it must be the file the
     state was taken of: meta pages written into another file would corrupt it."""
     try:
-        fd = os.open(data, os.O_RDWR)
+        fd = open_private(data, os.O_RDWR)
     except FileNotFoundError:
         return  # the environment is gone (a lost frames dir): LMDB starts it afresh
     try:
@@ -176,8 +177,8 @@ class Syncer:
     def __init__(self, path: Path, envs: Sequence[Env], journal_dir: Path, spawn: Spawn) -> None:
         self._path = path
         self._envs = list(envs)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        self._data_fds = [os.open(e.path / DATA_FILE, os.O_RDONLY) for e in self._envs]
+        self._fd = open_private(path, os.O_RDWR | os.O_CREAT)
+        self._data_fds = [open_private(e.path / DATA_FILE, os.O_RDONLY) for e in self._envs]
         self._psize = int(self._envs[0].lmdb.stat()["psize"])
         raw = os.pread(self._fd, 2 * SLOT, 0)
         found = _durable_slot(raw)

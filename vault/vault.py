@@ -56,7 +56,6 @@ from .content.reader import Reader
 from .deliver import deliver_descriptor
 from .direct import Chunking, DirectSaver, PreparedSave, SaveOptions
 from .domains import Domain
-from .env import make_private
 from .errors import InvalidRequest, NotTheWriter
 from .gauges import MapUse, Observation
 from .gc import collect
@@ -65,6 +64,7 @@ from .lifecycle import Lifecycle
 from .maintenance import MaintenanceLock
 from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
+from .ownership import make_private
 from .policy import Policies, Policy
 from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, NamespaceRecord, StoredCheckpoint, UploadSession

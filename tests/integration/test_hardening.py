@@ -9,6 +9,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from api import Settings, create_app
 from vault import FakeClock
 
@@ -119,3 +121,32 @@ async def test_token_expiry_last_use_and_rotation_without_downtime(
     await api.call("GET", "/v1/namespaces", token=rotated["token"], expect=200)
     await api.call("DELETE", "/v1/admin/tokens/producer", expect=204)  # every secret of it
     await api.call("GET", "/v1/namespaces", token=rotated["token"], expect=401)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+async def test_backup_refuses_a_target_that_is_not_its_own_file(
+    aiohttp_client: Any, settings: Settings, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Issue 41: a backup replaces the file at its target; another user's file there, or a
+    symlink, is refused (409) and left as it was."""
+    backups = tmp_path / "backups"
+    backups.mkdir(mode=0o700)
+    client = await aiohttp_client(
+        create_app(dataclasses.replace(settings, backup_dir=backups), clock)
+    )
+    token = (settings.data_dir / "admin.token").read_text().strip()
+    admin = Api(client, token, settings.data_dir)
+    theirs = backups / "theirs.mdb"
+    theirs.write_bytes(b"theirs")
+    os.chown(theirs, 65534, 65534)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"outside")
+    (backups / "link.mdb").symlink_to(outside)
+    for name in ("theirs.mdb", "link.mdb"):
+        resp = await admin.call("POST", f"/v1/admin/catalog/backup?to={name}", expect=409)
+        assert name in (await resp.json())["error"]["message"]
+    assert theirs.read_bytes() == b"theirs"
+    assert os.stat(theirs).st_uid == 65534
+    assert (backups / "link.mdb").is_symlink()
+    assert outside.read_bytes() == b"outside"
+    await admin.json("POST", "/v1/admin/catalog/backup?to=ours.mdb", expect=201)

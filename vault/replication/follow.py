@@ -46,6 +46,7 @@ from pathlib import Path
 from protocol import Promotion, StandbyStatus
 
 from ..errors import PromotionConflict, ReplicaNotFound
+from ..ownership import open_private
 from ..store import Store
 from ..tier import Tier
 from .apply import apply_run, converge, frame_runs
@@ -96,7 +97,7 @@ def is_standby(vault_dir: Path) -> bool:
 
 def _write_position(vault_dir: Path, pos: Position) -> None:
     tmp = vault_dir / (POSITION + ".partial")
-    with open(tmp, "w") as f:
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
         f.write(json.dumps(asdict(pos)))
         f.flush()
         os.fsync(f.fileno())

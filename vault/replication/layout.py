@@ -54,6 +54,7 @@ from typing import Any
 
 from ..errors import ObjectExists, ObjectNotFound, PromotionConflict, ReplicaNotFound
 from ..files import fsync_dir
+from ..ownership import open_private
 from ..tier import Tier
 
 PREFIX = "replica/"
@@ -202,7 +203,7 @@ def read_local_epoch(vault_dir: Path) -> int:
 def write_local_epoch(vault_dir: Path, epoch: int) -> None:
     """Durably, before anything is written under the new epoch."""
     tmp = vault_dir / (EPOCH_FILE + ".partial")
-    with open(tmp, "w") as f:
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
         f.write(json.dumps({"epoch": epoch}))
         f.flush()
         os.fsync(f.fileno())
