@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from functools import lru_cache
 from typing import Any
 
 from vault import FileEntry, PreparedSave, StoredCheckpoint, Unavailable, Vault, VaultError
@@ -117,7 +118,7 @@ def _prepared(d: dict[str, Any], blobs: Iterator[memoryview | bytes]) -> Prepare
     except StopIteration:
         raise ChannelError("a save batch missing parts") from None
     tags = want(d, "tags", list)
-    if not all(isinstance(t, str) for t in tags):
+    if tags and not all(type(t) is str for t in tags):
         raise ChannelError("a save whose tags are not strings")
     request = SaveRequest(
         want(d, "ns", str),
@@ -144,16 +145,18 @@ def _entry(blob: bytes | memoryview) -> FileEntry:
 
 
 def _profile(fields: dict[str, Any]) -> ChunkingProfile:
-    try:
-        profile = ChunkingProfile(**fields)
-    except TypeError as e:
-        raise ChannelError(f"a save with a malformed chunking profile ({e})") from None
-    if not isinstance(profile.name, str) or not all(
-        type(getattr(profile, n)) is int
-        for n in ("min_size", "avg_size", "max_size", "tensor_pieces")
-    ):
+    sizes = ("min_size", "avg_size", "max_size", "tensor_pieces")
+    if type(fields.get("name")) is not str or not all(type(fields.get(n)) is int for n in sizes):
         raise ChannelError("a save with a malformed chunking profile")
-    return profile
+    if len(fields) != 1 + len(sizes):
+        raise ChannelError("a save whose chunking profile has other fields")
+    return _profile_of(fields["name"], *(fields[n] for n in sizes))
+
+
+@lru_cache(maxsize=64)
+def _profile_of(name: str, *sizes: int) -> ChunkingProfile:
+    """Profiles are few and frozen: one object each, as `vault.direct` keeps their fields."""
+    return ChunkingProfile(name, *sizes)
 
 
 def saved_message(call: int, outcomes: Sequence[Outcome]) -> Message:

@@ -26,6 +26,8 @@ from typing import Any
 HEAD = struct.Struct(">IQB")
 _LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30  # bytes of payload; a worker's request is bounded far below this
+_JSON = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps makes one a call
+_UNJSON = json.JSONDecoder().decode
 
 
 class Kind(enum.IntEnum):
@@ -41,6 +43,7 @@ class Kind(enum.IntEnum):
     METRICS = 7  # worker -> writer: its metrics, Prometheus text
 
 
+_KINDS = {kind.value: kind for kind in Kind}
 TO_WRITER = frozenset({Kind.SAVES, Kind.USES, Kind.METRICS})
 TO_WORKER = frozenset({Kind.SAVED, Kind.NOTED, Kind.FAILED, Kind.METRICS_ASK})
 
@@ -59,7 +62,7 @@ class Message:
 
 def encode(message: Message) -> bytes:
     """The frame of `message`, head included."""
-    head = json.dumps(message.fields, separators=(",", ":")).encode()
+    head = _JSON(message.fields).encode()
     pieces: list[bytes | memoryview] = [b"", _LENGTH.pack(len(head)), head]
     length = _LENGTH.size + len(head)
     for blob in message.blobs:
@@ -74,13 +77,14 @@ def encode(message: Message) -> bytes:
 
 def decode(kind: int, call: int, payload: bytes, accepted: frozenset[Kind]) -> Message:
     """The message in `payload` (a frame's, its head already read)."""
-    if kind not in accepted:
+    named = _KINDS.get(kind)
+    if named is None or named not in accepted:
         raise ChannelError(f"a frame of kind {kind}, which this end does not take")
     view = memoryview(payload)
     head = _blob(view, 0)
     try:
-        fields = json.loads(bytes(head))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        fields = _UNJSON(str(head, "utf-8"))  # from str: json.loads(bytes) sniffs first
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ChannelError(f"a frame whose fields are not JSON ({e})") from None
     if not isinstance(fields, dict):
         raise ChannelError("a frame whose fields are not a JSON object")
@@ -90,7 +94,7 @@ def decode(kind: int, call: int, payload: bytes, accepted: frozenset[Kind]) -> M
         blob = _blob(view, at)
         blobs.append(blob)
         at += _LENGTH.size + len(blob)
-    return Message(Kind(kind), call, fields, blobs)
+    return Message(named, call, fields, blobs)
 
 
 def _blob(view: memoryview, at: int) -> memoryview:
@@ -113,11 +117,12 @@ async def read(reader: asyncio.StreamReader, accepted: frozenset[Kind]) -> Messa
 
 
 def want(fields: dict[str, Any], name: str, *types: type) -> Any:
-    """`fields[name]`, which must be an instance of one of `types` (None: `type(None)`)."""
+    """`fields[name]`, whose type must be exactly one of `types` (None: `type(None)`; JSON
+    gives no subclasses, and a bool is not taken for an int)."""
     try:
         value = fields[name]
     except KeyError:
         raise ChannelError(f"a frame without its {name!r}") from None
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+    if type(value) not in types:
         raise ChannelError(f"a frame whose {name!r} is a {type(value).__name__}")
     return value
