@@ -31,10 +31,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict
 
 from vault import FileEntry, PreparedSave, StoredCheckpoint, Unavailable, Vault, VaultError
 from vault.chunking import ChunkingProfile
@@ -195,12 +195,22 @@ def outcomes_of(message: Message) -> list[Outcome]:
     return outcomes
 
 
-def error_fields(e: Exception) -> dict[str, Any]:
+class WireError(TypedDict):
+    """An error on the channel: the engine's stable code, its class's name (one of that
+    code's), its message, and its plain attributes."""
+
+    code: str
+    type: str
+    message: str
+    attrs: dict[str, object]
+
+
+def error_fields(e: Exception) -> WireError:
     """An error as its stable code, class name, message and plain attributes (a
     `MissingChunks`'s list); anything not a `VaultError` is a bug, logged here."""
     if not isinstance(e, VaultError):
         log.error("a worker's call failed in the writing process", exc_info=e)
-        return {"code": "internal", "type": "VaultError", "message": type(e).__name__}
+        return {"code": "internal", "type": "VaultError", "message": type(e).__name__, "attrs": {}}
     attrs = {k: v for k, v in vars(e).items() if not k.startswith("_") and k != "message"}
     try:
         json.dumps(attrs)
@@ -209,7 +219,7 @@ def error_fields(e: Exception) -> dict[str, Any]:
     return {"code": e.code, "type": type(e).__name__, "message": e.message, "attrs": attrs}
 
 
-def error_of(fields: dict[str, Any]) -> VaultError:
+def error_of(fields: Mapping[str, Any]) -> VaultError:
     """The engine's error `error_fields` described: the class of that name among those of
     that code, else the most general class of the code, else a plain `VaultError`."""
     code, name = want(fields, "code", str), want(fields, "type", str)

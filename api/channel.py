@@ -19,7 +19,7 @@ import asyncio
 import enum
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +116,7 @@ async def read(reader: asyncio.StreamReader, accepted: frozenset[Kind]) -> Messa
     return decode(kind, call, await reader.readexactly(length), accepted)
 
 
-def want(fields: dict[str, Any], name: str, *types: type) -> Any:
+def want(fields: Mapping[str, Any], name: str, *types: type) -> Any:
     """`fields[name]`, whose type must be exactly one of `types` (None: `type(None)`; JSON
     gives no subclasses, and a bool is not taken for an int)."""
     try:
