@@ -8,8 +8,9 @@ container with the data dir mounted for the client-facing `ckpt.sock` runs as th
 uid. So each of these sockets is 0600 from before it listens, and each connection on it is
 accepted only if the kernel says its peer is one of the writing process's current workers
 (its pid, as the kernel recorded it at connect, is one the writing process started and has
-not seen exit; and its uid is ours). A process in another pid namespace gets pid 0 here,
-never a worker's. Others are closed at once, logged a line a second at most.
+not seen exit; and its uid is ours). A process in another pid namespace is named by its
+pid in ours, or 0 where it has none: never a worker's. Others are closed at once, logged
+a line a second at most.
 """
 
 from __future__ import annotations
