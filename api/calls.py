@@ -29,6 +29,7 @@ import asyncio
 import itertools
 import json
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -137,7 +138,7 @@ def _prepared(d: dict[str, Any], blobs: Iterator[memoryview | bytes]) -> Prepare
 def _entry(blob: bytes | memoryview) -> FileEntry:
     try:
         entry, used = FileEntry.from_view(memoryview(blob))
-    except ValueError as e:  # struct.error is one
+    except (struct.error, ValueError) as e:
         raise ChannelError(f"a save with a malformed file entry ({e})") from None
     if used != len(blob):
         raise ChannelError("a save with a file entry of the wrong length")

@@ -52,6 +52,12 @@ def test_a_save_batch_missing_or_adding_parts_is_refused() -> None:
     bad = dict(message.fields["saves"][0], profile={"name": "x", "min_size": "1"})
     with pytest.raises(ChannelError, match="chunking profile"):
         prepared_saves(Message(message.kind, 1, {"saves": [bad]}, message.blobs))
+    entry_at = 2  # after the two files
+    for cut in (b"", bytes(message.blobs[entry_at])[:-1], bytes(message.blobs[entry_at]) + b"x"):
+        blobs = list(message.blobs)
+        blobs[entry_at] = cut
+        with pytest.raises(ChannelError, match="file entry"):
+            prepared_saves(Message(message.kind, 1, message.fields, blobs))
     bad = dict(message.fields["saves"][0], tags="t")
     with pytest.raises(ChannelError, match="'tags' is a str"):
         prepared_saves(Message(message.kind, 1, {"saves": [bad]}, message.blobs))
