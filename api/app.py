@@ -60,6 +60,7 @@ from .observability import (
     metrics_middleware,
     request_id_middleware,
 )
+from .peercred import WorkerPeers, worker_listener
 from .promotion import promotion_context
 from .ratelimit import LIMITS_FILE, RateLimiter
 from .receive import close_taken
@@ -68,7 +69,7 @@ from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
 from .turns import Turns
-from .workers import no_readers, stop_workers, workers_context
+from .workers import no_readers, stop_workers, worker_pids, workers_context
 
 log = logging.getLogger("ckpt.api")
 USES_EVERY = 10.0  # seconds between a worker's hand-overs of its tokens' last uses
@@ -177,7 +178,9 @@ async def _calls_context(app: web.Application) -> AsyncIterator[None]:
     path = app[SETTINGS].calls_socket
     assert path is not None  # no workers without it (Settings.processes)
     app[CALLS] = CallServer(app[VAULT], app[TOKENS].note_uses)
-    server = await asyncio.start_unix_server(app[CALLS].handle, str(path), limit=CHANNEL_BUFFER)
+    peers = WorkerPeers(path.name, lambda: worker_pids(app))  # its workers only: 0600
+    listener = worker_listener(str(path), peers)
+    server = await asyncio.start_unix_server(app[CALLS].handle, sock=listener, limit=CHANNEL_BUFFER)
     try:
         yield
     finally:
@@ -205,7 +208,7 @@ def _middlewares(settings: Settings, worker: int) -> list[Middleware]:
     if worker:
         return [*first, forward_middleware(FORWARDER), auth_middleware(TOKENS, LIMITER)]
     if settings.processes > 1 and settings.engine_socket is not None:
-        first.insert(0, trusted_forwards(str(settings.engine_socket)))
+        first.insert(0, trusted_forwards(str(settings.engine_socket), worker_pids))
     return [*first, auth_middleware(TOKENS, LIMITER), read_only_middleware(), audit_middleware()]
 
 

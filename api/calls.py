@@ -2,20 +2,23 @@
 
 An agent's one-request save is mostly CPU outside the writer: the HTTP request, auth, the
 bundle, cutting, hashing, compressing and the JSON answer. A worker does all of that itself
-(api/workers.py) and hands the writing process only the prepared saves
-(`SaveBatch` of `vault.PreparedSave`: one for a one-request save, all of a `POST
-/v1/saves`) on this socket (`Settings.calls_socket`, mode 0600 in the data dir);
-the writing process queues them on its writer straight from its event loop (no thread
-hop, no HTTP parsing; one writer batch takes them) and answers with each checkpoint once
-the last is durable. Forwarding the save
+(api/workers.py) and hands the writing process only the prepared saves (`vault.PreparedSave`:
+one for a one-request save, all of a `POST /v1/saves`) on this socket
+(`Settings.calls_socket`, mode 0600 in the data dir); the writing process queues them on
+its writer straight from its event loop (no thread hop, no HTTP parsing; one writer batch
+takes them) and answers with each checkpoint once the last is durable. Forwarding the save
 as HTTP instead would have the writing process pay for the whole request again.
 
-Frames both ways: a 12-byte head (payload length u32, call id u64, big endian) and a
-pickle. Many calls share one connection per worker, answered as they complete. The same
-connection carries the worker's tokens' last uses, and the other way, with call ids that
-have the top bit set, the writing process's questions (a worker's metrics, for a
-`/metrics` that counts every process's requests). Pickle is safe here because both
-ends are this service: the socket is the server user's alone. A worker whose connection
+The messages are api/channel.py's named kinds, encoded here field by field: a save's
+request fields as JSON, its files, entries and new frames as raw blobs; a checkpoint as its
+catalog JSON; an error as its stable code, class name and message, raised again on the
+worker as the engine's class of that code (`VaultError` subclasses only: nothing a peer
+sends picks a class outside that tree or runs code). Many calls share one connection per
+worker, answered as they complete; the same connection carries the worker's tokens' last
+uses and, the other way, the writing process's questions (a worker's metrics, for a
+`/metrics` that counts every process's requests). The writing process accepts a
+connection only from one of its current workers (SO_PEERCRED, api/peercred.py); a frame
+that does not decode closes the connection with one log line. A worker whose connection
 breaks fails the calls under way with 503 `unavailable`; the client's retry carries the
 same idempotency key, so a save committed before the break is returned, not made twice.
 """
@@ -24,64 +27,222 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
-import pickle
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypedDict
 
-from vault import PreparedSave, StoredCheckpoint, Unavailable, Vault
+from vault import FileEntry, PreparedSave, StoredCheckpoint, Unavailable, Vault, VaultError
+from vault.chunking import ChunkingProfile
+from vault.direct import SaveRequest
+
+from .channel import TO_WORKER, TO_WRITER, ChannelError, Kind, Message, encode, read, want
 
 log = logging.getLogger("ckpt.api")
 
-_HEAD = struct.Struct(">IQ")
-MAX_FRAME = 1 << 30
 # Bytes a reader of the channel buffers before it stops reading the socket. At asyncio's
 # 64 KiB a frame of a few 40 kB saves paused and resumed the socket's reading each time
 # (two epoll changes per frame, ~10% of the writing loop's samples); frames come from our
 # own workers, whose requests are bounded by max_batch_body.
 CHANNEL_BUFFER = 8 << 20
 CONNECT_WAIT, CONNECT_RETRY = 10.0, 0.05  # seconds
-ASKED = 1 << 63  # call ids of the writing process's questions to a worker (the other way)
-ASK_WAIT = 5.0  # seconds a worker has to answer one
-METRICS_PLEASE = "metrics"
+ASK_WAIT = 5.0  # seconds a worker has to answer the writing process's question
+CHUNK_ID = 32  # bytes of a chunk id (BLAKE3)
 
 Saved = tuple[StoredCheckpoint, bool]
+Outcome = Saved | Exception
 
 
-def _answer(ok: bool, value: object) -> bytes:
+def saves_message(call: int, saves: Sequence[PreparedSave]) -> Message:
+    """SAVES: each save's request fields in the JSON; per save, its files, its entries,
+    its new frames' ids (one blob) and those frames, in that order, as blobs."""
+    described: list[dict[str, Any]] = []
+    blobs: list[bytes | memoryview] = []
+    for p in saves:
+        s = p.request
+        described.append(
+            {
+                "ns": s.ns,
+                "parent": s.parent,
+                "inherit": s.inherit,
+                "metadata": s.metadata,
+                "tags": s.tags,
+                "key": s.key,
+                "by": s.by,
+                "profile": vars(s.profile),
+                "files": list(s.files),
+                "entries": list(p.entries),
+                "frames": len(p.frames),
+            }
+        )
+        blobs += s.files.values()
+        blobs += (entry.to_bytes() for entry in p.entries.values())
+        blobs.append(b"".join(p.frames))
+        blobs += p.frames.values()
+    return Message(Kind.SAVES, call, {"saves": described}, blobs)
+
+
+def prepared_saves(message: Message) -> list[PreparedSave]:
+    """The prepared saves of a SAVES message; ChannelError if it is not one `saves_message`
+    makes."""
+    blobs = iter(message.blobs)
+    saves = [_prepared(d, blobs) for d in _dicts(message)]
+    if next(blobs, None) is not None:
+        raise ChannelError("a save batch with parts left over")
+    return saves
+
+
+def _dicts(message: Message) -> list[dict[str, Any]]:
+    described: list[dict[str, Any]] = want(message.fields, "saves", list)
+    if not all(isinstance(d, dict) for d in described):
+        raise ChannelError("a save batch whose saves are not JSON objects")
+    return described
+
+
+def _prepared(d: dict[str, Any], blobs: Iterator[memoryview | bytes]) -> PreparedSave:
+    names, entry_names = want(d, "files", list), want(d, "entries", list)
+    if not all(isinstance(n, str) for n in [*names, *entry_names]):
+        raise ChannelError("a save whose file names are not strings")
     try:
-        return pickle.dumps((ok, value), protocol=5)
-    except Exception as e:  # noqa: BLE001 - an error that does not pickle still answers
-        return pickle.dumps((False, Unavailable(f"{type(value).__name__}: {value} ({e})")))
+        files = {name: bytes(next(blobs)) for name in names}
+        entries = {name: _entry(next(blobs)) for name in entry_names}
+        ids, frames = next(blobs), int(want(d, "frames", int))
+        if len(ids) != frames * CHUNK_ID:
+            raise ChannelError(f"a save with {len(ids)} bytes of ids for {frames} frames")
+        cids = [bytes(ids[i : i + CHUNK_ID]) for i in range(0, len(ids), CHUNK_ID)]
+        new = {cid: bytes(next(blobs)) for cid in cids}
+    except StopIteration:
+        raise ChannelError("a save batch missing parts") from None
+    tags = want(d, "tags", list)
+    if tags and not all(type(t) is str for t in tags):
+        raise ChannelError("a save whose tags are not strings")
+    request = SaveRequest(
+        want(d, "ns", str),
+        files,
+        want(d, "parent", str, type(None)),
+        want(d, "inherit", bool),
+        want(d, "metadata", dict),
+        tags,
+        want(d, "key", str, type(None)),
+        want(d, "by", str, type(None)),
+        _profile(want(d, "profile", dict)),
+    )
+    return PreparedSave(request, entries, new)
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    length, call = _HEAD.unpack(await reader.readexactly(_HEAD.size))
-    if length > MAX_FRAME:
-        raise ValueError(f"a frame of {length} bytes")
-    return call, await reader.readexactly(length)
+def _entry(blob: bytes | memoryview) -> FileEntry:
+    try:
+        entry, used = FileEntry.from_view(memoryview(blob))
+    except (struct.error, ValueError) as e:
+        raise ChannelError(f"a save with a malformed file entry ({e})") from None
+    if used != len(blob):
+        raise ChannelError("a save with a file entry of the wrong length")
+    return entry
 
 
-@dataclass(frozen=True)
-class SaveBatch:
-    """The prepared saves of one request on a worker (one, or all of a `POST /v1/saves`)
-    in one frame: committed in one writer batch and answered in one frame, an (ok, value)
-    per save, in order."""
+def _profile(fields: dict[str, Any]) -> ChunkingProfile:
+    sizes = ("min_size", "avg_size", "max_size", "tensor_pieces")
+    if type(fields.get("name")) is not str or not all(type(fields.get(n)) is int for n in sizes):
+        raise ChannelError("a save with a malformed chunking profile")
+    if len(fields) != 1 + len(sizes):
+        raise ChannelError("a save whose chunking profile has other fields")
+    return _profile_of(fields["name"], *(fields[n] for n in sizes))
 
-    saves: list[PreparedSave]
+
+@lru_cache(maxsize=64)
+def _profile_of(name: str, *sizes: int) -> ChunkingProfile:
+    """Profiles are few and frozen: one object each, as `vault.direct` keeps their fields."""
+    return ChunkingProfile(name, *sizes)
 
 
-@dataclass(frozen=True)
-class TokenUses:
-    """When a worker last saw each token (by key id): the writing process keeps them with
-    its own and stores them when it stores those (`TokenCache.take_uses`)."""
+def saved_message(call: int, outcomes: Sequence[Outcome]) -> Message:
+    """SAVED: per save `{"created": bool}` with its record's catalog JSON as the next blob,
+    or `{"error": ...}`."""
+    described: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):
+            described.append({"error": error_fields(outcome)})
+            continue
+        record, created = outcome
+        described.append({"created": created})
+        blobs.append(record.to_json())
+    return Message(Kind.SAVED, call, {"outcomes": described}, blobs)
 
-    last_used: dict[str, float]
+
+def outcomes_of(message: Message) -> list[Outcome]:
+    described = want(message.fields, "outcomes", list)
+    blobs = iter(message.blobs)
+    outcomes: list[Outcome] = []
+    for d in described:
+        if not isinstance(d, dict):
+            raise ChannelError("an outcome that is not a JSON object")
+        if "error" in d:
+            outcomes.append(error_of(want(d, "error", dict)))
+            continue
+        blob = next(blobs, None)
+        if blob is None:
+            raise ChannelError("a save's outcome without its record")
+        try:
+            record = StoredCheckpoint.from_json(blob)
+        except (ValueError, TypeError, KeyError) as e:
+            raise ChannelError(f"a malformed checkpoint record ({e})") from None
+        outcomes.append((record, want(d, "created", bool)))
+    return outcomes
+
+
+class WireError(TypedDict):
+    """An error on the channel: the engine's stable code, its class's name (one of that
+    code's), its message, and its plain attributes."""
+
+    code: str
+    type: str
+    message: str
+    attrs: dict[str, object]
+
+
+def error_fields(e: Exception) -> WireError:
+    """An error as its stable code, class name, message and plain attributes (a
+    `MissingChunks`'s list); anything not a `VaultError` is a bug, logged here."""
+    if not isinstance(e, VaultError):
+        log.error("a worker's call failed in the writing process", exc_info=e)
+        return {"code": "internal", "type": "VaultError", "message": type(e).__name__, "attrs": {}}
+    attrs = {k: v for k, v in vars(e).items() if not k.startswith("_") and k != "message"}
+    try:
+        json.dumps(attrs)
+    except (TypeError, ValueError):
+        attrs = {}
+    return {"code": e.code, "type": type(e).__name__, "message": e.message, "attrs": attrs}
+
+
+def error_of(fields: Mapping[str, Any]) -> VaultError:
+    """The engine's error `error_fields` described: the class of that name among those of
+    that code, else the most general class of the code, else a plain `VaultError`."""
+    code, name = want(fields, "code", str), want(fields, "type", str)
+    message = want(fields, "message", str)
+    attrs = fields.get("attrs") or {}
+    if not isinstance(attrs, dict):
+        raise ChannelError("an error whose attributes are not a JSON object")
+    of_code = [c for c in _error_classes(VaultError) if c.code == code]
+    named = [c for c in of_code if c.__name__ == name]
+    cls = named[0] if named else min(of_code, key=lambda c: len(c.__mro__), default=VaultError)
+    error = cls.__new__(cls)
+    VaultError.__init__(error, message)
+    for key, value in attrs.items():
+        if key.isidentifier() and not key.startswith("_") and key not in ("code", "status"):
+            setattr(error, key, value)
+    return error
+
+
+def _error_classes(root: type[VaultError]) -> Iterator[type[VaultError]]:
+    yield root
+    for sub in root.__subclasses__():
+        yield from _error_classes(sub)
 
 
 class CallServer:
@@ -92,7 +253,7 @@ class CallServer:
         self._vault = vault
         self._note_uses = note_uses
         self._connections: set[asyncio.StreamWriter] = set()
-        self._asked: dict[int, asyncio.Future[Any]] = {}  # our questions to the workers
+        self._asked: dict[int, asyncio.Future[str]] = {}  # our questions to the workers
         self._ids = itertools.count(1)
 
     async def worker_metrics(self) -> list[str]:
@@ -101,9 +262,9 @@ class CallServer:
         loop = asyncio.get_running_loop()
         asked = []
         for writer in list(self._connections):
-            call = ASKED | next(self._ids)
+            call = next(self._ids)
             self._asked[call] = answer = loop.create_future()
-            _send(writer, call, pickle.dumps(METRICS_PLEASE))
+            _send(writer, Message(Kind.METRICS_ASK, call))
             asked.append((call, answer))
         texts = []
         for call, answer in asked:
@@ -120,34 +281,30 @@ class CallServer:
         try:
             while True:
                 try:
-                    call, payload = await _read_frame(reader)
+                    message = await read(reader, TO_WRITER)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                if call & ASKED:  # a worker answering our question
-                    answer = self._asked.get(call)
-                    if answer is not None and not answer.done():
-                        answer.set_result(pickle.loads(payload))  # noqa: S301 - our worker
-                    continue
-                self._commit(writer, call, payload)
-        except ValueError as e:
+                self._take(writer, message)
+        except ChannelError as e:
             log.error("engine calls: closing a connection that sent %s", e)
         finally:
             self._connections.discard(writer)
             writer.close()
 
-    def _commit(self, writer: asyncio.StreamWriter, call: int, payload: bytes) -> None:
-        try:
-            message = pickle.loads(payload)  # noqa: S301 - our own worker, our own socket
-            if isinstance(message, TokenUses):
-                self._note_uses(message.last_used)
-                _send(writer, call, _answer(True, None))
-                return
-            if not isinstance(message, SaveBatch):
-                raise TypeError(f"expected prepared saves, got {type(message).__name__}")
-        except Exception as e:  # noqa: BLE001 - the caller gets it as its answer
-            _send(writer, call, _answer(False, e))
+    def _take(self, writer: asyncio.StreamWriter, message: Message) -> None:
+        if message.kind == Kind.METRICS:  # a worker answering our question
+            answer = self._asked.get(message.call)
+            if answer is not None and not answer.done() and message.blobs:
+                answer.set_result(bytes(message.blobs[0]).decode(errors="replace"))
             return
-        self._commit_all(writer, call, message.saves)
+        if message.kind == Kind.USES:
+            uses = want(message.fields, "last_used", dict)
+            if not all(isinstance(v, float | int) for v in uses.values()):
+                raise ChannelError("token uses that are not times")
+            self._note_uses(uses)
+            _send(writer, Message(Kind.NOTED, message.call))
+            return
+        self._commit_all(writer, message.call, prepared_saves(message))
 
     def _commit_all(
         self, writer: asyncio.StreamWriter, call: int, saves: list[PreparedSave]
@@ -163,6 +320,9 @@ class CallServer:
                 failed: Future[Saved] = Future()
                 failed.set_exception(e)
                 futures.append(failed)
+        if not futures:
+            _send(writer, saved_message(call, []))
+            return
         left = [len(futures)]
         lock = threading.Lock()  # the syncer resolves them on its own thread
 
@@ -178,19 +338,16 @@ class CallServer:
 
 
 def _reply_all(writer: asyncio.StreamWriter, call: int, done: list[Future[Saved]]) -> None:
-    outcomes = [
-        (False, e) if (e := f.exception()) is not None else (True, f.result()) for f in done
+    outcomes: list[Outcome] = [
+        e if (e := f.exception()) is not None and isinstance(e, Exception) else f.result()
+        for f in done
     ]
-    _send(writer, call, _answer(True, outcomes))
+    _send(writer, saved_message(call, outcomes))
 
 
-def _error(value: object) -> Exception:
-    return value if isinstance(value, Exception) else Unavailable(f"{value!r}")
-
-
-def _send(writer: asyncio.StreamWriter, call: int, payload: bytes) -> None:
+def _send(writer: asyncio.StreamWriter, message: Message) -> None:
     if not writer.is_closing():
-        writer.write(_HEAD.pack(len(payload), call) + payload)
+        writer.write(encode(message))
 
 
 class CallClient:
@@ -205,7 +362,7 @@ class CallClient:
         self._loop = loop
         self._metrics = metrics
         self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._pending: dict[int, asyncio.Future[Message]] = {}
         self._ids = itertools.count(1)
         self._connecting = asyncio.Lock()
 
@@ -216,29 +373,38 @@ class CallClient:
             raise outcome
         return outcome
 
-    async def save_all(self, prepared: list[PreparedSave]) -> list[Saved | Exception]:
+    async def save_all(self, prepared: list[PreparedSave]) -> list[Outcome]:
         """What the writer made of each of `prepared` (one frame each way): (record,
         created), or the error that save met."""
-        outcomes: list[tuple[bool, Any]] = await self._call(
-            pickle.dumps(SaveBatch(prepared), protocol=5)
-        )
-        return [value if ok else _error(value) for ok, value in outcomes]
+        answer = await self._call(lambda call: saves_message(call, prepared), Kind.SAVED)
+        try:
+            outcomes = outcomes_of(answer)
+        except ChannelError as e:
+            log.error("engine calls: the writing process answered %s", e)
+            raise Unavailable("the server process that writes answered wrong; retry") from None
+        if len(outcomes) != len(prepared):
+            raise Unavailable("the server process that writes answered another batch; retry")
+        return outcomes
 
     async def note_uses(self, last_used: dict[str, float]) -> None:
         """Hand the writing process when this worker last saw each token."""
-        await self._call(pickle.dumps(TokenUses(last_used), protocol=5))
+        await self._call(
+            lambda call: Message(Kind.USES, call, {"last_used": last_used}), Kind.NOTED
+        )
 
-    async def _call(self, payload: bytes) -> Any:
+    async def _call(self, message: Callable[[int], Message], expected: Kind) -> Message:
         writer = await self._connected()
         call = next(self._ids)
-        answer: asyncio.Future[Any] = self._loop.create_future()
+        answer: asyncio.Future[Message] = self._loop.create_future()
         self._pending[call] = answer
-        writer.write(_HEAD.pack(len(payload), call) + payload)
+        writer.write(encode(message(call)))
         await writer.drain()
-        ok, value = await answer
-        if not ok:
-            raise value
-        return value
+        reply = await answer
+        if reply.kind == Kind.FAILED:
+            raise error_of(want(reply.fields, "error", dict))
+        if reply.kind != expected:
+            raise Unavailable(f"the server process that writes answered {reply.kind.name}; retry")
+        return reply
 
     async def _connected(self) -> asyncio.StreamWriter:
         async with self._connecting:
@@ -264,15 +430,18 @@ class CallClient:
     async def _answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                call, payload = await _read_frame(reader)
-                if call & ASKED:  # the writing process asks (its /metrics)
-                    _send(writer, call, pickle.dumps(self._metrics()))
+                message = await read(reader, TO_WORKER)
+                if message.kind == Kind.METRICS_ASK:  # the writing process asks (its /metrics)
+                    text = self._metrics().encode()
+                    _send(writer, Message(Kind.METRICS, message.call, blobs=[text]))
                     continue
-                answer = self._pending.pop(call, None)
+                answer = self._pending.pop(message.call, None)
                 if answer is not None and not answer.done():
-                    answer.set_result(pickle.loads(payload))  # noqa: S301 - our own server
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+                    answer.set_result(message)
+        except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except ChannelError as e:
+            log.error("engine calls: the writing process sent %s; reconnecting", e)
         finally:
             writer.close()
             if self._writer is writer:

@@ -10,7 +10,8 @@ process (statistics, metrics, jobs, the audit log, replication).
 
 The forwarded request keeps its method, target, headers and body (streamed both ways);
 the writing process authenticates it as if it had come straight, and learns the caller's
-address from `FORWARDED_FOR`, which it believes only on the engine socket. A descriptor
+address from `FORWARDED_FOR`, which it believes only on the engine socket from one of its
+workers (`trusted_forwards`; api/peercred.py). A descriptor
 hand-over cannot be forwarded (the descriptor travels on the local socket itself) and is
 refused here with the reason.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Collection
 
 import aiohttp
 from aiohttp import web
@@ -31,6 +32,7 @@ from vault import InvalidRequest, Unavailable
 from .errors import Handler
 from .handoff import can_hand_over, hand_over
 from .observability import request_id
+from .peercred import is_worker, peer_of
 
 FORWARDED_FOR = "X-Ckpt-Forwarded-For"
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -154,18 +156,31 @@ def forward_middleware(key: web.AppKey[Forwarder]) -> Middleware:
     return middleware
 
 
-def trusted_forwards(engine_socket: str) -> Middleware:
-    """The writing process's side: a request that came on the engine socket was forwarded
-    by a worker, so its caller's address is the one the worker names (elsewhere the header
-    is the caller's own word and ignored)."""
+def trusted_forwards(
+    engine_socket: str, workers: Callable[[web.Application], Collection[int]]
+) -> Middleware:
+    """The writing process's side: a request that came on the engine socket from one of
+    its current workers (`workers`: their pids; the kernel names the peer, api/peercred.py)
+    was forwarded by it, so its caller's address is the one the worker names. Anywhere else
+    the header is the caller's own word: dropped. Decided per connection: the same server
+    also answers the local socket and the client connections workers hand over."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        named = request.headers.get(FORWARDED_FOR)
+        if named is None:
+            return await handler(request)
         transport = request.transport
-        if transport is not None and transport.get_extra_info("sockname") == engine_socket:
-            remote = request.headers.get(FORWARDED_FOR)
-            if remote:
-                request = request.clone(remote=remote)
+        if (
+            transport is not None
+            and transport.get_extra_info("sockname") == engine_socket
+            and is_worker(peer_of(transport.get_extra_info("socket")), workers(request.app))
+        ):
+            request = request.clone(remote=named) if named else request
+        else:
+            headers = request.headers.copy()
+            del headers[FORWARDED_FOR]
+            request = request.clone(headers=headers)
         return await handler(request)
 
     return middleware

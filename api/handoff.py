@@ -7,7 +7,8 @@ CPU per GB over one process). So for a body of `HANDOFF_MIN` bytes or more on pl
 the worker hands over the connection itself: the socket's descriptor (SCM_RIGHTS) with
 the bytes it already took off it (the request head, rebuilt from the raw headers, and the
 start of the body), on a SOCK_SEQPACKET socket in the data dir (`Settings.handoff_socket`,
-one message each). The writing process adopts the socket into its own aiohttp server,
+one message each; mode 0600, and taken only from the writing process's own workers,
+api/peercred.py). The writing process adopts the socket into its own aiohttp server,
 replays those bytes first, and from then on the connection is its own: the client's later
 requests on it (the next batches of an upload) go there directly, with no worker between.
 
@@ -32,6 +33,7 @@ from aiohttp.web_protocol import RequestHandler
 from vault import Unavailable
 
 from .observability import HANDED_OVER
+from .peercred import WorkerPeers, worker_listener
 
 log = logging.getLogger("ckpt.api")
 
@@ -138,16 +140,12 @@ class Adopter:
     """The writing process's side: takes connections on `path` into `server` (its aiohttp
     server: a new protocol per connection, as an accepted one gets)."""
 
-    def __init__(self, path: str, server: Callable[[], RequestHandler]) -> None:
+    def __init__(self, path: str, server: Callable[[], RequestHandler], peers: WorkerPeers) -> None:
+        """`peers`: the check that takes hand-overs from the writing process's workers
+        only (anyone else could hand it a connection to serve as if a worker vouched)."""
         self._server = server
         self._loop = asyncio.get_running_loop()
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        if os.path.exists(path):
-            os.unlink(path)  # a socket file left by a killed predecessor
-        self._sock.bind(path)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
-        self._sock.listen(64)
-        self._sock.setblocking(False)
+        self._sock = worker_listener(path, peers, socket.SOCK_SEQPACKET, 64, _BUFFER)
         self._loop.add_reader(self._sock, self._accept)
         self._tasks: set[asyncio.Task[object]] = set()
 
@@ -158,7 +156,7 @@ class Adopter:
     def _accept(self) -> None:
         try:
             chan, _ = self._sock.accept()
-        except BlockingIOError:
+        except (BlockingIOError, ConnectionAbortedError):  # none, or one not from a worker
             return
         chan.setblocking(False)
         self._loop.add_reader(chan, self._receive, chan)

@@ -24,8 +24,10 @@ from .app import create_app
 from .handoff import Adopter
 from .keys import RUNTIME
 from .observability import AccessLogger, configure_logging
+from .peercred import WorkerPeers, worker_listener
 from .settings import Settings, SettingsError
 from .tls import exposure, server_context
+from .workers import worker_pids
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -242,8 +244,6 @@ def serve(settings: Settings) -> None:
     groups = listeners(settings.host, settings.port, settings.spare_descriptors, settings.answering)
     socks, copies = (groups[0], []) if settings.processes == 1 else ([], groups)
     paths = [str(p) for p in (settings.socket_path,) if p is not None]
-    if settings.processes > 1 and settings.engine_socket is not None:
-        paths.append(str(settings.engine_socket))  # what the workers forward (api/forward.py)
     app = create_app(settings, listening=copies)
     # SIGTERM (or SIGINT) is a graceful exit: stop accepting, let in-flight requests finish
     # (up to shutdown_timeout), then the cleanup context stops the workers, drains the
@@ -296,16 +296,28 @@ async def _run(
     try:
         sites: list[web.BaseSite] = [web.SockSite(runner, s, ssl_context=tls) for s in socks]
         sites += [web.UnixSite(runner, path) for path in paths]
+        sites += [web.SockSite(runner, s) for s in _engine_socket(app, settings)]
         for site in sites:
             await site.start()
         if settings.processes > 1 and settings.handoff_socket is not None:
             assert runner.server is not None  # set up above
-            adopter = Adopter(str(settings.handoff_socket), runner.server)
+            path = settings.handoff_socket
+            peers = WorkerPeers(path.name, lambda: worker_pids(app))
+            adopter = Adopter(str(path), runner.server, peers)
         await asyncio.Event().wait()  # until a signal raises GracefulExit
     finally:
         if adopter is not None:
             adopter.close()
         await runner.cleanup()
+
+
+def _engine_socket(app: web.Application, settings: Settings) -> list[socket.socket]:
+    """The socket the workers forward to (api/forward.py), if there are workers: 0600, and
+    taking connections from them alone (api/peercred.py)."""
+    path = settings.engine_socket
+    if settings.processes == 1 or path is None:
+        return []
+    return [worker_listener(str(path), WorkerPeers(path.name, lambda: worker_pids(app)))]
 
 
 def _check_key(key: Path, shared: bool) -> None:

@@ -303,6 +303,14 @@ def workers_context(instance: str) -> Callable[[web.Application], AsyncIterator[
     return context
 
 
+def worker_pids(app: web.Application) -> frozenset[int]:
+    """The pids of the writing process's workers running now (none before they start): a
+    connection on an inter-process socket is taken only from one of them (api/peercred.py).
+    A worker that exited leaves the set before its pid can be reused (it is reaped after)."""
+    workers = app.get(WORKERS)
+    return frozenset(workers.pids()) if workers is not None else frozenset()
+
+
 async def stop_workers(app: web.Application) -> None:
     """on_shutdown: the workers stop taking connections as this process does."""
     workers = app.get(WORKERS)

@@ -1,0 +1,97 @@
+"""The calls channel's messages (api/calls.py): prepared saves, outcomes and errors encoded
+field by field and decoded strictly, errors coming back as the engine's own classes."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.calls import (
+    error_fields,
+    error_of,
+    outcomes_of,
+    prepared_saves,
+    saved_message,
+    saves_message,
+)
+from api.channel import HEAD, TO_WORKER, TO_WRITER, ChannelError, Kind, Message, decode, encode
+from vault import DEFAULT_PROFILE, FileEntry, PreparedSave, StoredCheckpoint
+from vault.direct import SaveRequest
+from vault.errors import CheckpointNotFound, MissingChunks, NotFound, QuotaExceeded, VaultError
+
+
+def _over(message: Message, accepted: frozenset[Kind]) -> Message:
+    frame = encode(message)
+    _, call, kind = HEAD.unpack_from(frame)
+    return decode(kind, call, frame[HEAD.size :], accepted)
+
+
+def _save(n: int) -> PreparedSave:
+    files = {"state.json": b"s" * (100 + n), "w.bin": bytes(range(256)) * n}
+    entries = {
+        name: FileEntry(len(data), bytes([n]) * 32, ((bytes([n, 1]) * 16, len(data)),))
+        for name, data in files.items()
+    }
+    request = SaveRequest(
+        f"ns{n}", files, None if n else "latest", bool(n), {"step": n, "x": [1.5, None]},
+        ["t"], f"key-{n}", "trainer", DEFAULT_PROFILE,
+    )  # fmt: skip
+    return PreparedSave(request, entries, {bytes([n, 1]) * 16: b"frame" * n})
+
+
+def test_prepared_saves_come_back_equal() -> None:
+    saves = [_save(0), _save(1), _save(3)]
+    assert prepared_saves(_over(saves_message(5, saves), TO_WRITER)) == saves
+
+
+def test_a_save_batch_missing_or_adding_parts_is_refused() -> None:
+    message = saves_message(1, [_save(2)])
+    with pytest.raises(ChannelError, match="missing parts"):
+        prepared_saves(Message(message.kind, 1, message.fields, message.blobs[:-1]))
+    with pytest.raises(ChannelError, match="left over"):
+        prepared_saves(Message(message.kind, 1, message.fields, [*message.blobs, b""]))
+    bad = dict(message.fields["saves"][0], profile={"name": "x", "min_size": "1"})
+    with pytest.raises(ChannelError, match="chunking profile"):
+        prepared_saves(Message(message.kind, 1, {"saves": [bad]}, message.blobs))
+    entry_at = 2  # after the two files
+    for cut in (b"", bytes(message.blobs[entry_at])[:-1], bytes(message.blobs[entry_at]) + b"x"):
+        blobs = list(message.blobs)
+        blobs[entry_at] = cut
+        with pytest.raises(ChannelError, match="file entry"):
+            prepared_saves(Message(message.kind, 1, message.fields, blobs))
+    bad = dict(message.fields["saves"][0], tags="t")
+    with pytest.raises(ChannelError, match="'tags' is a str"):
+        prepared_saves(Message(message.kind, 1, {"saves": [bad]}, message.blobs))
+
+
+def test_outcomes_come_back_as_records_and_the_engines_errors() -> None:
+    record = StoredCheckpoint("01ab", "ns", None, 1.25, {"m": 1}, ["t"], {}, 10)
+    outcomes: list[tuple[StoredCheckpoint, bool] | Exception] = [
+        (record, True),
+        CheckpointNotFound("no such checkpoint"),
+        MissingChunks(["aa", "bb"]),
+        (record, False),
+        QuotaExceeded("over"),
+    ]
+    back = outcomes_of(_over(saved_message(9, outcomes), TO_WORKER))
+    assert back[0] == (record, True)
+    assert back[3] == (record, False)
+    assert type(back[1]) is CheckpointNotFound
+    assert str(back[1]) == "no such checkpoint"
+    assert isinstance(back[1], NotFound)
+    assert isinstance(back[1], KeyError)
+    assert type(back[2]) is MissingChunks
+    assert back[2].details() == {"missing": ["aa", "bb"]}
+    assert type(back[4]) is QuotaExceeded
+    assert back[4].status == QuotaExceeded.status
+
+
+def test_an_error_names_no_class_outside_the_engines_tree() -> None:
+    bug = error_of(error_fields(ZeroDivisionError("x")))
+    assert type(bug) is VaultError
+    assert bug.code == "internal"
+    forged = error_of({"code": "not_found", "type": "Popen", "message": "m"})
+    assert type(forged) is NotFound
+    unknown = error_of({"code": "nope", "type": "os.system", "message": "m"})
+    assert type(unknown) is VaultError
+    with pytest.raises(ChannelError):
+        error_of({"code": 1, "type": "x", "message": "m"})
