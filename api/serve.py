@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import resource
@@ -17,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from vault.libc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
 from vault.ownership import prepare_data_dir
 from vault.runtime import exit_if_stuck, os_name
 
@@ -28,10 +28,6 @@ from .peercred import WorkerPeers, worker_listener
 from .settings import Settings, SettingsError
 from .tls import exposure, server_context
 from .workers import worker_pids
-
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
 
 
 def tune_malloc() -> None:
@@ -51,13 +47,9 @@ def tune_malloc() -> None:
     the trim threshold of freed memory in it; the benchmark's server peaked at ~372 MiB
     instead of ~247. A no-op where there is no glibc.
     """
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-        libc.mallopt(_M_TRIM_THRESHOLD, 64 << 20)
-        libc.mallopt(_M_ARENA_MAX, 2)
-    except (OSError, AttributeError):
-        pass
+    mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(M_TRIM_THRESHOLD, 64 << 20)
+    mallopt(M_ARENA_MAX, 2)
 
 
 class _Listener(socket.socket):

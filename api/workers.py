@@ -47,6 +47,7 @@ from typing import IO
 from aiohttp import web
 
 from vault import Unavailable
+from vault.libc import signal_on_parent_death
 from vault.ownership import open_private
 
 from .keys import LISTENING, SETTINGS, VAULT
@@ -58,7 +59,6 @@ READERS_LOCK = "workers.lock"  # in the vault dir: held shared by every worker
 READERS_WAIT = 15.0  # seconds a starting writer waits for a predecessor's workers to die
 RESTART_MIN, RESTART_MAX = 0.5, 30.0
 READY_WAIT = 60.0  # seconds a starting service waits for its workers to open the vault
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -114,10 +114,7 @@ def hold_shared(settings: Settings) -> IO[bytes]:
 
 def die_with_parent(parent: int) -> None:
     """SIGKILL this process when its parent dies; exit now if it already has."""
-    import ctypes
-
-    with suppress(OSError, AttributeError):  # not Linux: the worker outlives a SIGKILL
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    signal_on_parent_death(signal.SIGKILL)  # not Linux: the worker outlives a SIGKILL
     if os.getppid() != parent:
         os._exit(1)
 

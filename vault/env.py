@@ -15,9 +15,7 @@ writer thread takes it exclusively to grow the map.
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
-import functools
 import os
 import stat
 import sys
@@ -30,6 +28,7 @@ from typing import IO
 import lmdb
 
 from .errors import VaultInUse
+from .libc import madvise_dontneed
 from .ownership import check_entry, make_private, open_private
 
 DATA_FILE = "data.mdb"  # LMDB's file in an environment's directory
@@ -67,7 +66,6 @@ CATALOG_DBS = (
 MIN_MAP_SIZE = 1 << 20
 MAX_GROWTH_STEP = 64 << 30
 TRIM_EVERY_BYTES = 8 << 20
-_MADV_DONTNEED = 4
 
 
 def _mapped_range(path: Path) -> tuple[int, int] | None:
@@ -84,12 +82,6 @@ def _mapped_range(path: Path) -> tuple[int, int] | None:
     return None
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    """The C library, loaded once (a dlopen per 8 MiB read showed in profiles)."""
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _madvise_dontneed(span: tuple[int, int]) -> None:
     """Unmap this process's resident pages in `span` (a range `_mapped_range` found).
 
@@ -99,7 +91,7 @@ def _madvise_dontneed(span: tuple[int, int]) -> None:
     bytes served; a later access just refaults the page from the cache.
     """
     start, end = span
-    _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+    madvise_dontneed(start, end - start)
 
 
 def _lock_dir(path: Path) -> IO[bytes]:

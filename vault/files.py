@@ -3,23 +3,10 @@ may use nothing else of the engine's insides: tests/test_boundaries_content.py).
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
-
-def _bind_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    fn = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
-    if fn is not None:
-        fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    return fn
-
-
-_SYNC_FILE_RANGE = _bind_sync_file_range()
+from .libc import SYNC_FILE_RANGE_WRITE, sync_file_range
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:
@@ -27,8 +14,8 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
     alone it waits until dirty pages pass a share of RAM, and a later fsync then writes the
     whole file at once. Linux only (`sync_file_range(SYNC_FILE_RANGE_WRITE)`); elsewhere
     nothing. (The client has its own, client/filesink.py: it may not import the engine.)"""
-    if _SYNC_FILE_RANGE is not None and length > 0:
-        _SYNC_FILE_RANGE(fd, offset, length, 2)
+    if length > 0:
+        sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE)
 
 
 def fsync_dir(path: Path) -> None:

@@ -15,9 +15,6 @@ tools) gets a private runtime that its `close` closes.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
 import logging
 import os
 import threading
@@ -26,8 +23,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from .libc import set_thread_name
+
 log = logging.getLogger("ckpt.runtime")
-_PR_SET_NAME = 15
 
 # A dedicated thread is started by its owner, through the runtime: `spawn(name, target)`.
 Spawn = Callable[[str, Callable[[], None]], threading.Thread]
@@ -168,13 +166,7 @@ def os_name(name: str) -> None:
     """Give the calling thread `name` in the kernel too (15 bytes), so `top -H`, `ps -L`
     and /proc/PID/task/*/comm tell the writer from the loop from a pool: Python 3.11 names
     only its own thread objects."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: Python's name only
-        _libc().prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    set_thread_name(name)  # not Linux: Python's name only
 
 
 def _named(name: str, target: Callable[[], None]) -> Callable[[], None]:

@@ -41,24 +41,22 @@ the bytes it holds in use.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from protocol import DiskSpace
 
 from .env import DATA_FILE, Env
+from .libc import punch_hole
 from .pages import FreeList, PageFormatError, oldest_reader, read_free_list
 from .store import Store
 
 log = logging.getLogger(__name__)
 
-_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 # Bytes given back per pause of the writer. Punching costs ~0.3 s per GB here (the kernel
 # drops those pages from the page cache), so one shrink after deleting a whole series
 # (900 MB) held writes 0.3-1.1 s; a slice of 256 MiB holds them ~0.1 s.
@@ -239,16 +237,6 @@ def _runs(pages: list[int]) -> Iterator[tuple[int, int]]:
         yield start, prev - start + 1
 
 
-@functools.cache
-def _fallocate() -> Callable[[int, int, int, int], int]:
-    """libc's fallocate(2), which Python's os module offers without its mode flags."""
-    fn = ctypes.CDLL(None, use_errno=True).fallocate
-    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    fn.restype = ctypes.c_int
-    return fn
-
-
 def _punch(fd: int, offset: int, length: int) -> None:
-    if _fallocate()(fd, _PUNCH_HOLE, offset, length) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    """fallocate(2) with its mode flags, which Python's os module does not offer."""
+    punch_hole(fd, offset, length)
