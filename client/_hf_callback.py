@@ -24,6 +24,7 @@ from .sync import VaultClient
 
 log = logging.getLogger(__name__)
 
+
 class VaultCallback(TrainerCallback):
     """Push each checkpoint the Trainer saves to `namespace`.
 

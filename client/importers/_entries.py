@@ -9,12 +9,11 @@ stops the import, `strict`) before any checkpoint is committed, never half-way.
 
 from __future__ import annotations
 
-import os
 import re
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -111,16 +110,9 @@ def provenance(
         "key": entry.key,
         "place": entry.place,
         "step": entry.step,
-        "mtime": datetime.fromtimestamp(newest / 1e9, UTC).isoformat(),
+        "mtime": datetime.fromtimestamp(newest / 1e9, timezone.utc).isoformat(),
     }
     if len(mtimes) <= MAX_FILE_MTIMES:
         out["mtimes"] = mtimes
     out.update(extra or {})
     return out
-
-
-def newest_mtime(path: Path) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0

@@ -71,7 +71,7 @@ def _sqlite(path: Path, create: bool) -> Iterator[GraphDatabase]:
         checkpoints, writes = _columns(conn, "checkpoints"), _columns(conn, "writes")
         fresh = not checkpoints and not writes
         if not (create and fresh) and not (
-            SQLITE_CHECKPOINT_COLUMNS <= checkpoints and SQLITE_WRITES_COLUMNS <= writes
+            checkpoints >= SQLITE_CHECKPOINT_COLUMNS and writes >= SQLITE_WRITES_COLUMNS
         ):
             raise BadSource(f"{path}: not a SqliteSaver database of a known schema")
         has_path = "task_path" in writes

@@ -97,7 +97,11 @@ def copy_thread(
         if held is None:
             parent = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
             conf: RunnableConfig = {
-                "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": parent,
+                }
             }
             versions = dict(t.checkpoint.get("channel_versions") or {})
             target.put(conf, t.checkpoint, t.metadata, versions)

@@ -72,7 +72,8 @@ def _checkpoint_state(path: Path) -> dict[str, Any] | None:
         if str(k).startswith(CALLBACK_PREFIX) and isinstance(s, dict) and s.get("best_model_path")
     ]
     here = [s for s in states if _same_dir(s.get("dirpath"), path.parent)]
-    return (here or states or [None])[0]
+    chosen = here or states
+    return chosen[0] if chosen else None
 
 
 def _same_dir(dirpath: Any, directory: Path) -> bool:

@@ -25,7 +25,9 @@ def scan(root: Path) -> list[Entry]:
     for path in _files(root):
         step = step_in(path.name)
         if step is None:
-            entries.append(Entry(path.name, -1, "", {}, problem=f"{path.name}: no step in its name"))
+            entries.append(
+                Entry(path.name, -1, "", {}, problem=f"{path.name}: no step in its name")
+            )
         else:
             by_step.setdefault(step, {})[path.name] = path
     for step, files in sorted(by_step.items()):

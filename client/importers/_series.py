@@ -142,8 +142,16 @@ def import_series(
         action = "skip" if e.problem else "present" if e.key in present else "create"
         done = present.get(e.key)
         report.entries.append(
-            Planned(e.key, e.step, action, len(e.files), e.size if e.files else 0,
-                    done.id if done else None, e.problem, list(e.tags))
+            Planned(
+                e.key,
+                e.step,
+                action,
+                len(e.files),
+                e.size if e.files else 0,
+                done.id if done else None,
+                e.problem,
+                list(e.tags),
+            )
         )
     if not dry_run:
         _run(vault, root, layout, entries, present, report, chunking, progress)

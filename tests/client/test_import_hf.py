@@ -23,7 +23,6 @@ from ..serverproc import ServerProcess
 from .test_hf import Tokens, tiny_gpt2
 from .test_import_series import js
 
-
 STEPS = [2, 4, 6, 8, 10]
 
 
@@ -75,7 +74,9 @@ def test_trainer_output_imports_as_a_chain_and_resumes_identically(
     for ckpt in chain:
         step = ckpt.metadata["step"]
         logged = [e for e in history if e.get("step") == step]
-        assert ckpt.metadata["eval_loss"] == next(e["eval_loss"] for e in logged if "eval_loss" in e)
+        assert ckpt.metadata["eval_loss"] == next(
+            e["eval_loss"] for e in logged if "eval_loss" in e
+        )
         assert ckpt.metadata["loss"] == next(e["loss"] for e in logged if "loss" in e)
         assert ckpt.metadata["checkpoint_dir"] == f"checkpoint-{step}"
         assert ("best" in ckpt.tags) == (ckpt.metadata["checkpoint_dir"] == best)

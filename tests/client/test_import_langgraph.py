@@ -42,7 +42,10 @@ class State(TypedDict):
 def _node(name: str) -> Any:
     def node(state: State) -> dict[str, Any]:
         said = f"{name} heard {len(state['messages'])}"
-        return {"messages": [AIMessage(said, id=f"{name}-{len(state['messages'])}")], "visits": [name]}
+        return {
+            "messages": [AIMessage(said, id=f"{name}-{len(state['messages'])}")],
+            "visits": [name],
+        }
 
     return node
 

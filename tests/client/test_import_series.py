@@ -79,7 +79,8 @@ def test_plain_files_import_in_step_order_and_export_back_exactly(
     assert vault.namespaces() == [] or "imp/plain" not in [n.name for n in vault.namespaces()]
 
     report = js(server, "import", str(src), "imp/plain")
-    assert report["layout"] == "plain" and report["created"] == 3
+    assert report["layout"] == "plain"
+    assert report["created"] == 3
     chain = chain_of(vault, "imp/plain")
     assert [c.metadata["step"] for c in chain] == [30, 200, 1000]
     assert [c.parent for c in chain] == [None, chain[0].id, chain[1].id]
@@ -88,7 +89,8 @@ def test_plain_files_import_in_step_order_and_export_back_exactly(
     assert mtime == (src / "model_30.pt").stat().st_mtime_ns
 
     again = js(server, "import", str(src), "imp/plain")
-    assert again["created"] == 0 and again["present"] == 3
+    assert again["created"] == 0
+    assert again["present"] == 3
     assert len(vault.list("imp/plain")) == 3
 
     out = tmp_path / "out"
