@@ -68,7 +68,8 @@ def import_(args: argparse.Namespace) -> int:
             graph = importers.import_langgraph(
                 vault, database, args.namespace, dry_run=args.dry_run, progress=_bar(args)
             )
-            return _print_graph(args, graph.to_wire(), "imported")
+            verb = "to import (dry run)" if args.dry_run else "imported"
+            return _print_graph(args, graph.to_wire(), verb)
         report = importers.import_series(
             vault,
             args.source,
@@ -87,7 +88,7 @@ def import_(args: argparse.Namespace) -> int:
         ["step", "entry", "action", "files", "size", "checkpoint / reason"],
         [
             [
-                e.step,
+                e.step if e.step >= 0 else "-",
                 e.key,
                 verb if e.action == "create" else e.action,
                 e.files,
@@ -97,13 +98,21 @@ def import_(args: argparse.Namespace) -> int:
             for e in report.entries
         ],
     )
-    rate = report.bytes / report.seconds / 2**20 if report.seconds else 0.0
+    print()
+    if args.dry_run:
+        planned = sum(e.bytes for e in report.entries if e.action == "create")
+        done = f"{human_bytes(planned)} to send at most"
+    else:
+        rate = report.bytes / report.seconds / 2**20 if report.seconds else 0.0
+        done = (
+            f"{human_bytes(report.bytes)} in {report.seconds:.1f} s ({rate:.1f} MiB/s), "
+            f"{human_bytes(report.unique_bytes)} in new chunks"
+        )
     print(
         printable(
-            f"\n{report.layout} series {report.source} -> {report.namespace}: "
+            f"{report.layout} series {report.source} -> {report.namespace}: "
             f"{report.count('create')} {verb}, {report.count('present')} present, "
-            f"{report.count('skip')} skipped; {human_bytes(report.bytes)} in "
-            f"{report.seconds:.1f} s ({rate:.1f} MiB/s), {human_bytes(report.unique_bytes)} unique"
+            f"{report.count('skip')} skipped; {done}"
         )
     )
     return 0
@@ -149,5 +158,6 @@ def _print_graph(args: argparse.Namespace, report: dict[str, Any], verb: str) ->
             for t in report["threads"]
         ],
     )
-    print(f"\n{len(report['threads'])} thread(s) {verb} in {report['seconds']:.1f} s")
+    print()
+    print(f"{len(report['threads'])} thread(s) {verb} in {report['seconds']:.1f} s")
     return 0

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotFound
+from ..manager import finite_metrics
 from ..models import Checkpoint
 from ..progress import Progress
 from ..sync import VaultClient
@@ -32,6 +33,7 @@ DIR_LAYOUTS = ("hf", "dcp")  # a directory per checkpoint
 FILE_LAYOUTS = ("lightning", "plain")  # files at the top; tried after the directory ones
 MANAGED_TAGS = frozenset({"best"})  # tags an import moves as the source's best moves
 LIST_PAGE = 1000
+CHECKED = finite_metrics("loss", "eval_loss", "train_loss", "val_loss")  # absent ones pass
 
 
 class BadSource(ValueError):
@@ -179,6 +181,7 @@ def _run(
             if planned.action == "present":
                 parent = present[entry.key].id
                 _retag(vault, present[entry.key], entry)
+                _judge(vault, present[entry.key])
                 continue
             metadata = {**entry.metadata, IMPORTED_KEY: provenance(root, layout, entry)}
             ckpt = vault.save(
@@ -190,11 +193,21 @@ def _run(
                 chunking=chunking,
             )
             parent = planned.id = ckpt.id
+            _judge(vault, ckpt)
             report.bytes += planned.bytes
             report.files += planned.files
             report.unique_bytes += _new_bytes(vault, ckpt, seen)
             bar.update(planned.bytes)
             bar.note(f"{report.files} files, {_share(report)} unique")
+
+
+def _judge(vault: VaultClient, ckpt: Checkpoint) -> None:
+    """Mark invalid a checkpoint whose loss was NaN or infinite, as `VaultCallback` does,
+    so `resume_from_vault` ("latest-valid") never resumes from it. Others stay
+    unverified: nothing here checked them."""
+    verdict = CHECKED(ckpt)
+    if verdict is not True and ckpt.validity.get("state") != "invalid":
+        vault.mark_invalid(ckpt.namespace, ckpt.id, str(verdict))
 
 
 def _retag(vault: VaultClient, ckpt: Checkpoint, entry: Entry) -> None:

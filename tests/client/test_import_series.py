@@ -169,3 +169,42 @@ def test_bad_sources_are_named(server: ServerProcess, vault: VaultClient, tmp_pa
     assert "both hf and dcp checkpoints; choose with --layout" in failed.stderr
     forced = js(server, "import", str(both), "imp/bad", "--layout", "dcp")
     assert [e["key"] for e in forced["entries"]] == ["step-2"]
+
+
+def hf_checkpoint(root: Path, step: int, loss: float, best: int) -> None:
+    """A Trainer checkpoint directory as `Trainer._save_checkpoint` leaves it (the files
+    the importer reads are real; the weights are stand-ins)."""
+    directory = root / f"checkpoint-{step}"
+    directory.mkdir(parents=True)
+    (directory / "model.safetensors").write_bytes(os.urandom(5000))
+    state = {
+        "global_step": step,
+        "epoch": step / 10,
+        "log_history": [{"loss": loss, "step": step, "epoch": step / 10}],
+        "best_model_checkpoint": str(root / f"checkpoint-{best}"),
+        "best_metric": 0.5,
+    }
+    (directory / "trainer_state.json").write_text(json.dumps(state))
+
+
+def test_a_series_imported_again_moves_its_best_tag_and_marks_nan_invalid(
+    server: ServerProcess, vault: VaultClient, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    hf_checkpoint(out, 10, 2.0, best=10)
+    hf_checkpoint(out, 20, float("nan"), best=10)
+    import_series(vault, out, "imp/moving-best", progress=False)
+    (tagged,) = vault.list("imp/moving-best", tag="best")
+    assert tagged.metadata["step"] == 10
+    nan = vault.get("imp/moving-best", "latest")
+    assert nan.metadata["loss"] == "nan"
+    assert nan.validity["state"] == "invalid"
+    assert nan.validity["reason"] == "loss is nan"
+
+    hf_checkpoint(out, 30, 1.0, best=30)  # training went on and did better
+    report = import_series(vault, out, "imp/moving-best", progress=False)
+    assert [e.action for e in report.entries] == ["present", "present", "create"]
+    (tagged,) = vault.list("imp/moving-best", tag="best")
+    assert tagged.metadata["step"] == 30
+    assert tagged.parent == nan.id
+    assert vault.get("imp/moving-best", "latest-valid").id == tagged.id
