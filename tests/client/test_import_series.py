@@ -19,6 +19,7 @@ from client import VaultClient
 from client.importers import BadSource, export_series, import_series
 
 from ..serverproc import ServerProcess
+from .conftest import loaded_by
 
 
 def ckpt(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -208,3 +209,10 @@ def test_a_series_imported_again_moves_its_best_tag_and_marks_nan_invalid(
     assert tagged.metadata["step"] == 30
     assert tagged.parent == nan.id
     assert vault.get("imp/moving-best", "latest-valid").id == tagged.id
+
+
+def test_importing_the_package_loads_no_framework() -> None:
+    """torch only to read a Lightning file's callback state; LangGraph, psycopg only for a
+    database; transformers never."""
+    heavy = {"torch", "langgraph", "psycopg", "transformers", "pytorch_lightning"}
+    assert loaded_by("client.importers", heavy) == "[]"
