@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._entries import Entry, files_under, step_in, unreadable
+from ._entries import Entry, files_under, problem_in, step_in
 
 METADATA = ".metadata"
 SHARD_SUFFIX = ".distcp"
@@ -37,7 +37,7 @@ def scan(root: Path) -> list[Entry]:
         elif METADATA not in files:
             entry.problem = f"{directory.name}: half-written (no {METADATA})"
         else:
-            entry.problem = unreadable(files)
+            entry.problem = problem_in(files)
             entry.metadata = {"step": step, "checkpoint_dir": directory.name}
         entries.append(entry)
     return entries

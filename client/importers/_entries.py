@@ -87,13 +87,23 @@ def unreadable(files: Mapping[str, Path]) -> str | None:
 def torch_archive_problem(name: str, path: Path) -> str | None:
     """A torch.save file (zip) cut short has no central directory at its end: reading
     that end record is cheap and catches a file still being written."""
-    if path.suffix not in TORCH_SUFFIXES or path.stat().st_size == 0:
-        return None if path.stat().st_size else f"{name}: empty file"
+    if path.suffix not in TORCH_SUFFIXES:
+        return None
+    if path.stat().st_size == 0:
+        return f"{name}: empty file"
     with open(path, "rb") as f:
         head = f.read(4)
     if head != b"PK\x03\x04":
         return None  # not a zip archive (legacy torch format, or another kind of file)
     return None if zipfile.is_zipfile(path) else f"{name}: truncated archive (no zip directory)"
+
+
+def problem_in(files: Mapping[str, Path]) -> str | None:
+    """The first reason one of `files` cannot be imported whole: unreadable, or a torch
+    archive cut short."""
+    return unreadable(files) or next(
+        (p for name, path in files.items() if (p := torch_archive_problem(name, path))), None
+    )
 
 
 def provenance(

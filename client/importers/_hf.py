@@ -17,7 +17,7 @@ from typing import Any
 
 from ..hf import latest_metrics
 from ..manager import metric_value
-from ._entries import Entry, files_under, unreadable
+from ._entries import Entry, files_under, problem_in
 
 NAME = re.compile(r"checkpoint-(\d+)")
 STATE_FILE = "trainer_state.json"
@@ -75,7 +75,7 @@ def scan(root: Path) -> list[Entry]:
             step = int(state.get("global_step") or step)
             entry.step = step
             entry.metadata = _metadata(directory.name, step, state)
-            entry.problem = unreadable(files)
+            entry.problem = problem_in(files)
         entries.append(entry)
     _tag_best(entries)
     return entries

@@ -137,8 +137,10 @@ def import_langgraph(
     started = time.monotonic()
     report = GraphImportReport(source if "://" not in source else _redacted(source), prefix)
     report.dry_run = dry_run
-    saver = VaultSaver.sharing(vault, prefix=prefix)
-    with open_database(source, create=False) as db:
+    with (
+        VaultSaver.sharing(vault, prefix=prefix) as saver,
+        open_database(source, create=False) as db,
+    ):
         threads = db.threads()
         with Progress(progress, len(threads), f"import {prefix}") as bar:
             for thread_id in threads:
@@ -170,8 +172,21 @@ def export_langgraph(
     (its tables made if missing), as the old saver held them."""
     started = time.monotonic()
     report = GraphImportReport(dest if "://" not in dest else _redacted(dest), prefix)
-    saver = VaultSaver.sharing(vault, prefix=prefix)
-    threads = sorted({str(t.config["configurable"]["thread_id"]) for t in saver.list(None)})
+    with VaultSaver.sharing(vault, prefix=prefix) as saver:
+        threads = sorted({str(t.config["configurable"]["thread_id"]) for t in saver.list(None)})
+        _export_threads(vault, saver, threads, dest, report, progress)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _export_threads(
+    vault: VaultClient,
+    saver: VaultSaver,
+    threads: list[str],
+    dest: str,
+    report: GraphExportReport,
+    progress: bool | None,
+) -> None:
     with open_database(dest, create=True) as db, Progress(progress, len(threads), "export") as bar:
         for thread_id in threads:
             thread = ThreadReport(thread_id, saver.layout.namespace(thread_id))
@@ -180,8 +195,6 @@ def export_langgraph(
             copy_thread(history, db.saver, present, _vault_task_paths(vault, saver), thread)
             report.threads.append(thread)
             bar.update(1)
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def _vault_task_paths(vault: VaultClient, saver: VaultSaver) -> TaskPaths:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..manager import metric_value
-from ._entries import Entry, step_in, torch_archive_problem, unreadable
+from ._entries import Entry, problem_in, step_in
 
 SUFFIX = ".ckpt"
 EPOCH = re.compile(r"epoch[=_-]?(\d+)")
@@ -41,7 +41,7 @@ def scan(root: Path) -> list[Entry]:
         if step is None:
             entry.problem = f"{path.name}: no step in its name"
         else:
-            entry.problem = unreadable(entry.files) or torch_archive_problem(path.name, path)
+            entry.problem = problem_in(entry.files)
             epoch = EPOCH.search(path.name)
             entry.metadata = {"step": step, "path": path.name}
             if epoch:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._entries import Entry, step_in, torch_archive_problem, unreadable
+from ._entries import Entry, problem_in, step_in
 
 
 def _files(root: Path) -> list[Path]:
@@ -32,8 +32,6 @@ def scan(root: Path) -> list[Entry]:
             by_step.setdefault(step, {})[path.name] = path
     for step, files in sorted(by_step.items()):
         entry = Entry(f"step-{step}", step, "", files, metadata={"step": step})
-        entry.problem = unreadable(files) or next(
-            (p for n, f in files.items() if (p := torch_archive_problem(n, f))), None
-        )
+        entry.problem = problem_in(files)
         entries.append(entry)
     return entries

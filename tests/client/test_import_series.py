@@ -171,6 +171,16 @@ def test_bad_sources_are_named(server: ServerProcess, vault: VaultClient, tmp_pa
     forced = js(server, "import", str(both), "imp/bad", "--layout", "dcp")
     assert [e["key"] for e in forced["entries"]] == ["step-2"]
 
+    cut = tmp_path / "cut"
+    plain_series(cut, [1, 2])
+    whole = (cut / "model_2.pt").read_bytes()
+    (cut / "model_2.pt").write_bytes(whole[: len(whole) // 2])  # a save still being written
+    report = import_series(vault, cut, "imp/cut", progress=False)
+    assert [(e.key, e.action, e.reason) for e in report.entries][1:] == [
+        ("step-1", "create", None),
+        ("step-2", "skip", "model_2.pt: truncated archive (no zip directory)"),
+    ]
+
 
 def hf_checkpoint(root: Path, step: int, loss: float, best: int) -> None:
     """A Trainer checkpoint directory as `Trainer._save_checkpoint` leaves it (the files
