@@ -21,7 +21,7 @@ from client.hf import resume_from_vault
 
 from ..serverproc import ServerProcess
 from .test_hf import Tokens, tiny_gpt2
-from .test_import_series import js
+from .test_import_series import js, tree
 
 STEPS = [2, 4, 6, 8, 10]
 
@@ -82,6 +82,13 @@ def test_trainer_output_imports_as_a_chain_and_resumes_identically(
         assert ("best" in ckpt.tags) == (ckpt.metadata["checkpoint_dir"] == best)
         assert sorted(ckpt.files) == sorted(os.listdir(out / f"checkpoint-{step}"))
     assert len(vault.list("imp/hf", tag="best")) == 1
+
+    back = tmp_path / "exported"
+    js(server, "export", "imp/hf", str(back))
+    want = {
+        k: v for k, v in tree(out).items() if k.split("/")[0] in {f"checkpoint-{s}" for s in STEPS}
+    }
+    assert tree(back) == want  # bytes, names and modification times
 
     from_dir = trainer(tmp_path / "from-dir", 14)
     from_dir.train(resume_from_checkpoint=str(out / "checkpoint-10"))
