@@ -135,13 +135,15 @@ def import_series(
     creates it. `progress`: a bar with files and unique bytes so far (None: on a terminal)."""
     started = time.monotonic()
     root, layout, entries = scan_source(source, layout)
-    bad = [e for e in entries if e.problem is not None]
+    present = imported(vault, namespace, str(root))
+    bad = [e for e in entries if e.problem is not None and e.key not in present]
     if strict and bad:
         raise BadSource("; ".join(str(e.problem) for e in bad) + " (nothing imported: --strict)")
-    present = imported(vault, namespace, str(root))
     report = ImportReport(namespace, str(root), layout, dry_run)
     for e in entries:
-        action = "skip" if e.problem else "present" if e.key in present else "create"
+        # Imported before wins over a problem found now (a file since removed): it stays
+        # in the chain as the parent of what follows.
+        action = "present" if e.key in present else "skip" if e.problem else "create"
         done = present.get(e.key)
         report.entries.append(
             Planned(
@@ -151,7 +153,7 @@ def import_series(
                 len(e.files),
                 e.size if e.files else 0,
                 done.id if done else None,
-                e.problem,
+                None if action == "present" else e.problem,
                 list(e.tags),
             )
         )
@@ -180,7 +182,8 @@ def _run(
                 continue
             if planned.action == "present":
                 parent = present[entry.key].id
-                _retag(vault, present[entry.key], entry)
+                if entry.problem is None:  # else its tags, as scanned now, say nothing
+                    _retag(vault, present[entry.key], entry)
                 _judge(vault, present[entry.key])
                 continue
             metadata = {**entry.metadata, IMPORTED_KEY: provenance(root, layout, entry)}
