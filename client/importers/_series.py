@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from ..errors import NotFound
 from ..manager import finite_metrics
@@ -107,8 +108,19 @@ def imported(vault: VaultClient, namespace: str, source: str) -> dict[str, Check
         before = page[-1].id
 
 
+def local_root(source: str | Path) -> Path:
+    """The directory `source` names: a path or a `file://` URL. Other URLs (s3://, gs://)
+    are not read yet: copy the series down first."""
+    text = str(source)
+    if text.startswith("file://"):
+        return Path(unquote(urlparse(text).path))
+    if "://" in text:
+        raise BadSource(f"{text.split('://')[0]}:// sources are not supported yet: copy it locally")
+    return Path(text).expanduser().resolve()
+
+
 def scan_source(source: str | Path, layout: str | None) -> tuple[Path, str, list[Entry]]:
-    root = Path(source).expanduser().resolve()
+    root = local_root(source).resolve()
     if not root.is_dir():
         raise BadSource(f"{source}: not a directory")
     if layout is not None and layout not in LAYOUTS:

@@ -89,7 +89,7 @@ def test_plain_files_import_in_step_order_and_export_back_exactly(
     mtime = chain[0].metadata["imported"]["mtimes"]["model_30.pt"]
     assert mtime == (src / "model_30.pt").stat().st_mtime_ns
 
-    again = js(server, "import", str(src), "imp/plain")
+    again = js(server, "import", src.as_uri(), "imp/plain")  # the same source, as a URL
     assert again["created"] == 0
     assert again["present"] == 3
     assert len(vault.list("imp/plain")) == 3
@@ -158,6 +158,8 @@ def test_dcp_dirs_half_written_ones_reported_or_stopping_with_strict(
 def test_bad_sources_are_named(server: ServerProcess, vault: VaultClient, tmp_path: Path) -> None:
     with pytest.raises(BadSource, match="not a directory"):
         import_series(vault, tmp_path / "missing", "imp/bad")
+    with pytest.raises(BadSource, match="s3:// sources are not supported yet"):
+        import_series(vault, "s3://bucket/run", "imp/bad")
     (tmp_path / "empty").mkdir()
     with pytest.raises(BadSource, match="no checkpoint series recognised"):
         import_series(vault, tmp_path / "empty", "imp/bad")
