@@ -4,7 +4,8 @@ again with PostgresSaver (a PostgreSQL started here from Debian's package), impo
 `ckpt export` into a fresh database gives the same rows as the original saver reads.
 
 The graph fans out to two nodes each turn, so a step has two tasks' pending writes and
-their order (by task path) matters."""
+their order (by task path) matters, and joins in a subgraph that keeps checkpoints of its
+own (checkpoint_ns "join")."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ from .test_import_series import js
 
 THREADS = ["alpha", "beta", "user 7/chat"]  # the last is not a plain namespace segment
 TURNS = 4
+# a turn: 4 checkpoints of the graph (input, start, the fan-out, the join) and 3 of the
+# subgraph run by the join (its input, start, its node)
+PER_THREAD = TURNS * (4 + 3)
 
 
 class State(TypedDict):
@@ -51,9 +55,14 @@ def _node(name: str) -> Any:
 
 
 def run_graph(saver: BaseCheckpointSaver[Any]) -> None:
+    inner = StateGraph(State)  # a subgraph: its checkpoints have a checkpoint_ns of their own
+    inner.add_node("inner", _node("inner"))
+    inner.add_edge(START, "inner")
+    inner.add_edge("inner", END)
     builder = StateGraph(State)
-    for name in ("zeta", "alef", "join"):
+    for name in ("zeta", "alef"):
         builder.add_node(name, _node(name))
+    builder.add_node("join", inner.compile(checkpointer=True))
     builder.add_edge(START, "zeta")
     builder.add_edge(START, "alef")
     builder.add_edge(["zeta", "alef"], "join")
@@ -93,7 +102,8 @@ def check_moved(vault: VaultClient, prefix: str, original: BaseCheckpointSaver[A
     with VaultSaver.sharing(vault, prefix=prefix) as moved:
         for thread in THREADS:
             want = rows(original, thread)
-            assert len(want) == 2 * TURNS * 4 + 1  # 4 checkpoints a turn, twice, and the latest
+            assert len(want) == 2 * PER_THREAD + 1  # listed, each by id, and the latest
+            assert {r[0]["configurable"]["checkpoint_ns"] for r in want} == {"", "join"}
             assert rows(moved, thread) == want
             assert any(len({w[0] for w in r[4]}) == 2 for r in want)  # two tasks' writes
 
@@ -107,15 +117,15 @@ def test_sqlite_history_moves_in_and_back_out(
     run_graph(original)
 
     dry = js(server, "import", str(db), "moved/sqlite", "--dry-run")
-    assert [t["checkpoints"] for t in dry["threads"]] == [TURNS * 4] * 3
+    assert [t["checkpoints"] for t in dry["threads"]] == [PER_THREAD] * 3
     report = js(server, "import", str(db), "moved/sqlite")
     assert [(t["thread_id"], t["checkpoints"]) for t in report["threads"]] == [
-        (t, TURNS * 4) for t in sorted(THREADS)
+        (t, PER_THREAD) for t in sorted(THREADS)
     ]
     check_moved(vault, "moved/sqlite", original)
     again = js(server, "import", str(db), "moved/sqlite")
     assert [(t["checkpoints"], t["writes"], t["present"]) for t in again["threads"]] == [
-        (0, 0, TURNS * 4)
+        (0, 0, PER_THREAD)
     ] * 3
 
     out = tmp_path / "exported.sqlite"
@@ -135,7 +145,7 @@ def test_postgres_history_moves_in_and_back_out(
         original.setup()
         run_graph(original)
         report = js(server, "import", source, "moved/pg")
-        assert sum(t["checkpoints"] for t in report["threads"]) == 3 * TURNS * 4
+        assert sum(t["checkpoints"] for t in report["threads"]) == 3 * PER_THREAD
         check_moved(vault, "moved/pg", original)
 
         dest = postgres.create_database("exported")
