@@ -10,7 +10,13 @@ own (checkpoint_ns "join")."""
 from __future__ import annotations
 
 import operator
+import os
+import random
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -36,6 +42,7 @@ TURNS = 4
 # a turn: 4 checkpoints of the graph (input, start, the fan-out, the join) and 3 of the
 # subgraph run by the join (its input, start, its node)
 PER_THREAD = TURNS * (4 + 3)
+KILL_DEADLINE = 60.0  # seconds for the import to reach its kill point
 
 
 class State(TypedDict):
@@ -166,3 +173,38 @@ def test_unknown_databases_are_refused(
     empty = postgres.create_database("empty")
     with pytest.raises(BadSource, match="no PostgresSaver tables"):
         import_langgraph(vault, empty, "moved/other")
+
+
+def test_an_import_killed_mid_thread_finishes_without_duplicate_or_gap(
+    server: ServerProcess, vault: VaultClient, tmp_path: Path
+) -> None:
+    """SIGKILL lands between a checkpoint's put and its writes, or mid-put: the second
+    run puts only what is missing, and the threads read as the original's."""
+    db = tmp_path / "agents.sqlite"
+    original = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+    run_graph(original)
+    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
+    command = [sys.executable, "-m", "cli", "import", str(db), "killed", "--json"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + KILL_DEADLINE
+        at = random.randint(1, PER_THREAD)  # records of the first thread before the kill
+        while proc.poll() is None and records(vault, "killed/alpha") < at:
+            assert time.monotonic() < end, "the import made no progress"
+            time.sleep(0.005)
+        assert proc.poll() is None, "the import ended before it was killed"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    report = js(server, "import", str(db), "killed")
+    assert sum(t["present"] for t in report["threads"]) >= 1
+    check_moved(vault, "killed", original)
+
+
+def records(vault: VaultClient, namespace: str) -> int:
+    """Vault records (checkpoints and writes) of a thread's namespace so far."""
+    if namespace not in {n.name for n in vault.namespaces()}:
+        return 0
+    return len(vault.list(namespace, limit=1000))
