@@ -13,7 +13,7 @@ import sys
 
 from client.errors import ClientError
 
-from . import admin, catalog, checkpoints, keys, lifecycle, serve, standby
+from . import admin, catalog, checkpoints, keys, lifecycle, moving, serve, standby
 from .output import printable
 
 # What `pip install '.[server]'` adds: a command that needs one of these runs the engine here.
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.register(sub)
     keys.register(sub)
     standby.register(sub)
+    moving.register(sub)
     return parser
 
 

@@ -18,13 +18,11 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .errors import Forbidden
-from .hf import checkpoint_dir_name
+from .hf import checkpoint_dir_name, latest_metrics
 from .manager import CheckpointManager, KeepBest, finite_metrics
 from .sync import VaultClient
 
 log = logging.getLogger(__name__)
-
-SKIPPED_LOG_KEYS = frozenset({"step", "epoch"})  # in every log entry; the record has them
 
 
 class VaultCallback(TrainerCallback):
@@ -128,19 +126,6 @@ class VaultCallback(TrainerCallback):
         if self.manager is not None:
             manager, self.manager = self.manager, None
             manager.close()
-
-
-def latest_metrics(log_history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """The newest logged value of each numeric metric (loss, eval_loss, learning_rate...),
-    NaN and infinities included: they are what marks a checkpoint invalid."""
-    out: dict[str, float] = {}
-    for entry in reversed(log_history):
-        for key, value in entry.items():
-            if key in SKIPPED_LOG_KEYS or key in out:
-                continue
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[key] = float(value)
-    return out
 
 
 __all__ = ["VaultCallback", "latest_metrics"]

@@ -23,6 +23,7 @@ Importing this module is light: `VaultCallback` (which subclasses transformers'
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,13 +33,33 @@ from .sync import VaultClient
 if TYPE_CHECKING:
     from ._hf_callback import VaultCallback
 
-__all__ = ["VaultCallback", "checkpoint_dir_name", "resume_from_vault"]
+__all__ = [
+    "VaultCallback",
+    "checkpoint_dir_name",
+    "latest_metrics",
+    "resume_from_vault",
+]
+
+SKIPPED_LOG_KEYS = frozenset({"step", "epoch"})  # in every log entry; the record has them
 
 
 def checkpoint_dir_name(step: int) -> str:
     """The Trainer's directory name for the checkpoint of `step`
     (transformers' PREFIX_CHECKPOINT_DIR, "checkpoint", and the step)."""
     return f"checkpoint-{step}"
+
+
+def latest_metrics(log_history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The newest logged value of each numeric metric (loss, eval_loss, learning_rate...),
+    NaN and infinities included: they are what marks a checkpoint invalid."""
+    out: dict[str, float] = {}
+    for entry in reversed(log_history):
+        for key, value in entry.items():
+            if key in SKIPPED_LOG_KEYS or key in out:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = float(value)
+    return out
 
 
 def resume_from_vault(

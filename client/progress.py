@@ -25,6 +25,11 @@ class Progress:
         if self._bar is not None:
             self._bar.update(n)
 
+    def note(self, text: str) -> None:
+        """Show `text` beside the bar (files, dedup so far: what bytes alone do not say)."""
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)
+
     def __enter__(self) -> Progress:
         return self
 

@@ -53,6 +53,7 @@ def test_mypy_strict() -> None:
         "client.manager",
         "client.hf",
         "client.lightning",
+        "client.importers",
     ],
 )
 def test_each_module_imports_alone(module: str) -> None:
@@ -126,7 +127,8 @@ def test_client_does_not_import_server_dependencies() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["client.torch", "client.dcp", "client.langgraph", "client.fsspec"]
+    "module",
+    ["client.torch", "client.dcp", "client.langgraph", "client.fsspec", "client.importers"],
 )
 def test_integrations_import_no_server_package(module: str) -> None:
     code = (

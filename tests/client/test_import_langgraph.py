@@ -1,0 +1,210 @@
+"""LangGraph histories moved in and out: a graph run on 3 threads with SqliteSaver, and
+again with PostgresSaver (a PostgreSQL started here from Debian's package), imported with
+`ckpt import`; `VaultSaver` then answers `list` and `get_tuple` as the old saver did, and
+`ckpt export` into a fresh database gives the same rows as the original saver reads.
+
+The graph fans out to two nodes each turn, so a step has two tasks' pending writes and
+their order (by task path) matters, and joins in a subgraph that keeps checkpoints of its
+own (checkpoint_ns "join")."""
+
+from __future__ import annotations
+
+import operator
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+from client import VaultClient
+from client.importers import BadSource, import_langgraph
+from client.langgraph import VaultSaver
+
+from ..serverproc import ServerProcess
+from .pgserver import PostgresServer
+from .test_import_series import js
+
+THREADS = ["alpha", "beta", "user 7/chat"]  # the last is not a plain namespace segment
+TURNS = 4
+# a turn: 4 checkpoints of the graph (input, start, the fan-out, the join) and 3 of the
+# subgraph run by the join (its input, start, its node)
+PER_THREAD = TURNS * (4 + 3)
+KILL_DEADLINE = 60.0  # seconds for the import to reach its kill point
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    visits: Annotated[list[str], operator.add]
+
+
+def _node(name: str) -> Any:
+    def node(state: State) -> dict[str, Any]:
+        said = f"{name} heard {len(state['messages'])}"
+        return {
+            "messages": [AIMessage(said, id=f"{name}-{len(state['messages'])}")],
+            "visits": [name],
+        }
+
+    return node
+
+
+def run_graph(saver: BaseCheckpointSaver[Any]) -> None:
+    inner = StateGraph(State)  # a subgraph: its checkpoints have a checkpoint_ns of their own
+    inner.add_node("inner", _node("inner"))
+    inner.add_edge(START, "inner")
+    inner.add_edge("inner", END)
+    builder = StateGraph(State)
+    for name in ("zeta", "alef"):
+        builder.add_node(name, _node(name))
+    builder.add_node("join", inner.compile(checkpointer=True))
+    builder.add_edge(START, "zeta")
+    builder.add_edge(START, "alef")
+    builder.add_edge(["zeta", "alef"], "join")
+    builder.add_edge("join", END)
+    graph = builder.compile(checkpointer=saver)
+    for thread in THREADS:
+        for turn in range(TURNS):
+            config = {"configurable": {"thread_id": thread}}
+            graph.invoke({"messages": [HumanMessage(f"turn {turn}", id=f"h{turn}")]}, config)
+
+
+def rows(saver: BaseCheckpointSaver[Any], thread: str) -> list[tuple[Any, ...]]:
+    """What a saver reads of a thread: every tuple of `list`, newest first, then each
+    checkpoint by id through `get_tuple`, and the latest."""
+    config = {"configurable": {"thread_id": thread}}
+    listed = list(saver.list(config))  # whole first: SqliteSaver locks while listing
+    by_id = [_row(saver.get_tuple(t.config)) for t in listed]
+    return [*map(_row, listed), *by_id, _row(saver.get_tuple(config))]
+
+
+def _row(t: CheckpointTuple | None) -> tuple[Any, ...]:
+    assert t is not None
+    return (t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    pg = PostgresServer()
+    try:
+        pg.start()
+        yield pg
+    finally:
+        pg.stop()
+
+
+def check_moved(vault: VaultClient, prefix: str, original: BaseCheckpointSaver[Any]) -> None:
+    with VaultSaver.sharing(vault, prefix=prefix) as moved:
+        for thread in THREADS:
+            want = rows(original, thread)
+            assert len(want) == 2 * PER_THREAD + 1  # listed, each by id, and the latest
+            assert {r[0]["configurable"]["checkpoint_ns"] for r in want} == {"", "join"}
+            assert rows(moved, thread) == want
+            assert any(len({w[0] for w in r[4]}) == 2 for r in want)  # two tasks' writes
+
+
+def test_sqlite_history_moves_in_and_back_out(
+    server: ServerProcess, vault: VaultClient, tmp_path: Path
+) -> None:
+    db = tmp_path / "agents.sqlite"
+    conn = sqlite3.connect(db, check_same_thread=False)
+    original = SqliteSaver(conn)
+    run_graph(original)
+
+    dry = js(server, "import", str(db), "moved/sqlite", "--dry-run")
+    assert [t["checkpoints"] for t in dry["threads"]] == [PER_THREAD] * 3
+    report = js(server, "import", str(db), "moved/sqlite")
+    assert [(t["thread_id"], t["checkpoints"]) for t in report["threads"]] == [
+        (t, PER_THREAD) for t in sorted(THREADS)
+    ]
+    check_moved(vault, "moved/sqlite", original)
+    again = js(server, "import", str(db), "moved/sqlite")
+    assert [(t["checkpoints"], t["writes"], t["present"]) for t in again["threads"]] == [
+        (0, 0, PER_THREAD)
+    ] * 3
+
+    out = tmp_path / "exported.sqlite"
+    js(server, "export", "moved/sqlite", str(out))
+    exported = SqliteSaver(sqlite3.connect(out, check_same_thread=False))
+    for thread in THREADS:
+        assert rows(exported, thread) == rows(original, thread)
+    table = "SELECT * FROM writes ORDER BY thread_id, checkpoint_id, task_id, idx"
+    assert exported.conn.execute(table).fetchall() == conn.execute(table).fetchall()
+
+
+def test_postgres_history_moves_in_and_back_out(
+    server: ServerProcess, vault: VaultClient, postgres: PostgresServer
+) -> None:
+    source = postgres.create_database("agents")
+    with PostgresSaver.from_conn_string(source) as original:
+        original.setup()
+        run_graph(original)
+        report = js(server, "import", source, "moved/pg")
+        assert sum(t["checkpoints"] for t in report["threads"]) == 3 * PER_THREAD
+        check_moved(vault, "moved/pg", original)
+
+        dest = postgres.create_database("exported")
+        js(server, "export", "moved/pg", dest)
+        with PostgresSaver.from_conn_string(dest) as exported:
+            for thread in THREADS:
+                assert rows(exported, thread) == rows(original, thread)
+
+
+def test_unknown_databases_are_refused(
+    vault: VaultClient, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE checkpoints (id INTEGER)")
+    with pytest.raises(BadSource, match="not a SqliteSaver database of a known schema"):
+        import_langgraph(vault, str(other), "moved/other")
+    empty = postgres.create_database("empty")
+    with pytest.raises(BadSource, match="no PostgresSaver tables"):
+        import_langgraph(vault, empty, "moved/other")
+
+
+def test_an_import_killed_mid_thread_finishes_without_duplicate_or_gap(
+    server: ServerProcess, vault: VaultClient, tmp_path: Path
+) -> None:
+    """SIGKILL lands between a checkpoint's put and its writes, or mid-put: the second
+    run puts only what is missing, and the threads read as the original's."""
+    db = tmp_path / "agents.sqlite"
+    original = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+    run_graph(original)
+    env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
+    command = [sys.executable, "-m", "cli", "import", str(db), "killed", "--json"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + KILL_DEADLINE
+        at = random.randint(1, PER_THREAD)  # records of the first thread before the kill
+        while proc.poll() is None and records(vault, "killed/alpha") < at:
+            assert time.monotonic() < end, "the import made no progress"
+            time.sleep(0.005)
+        assert proc.poll() is None, "the import ended before it was killed"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    report = js(server, "import", str(db), "killed")
+    assert sum(t["present"] for t in report["threads"]) >= 1
+    check_moved(vault, "killed", original)
+
+
+def records(vault: VaultClient, namespace: str) -> int:
+    """Vault records (checkpoints and writes) of a thread's namespace so far."""
+    if namespace not in {n.name for n in vault.namespaces()}:
+        return 0
+    return len(vault.list(namespace, limit=1000))
