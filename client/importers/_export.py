@@ -75,7 +75,7 @@ def place_of(ckpt: Checkpoint, plain: bool) -> str:
 def _whole(target: Path, ckpt: Checkpoint) -> bool:
     for name, info in ckpt.files.items():
         path = target / name
-        if not path.is_file() or path.stat().st_size != int(info["size"]):
+        if not path.is_file() or path.stat().st_size != info.size:
             return False
     return True
 

@@ -210,7 +210,7 @@ def _vault_task_paths(vault: VaultClient, saver: VaultSaver) -> TaskPaths:
             if ref is None or ref.checkpoint_ns != ns or ref.checkpoint_id != cid:
                 continue
             name = WRITES_FILE if ref.kind == KIND_WRITES else CHECKPOINT_FILE
-            size = int(rec.files[name]["size"])
+            size = rec.files[name].size
             for w in decode(vault.read_range(namespace, rec.id, name, 0, size)).writes:
                 out.setdefault(w.task_id, w.task_path)
         return out

@@ -221,7 +221,7 @@ def _judge(vault: VaultClient, ckpt: Checkpoint) -> None:
     so `resume_from_vault` ("latest-valid") never resumes from it. Others stay
     unverified: nothing here checked them."""
     verdict = CHECKED(ckpt)
-    if verdict is not True and ckpt.validity.get("state") != "invalid":
+    if verdict is not True and ckpt.validity.state != "invalid":
         vault.mark_invalid(ckpt.namespace, ckpt.id, str(verdict))
 
 

@@ -80,4 +80,4 @@ def test_an_import_killed_at_random_moments_finishes_without_duplicate_or_gap(
     assert all(c.parent == p.id for c, p in zip(chain[1:], chain, strict=False))
     for ckpt in chain:
         name = f"weights-{ckpt.metadata['step']}.bin"
-        assert ckpt.files[name]["size"] == ENTRY_BYTES
+        assert ckpt.files[name].size == ENTRY_BYTES

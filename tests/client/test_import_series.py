@@ -211,8 +211,8 @@ def test_a_series_imported_again_moves_its_best_tag_and_marks_nan_invalid(
     assert tagged.metadata["step"] == 10
     nan = vault.get("imp/moving-best", "latest")
     assert nan.metadata["loss"] == "nan"
-    assert nan.validity["state"] == "invalid"
-    assert nan.validity["reason"] == "loss is nan"
+    assert nan.validity.state == "invalid"
+    assert nan.validity.reason == "loss is nan"
 
     hf_checkpoint(out, 30, 1.0, best=30)  # training went on and did better
     report = import_series(vault, out, "imp/moving-best", progress=False)
