@@ -154,13 +154,20 @@ def _check_path(request: web.Request) -> None:
 
 
 def auth_middleware(
-    cache_key: web.AppKey[TokenCache], limiter_key: web.AppKey[RateLimiter]
+    cache_key: web.AppKey[TokenCache],
+    limiter_key: web.AppKey[RateLimiter],
+    charged: Callable[[web.Request], bool] | None = None,
 ) -> Middleware:
+    """Authenticate every request but public ones, and charge the token's rate unless
+    `charged(request)` says a worker did already (the writing process's side: what a
+    worker forwarded or handed over was authenticated and charged there, and a request
+    counted twice would halve a token's rate)."""
+
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in PUBLIC_PATHS and not request.path.startswith(PUBLIC_PREFIXES):
             who = request.app[cache_key].authenticate(request.headers.get("Authorization"))
-            if not who.is_admin:
+            if not who.is_admin and (charged is None or not charged(request)):
                 request.app[limiter_key].take(who.name)
             request[PRINCIPAL] = who
             _check_path(request)
