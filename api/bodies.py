@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import StreamReader, web
 
-from vault import Unavailable
+from vault import InvalidRequest, Unavailable
 
 from .errors import BodyTimeout
 
@@ -68,6 +68,10 @@ class MinRateBody:
             if wait < self._idle:
                 raise BodyTimeout(f"the body arrived slower than {self._rate} bytes/s") from None
             raise BodyTimeout(f"no body bytes arrived for {self._idle:g} s") from None
+        except ConnectionResetError:
+            # The client left: answered (to no one) without aiohttp's traceback, which a
+            # crowd of clients dropping their bodies turned into a log line each.
+            raise InvalidRequest("the connection ended before the body was whole") from None
         finally:
             timer.cancel()
         self._got += len(data)

@@ -68,7 +68,9 @@ class _Listener(socket.socket):
     70 s. Linux gives a new descriptor the lowest free number, so the number the accepted
     connection got says how many are in use: no count to keep. A refused connection is
     closed at once (the client sees it reset and may retry); the refusals are logged a
-    line a second at most, with how many there were."""
+    line a second at most, with how many there were. With `unheaded` set (TCP), one past
+    the bound closes the oldest connection that never sent a request head instead, if
+    there is one (api/heads.py), so idle connections cannot keep everyone else out."""
 
     def __init__(
         self, family: int, kind: int, proto: int, bound: int = 1 << 62, fileno: int | None = None
@@ -81,9 +83,13 @@ class _Listener(socket.socket):
     def accept(self) -> tuple[socket.socket, object]:
         for _ in range(128):  # the backlog asyncio accepts per wakeup; more wait
             conn, addr = super().accept()  # BlockingIOError once the backlog is empty
-            if conn.fileno() < self.bound:
-                if self.unheaded is not None:
-                    self.unheaded.opened(conn, addr)
+            # Past the bound, a connection that never sent a head makes room (api/heads.py):
+            # its number is free once its transport closes, a loop turn later.
+            past = conn.fileno() >= self.bound
+            if self.unheaded is not None and (not past or self.unheaded.make_room()):
+                self.unheaded.opened(conn, addr)
+                return conn, addr
+            if not past:
                 return conn, addr
             conn.close()
             self._refused.note(f"descriptors {self.bound} and up are kept spare")
