@@ -27,6 +27,7 @@ import os
 import resource
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from ..serverproc import ServerProcess, free_port
 
 NOFILE = 1024  # the server's descriptor limit
 SPARE = 320  # `server.spare_descriptors`'s default: the writer's bound is NOFILE - SPARE
+FORWARDS_PER_TOKEN = 32  # `server.forwards_per_token`'s default
 CROWD_SHARE = 100  # of the writing process's descriptors the crowd may cost, at most
 HOLD = 6.0  # seconds the crowd is held while the others are served
 WAIT = 30.0  # seconds: a bound on any one wait, not a pace
@@ -47,11 +49,13 @@ OTHER_CLIENT = "127.0.0.2"  # loopback answers all of 127/8: another client's ad
 
 class Crowd:
     """`n` connections from 127.0.0.1, each sent `head` and then held, on an event loop in
-    a thread of this process; `opened` of them connected."""
+    a thread of this process; `opened` of them connected, `statuses` what those answered
+    had been answered by the end (0: closed without an answer)."""
 
     def __init__(self, server: ServerProcess, n: int, head: bytes) -> None:
         self.server, self.n, self.head = server, n, head
         self.opened = 0
+        self.statuses: Counter[int] = Counter()
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Future[None] | None = None
@@ -73,25 +77,33 @@ class Crowd:
 
     async def _run(self) -> None:
         self._stop = self._loop.create_future()
-        writers: list[asyncio.StreamWriter] = []
+        held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         gate = asyncio.Semaphore(200)  # connecting at once: the listen backlogs are 128
 
         async def one() -> None:
             async with gate:
                 try:
                     opening = asyncio.open_connection(self.server.host, self.server.port)
-                    _, writer = await asyncio.wait_for(opening, 5)
+                    reader, writer = await asyncio.wait_for(opening, 5)
                 except (OSError, asyncio.TimeoutError):
                     return
                 if self.head:
                     writer.write(self.head)
-                writers.append(writer)
+                held.append((reader, writer))
 
         await asyncio.gather(*(one() for _ in range(self.n)))
-        self.opened = len(writers)
+        self.opened = len(held)
         self._ready.set()
         await self._stop
-        for writer in writers:
+        # What came back by now is in each reader's buffer already: a short wait each.
+        reads = [asyncio.ensure_future(reader.read(12)) for reader, _ in held]
+        await asyncio.wait(reads, timeout=1)
+        for read in reads:
+            if read.done() and not read.exception():
+                head = read.result()
+                self.statuses[int(head[9:12]) if head.startswith(b"HTTP/1.1 ") else 0] += 1
+            read.cancel()
+        for _, writer in held:
             writer.transport.abort()
 
 
@@ -194,6 +206,7 @@ def test_unauthenticated_large_heads_never_reach_the_writer(server: ServerProces
     before = _descriptors(server.pid)
     with _our_descriptors(), Crowd(server, 2000, head) as crowd:
         _check(server, crowd, "unauthenticated large heads", other, before)
+    print(f"unauthenticated large heads answered: {dict(crowd.statuses)}")
 
 
 def test_dripped_small_bodies_of_one_token_never_fill_the_writer(server: ServerProcess) -> None:
@@ -210,6 +223,11 @@ def test_dripped_small_bodies_of_one_token_never_fill_the_writer(server: ServerP
     before = _descriptors(server.pid)
     with _our_descriptors(), Crowd(server, 1000, head) as crowd:
         _check(server, crowd, "dripped small bodies", other, before)
+    # Each worker passes 32 of the token's requests at once (`forwards_per_token`); the
+    # rest were refused (a few may not have been read yet, or were still arriving).
+    print(f"dripped small bodies answered: {dict(crowd.statuses)}")
+    passed = len(server.worker_pids()) * FORWARDS_PER_TOKEN
+    assert crowd.statuses[429] >= crowd.opened - passed - 100, crowd.statuses
 
 
 def _health_from(server: ServerProcess, source: str) -> int:
