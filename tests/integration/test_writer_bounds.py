@@ -256,3 +256,44 @@ def test_idle_connections_of_one_client_leave_room_for_another(server: ServerPro
         assert statuses == [200] * 40, statuses
     lines = _log_lines(server)
     assert len(lines) < LOG_LINES, "\n".join(lines[-5:])[:3000]
+
+
+@pytest.mark.parametrize(
+    ("setting", "status"), [("adopted_per_token = 2", 429), ("adopted_connections = 2", 503)]
+)
+def test_connections_handed_to_the_writer_are_bounded(
+    tmp_path: Path, setting: str, status: int
+) -> None:
+    """Large bodies' connections are handed to the writing process whole, which held as
+    many as came. Now it holds `adopted_per_token` per token (429 past them) and
+    `adopted_connections` in all (the worker answers 503): 5 batches whose bodies never
+    come, under a bound of 2, get 3 refusals (before: no answer while they waited)."""
+    config = tmp_path / "vault.toml"
+    config.write_text(f"[server]\n{setting}\n")
+    proc = ServerProcess(tmp_path / "data", free_port(), tmp_path / "server.log", config, workers=2)
+    try:
+        proc.start()
+        with _client(proc, proc.token) as admin:
+            token = admin.create_token("big", ["write:big"]).token
+        with _client(proc, token) as producer:
+            upload = producer.begin_upload("big").id
+        head = (
+            f"POST /v1/uploads/{upload}/chunks HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Length: {8 << 20}\r\n\r\n"
+        ).encode()
+        with Crowd(proc, 5, head) as crowd:
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline and _refusals(proc, status) < 3:
+                time.sleep(0.05)  # polling the server's access log, bounded by WAIT
+        print(f"{setting}: {dict(crowd.statuses)}")
+        assert crowd.statuses[status] == 3, crowd.statuses
+    finally:
+        proc.stop()
+
+
+def _refusals(server: ServerProcess, status: int) -> int:
+    """Answers of `status` to the batch route so far, by the server's access log."""
+    text = server.log_path.read_text(errors="replace")
+    return sum(
+        1 for line in text.splitlines() if "/chunks" in line and f'"status": {status}' in line
+    )
