@@ -216,7 +216,6 @@ class _Replay(asyncio.Protocol):
         self._adopted = adopted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._adopted.opened(self._inner)
         self._inner.connection_made(transport)
         self._inner.data_received(self._prefix)
 
@@ -235,6 +234,12 @@ class _Replay(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._inner.resume_writing()
+
+
+def _not_adopted(adopted: Adopted, handler: RequestHandler, task: asyncio.Task[object]) -> None:
+    """A connection whose adoption failed is not held (counted from its hand-over on)."""
+    if task.cancelled() or task.exception() is not None:
+        adopted.closed(handler)
 
 
 class Adopter:
@@ -291,10 +296,13 @@ class Adopter:
                 return
             client = socket.socket(fileno=fds[0])
             client.setblocking(False)
-            replay = functools.partial(_Replay, self._server(), prefix, self._adopted)
+            handler = self._server()
+            self._adopted.opened(handler)  # now: the next hand-over may come before it runs
+            replay = functools.partial(_Replay, handler, prefix, self._adopted)
             task = self._loop.create_task(self._loop.connect_accepted_socket(replay, client))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(functools.partial(_not_adopted, self._adopted, handler))
             chan.send(b"1")
         except OSError as e:
             self._refused.note(e)

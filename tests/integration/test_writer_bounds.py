@@ -283,17 +283,49 @@ def test_connections_handed_to_the_writer_are_bounded(
         ).encode()
         with Crowd(proc, 5, head) as crowd:
             deadline = time.monotonic() + WAIT
-            while time.monotonic() < deadline and _refusals(proc, status) < 3:
+            while time.monotonic() < deadline and _answers(proc, "/chunks", status) < 3:
                 time.sleep(0.05)  # polling the server's access log, bounded by WAIT
-        print(f"{setting}: {dict(crowd.statuses)}")
+        print(f"{setting}: {crowd.opened} {dict(crowd.statuses)}")
         assert crowd.statuses[status] == 3, crowd.statuses
     finally:
         proc.stop()
 
 
-def _refusals(server: ServerProcess, status: int) -> int:
-    """Answers of `status` to the batch route so far, by the server's access log."""
+def _answers(server: ServerProcess, route: str, status: int) -> int:
+    """Answers of `status` to paths ending in `route` so far, by the server's access log."""
     text = server.log_path.read_text(errors="replace")
-    return sum(
-        1 for line in text.splitlines() if "/chunks" in line and f'"status": {status}' in line
-    )
+    said = (f'{route} {status}"', f'"status": {status}')
+    return sum(1 for line in text.splitlines() if all(s in line for s in said))
+
+
+@pytest.mark.parametrize(
+    ("setting", "status"), [("forwards_per_token = 2", 429), ("forwards_per_worker = 2", 503)]
+)
+def test_requests_passed_to_the_writer_are_bounded(
+    tmp_path: Path, setting: str, status: int
+) -> None:
+    """A worker passes `forwards_per_token` of a token's requests to the writing process
+    at once (429 past them) and `forwards_per_worker` in all (503): of 10 small bodies
+    that never finish, each of the 2 workers passes 2 at most, so 6 to 8 are refused,
+    however the kernel spread them (before: every one forwarded, no answer)."""
+    config = tmp_path / "vault.toml"
+    config.write_text(f"[server]\n{setting}\n")
+    proc = ServerProcess(tmp_path / "data", free_port(), tmp_path / "server.log", config, workers=2)
+    try:
+        proc.start()
+        with _client(proc, proc.token) as admin:
+            token = admin.create_token("slow", ["write:slow"]).token
+        head = (
+            f"POST /v1/namespaces/slow/uploads HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: 100\r\n\r\n{{"
+        ).encode()
+        with Crowd(proc, 10, head) as crowd:
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline and _answers(proc, "/uploads", status) < 6:
+                time.sleep(0.05)  # polling the server's access log, bounded by WAIT
+        print(f"{setting}: {crowd.opened} {dict(crowd.statuses)}")
+        assert 6 <= crowd.statuses[status] <= 8, crowd.statuses
+        assert crowd.statuses[status] == sum(crowd.statuses.values()), crowd.statuses
+    finally:
+        proc.stop()
