@@ -207,6 +207,8 @@ def test_unauthenticated_large_heads_never_reach_the_writer(server: ServerProces
     with _our_descriptors(), Crowd(server, 2000, head) as crowd:
         _check(server, crowd, "unauthenticated large heads", other, before)
     print(f"unauthenticated large heads answered: {dict(crowd.statuses)}")
+    # Answered by the workers, and their connections closed at once (body unread).
+    assert crowd.statuses[401] >= 0.9 * crowd.opened, crowd.statuses
 
 
 def test_dripped_small_bodies_of_one_token_never_fill_the_writer(server: ServerProcess) -> None:
