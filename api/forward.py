@@ -212,13 +212,15 @@ class Forwarder:
 
 
 async def _whole(reader: MinRateBody, length: int) -> bytes:
-    """A body of `length` bytes, read whole (at the minimum rate); one that ends short is
-    sent as it is, and the writing process answers it as it would have."""
+    """A body of `length` bytes, read whole (at the minimum rate), or 400 if it ends short
+    (sent on, the writing process would wait for the rest under its Content-Length)."""
     parts: list[bytes] = []
     got = 0
     while got < length and (piece := await reader.read(length - got)):
         parts.append(piece)
         got += len(piece)
+    if got < length:
+        raise InvalidRequest("body ended before its Content-Length")
     return b"".join(parts)
 
 
