@@ -32,9 +32,12 @@ from .bodies import BodyReaders
 from .calls import CHANNEL_BUFFER, CallClient, CallServer
 from .engine import open_vault
 from .errors import error_middleware
-from .forward import Forwarder, forward_middleware, trusted_forwards
+from .forward import ForwardBounds, Forwarder, forward_middleware, trusted_forwards
+from .handoff import FIRST, Adopted
+from .heads import Unheaded, headed_middleware
 from .jobs import jobs_context, stop_jobs
 from .keys import (
+    ADOPTED,
     BODY_READERS,
     CALLS,
     CLOCK,
@@ -48,6 +51,7 @@ from .keys import (
     SETTINGS,
     TOKENS,
     TURNS,
+    UNHEADED,
     VAULT,
     WORKER,
     WRITER,
@@ -152,7 +156,13 @@ async def _writer_context(app: web.Application) -> AsyncIterator[None]:
     assert settings.engine_socket is not None  # no workers without them
     assert settings.calls_socket is not None
     assert settings.handoff_socket is not None
-    app[FORWARDER] = Forwarder(str(settings.engine_socket), str(settings.handoff_socket))
+    bounds = ForwardBounds(
+        settings.forwards_per_token,
+        settings.forwards_per_worker,
+        settings.body_timeout,
+        settings.body_min_rate,
+    )
+    app[FORWARDER] = Forwarder(str(settings.engine_socket), str(settings.handoff_socket), bounds)
     registry = app[METRICS].registry
     calls = app[WRITER] = CallClient(
         str(settings.calls_socket),
@@ -200,16 +210,44 @@ async def _hand_uses(app: web.Application, calls: CallClient) -> None:
                 app[TOKENS].note_uses(taken)
 
 
-def _middlewares(settings: Settings, worker: int) -> list[Middleware]:
-    """A worker forwards what it does not read itself before authenticating anything (the
-    writing process authenticates it); the writing process believes the caller's address
-    a worker names only on the engine socket."""
-    first = [request_id_middleware(RequestIds()), metrics_middleware(METRICS), error_middleware]
+def _middlewares(settings: Settings, worker: int, adopted: Adopted | None) -> list[Middleware]:
+    """A worker authenticates (and charges the token's rate) before it forwards or hands
+    over anything: the writing process then holds nothing for a caller without a token.
+    The writing process authenticates again but charges only what came straight to it
+    (`_charged`); it believes the caller's address a worker names only on the engine
+    socket, and counts connections handed over against their token (api/handoff.py)."""
+    first = [
+        headed_middleware(UNHEADED),
+        request_id_middleware(RequestIds()),
+        metrics_middleware(METRICS),
+        error_middleware,
+    ]
     if worker:
-        return [*first, forward_middleware(FORWARDER), auth_middleware(TOKENS, LIMITER)]
-    if settings.processes > 1 and settings.engine_socket is not None:
-        first.insert(0, trusted_forwards(str(settings.engine_socket), worker_pids))
-    return [*first, auth_middleware(TOKENS, LIMITER), read_only_middleware(), audit_middleware()]
+        return [*first, auth_middleware(TOKENS, LIMITER), forward_middleware(FORWARDER)]
+    if adopted is None or settings.engine_socket is None:
+        return [
+            *first,
+            auth_middleware(TOKENS, LIMITER),
+            read_only_middleware(),
+            audit_middleware(),
+        ]
+    first.insert(0, trusted_forwards(str(settings.engine_socket), worker_pids))
+    return [
+        *first,
+        adopted.marking(),
+        auth_middleware(TOKENS, LIMITER, functools.partial(_charged, str(settings.engine_socket))),
+        adopted.counting(),
+        read_only_middleware(),
+        audit_middleware(),
+    ]
+
+
+def _charged(engine_socket: str, request: web.Request) -> bool:
+    """Whether a worker charged this request's token already: it forwarded it (it came on
+    the engine socket) or handed its connection over (its first request)."""
+    transport = request.transport
+    on_engine = transport is not None and transport.get_extra_info("sockname") == engine_socket
+    return on_engine or bool(request.get(FIRST, False))
 
 
 def create_app(
@@ -224,10 +262,19 @@ def create_app(
     which process of the service this is (0 writes; 1.. are workers, api/workers.py),
     `instance` the id they all answer health with; `listening`: the writing process's
     listening sockets for its workers, a set each (api/serve.py)."""
+    adopted = None
+    if not worker and settings.processes > 1:
+        adopted = Adopted(settings.adopted_per_token, settings.adopted_connections)
     app = web.Application(
-        client_max_size=settings.max_json_body, middlewares=_middlewares(settings, worker)
+        client_max_size=settings.max_json_body,
+        middlewares=_middlewares(settings, worker, adopted),
     )
     app[SETTINGS] = settings
+    if adopted is not None:
+        app[ADOPTED] = adopted
+    app[UNHEADED] = Unheaded(
+        settings.headless_per_client, settings.headless_connections, settings.spare_descriptors
+    )
     app[INSTANCE] = instance or os.urandom(8).hex()
     app[WORKER] = worker
     app[LISTENING] = listening or []

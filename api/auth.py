@@ -19,7 +19,7 @@ from vault import Clock, InvalidName, StoredCheckpoint, Token
 from vault.names import check_namespace
 from vault.tokens import verify
 
-from .errors import Forbidden, Handler, Unauthorized
+from .errors import ApiError, Forbidden, Handler, Unauthorized
 from .ratelimit import RateLimiter
 
 PUBLIC_PATHS = frozenset({"/v1/health", "/ui"})
@@ -153,15 +153,34 @@ def _check_path(request: web.Request) -> None:
         check_namespace(ns)
 
 
+def _close_if_unread(request: web.Request, refused: ApiError) -> None:
+    """A refused request whose body is unread ends its connection: aiohttp would read the
+    body for up to 10 s first (lingering), so 2,000 unauthenticated heads announcing
+    100 MB held a worker's descriptors at its bound while new connections waited."""
+    if request.body_exists and not request.content.is_eof():
+        refused.close_connection = True
+
+
 def auth_middleware(
-    cache_key: web.AppKey[TokenCache], limiter_key: web.AppKey[RateLimiter]
+    cache_key: web.AppKey[TokenCache],
+    limiter_key: web.AppKey[RateLimiter],
+    charged: Callable[[web.Request], bool] | None = None,
 ) -> Middleware:
+    """Authenticate every request but public ones, and charge the token's rate unless
+    `charged(request)` says a worker did already (the writing process's side: what a
+    worker forwarded or handed over was authenticated and charged there, and a request
+    counted twice would halve a token's rate)."""
+
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in PUBLIC_PATHS and not request.path.startswith(PUBLIC_PREFIXES):
-            who = request.app[cache_key].authenticate(request.headers.get("Authorization"))
-            if not who.is_admin:
-                request.app[limiter_key].take(who.name)
+            try:
+                who = request.app[cache_key].authenticate(request.headers.get("Authorization"))
+                if not who.is_admin and (charged is None or not charged(request)):
+                    request.app[limiter_key].take(who.name)
+            except ApiError as e:
+                _close_if_unread(request, e)
+                raise
             request[PRINCIPAL] = who
             _check_path(request)
         return await handler(request)

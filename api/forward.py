@@ -14,6 +14,13 @@ address from `FORWARDED_FOR`, which it believes only on the engine socket from o
 workers (`trusted_forwards`; api/peercred.py). A descriptor
 hand-over cannot be forwarded (the descriptor travels on the local socket itself) and is
 refused here with the reason.
+
+Nothing reaches the writing process unauthenticated or uncounted: the worker authenticates
+(and charges the token's rate) before forwarding, and each token may have
+`forwards_per_token` requests passing to the writing process at once, the worker
+`forwards_per_worker` in all; past them 429 / 503 with Retry-After and the connection
+closes (its body unread). A small body is read whole here first, at `body_min_rate`, so a
+client dripping it holds this process's connection, never one of the writer's.
 """
 
 from __future__ import annotations
@@ -29,10 +36,13 @@ from aiohttp.typedefs import Middleware
 from protocol import DESCRIPTOR_TYPE
 from vault import InvalidRequest, Unavailable
 
-from .errors import Handler
-from .handoff import can_hand_over, hand_over
+from .auth import principal
+from .bodies import MinRateBody, Shares
+from .errors import ApiError, Handler
+from .handoff import HANDOFF_MIN, can_hand_over, hand_over
 from .observability import request_id
 from .peercred import is_worker, peer_of
+from .ratelimit import RateLimited
 
 FORWARDED_FOR = "X-Ckpt-Forwarded-For"
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -60,6 +70,50 @@ PIECE = 1 << 20
 # POST: one-request saves, one or several (api/routes/saves.py)
 SAVE_ROUTES = frozenset({"/v1/namespaces/{ns}/checkpoints", "/v1/saves"})
 CONNECT_WAIT, CONNECT_RETRY = 10.0, 0.05  # seconds
+BUSY_RETRY_AFTER = 1  # seconds: a forward's time, not a recovery's
+
+
+class Busy(ApiError):
+    """This worker passes `forwards_per_worker` requests to the writing process already."""
+
+    code = "unavailable"
+    close_connection = True  # its body is unread: aiohttp would linger on it
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.retry_after = BUSY_RETRY_AFTER
+
+
+class ForwardBounds:
+    """How many requests a worker passes to the writing process at once: `per_token` per
+    token name, `per_worker` in all; and how slowly a body it reads first may arrive."""
+
+    def __init__(self, per_token: int, per_worker: int, idle: float, rate: int) -> None:
+        self.per_token, self.per_worker = per_token, per_worker
+        self.idle, self.rate = idle, rate
+        self.shares = Shares()
+        self.held = 0
+
+    def take(self, name: str) -> None:
+        """One more for `name`, or 429 (its share) / 503 (the worker's); give it back."""
+        if self.held >= self.per_worker:
+            raise Busy(
+                f"this server process passes {self.per_worker} requests to the one that "
+                "writes already; retry shortly"
+            )
+        if not self.shares.take(name, self.per_token):
+            refused = RateLimited(
+                f"token {name!r} has {self.per_token} changes in flight on this server "
+                "process already; retry once one is answered",
+                retry_after=BUSY_RETRY_AFTER,
+            )
+            refused.close_connection = True
+            raise refused
+        self.held += 1
+
+    def give_back(self, name: str) -> None:
+        self.held -= 1
+        self.shares.give_back(name)
 
 
 def forwarded(request: web.Request) -> bool:
@@ -76,8 +130,9 @@ def forwarded(request: web.Request) -> bool:
 class Forwarder:
     """One keep-alive connection pool to the writing process, for the worker's life."""
 
-    def __init__(self, socket_path: str, handoff_path: str) -> None:
+    def __init__(self, socket_path: str, handoff_path: str, bounds: ForwardBounds) -> None:
         self._handoff = handoff_path
+        self.bounds = bounds
         self._session = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=socket_path, limit=0),
             auto_decompress=False,
@@ -91,15 +146,29 @@ class Forwarder:
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         if request.content_type == DESCRIPTOR_TYPE:
             raise InvalidRequest("a file descriptor can only be handed over on the local socket")
-        if can_hand_over(request):  # a large body: the connection goes, not the bytes
-            return await hand_over(request, self._handoff)
+        name = principal(request).name
+        self.bounds.take(name)
+        try:
+            if can_hand_over(request):  # a large body: the connection goes, not the bytes
+                return await hand_over(request, self._handoff)
+            return await self._forward(request)
+        finally:
+            self.bounds.give_back(name)
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         headers[FORWARDED_FOR] = request.remote or ""
         headers["X-Request-Id"] = request_id(request)
         length = request.content_length
         if length is not None:
             headers["Content-Length"] = str(length)
-        body = _body(request) if request.body_exists else None
+        body: bytes | AsyncIterator[bytes] | None = None
+        if request.body_exists:
+            reader = MinRateBody(request.content, self.bounds.idle, self.bounds.rate)
+            if length is not None and length < HANDOFF_MIN:
+                body = await _whole(reader, length)  # before the writer's descriptor is taken
+            else:  # no length, or a large one over TLS: streamed as it comes
+                body = _pieces(reader)
         upstream = await self._send(request, headers, body)
         async with upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -115,7 +184,10 @@ class Forwarder:
         return response
 
     async def _send(
-        self, request: web.Request, headers: dict[str, str], body: AsyncIterator[bytes] | None
+        self,
+        request: web.Request,
+        headers: dict[str, str],
+        body: bytes | AsyncIterator[bytes] | None,
     ) -> aiohttp.ClientResponse:
         """Send, waiting up to CONNECT_WAIT for the engine socket to accept: it starts
         listening just after the workers start, and nothing was sent while it refuses."""
@@ -141,8 +213,21 @@ class Forwarder:
                 ) from None
 
 
-async def _body(request: web.Request) -> AsyncIterator[bytes]:
-    async for piece in request.content.iter_chunked(PIECE):
+async def _whole(reader: MinRateBody, length: int) -> bytes:
+    """A body of `length` bytes, read whole (at the minimum rate), or 400 if it ends short
+    (sent on, the writing process would wait for the rest under its Content-Length)."""
+    parts: list[bytes] = []
+    got = 0
+    while got < length and (piece := await reader.read(length - got)):
+        parts.append(piece)
+        got += len(piece)
+    if got < length:
+        raise InvalidRequest("body ended before its Content-Length")
+    return b"".join(parts)
+
+
+async def _pieces(reader: MinRateBody) -> AsyncIterator[bytes]:
+    while piece := await reader.read(PIECE):
         yield piece
 
 

@@ -8,7 +8,6 @@ import functools
 import json
 import math
 import re
-import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -19,7 +18,7 @@ from protocol import decode_bundle, decode_saves, parse_size
 from vault import InvalidRequest, TooLarge
 
 from .auth import PRINCIPAL
-from .errors import BodyTimeout
+from .bodies import MinRateBody
 from .keys import BODY_READERS, RUNTIME, SETTINGS, TURNS
 
 T = TypeVar("T")
@@ -136,38 +135,16 @@ async def decode_json_off_loop(request: web.Request, raw: bytes) -> Any:
     return await run(request, decode_json, raw)
 
 
-class TimedBody:
-    """The request body, read so that a client sending nothing for `body_timeout` seconds
-    is answered 408 and dropped. Only time spent waiting on the client counts (not time
-    the handler spends on a piece it read), so a slow engine never times out a fast
-    client; a body at 1 byte per 15 s used to hold a connection open indefinitely."""
+class TimedBody(MinRateBody):
+    """The request body, read so that a client sending nothing for `body_timeout` seconds,
+    or sending slower than `body_min_rate` once that long has passed, is answered 408 and
+    dropped (api/bodies.py). A slow engine never times out a fast client: the idle timer
+    counts only time spent waiting on the client; a body at 1 byte per 15 s used to hold
+    a connection open indefinitely."""
 
     def __init__(self, request: web.Request) -> None:
-        self._content = request.content
-        self._idle = request.app[SETTINGS].body_timeout
-
-    async def read(self, n: int = -1) -> bytes:
-        # A timer that cancels this task (asyncio.timeout needs 3.11; we support 3.10).
-        task = asyncio.current_task()
-        assert task is not None
-        fired = False
-
-        def expire() -> None:
-            nonlocal fired
-            fired = True
-            task.cancel()
-
-        timer = asyncio.get_running_loop().call_later(self._idle, expire)
-        try:
-            return await self._content.read(n)
-        except asyncio.CancelledError:
-            if not fired:
-                raise
-            if sys.version_info >= (3, 11):
-                task.uncancel()  # the cancellation was ours, and it is handled here
-            raise BodyTimeout(f"no body bytes arrived for {self._idle:g} s") from None
-        finally:
-            timer.cancel()
+        settings = request.app[SETTINGS]
+        super().__init__(request.content, settings.body_timeout, settings.body_min_rate)
 
 
 async def read_up_to(body: TimedBody, n: int) -> bytes:

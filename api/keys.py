@@ -18,6 +18,8 @@ from .auth import TokenCache
 from .bodies import BodyReaders
 from .calls import CallClient, CallServer
 from .forward import Forwarder
+from .handoff import Adopted
+from .heads import Unheaded
 from .observability import JobLog, Metrics
 from .ratelimit import RateLimiter
 from .settings import Settings
@@ -40,10 +42,13 @@ WRITER = web.AppKey("writer", CallClient)  # a worker's end: where its prepared 
 FORWARDER = web.AppKey("forwarder", Forwarder)  # a worker's way to the writing process
 METRICS = web.AppKey("metrics", Metrics)
 LIMITER = web.AppKey("limiter", RateLimiter)
+UNHEADED = web.AppKey("unheaded", Unheaded)  # connections without a request head yet
+ADOPTED = web.AppKey("adopted", Adopted)  # the writing process's connections handed over
 # Where maintenance tasks wait, and the thread that runs them (api/jobs.py).
 QUEUE = web.AppKey("maintenance_queue", MaintenanceQueue)
 
 __all__ = [
+    "ADOPTED",
     "BODY_READERS",
     "CALLS",
     "CLOCK",
@@ -58,6 +63,7 @@ __all__ = [
     "SETTINGS",
     "TOKENS",
     "TURNS",
+    "UNHEADED",
     "VAULT",
     "WORKER",
     "WRITER",

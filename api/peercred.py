@@ -89,10 +89,11 @@ class _CheckedListener(socket.socket):
     ConnectionAbortedError, and comes back while connections are queued."""
 
     check: Callable[[socket.socket], bool]
+    bound: int  # descriptor numbers from here on are refused (as api/serve.py's _Listener)
 
     def accept(self) -> tuple[socket.socket, object]:
         conn, addr = super().accept()
-        if self.check(conn):
+        if conn.fileno() < self.bound and self.check(conn):
             return conn, addr
         conn.close()
         raise ConnectionAbortedError
@@ -104,13 +105,17 @@ def worker_listener(
     kind: int = socket.SOCK_STREAM,
     backlog: int = 128,
     receive_buffer: int = 0,
+    bound: int = 1 << 62,
 ) -> socket.socket:
     """A socket listening on `path` (a stale file there replaced), mode 0600 before it
     listens (nobody can connect to a socket that does not listen yet: no window), whose
     accept() gives only connections from the writing process's workers; `receive_buffer`
-    (bytes), if not 0, is each connection's (SO_RCVBUF, inherited from the listener)."""
+    (bytes), if not 0, is each connection's (SO_RCVBUF, inherited from the listener); a
+    connection numbered `bound` or above is refused (descriptors kept spare), so workers
+    forwarding a flood cannot take the writing process to its limit."""
     sock = _CheckedListener(socket.AF_UNIX, kind)
     sock.check = peers.admits
+    sock.bound = bound
     try:
         if os.path.exists(path):
             os.unlink(path)  # a socket file left by a killed predecessor

@@ -9,7 +9,7 @@ import os
 import resource
 import socket
 import ssl
-import time
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,9 @@ from vault.ownership import prepare_data_dir
 from vault.runtime import exit_if_stuck, os_name
 
 from .app import create_app
-from .handoff import Adopter
-from .keys import RUNTIME
+from .handoff import Adopter, RareLog
+from .heads import Unheaded
+from .keys import ADOPTED, RUNTIME, UNHEADED
 from .observability import AccessLogger, configure_logging
 from .peercred import WorkerPeers, worker_listener
 from .settings import Settings, SettingsError
@@ -62,35 +63,49 @@ class _Listener(socket.socket):
     70 s. Linux gives a new descriptor the lowest free number, so the number the accepted
     connection got says how many are in use: no count to keep. A refused connection is
     closed at once (the client sees it reset and may retry); the refusals are logged a
-    line a second at most, with how many there were."""
+    line a second at most, with how many there were. With `unheaded` set (TCP), one past
+    the bound closes the oldest connection that never sent a request head instead, if
+    there is one (api/heads.py), so idle connections cannot keep everyone else out."""
 
     def __init__(
         self, family: int, kind: int, proto: int, bound: int = 1 << 62, fileno: int | None = None
     ) -> None:  # socket.dup() makes its copy as type(self)(family, type, proto, fileno=...)
         super().__init__(family, kind, proto, fileno)
         self.bound = bound  # descriptor numbers from here on are refused
-        self._refused = 0
-        self._logged_at = 0.0
+        self.unheaded: Unheaded | None = None  # where accepted connections are noted
+        self._refused = RareLog("connections refused at accept")
 
     def accept(self) -> tuple[socket.socket, object]:
         for _ in range(128):  # the backlog asyncio accepts per wakeup; more wait
             conn, addr = super().accept()  # BlockingIOError once the backlog is empty
-            if conn.fileno() < self.bound:
+            # Past the bound, a connection that never sent a head makes room (api/heads.py):
+            # its number is free once its transport closes, a loop turn later.
+            past = conn.fileno() >= self.bound
+            if self.unheaded is not None and (not past or self.unheaded.make_room()):
+                self.unheaded.opened(conn, addr)
+                return conn, addr
+            if not past:
                 return conn, addr
             conn.close()
-            self._note_refused()
+            self._refused.note(f"descriptors {self.bound} and up are kept spare")
         raise ConnectionAbortedError  # asyncio's "nothing more to accept now"
 
-    def _note_refused(self) -> None:
-        self._refused += 1
-        now = time.monotonic()
-        if now - self._logged_at >= 1.0:
-            self._logged_at = now
-            logging.getLogger("ckpt.api").warning(
-                "connections refused: %d so far, descriptors %d and up are kept spare",
-                self._refused,
-                self.bound,
-            )
+
+def unix_listener(path: str, spare: int) -> socket.socket:
+    """A Unix socket bound at `path` (a stale socket file there replaced), refusing
+    connections past the descriptor bound as `_Listener` does: the writing process's
+    sockets for its workers and local clients, which a flood forwarded to it used to fill
+    up to its limit (1,023 descriptors, 6,120 EMFILE log lines)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    sock = _Listener(socket.AF_UNIX, socket.SOCK_STREAM, 0, _descriptor_bound(spare))
+    try:
+        sock.bind(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _descriptor_bound(spare: int) -> int:
@@ -98,15 +113,18 @@ def _descriptor_bound(spare: int) -> int:
     return 1 << 62 if soft == resource.RLIM_INFINITY else max(64, soft - spare)
 
 
-def inherited(fds: list[int], spare: int) -> list[socket.socket]:
+def inherited(fds: list[int], spare: int, unheaded: Unheaded) -> list[socket.socket]:
     """The listening sockets a worker got from the writing process (api/workers.py), each
-    refusing connections past this process's descriptor bound."""
+    refusing connections past this process's descriptor bound and noting those it takes
+    in `unheaded` until their first request head."""
     bound = _descriptor_bound(spare)
     out: list[socket.socket] = []
     for fd in fds:
         probe = socket.socket(fileno=fd)
         family, kind, proto = probe.family, probe.type, probe.proto
-        out.append(_Listener(family, kind, proto, bound, fileno=probe.detach()))
+        listener = _Listener(family, kind, proto, bound, fileno=probe.detach())
+        listener.unheaded = unheaded
+        out.append(listener)
     return out
 
 
@@ -286,8 +304,12 @@ async def _run(
     await runner.setup()
     adopter = None
     try:
+        for sock in socks:
+            assert isinstance(sock, _Listener)
+            sock.unheaded = app[UNHEADED]
         sites: list[web.BaseSite] = [web.SockSite(runner, s, ssl_context=tls) for s in socks]
-        sites += [web.UnixSite(runner, path) for path in paths]
+        spare = settings.spare_descriptors
+        sites += [web.SockSite(runner, unix_listener(path, spare)) for path in paths]
         sites += [web.SockSite(runner, s) for s in _engine_socket(app, settings)]
         for site in sites:
             await site.start()
@@ -295,7 +317,8 @@ async def _run(
             assert runner.server is not None  # set up above
             path = settings.handoff_socket
             peers = WorkerPeers(path.name, lambda: worker_pids(app))
-            adopter = Adopter(str(path), runner.server, peers)
+            bound = _descriptor_bound(spare)
+            adopter = Adopter(str(path), runner.server, peers, app[ADOPTED], bound)
         await asyncio.Event().wait()  # until a signal raises GracefulExit
     finally:
         if adopter is not None:
@@ -309,7 +332,8 @@ def _engine_socket(app: web.Application, settings: Settings) -> list[socket.sock
     path = settings.engine_socket
     if settings.processes == 1 or path is None:
         return []
-    return [worker_listener(str(path), WorkerPeers(path.name, lambda: worker_pids(app)))]
+    peers = WorkerPeers(path.name, lambda: worker_pids(app))
+    return [worker_listener(str(path), peers, bound=_descriptor_bound(settings.spare_descriptors))]
 
 
 def _check_key(key: Path, shared: bool) -> None:

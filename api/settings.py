@@ -194,6 +194,12 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("server", "handovers_per_token"): ("handovers_per_token", _positive_int),
     ("server", "header_timeout"): ("header_timeout", _positive_duration),
     ("server", "spare_descriptors"): ("spare_descriptors", _positive_int),
+    ("server", "headless_per_client"): ("headless_per_client", _positive_int),
+    ("server", "headless_connections"): ("headless_connections", _positive_int),
+    ("server", "forwards_per_token"): ("forwards_per_token", _positive_int),
+    ("server", "forwards_per_worker"): ("forwards_per_worker", _positive_int),
+    ("server", "adopted_per_token"): ("adopted_per_token", _positive_int),
+    ("server", "adopted_connections"): ("adopted_connections", _positive_int),
     ("server", "max_batch_body"): ("max_batch_body", parse_size),
     ("server", "backup_dir"): ("backup_dir", _optional_dir),
     ("server", "tls_cert"): ("tls_cert", _optional_file),
@@ -259,9 +265,10 @@ class Settings:
     shutdown_timeout: float = 30.0
     # Longest wait for the next byte of a request body; then 408 and the connection closes.
     body_timeout: float = 60.0
-    # And a body read on a receiver thread must arrive whole within body_timeout plus its
-    # Content-Length at this many bytes per second (0: no bound), or 408: the idle timer
-    # alone let a byte every minute hold a thread for ever (mod_reqtimeout's MinRate).
+    # And a body must arrive whole within body_timeout plus its Content-Length at this many
+    # bytes per second (0: no bound), or 408: the idle timer alone let a byte every minute
+    # hold a thread for ever (mod_reqtimeout's MinRate). Small bodies too: each one a byte
+    # per 20 s held a worker's connection and, forwarded, one of the writer's.
     body_min_rate: int = 64 << 10
     # Receiver threads (of 64) and hand-over threads (of 8) one token may hold at once;
     # past that its next large body or descriptor is refused with 429 and Retry-After, so
@@ -280,6 +287,22 @@ class Settings:
     # remain under RLIMIT_NOFILE: kept for receivers' and senders' dups (192), hand-overs,
     # LMDB and logs, so the limit itself is never reached.
     spare_descriptors: int = 320
+    # Connections of one process that have not yet sent a whole request head, per client
+    # address and in all: past either, the oldest such connection (of that address, else
+    # of any) is closed for the new one. 1,500 idle connections left the workers
+    # resetting every new one for the 30 s of header_timeout. Kept under the descriptor
+    # bound (half of what it leaves at most, api/serve.py `Unheaded`).
+    headless_per_client: int = 32
+    headless_connections: int = 256
+    # Requests a worker passes to the writing process at once (forwarded, or being handed
+    # over), per token name and in all: past them 429 / 503 with Retry-After, so a
+    # tenant's dripped bodies never hold the writer's descriptors (api/forward.py).
+    forwards_per_token: int = 32
+    forwards_per_worker: int = 128
+    # Connections the writing process holds after its workers handed them over, per token
+    # and in all (api/handoff.py): past them 429 on the connection / 503 from the worker.
+    adopted_per_token: int = 16
+    adopted_connections: int = 256
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
     log_format: str = "auto"  # JSON lines unless stderr is a terminal
     # The only directory `POST /v1/admin/catalog/backup?to=` may write files into; None:

@@ -20,6 +20,7 @@ from aiohttp import web
 from vault.runtime import os_name
 
 from .app import create_app
+from .keys import UNHEADED
 from .observability import AccessLogger, configure_logging
 from .serve import inherited, tls_context, tune_malloc
 from .workers import WorkerSpec, die_with_parent, hold_shared
@@ -64,7 +65,7 @@ def main() -> None:
     app.on_startup.append(_ready(spec.ready, spec.go))  # after the vault opened (cleanup contexts)
     web.run_app(
         app,
-        sock=inherited(spec.listening, settings.spare_descriptors),
+        sock=inherited(spec.listening, settings.spare_descriptors, app[UNHEADED]),
         keepalive_timeout=settings.header_timeout,
         shutdown_timeout=settings.shutdown_timeout,
         ssl_context=tls_context(settings),

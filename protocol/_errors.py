@@ -121,8 +121,9 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "unavailable",
         503,
         "Unavailable",
-        ("Unavailable", "TierUnavailable", "MaintenanceStopped", "NotTheWriter"),
-        "a tier or the store is down, or the server is stopping: retry later (Retry-After)",
+        ("Unavailable", "TierUnavailable", "MaintenanceStopped", "NotTheWriter", "Busy"),
+        "a tier or the store is down, the server is stopping, or one of its processes passes "
+        "as many requests to the one that writes as it may: retry later (Retry-After)",
     ),
     ErrorSpec(
         "key_unavailable",

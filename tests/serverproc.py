@@ -12,6 +12,7 @@ import contextlib
 import http.client
 import os
 import re
+import resource
 import signal
 import socket
 import ssl
@@ -48,6 +49,7 @@ class ServerProcess:
         tls: ssl.SSLContext | None = None,
         local_socket: bool = False,
         workers: int = 1,
+        nofile: int | None = None,
     ) -> None:
         """`tls`: the server speaks HTTPS (its certificate in `extra_args`); this context
         is what the readiness probe connects with. `local_socket`: the server offers its
@@ -55,7 +57,9 @@ class ServerProcess:
         (tests/client/test_local_files.py); off, saves take the HTTP path every remote
         client takes, which most tests are about. `workers`: server processes (`[server]
         workers`); one unless a test is about several (tests/integration/test_workers.py),
-        so that per-process figures (rate limits, shares) stay what those tests count."""
+        so that per-process figures (rate limits, shares) stay what those tests count
+        (0: the server's default, one per CPU). `nofile`: the server's soft RLIMIT_NOFILE
+        (its workers inherit it), for tests of what it does as descriptors run short."""
         self.config = config
         self.data_dir = data_dir
         self.port = port
@@ -65,6 +69,7 @@ class ServerProcess:
         self.tls = tls
         self.local_socket = local_socket
         self.workers = workers
+        self.nofile = nofile
         self.log_path = log_path
         self.token = ""
         self.starts = 0
@@ -99,6 +104,7 @@ class ServerProcess:
                 *self.extra_args,
             ],
             cwd=self.data_dir.parent,
+            preexec_fn=None if self.nofile is None else self._lower_nofile,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -111,6 +117,12 @@ class ServerProcess:
         self._wait_ready()
         self.token = (self.data_dir / "admin.token").read_text().strip()
         assert self.token, "admin.token is empty"
+
+    def _lower_nofile(self) -> None:
+        """In the child before exec: its soft descriptor limit (the hard one kept)."""
+        assert self.nofile is not None
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, hard))
 
     def _probe(self) -> bool:
         conn = (

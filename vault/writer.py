@@ -38,8 +38,11 @@ only writes nothing durable names yet: a commit then finds the chunks missing.
 
 from __future__ import annotations
 
+import errno
 import logging
+import math
 import queue
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -57,6 +60,8 @@ T = TypeVar("T")
 
 MAX_BATCH_BYTES = 32 << 20  # ~0.1 s of LMDB writes here; bounds commit latency
 MAX_BATCH_OPS = 4096
+# Append errors that pass by themselves: the journal is kept on through them.
+TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,8 @@ class Writer:
         self._batch = 0  # batches committed so far; the last one's number
         self._last_plain = 0  # the newest batch not acknowledged by the journal
         self.journaling = journaling  # off by configuration, or once an append failed
+        self._transient = 0  # appends that failed for want of descriptors or memory
+        self._transient_at = -math.inf  # time.monotonic() of the last warning about them
         self.stats = WriterStats()
         self._thread = spawn("vault-writer", self._run)
 
@@ -316,14 +323,35 @@ class Writer:
             journal = self._syncer.journal
             try:
                 journal.applied = journal.append(records)
-            except OSError:
-                log.exception("the save journal failed: saves wait for the catalog's sync now")
-                self.journaling = False
+            except OSError as e:
+                self._journal_failed(e)
                 return False
             self.stats.journal_records += len(records)
             self.stats.journal_bytes += sum(len(r) for r in records)
         self.stats.journaled_batches += 1
         return True
+
+    def _journal_failed(self, error: OSError) -> None:
+        """A failed append: the batch waits for the catalog's sync instead. Running out of
+        descriptors (EMFILE, ENFILE) or memory passes, so the journal stays on and is tried
+        again at the next batch (a flood of connections switched it off until restart);
+        any other error (a bad disk) switches it off. Warned a line a second at most."""
+        if error.errno not in TRANSIENT:
+            log.error(
+                "the save journal failed: saves wait for the catalog's sync now", exc_info=error
+            )
+            self.journaling = False
+            return
+        self._transient += 1
+        now = time.monotonic()
+        if now - self._transient_at >= 1.0:
+            self._transient_at = now
+            log.warning(
+                "the save journal could not append (%s; %d times so far): this batch waits "
+                "for the catalog's sync, the journal stays on",
+                error,
+                self._transient,
+            )
 
     def _durable(
         self,

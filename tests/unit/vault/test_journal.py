@@ -12,7 +12,9 @@ would leave them, and reopens: every acknowledged save must be back, with its id
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 import random
 import threading
 import time
@@ -318,3 +320,43 @@ def test_records_an_earlier_version_wrote_are_read(tmp_path: Path) -> None:
     assert j.append([b"new"]) == 3
     j.close()
     assert [p for _, p in Journal(tmp_path / "j", applied=1).pending()] == [old[1], b"new"]
+
+
+class _FailingOnce:
+    """The journal's append, failing its next call with `errno` (a fault injected by
+    wrapping, as a file system out of descriptors or a bad disk would fail it)."""
+
+    def __init__(self, journal: Journal, error: int) -> None:
+        self._append = journal.append
+        self._error = error
+        self.failed = 0
+
+    def __call__(self, payloads: list[bytes]) -> int:
+        if not self.failed:
+            self.failed += 1
+            raise OSError(self._error, os.strerror(self._error))
+        return self._append(payloads)
+
+
+@pytest.mark.parametrize(("error", "stays_on"), [(errno.EMFILE, True), (errno.EIO, False)])
+def test_only_a_lasting_append_error_switches_the_journal_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int, stays_on: bool
+) -> None:
+    """A batch whose records cannot be appended waits for the catalog's sync instead.
+    Out of descriptors (EMFILE, ENFILE) passes: the journal stays on and acknowledges the
+    next batch (before, a flood of connections switched it off until a restart); a disk
+    error switches it off."""
+    v = Vault(tmp_path / "v")
+    try:
+        writer = v.store.writer
+        failing = _FailingOnce(writer.journal, error)
+        monkeypatch.setattr(writer.journal, "append", failing)
+        first, _ = v.save("ns", {"f": b"first"})  # records failed: acknowledged by the sync
+        assert failing.failed == 1
+        assert writer.journal_on() is stays_on
+        journaled = writer.stats.journaled_batches
+        second, _ = v.save("ns", {"f": b"second"}, parent=first.id)
+        assert (writer.stats.journaled_batches > journaled) is stays_on
+        assert v.get("ns", "latest").id == second.id
+    finally:
+        v.close()
