@@ -48,13 +48,13 @@ from .keys import (
     LISTENING,
     METRICS,
     RUNTIME,
+    SAVES,
     SETTINGS,
     TOKENS,
     TURNS,
     UNHEADED,
     VAULT,
     WORKER,
-    WRITER,
 )
 from .observability import (
     JobLog,
@@ -72,6 +72,7 @@ from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
+from .sinks import ChannelSink, LocalSink
 from .turns import Turns
 from .workers import no_readers, stop_workers, worker_pids, workers_context
 
@@ -125,6 +126,8 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         raise
     app[RUNTIME] = runtime
     app[VAULT] = vault
+    if not reader:  # a worker's saves go to the writing process (_writer_context)
+        app[SAVES] = LocalSink(vault)
     if vault.roles.writable:  # a standby's tokens are the primary's (replicated)
         _bootstrap_admin(vault, settings.data_dir)
     app[TOKENS] = TokenCache(vault.tokens.all(), app[CLOCK])
@@ -164,12 +167,13 @@ async def _writer_context(app: web.Application) -> AsyncIterator[None]:
     )
     app[FORWARDER] = Forwarder(str(settings.engine_socket), str(settings.handoff_socket), bounds)
     registry = app[METRICS].registry
-    calls = app[WRITER] = CallClient(
+    calls = CallClient(
         str(settings.calls_socket),
         asyncio.get_running_loop(),
         lambda: generate_latest(registry).decode(),
     )
     await calls.connect()
+    app[SAVES] = ChannelSink(app[VAULT], calls)
     uses = asyncio.get_running_loop().create_task(_hand_uses(app, calls))
     try:
         yield

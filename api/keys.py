@@ -16,12 +16,13 @@ from vault.runtime import Runtime
 
 from .auth import TokenCache
 from .bodies import BodyReaders
-from .calls import CallClient, CallServer
+from .calls import CallServer
 from .forward import Forwarder
 from .handoff import Adopted
 from .heads import Unheaded
 from .observability import JobLog, Metrics
 from .ratelimit import RateLimiter
+from .saving import SaveSink
 from .settings import Settings
 from .turns import Turns
 
@@ -38,7 +39,7 @@ BODY_READERS = web.AppKey("body_readers", BodyReaders)
 TURNS = web.AppKey("turns", Turns)  # each token's share of the worker pool (api/turns.py)
 JOBS = web.AppKey("jobs", JobLog)
 CALLS = web.AppKey("calls", CallServer)  # the writing process's end of its workers' channel
-WRITER = web.AppKey("writer", CallClient)  # a worker's end: where its prepared saves go
+SAVES = web.AppKey("saves", SaveSink)  # where routes' one-request saves are committed
 FORWARDER = web.AppKey("forwarder", Forwarder)  # a worker's way to the writing process
 METRICS = web.AppKey("metrics", Metrics)
 LIMITER = web.AppKey("limiter", RateLimiter)
@@ -60,11 +61,11 @@ __all__ = [
     "METRICS",
     "QUEUE",
     "RUNTIME",
+    "SAVES",
     "SETTINGS",
     "TOKENS",
     "TURNS",
     "UNHEADED",
     "VAULT",
     "WORKER",
-    "WRITER",
 ]

@@ -14,8 +14,8 @@ from .. import parse
 from ..audit import BULK_DELETED
 from ..auth import principal, require, visible_record
 from ..download import stream_file
-from ..http import bundle_body, json_body, json_response, query_int, run, run_small
-from ..keys import VAULT, WRITER
+from ..http import bundle_body, json_body, json_response, query_int, run
+from ..keys import SAVES, VAULT
 from ..receive import expect_descriptor
 
 
@@ -70,14 +70,8 @@ async def save_checkpoint(request: web.Request) -> web.Response:
     ns = request.match_info["ns"]
     require(request, "write", ns)
     header, files = await bundle_body(request)
-    vault, writer = request.app[VAULT], request.app.get(WRITER)
     args = save_options(request, header)
-    if writer is None:
-        record, created = await run(request, vault.save, ns, files, **args)
-    else:  # a worker: prepared here, committed by the process that writes (api/calls.py)
-        size = sum(len(data) for data in files.values())
-        prepared = await run_small(request, size, vault.prepare_save, ns, files, **args)
-        record, created = await writer.save(prepared)
+    record, created = await request.app[SAVES].save(request, ns, files, args)
     return json_response(visible_record(request, record).to_wire(), status=201 if created else 200)
 
 
