@@ -15,7 +15,8 @@ def test_the_same_key_is_each_tokens_own(vault: Vault) -> None:
     key = "k" * 20
     a, _ = vault.save("ns-a", {"s": b"a"}, key=key, by="a")
     b, created = vault.save("ns-b", {"s": b"b"}, key=key, by="b")
-    assert created and b.id != a.id
+    assert created
+    assert b.id != a.id
     assert vault.save("ns-a", {"s": b"again"}, key=key, by="a") == (a, False)
     with pytest.raises(Conflict):  # the same token reusing its key elsewhere
         vault.save("ns-c", {"s": b"c"}, key=key, by="a")
@@ -31,4 +32,4 @@ def test_an_unscoped_entry_counts_for_its_own_token_only(vault: Vault, clock: Fa
     s.writer.run(lambda w: w.catalog.put(stored, entry, db=s.catalog_env.db["idempotency"]))
     assert vault.save("ns-a", {"s": b"retry"}, key=key, by="a") == (first, False)
     other, created = vault.save("ns-b", {"s": b"b"}, key=key, by="b")
-    assert created and other.namespace == "ns-b"
+    assert (created, other.namespace) == (True, "ns-b")
