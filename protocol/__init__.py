@@ -94,7 +94,7 @@ from ._records import (
     Validity,
     lineage_entry_from_wire,
 )
-from ._text import UNPRINTABLE
+from ._text import FILE_NAME_CHARACTERS, NOT_IN_NAMES, TAG_PATTERN, UNPRINTABLE
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
@@ -179,6 +179,9 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "parse_size",
+    "FILE_NAME_CHARACTERS",
+    "NOT_IN_NAMES",
+    "TAG_PATTERN",
     "UNPRINTABLE",
     "status_of",
 ]

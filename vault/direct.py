@@ -276,7 +276,7 @@ def _recorded(request: SaveRequest, parts: Mapping[str, bytes]) -> PreparedSave:
         else:
             raise ValueError(f"unknown part {name!r}")
     for name in entries:
-        check_file_name(name)
+        check_file_name(name, stored=True)
     return PreparedSave(request, entries, frames)
 
 
