@@ -94,7 +94,7 @@ from ._records import (
     Validity,
     lineage_entry_from_wire,
 )
-from ._text import FILE_NAME_CHARACTERS, NOT_IN_NAMES, TAG_PATTERN, UNPRINTABLE
+from ._text import HIDDEN_IN_NAMES, HIDDEN_IN_TAGS, NOT_IN_NAMES, UNPRINTABLE, character_class
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
@@ -179,9 +179,10 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "parse_size",
-    "FILE_NAME_CHARACTERS",
+    "HIDDEN_IN_NAMES",
+    "HIDDEN_IN_TAGS",
     "NOT_IN_NAMES",
-    "TAG_PATTERN",
     "UNPRINTABLE",
+    "character_class",
     "status_of",
 ]

@@ -20,20 +20,39 @@ from __future__ import annotations
 
 import re
 
-# Cc
-_CONTROLS = "\x00-\x1f\x7f-\x9f"
-# Cf less the two joiners, then Zl and Zp (U+2028, U+2029, inside 2028-202E)
-_FORMAT = (
-    "\xad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b\u200e-\u200f"
-    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
-    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
-    "\U000e0020-\U000e007f"
-)
-# Cs, then Co
-_PRIVATE = "\ud800-\udfff\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd"
+Ranges = tuple[tuple[int, int], ...]  # inclusive code point ranges
 
-UNPRINTABLE = re.compile(f"[{_CONTROLS}{_FORMAT}{_PRIVATE}]")  # refused in tags
-NOT_IN_NAMES = re.compile(f"[{_CONTROLS}{_FORMAT}]")  # refused in file names
-# A tag as a JSON Schema pattern (api/openapi.py): the same characters, as a class.
-TAG_PATTERN = f"^[^{_CONTROLS}{_FORMAT}{_PRIVATE}]+$"
-FILE_NAME_CHARACTERS = f"[^{_CONTROLS}{_FORMAT}]"
+_CONTROLS: Ranges = ((0x00, 0x1F), (0x7F, 0x9F))  # Cc
+# Cf less the two joiners, with Zl and Zp (U+2028, U+2029, inside 2028-202E)
+_FORMAT: Ranges = (
+    (0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD), (0x70F, 0x70F),
+    (0x890, 0x891), (0x8E2, 0x8E2), (0x180E, 0x180E), (0x200B, 0x200B), (0x200E, 0x200F),
+    (0x2028, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F), (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x13438),
+    (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+)  # fmt: skip
+_SURROGATES: Ranges = ((0xD800, 0xDFFF),)  # Cs
+_PRIVATE: Ranges = ((0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD))  # Co
+
+HIDDEN_IN_NAMES: Ranges = _CONTROLS + _FORMAT
+HIDDEN_IN_TAGS: Ranges = HIDDEN_IN_NAMES + _SURROGATES + _PRIVATE
+
+
+def character_class(ranges: Ranges, *, schema: bool = False) -> str:
+    """The body of a regular expression class holding `ranges`. `schema`: for a JSON Schema
+    pattern read by other regex engines too: BMP characters as `\\uXXXX`, others as
+    themselves, surrogates left out (no UTF-8 text holds one, and some engines refuse them)."""
+
+    def one(cp: int) -> str:
+        return f"\\u{cp:04x}" if schema and cp < 0x10000 else chr(cp)
+
+    parts = []
+    for lo, hi in ranges:
+        if schema and (lo, hi) in _SURROGATES:
+            continue
+        parts.append(one(lo) if lo == hi else f"{one(lo)}-{one(hi)}")
+    return "".join(parts)
+
+
+UNPRINTABLE = re.compile(f"[{character_class(HIDDEN_IN_TAGS)}]")  # refused in tags
+NOT_IN_NAMES = re.compile(f"[{character_class(HIDDEN_IN_NAMES)}]")  # refused in file names
