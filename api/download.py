@@ -255,6 +255,7 @@ async def _send_from_thread(
         await asyncio.shield(sending)
     except asyncio.CancelledError:
         _shut(out)  # the sender fails at its next write and lets go of the batch
+        sending.add_done_callback(_retrieved)  # that failure is no news: not logged
         raise
 
 
@@ -292,6 +293,11 @@ def _attempt(poller: select.poll, write: Callable[[], int]) -> int:
     if sent == 0:
         raise ConnectionResetError("connection closed mid-body")
     return sent
+
+
+def _retrieved(done: asyncio.Future[None]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _shut(out: socket.socket) -> None:
