@@ -61,7 +61,7 @@ def _stalled_download(server: ServerProcess) -> socket.socket:
     return sock
 
 
-@pytest.mark.slow  # five server starts: ~10 s idle, 25-35 s on a loaded 2-core machine
+@pytest.mark.slow  # five server starts: 23-35 s measured on a loaded 2-core machine
 def test_sigterm_with_downloads_in_flight_is_quiet(server: ServerProcess) -> None:
     _save(server, os.urandom(SIZE))
     for n in range(ROUNDS):
