@@ -140,8 +140,28 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         # On a thread of its own, not the loop: a download's pin is let go by a callback
         # on the loop, and closing the environments waits for every pin.
         uses = app[TOKENS].take_uses()
-        await asyncio.wrap_future(runtime.close_in_thread(functools.partial(_close, vault, uses)))
-        app[LIMITER].close()
+        closing = runtime.close_in_thread(functools.partial(_close, vault, uses))
+        try:
+            await _through_cancellation(asyncio.wrap_future(closing))
+        finally:
+            app[LIMITER].close()
+
+
+async def _through_cancellation(work: asyncio.Future[None]) -> None:
+    """Wait for `work` even if this task is cancelled meanwhile (a second SIGTERM cancels
+    the task closing the vault; whoever cancels it then waits for it to end), and raise
+    the cancellation once it is done: the vault is closed before the process exits."""
+    cancelled = False
+    while not work.done():
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            if work.done() and not work.cancelled():
+                break
+            cancelled = True
+    work.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def _close(vault: Vault, uses: dict[str, float]) -> None:

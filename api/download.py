@@ -238,7 +238,8 @@ async def _send_from_thread(
     try:
         await asyncio.shield(sending)
     except asyncio.CancelledError:
-        _shut(out)  # the sender fails at its next write
+        _shut(out)  # the sender fails at its next write and lets go of the batch
+        sending.add_done_callback(_retrieved)  # that failure is no news: not logged
         raise
 
 
@@ -258,6 +259,11 @@ def _blocking_send(out: socket.socket, pieces: list[memoryview]) -> None:
             if sent == 0:
                 raise ConnectionResetError("connection closed mid-body")
             view = view[sent:]
+
+
+def _retrieved(done: asyncio.Future[None]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _shut(out: socket.socket) -> None:

@@ -64,6 +64,14 @@ class BodyTimeout(ApiError):
     close_connection = True  # else aiohttp lingers 10 s reading the rest of the body
 
 
+class RequestTimeout(ApiError):
+    """A file handed over by descriptor made no progress: its read or write never returned
+    (a hung file system); the hand-over thread is left to it (api/receive.py)."""
+
+    code = "request_timeout"
+    close_connection = True
+
+
 # aiohttp's own HTTP errors (unknown route, wrong method, body too large...) by status.
 HTTP_CODES = {
     400: "invalid_request",

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -100,8 +101,47 @@ class JsonFormatter(logging.Formatter):
         return self._second[1]
 
 
+UNPARSEABLE_EVERY = 1.0  # seconds: at most one line about unparseable requests per process
+
+
+class UnparseableRequests(logging.Filter):
+    """aiohttp answers a request it cannot parse (a bad byte in a header, an overlong line)
+    with 400 and logs it at ERROR with its traceback, ~875 bytes, per request and before any
+    token is asked for: anyone who can connect could fill the disk. On aiohttp's server
+    logger, this filter makes those records one short warning a second at most, which
+    counts the ones left out since; every other record passes as it is."""
+
+    def __init__(self, every: float = UNPARSEABLE_EVERY) -> None:
+        super().__init__()
+        self.every = every
+        self._last = -float("inf")  # time.monotonic() of the last line let through
+        self._left_out = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError) or not 400 <= exc.code < 500:
+            return True
+        now = time.monotonic()
+        if now - self._last < self.every:
+            self._left_out += 1
+            return False
+        self._last = now
+        remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        why = " ".join(str(exc.message).split())[:120]
+        record.msg = "unparseable request from %s answered %d: %s (%d more not logged)"
+        record.args = (remote, exc.code, why, self._left_out)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info, record.exc_text = None, None
+        self._left_out = 0
+        return True
+
+
 def configure_logging(fmt: str = "auto") -> None:
     """JSON lines for machines; readable text on a terminal (fmt: auto, json or text)."""
+    server = logging.getLogger("aiohttp.server")
+    for old in [f for f in server.filters if isinstance(f, UnparseableRequests)]:
+        server.removeFilter(old)
+    server.addFilter(UnparseableRequests())
     handler = logging.StreamHandler(sys.stderr)
     as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     handler.setFormatter(

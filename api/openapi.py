@@ -273,6 +273,7 @@ _COMMIT_FILE = {
         "chunks": {"type": "array", "maxItems": 16, "items": {"$ref": _REF + "ChunkId"}},
     },
 }
+_TAGS = {"type": ["array", "null"], "maxItems": 64, "items": {"$ref": _REF + "Tag"}}
 REQUESTS: dict[str, dict[str, Any]] = {
     "delete_checkpoints": {
         "type": "object",
@@ -303,11 +304,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
         "type": "object",
         "properties": {
             "metadata": {"type": ["object", "null"]},
-            "tags": {
-                "type": ["array", "null"],
-                "maxItems": 64,
-                "items": {"type": "string", "minLength": 1, "maxLength": 128},
-            },
+            "tags": _TAGS,
         },
     },
     "create_token": {
@@ -321,7 +318,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "fork_checkpoint": {
         "type": "object",
         "required": ["namespace"],
-        "properties": {"namespace": {"$ref": _REF + "Namespace"}},
+        "properties": {"namespace": {"$ref": _REF + "Namespace"}, "tags": _TAGS},
     },
 }
 # Path parameters by name (file and token names share `name`: told apart by the path).
@@ -335,16 +332,32 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "chunk_id": {"$ref": _REF + "ChunkId"},
     "name": {"$ref": _REF + "FileName"},
 }
+_NAMES_HIDE = protocol.character_class(protocol.HIDDEN_IN_NAMES, schema=True)
 PATTERNS: dict[str, dict[str, Any]] = {
     "Namespace": {"type": "string", "pattern": f"^{_SEGMENT}$"},
     "ChunkId": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
     "TokenName": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
-    # Relative, '/'-separated, no empty, '.' or '..' segment, no control characters (the
-    # 1024-byte bound is kept by 255 characters of at most 4 bytes).
+    # Relative, '/'-separated, no empty, '.' or '..' segment, no control, format or
+    # line-separator character (the 1024-byte bound is kept by 255 characters of at most 4
+    # bytes). The characters are protocol/_text.py's table.
     "FileName": {
         "type": "string",
         "pattern": r"^(?!\.{1,2}(/|$))(?!.*/\.{1,2}(/|$))(?!.*//)(?!.*/$)"
-        r"[^/\x00-\x1f\x7f][^\x00-\x1f\x7f]{0,254}$",
+        f"[^/{_NAMES_HIDE}][^{_NAMES_HIDE}]{{0,254}}$",
+        "description": "no control (Cc), format (Cf: bidi controls, zero-width characters "
+        "but the joiners U+200C/U+200D) or line/paragraph separator (Zl, Zp) character",
+    },
+    # 1-128 characters shown as themselves (protocol/_text.py): besides the file names'
+    # rule, no private-use (Co) or surrogate (Cs) character.
+    "Tag": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 128,
+        "pattern": f"^[^{protocol.character_class(protocol.HIDDEN_IN_TAGS, schema=True)}]+$",
+        "description": "no control (Cc), format (Cf: bidi controls, zero-width characters, "
+        "soft hyphen, BOM; the joiners U+200C/U+200D are allowed), line/paragraph separator "
+        "(Zl, Zp), private-use (Co) or surrogate (Cs) character; refused with 400 "
+        "invalid_request",
     },
 }
 # Where the id a route answers is used next (OpenAPI links), so a stateful fuzzer gets
@@ -370,6 +383,16 @@ LINKS: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
     "create_token": {
         "Rotate": ("rotate_token", {"name": "$response.body#/name"}),
         "Revoke": ("revoke_token", {"name": "$response.body#/name"}),
+    },
+}
+
+
+# Error answers a route documents besides `default`, by handler name: status -> why.
+ANSWERS: dict[str, dict[str, str]] = {
+    "commit": {
+        "413": "too_large: the commit lists more chunk references (uploads.max_commit_chunks) "
+        "or more bytes of files (uploads.max_checkpoint_bytes) than this server takes, or a "
+        "file more chunks than its size allows",
     },
 }
 
@@ -436,6 +459,8 @@ def _operation(route: web.AbstractRoute, raw: str) -> dict[str, Any]:
     if name in BINARY_STRUCTURED:
         why = f"the body is not what it must be: {BINARY_STRUCTURED[name]}"
         op["responses"]["400"] = {"description": why, "content": _json(_ref("Error"))}
+    for status, why in ANSWERS.get(name, {}).items():
+        op["responses"][status] = {"description": why, "content": _json(_ref("Error"))}
     for status, answer in op["responses"].items():
         if name in LINKS and status.startswith("2"):
             answer["links"] = {

@@ -43,7 +43,7 @@ from vault import InvalidRequest, TooLarge
 
 from .auth import principal
 from .bodies import Shares
-from .errors import BodyTimeout
+from .errors import BodyTimeout, RequestTimeout
 from .http import read_writable_body, reading_body
 from .keys import BODY_READERS, RUNTIME, SETTINGS
 from .ratelimit import RateLimited
@@ -52,6 +52,13 @@ THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's 
 T = TypeVar("T")
 _TAKEN = web.RequestKey("body_taken", bool)  # its connection ends with its answer
 SHARE_RETRY_AFTER = 1  # seconds a token past its share is told to wait: a body's time
+# The most a hand-over job reads or writes between two looks at its `stop` (vault/ingest.py
+# DESCRIPTOR_PIECE; a restore's batches are smaller): a piece's time at body_min_rate is
+# part of how long a job may go without one.
+HANDOVER_PIECE = 8 << 20
+# Seconds a stopped hand-over job is given to notice its stop before the answer goes out
+# without it: one still running then is stuck in the kernel (or mid-piece, and ends there).
+STOP_GRACE = 1.0
 
 
 class _Held:
@@ -173,11 +180,18 @@ async def with_descriptor(
     bytes at stake at `body_min_rate` have passed (408), and when the client leaves (its
     end of the socket closes). The bytes at stake: `writes` for a job writing that many
     into the file, else the file's allocated blocks, not its size: a sparse file of 8 EiB
-    costs one byte to send and kept a core reading zeros for hours after its client left."""
+    costs one byte to send and kept a core reading zeros for hours after its client left.
+
+    And by its progress: a job looks at `stop` between pieces, so a job that has not looked
+    for body_timeout plus a piece at body_min_rate is stuck in a read or write that does not
+    return (a hung FUSE or network file system). Once stopped, the handler waits STOP_GRACE
+    for the job; one still running is answered 408 `request_timeout` and left behind: its
+    thread stays blocked in the kernel (with the descriptor, and the token's hand-over
+    share) until the file system answers, and shutdown leaves it (`exit_if_stuck`)."""
     held = _take_share(request, "hand-over")
     try:
         fd = await receive_descriptor(request)
-        stop = threading.Event()
+        stop = _Progress()
         try:
             work = writes if writes is not None else _allocated(fd)
             held.work = working = asyncio.get_running_loop().run_in_executor(
@@ -189,11 +203,11 @@ async def with_descriptor(
         with _Bounded(request, stop, work) as bound:
             try:
                 with reading_body(request):
-                    return await asyncio.shield(working)
-            except BaseException:
+                    return await bound.outcome(working)
+            except BaseException as e:
                 stop.set()
                 working.add_done_callback(_retrieved)  # its error, if any, went with the abort
-                if bound.why:
+                if bound.why and not isinstance(e, RequestTimeout):
                     raise BodyTimeout(bound.why) from None
                 raise
     finally:
@@ -207,23 +221,64 @@ def _allocated(fd: int) -> int:
     return info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
 
 
-class _Bounded:
-    """Sets `stop` (with `why`) at the hand-over's deadline or when its client leaves."""
+class _Progress(threading.Event):
+    """A hand-over job's `stop`. The job looks at it between pieces, so each look is a
+    piece done: `last` (time.monotonic()) tells a job that reads or writes from one stuck
+    in the kernel."""
 
-    def __init__(self, request: web.Request, stop: threading.Event, work: int) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = time.monotonic()
+
+    def is_set(self) -> bool:
+        self.last = time.monotonic()
+        return super().is_set()
+
+
+class _Bounded:
+    """Sets `stop` (with `why`) at the hand-over's deadline, when the job has made no
+    progress for `stall` seconds, or when its client leaves."""
+
+    def __init__(self, request: web.Request, stop: _Progress, work: int) -> None:
         settings = request.app[SETTINGS]
         self.stop, self.why = stop, ""
-        self.seconds = settings.body_timeout
+        self.seconds = self.stall = settings.body_timeout
         if settings.body_min_rate:
             self.seconds += work / settings.body_min_rate
+            self.stall += HANDOVER_PIECE / settings.body_min_rate
         transport = request.transport
         conn = None if transport is None else transport.get_extra_info("socket")
         self._sock: socket.socket | None = None if conn is None else conn.dup()
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
+        self._watch: asyncio.TimerHandle | None = None
+        self._cut_now: asyncio.Future[None] = self._loop.create_future()
+
+    async def outcome(self, working: asyncio.Future[T]) -> T:
+        """What the job returns; if it is stopped and does not end within STOP_GRACE,
+        408 `request_timeout` without it. Not cancelled with this handler (shutdown)."""
+        either: list[asyncio.Future[Any]] = [working, self._cut_now]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not working.done():
+            await asyncio.wait([working], timeout=STOP_GRACE)
+        if not working.done():
+            idle = time.monotonic() - self.stop.last
+            raise RequestTimeout(
+                f"{self.why}: its read or write has not returned for {idle:.0f} s (its file "
+                "system does not answer); the server stopped waiting for it"
+            )
+        return working.result()
+
+    def _check_progress(self) -> None:
+        idle = time.monotonic() - self.stop.last
+        if idle >= self.stall:
+            self._cut("stalled")
+        else:
+            self._watch = self._loop.call_later(self.stall - idle, self._check_progress)
 
     def __enter__(self) -> _Bounded:
         self._timer = self._loop.call_later(self.seconds, self._cut, "deadline")
+        self._watch = self._loop.call_later(self.stall, self._check_progress)
         if self._sock is None:  # the connection is gone already
             self._cut("left")
         else:
@@ -233,8 +288,9 @@ class _Bounded:
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in (self._timer, self._watch):
+            if timer is not None:
+                timer.cancel()
         if self._sock is not None:
             self._loop.remove_reader(self._sock.fileno())
             self._sock.close()
@@ -252,11 +308,16 @@ class _Bounded:
             self._cut("left")
 
     def _cut(self, reason: str) -> None:
+        if self._cut_now.done():
+            return
         if reason == "deadline":
             self.why = f"the file handed over was not done within {self.seconds:g} s"
+        elif reason == "stalled":
+            self.why = f"the file handed over made no progress for {self.stall:g} s"
         else:
             self.why = "the client left before its file was done"
         self.stop.set()
+        self._cut_now.set_result(None)
 
 
 def _retrieved(done: asyncio.Future[Any]) -> None:

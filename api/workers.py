@@ -253,7 +253,10 @@ class Workers:
         return [w.proc.pid for w in self._workers if w.proc is not None and w.pidfd >= 0]
 
     def stop(self) -> None:
-        """Ask every worker to finish its requests and exit (SIGTERM); none is restarted."""
+        """Ask every worker to finish its requests and exit (SIGTERM), once: a second SIGTERM
+        cut a worker's own shutdown short (tracebacks, exit 1); none is restarted."""
+        if self._stopping:
+            return
         self._stopping = True
         for w in self._workers:
             if w.proc is not None and w.pidfd >= 0:

@@ -28,7 +28,9 @@ def printable(text: str) -> str:
 
 def _escape(m: re.Match[str]) -> str:
     code = ord(m.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -105,6 +105,13 @@ class BodyTimeout(ClientError):
     code = "body_timeout"
 
 
+class RequestTimeout(ClientError):
+    """A file handed over on the local socket made no progress: its file system did not
+    answer a read or write (a hung FUSE or network mount). Retrying reads it again."""
+
+    code = "request_timeout"
+
+
 class QuotaExceeded(ClientError):
     """A namespace group's storage quota is used up: delete checkpoints first."""
 

@@ -96,7 +96,7 @@ from ._records import (
     Validity,
     lineage_entry_from_wire,
 )
-from ._text import UNPRINTABLE
+from ._text import HIDDEN_IN_NAMES, HIDDEN_IN_TAGS, NOT_IN_NAMES, UNPRINTABLE, character_class
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
@@ -183,6 +183,10 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "parse_size",
+    "HIDDEN_IN_NAMES",
+    "HIDDEN_IN_TAGS",
+    "NOT_IN_NAMES",
     "UNPRINTABLE",
+    "character_class",
     "status_of",
 ]

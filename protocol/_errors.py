@@ -101,6 +101,14 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "body_timeout", 408, "BodyTimeout", ("BodyTimeout",), "the request body stopped arriving"
     ),
     ErrorSpec(
+        "request_timeout",
+        408,
+        "RequestTimeout",
+        ("RequestTimeout",),
+        "a file handed over made no progress (its file system does not answer a read or "
+        "write); the server stopped waiting for it",
+    ),
+    ErrorSpec(
         "quota_exceeded",
         507,
         "QuotaExceeded",

@@ -149,7 +149,7 @@ class DirectSaver:
         tags = check_tags(list(raw_tags) if isinstance(raw_tags, tuple) else raw_tags)
         with self._s.catalog_env.read() as txn:
             ns_rec = self._s.catalog.namespace(txn, ns)
-            done = self._keys.replay(txn, key, ns) if key is not None else None
+            done = self._keys.replay(txn, key, ns, by) if key is not None else None
         profile = ns_rec.chunking() if ns_rec is not None else wanted
         return SaveRequest(ns, files, parent, inherit, metadata, tags, key, by, profile), done
 
@@ -176,7 +176,8 @@ class DirectSaver:
                 return known, False
             if not s.files and (lost := [c for c, (_, f) in items.items() if f is None]):
                 _require_stored(self._s, txn, lost)  # a record's: held by the vault
-            if s.key is not None and (done := self._keys.replay(txn, s.key, s.ns)) is not None:
+            done = self._keys.replay(txn, s.key, s.ns, s.by) if s.key is not None else None
+            if done is not None:
                 return done, False
             now = given[1] if given is not None else self._s.clock.now()
             if ensure_namespace(self._s, txn, s.ns, fields, now).chunking() != s.profile:
@@ -191,7 +192,7 @@ class DirectSaver:
             )  # fmt: skip
             rec = create(self._s, txn, draft, now, sound=items)
             if s.key is not None:
-                self._keys.remember(txn, s.key, rec, now)
+                self._keys.remember(txn, s.key, s.by, rec, now)
             return rec, True
 
         def journal(result: tuple[StoredCheckpoint, bool]) -> bytes | None:
@@ -275,7 +276,7 @@ def _recorded(request: SaveRequest, parts: Mapping[str, bytes]) -> PreparedSave:
         else:
             raise ValueError(f"unknown part {name!r}")
     for name in entries:
-        check_file_name(name)
+        check_file_name(name, stored=True)
     return PreparedSave(request, entries, frames)
 
 

@@ -8,6 +8,13 @@ An agent saves at every step, so there are as many keys as recent checkpoints: e
 stored compactly, under the 16-byte BLAKE3 of the key, as its expiry (f64) and checkpoint
 id; the namespace is the checkpoint record's. Keys of older versions (the key itself ->
 JSON) are still found and expired.
+
+A key is its token's own: it is stored under the BLAKE3 of the token name and the key, so
+the same key from another token is another entry. Keys were global once, which told a
+tenant whether another had used a key (a 200 with the other's checkpoint, or a 409) and let
+it take predictable keys first. An entry stored by a version that did not scope keys (the
+BLAKE3 of the key alone) is believed only for the token that made its checkpoint; for any
+other it does not exist.
 """
 
 from __future__ import annotations
@@ -27,7 +34,15 @@ _KEY = re.compile(r"[A-Za-z0-9_-]{16,64}")
 _EXPIRY = struct.Struct("<d")
 
 
-def _stored_key(key: str) -> bytes:
+def _stored_key(key: str, by: str | None) -> bytes:
+    """Where `by`'s key is: a token name never holds a NUL, so no two (token, key) pairs
+    hash the same text. `by` None (the engine used without tokens) is a token of its own."""
+    scope = "\0" if by is None else by + "\0"
+    return blake3.blake3((scope + key).encode()).digest()[:16]
+
+
+def _unscoped_key(key: str) -> bytes:
+    """Where a version that did not scope keys stored one (expired within upload_ttl)."""
     return blake3.blake3(key.encode()).digest()[:16]
 
 
@@ -50,23 +65,35 @@ class IdempotencyKeys:
         self._s = store
         self._db = store.catalog_env.db["idempotency"]
 
-    def replay(self, txn: lmdb.Transaction, key: str, ns: str) -> StoredCheckpoint | None:
-        """The checkpoint an earlier save with this key made, if any."""
-        raw = txn.get(_stored_key(key), db=self._db)
-        if raw is not None:
+    def replay(
+        self, txn: lmdb.Transaction, key: str, ns: str, by: str | None
+    ) -> StoredCheckpoint | None:
+        """The checkpoint an earlier save by token `by` with this key made, if any; 409 if
+        that save was to another namespace (the same token reusing a key)."""
+        if (raw := txn.get(_stored_key(key, by), db=self._db)) is not None:
+            rec = self._s.catalog.record(txn, bytes(raw)[_EXPIRY.size :].decode())
+        elif (rec := self._unscoped(txn, key)) is not None and rec.created_by != by:
+            return None  # another token's, from before keys were scoped: not this one's
+        if rec is None:
+            return None
+        if rec.namespace != ns:
+            raise Conflict(f"idempotency key {key!r} is in use by another request")
+        return rec
+
+    def _unscoped(self, txn: lmdb.Transaction, key: str) -> StoredCheckpoint | None:
+        if (raw := txn.get(_unscoped_key(key), db=self._db)) is not None:
             cid = bytes(raw)[_EXPIRY.size :].decode()
         elif (old := txn.get(key.encode(), db=self._db)) is not None:
             cid = json.loads(bytes(old))["checkpoint"]
         else:
             return None
-        rec = self._s.catalog.record(txn, cid)
-        if rec is None or rec.namespace != ns:
-            raise Conflict(f"idempotency key {key!r} is in use by another request")
-        return rec
+        return self._s.catalog.record(txn, cid)
 
-    def remember(self, txn: lmdb.Transaction, key: str, rec: StoredCheckpoint, now: float) -> None:
+    def remember(
+        self, txn: lmdb.Transaction, key: str, by: str | None, rec: StoredCheckpoint, now: float
+    ) -> None:
         entry = _EXPIRY.pack(now + self._s.config.upload_ttl) + rec.id.encode()
-        txn.put(_stored_key(key), entry, db=self._db)
+        txn.put(_stored_key(key, by), entry, db=self._db)
 
     def expire(self, txn: lmdb.Transaction, now: float) -> int:
         """Drop keys past their expiry (writer thread); returns how many went."""

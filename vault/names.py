@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from protocol import NOT_IN_NAMES
+
 from .errors import InvalidName
 
 _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -26,7 +28,10 @@ def check_namespace(ns: str) -> str:
     return ns
 
 
-def check_file_name(name: str) -> str:
+def check_file_name(name: str, *, stored: bool = False) -> str:
+    """`name` if it may name a file. `stored`: a name an earlier version accepted (a save
+    journal's record applied again), held only to what was always refused, so that what
+    was acknowledged is still applied."""
     encoded = name.encode("utf-8", "surrogatepass")
     if not name or len(encoded) > MAX_FILE_NAME_BYTES:
         raise InvalidName(f"file name must be 1 to {MAX_FILE_NAME_BYTES} bytes")
@@ -34,6 +39,11 @@ def check_file_name(name: str) -> str:
         raise InvalidName(f"file name {name[:200]!r} must be relative (no leading '/')")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
         raise InvalidName("file name must not contain NUL or control characters")
+    if not stored and (bad := NOT_IN_NAMES.search(name)) is not None:  # protocol/_text.py
+        raise InvalidName(
+            f"file name must not hold control, format (bidi, zero-width) or line-separator "
+            f"characters; it holds U+{ord(bad.group()):04X}"
+        )
     if any(seg in ("", ".", "..") for seg in name.split("/")):
         raise InvalidName(f"file name {name[:200]!r} has an empty, '.' or '..' segment")
     return name

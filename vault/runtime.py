@@ -296,8 +296,12 @@ class Runtime:
 
     def close_in_thread(self, engine_close: Callable[[], None]) -> Future[None]:
         """`close` on a thread of its own, for the event loop: closing waits on threads that
-        may need the loop (a download's pin is let go by a callback on it)."""
+        may need the loop (a download's pin is let go by a callback on it). The future is
+        running from the start, so it cannot be cancelled: a waiter cancelled meanwhile (by
+        a second SIGTERM, through `asyncio.wrap_future`) used to cancel it, and the thread's
+        `set_result` then raised `InvalidStateError: CANCELLED` on the terminal."""
         done: Future[None] = Future()
+        done.set_running_or_notify_cancel()
 
         def run() -> None:
             try:

@@ -70,9 +70,10 @@ def check_tags(tags: Any) -> list[str]:
             f"tags must be a list of at most {MAX_TAGS} strings of 1-{MAX_TAG_LENGTH} characters"
         )
     for tag in tags:  # a tag is read back as text (listings, the console, `ckpt ls`)
-        if (bad := UNPRINTABLE.search(tag)) is not None:
+        if (bad := UNPRINTABLE.search(tag)) is not None:  # protocol/_text.py has the rule
             raise InvalidRequest(
-                f"tag {tag[:40]!r} holds the control character U+{ord(bad.group()):04X}"
+                f"tag {tag[:40]!r} holds U+{ord(bad.group()):04X}: tags may not hold control, "
+                "format (bidi, zero-width), line-separator, private-use or surrogate characters"
             )
     return list(dict.fromkeys(tags))
 
