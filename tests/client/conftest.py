@@ -64,7 +64,3 @@ def loaded_by(module: str, heavy: Iterable[str]) -> str:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    """`slow`: a test over ~20 s (a real training run); `-m "not slow"` leaves them out."""
-    config.addinivalue_line("markers", "slow: a test over ~20 s (a real training run)")
