@@ -234,10 +234,10 @@ def own_data_dir(settings: Settings) -> None:
 
 def serve(settings: Settings) -> None:
     os_name("ckpt-serve")  # the event loop's thread: what ps and top show for the process
-    own_data_dir(settings)  # first: a refused data dir gets nothing written, nor logged
     tune_malloc()
     configure_logging(settings.log_format)
-    tls = tls_context(settings)
+    tls = tls_context(settings)  # a refused key creates no data dir
+    own_data_dir(settings)  # then: a refused data dir gets nothing written, nor logged
     log = logging.getLogger("ckpt.api")
     log.info(
         "serving %s on %s://%s:%d%s",
