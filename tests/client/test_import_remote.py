@@ -121,6 +121,20 @@ def test_a_trainer_series_in_s3_imports_in_order_once(
     assert len(vault.list("s3/a", limit=100)) == len(STEPS)
 
 
+def test_s3_sources_it_cannot_list_are_named(
+    vault: VaultClient, seaweed: SeaweedFS, s3: Any
+) -> None:
+    options = {"key": ACCESS_KEY, "secret": SECRET_KEY, "endpoint_url": seaweed.endpoint}
+    wrong = {**options, "secret": "not-the-secret"}
+    with pytest.raises(BadSource, match=r"s3://moving-in/x: cannot list \(PermissionError"):
+        import_series(vault, f"s3://{BUCKET}/x", "s3/bad", storage_options=wrong)
+    with pytest.raises(BadSource, match="bucket does not exist"):
+        import_series(vault, "s3://no-such-bucket/x", "s3/bad", storage_options=options)
+    with pytest.raises(BadSource, match="not a directory"):
+        import_series(vault, f"s3://{BUCKET}/nothing-here", "s3/bad", storage_options=options)
+    assert "s3/bad" not in [n.name for n in vault.namespaces()]
+
+
 def test_an_s3_source_without_s3fs_names_the_extra(server: ServerProcess) -> None:
     """Run as if s3fs were not installed (a None in sys.modules makes its import fail)."""
     code = "import sys; sys.modules['s3fs'] = None; import cli; sys.exit(cli.main(sys.argv[1:]))"
