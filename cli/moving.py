@@ -1,7 +1,8 @@
 """Moving in and out: `import` and `export` (client/importers).
 
-`ckpt import SOURCE NAMESPACE`: a directory series (HF, Lightning, DCP, plain files), or a
-LangGraph database (`postgresql://...`, or a SQLite file) whose threads become namespaces
+`ckpt import SOURCE NAMESPACE`: a directory series (HF, Lightning, DCP, plain files), local or
+at an fsspec URL (`s3://bucket/prefix`, with `--storage-option KEY=VALUE` for its filesystem),
+or a LangGraph database (`postgresql://...`, or a SQLite file) whose threads become namespaces
 under NAMESPACE. `ckpt export NAMESPACE DEST`: back to a directory, or, for a LangGraph
 prefix, into a database (`postgresql://...`, `sqlite:PATH` or a path ending .sqlite/.db).
 """
@@ -9,6 +10,7 @@ prefix, into a database (`postgresql://...`, `sqlite:PATH` or a path ending .sql
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +24,20 @@ SQLITE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 
 def register(sub: Any) -> None:
     p = sub.add_parser("import", help="import a checkpoint series or a LangGraph database")
-    p.add_argument("source", help="directory, SQLite file or postgresql:// URL")
+    p.add_argument("source", help="directory, fsspec URL (s3://...), SQLite file or postgresql://")
     p.add_argument("namespace", help="the namespace (a LangGraph source: the threads' prefix)")
     p.add_argument("--layout", default=None, choices=["hf", "lightning", "dcp", "plain"])
     p.add_argument("--strict", action="store_true", help="stop at a bad entry, import nothing")
     p.add_argument("--dry-run", action="store_true", help="print what would be created")
     p.add_argument("--chunking", default=None, help="profile of a new namespace: small|large")
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="for a URL source's fsspec filesystem (s3: endpoint_url=http://...); "
+        "VALUE is read as JSON when it parses (true, 3, {...}), else as a string",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=import_)
 
@@ -59,9 +69,24 @@ def _database(target: str, *, reading: bool) -> str | None:
     return target if target.endswith(SQLITE_SUFFIXES) else None
 
 
+def storage_options(pairs: list[str]) -> dict[str, Any]:
+    """`--storage-option KEY=VALUE`s as fsspec takes them."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--storage-option {pair!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
 def import_(args: argparse.Namespace) -> int:
     from client import importers
 
+    options = storage_options(args.storage_option)
     database = _database(args.source, reading=True)
     with connect(args) as vault:
         if database is not None:
@@ -79,6 +104,7 @@ def import_(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             chunking=args.chunking,
             progress=_bar(args),
+            storage_options=options,
         )
     if args.json:
         emit_json(report.to_wire())

@@ -6,27 +6,25 @@ imported. Each directory becomes one checkpoint of all its files.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ._entries import Entry, files_under, problem_in, step_in
+from ._entries import Entry, SourcePath, files_under, problem_in, step_in
 
 METADATA = ".metadata"
 SHARD_SUFFIX = ".distcp"
 
 
-def _is_dcp(directory: Path) -> bool:
+def _is_dcp(directory: SourcePath) -> bool:
     return (directory / METADATA).is_file() or any(directory.glob(f"*{SHARD_SUFFIX}"))
 
 
-def _dirs(root: Path) -> list[Path]:
+def _dirs(root: SourcePath) -> list[SourcePath]:
     return sorted(p for p in root.iterdir() if p.is_dir() and _is_dcp(p))
 
 
-def matches(root: Path) -> bool:
+def matches(root: SourcePath) -> bool:
     return bool(_dirs(root))
 
 
-def scan(root: Path) -> list[Entry]:
+def scan(root: SourcePath) -> list[Entry]:
     entries = []
     for directory in _dirs(root):
         step = step_in(directory.name)

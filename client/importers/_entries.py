@@ -15,7 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
+
+from ._remote import RemotePath
+
+SourcePath: TypeAlias = Path | RemotePath  # a local file, or one listed through fsspec
 
 IMPORTED_KEY = "imported"  # metadata key holding where a checkpoint came from
 MAX_FILE_MTIMES = 256  # per-file mtimes kept in metadata up to this many files (64 KiB cap)
@@ -35,7 +39,7 @@ class Entry:
     key: str
     step: int
     place: str
-    files: dict[str, Path]
+    files: dict[str, SourcePath]
     metadata: dict[str, Any] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     problem: str | None = None
@@ -48,9 +52,9 @@ class Entry:
 class Scanner(Protocol):
     """A layout module: whether a directory looks like its series, and its entries."""
 
-    def matches(self, root: Path) -> bool: ...
+    def matches(self, root: SourcePath) -> bool: ...
 
-    def scan(self, root: Path) -> list[Entry]: ...
+    def scan(self, root: SourcePath) -> list[Entry]: ...
 
 
 def step_in(name: str) -> int | None:
@@ -64,41 +68,46 @@ def step_in(name: str) -> int | None:
     return int(numbers[-1]) if numbers else None
 
 
-def files_under(directory: Path) -> dict[str, Path]:
+def files_under(directory: SourcePath) -> dict[str, SourcePath]:
     """Every regular file below `directory`, by its path relative to it, in name order."""
-    out: dict[str, Path] = {}
+    out: dict[str, SourcePath] = {}
+    if isinstance(directory, RemotePath):
+        for remote in sorted(directory.rglob("*")):
+            if remote.is_file():
+                out[remote.relative_to(directory).as_posix()] = remote
+        return out
     for path in sorted(directory.rglob("*")):
         if path.is_file():
             out[path.relative_to(directory).as_posix()] = path
     return out
 
 
-def unreadable(files: Mapping[str, Path]) -> str | None:
+def unreadable(files: Mapping[str, SourcePath]) -> str | None:
     """Why one of `files` cannot be read (None: all can), checked by opening each."""
     for name, path in files.items():
         try:
-            with open(path, "rb") as f:
+            with path.open("rb") as f:
                 f.read(1)
         except OSError as e:
             return f"{name}: unreadable ({e.strerror or e})"
     return None
 
 
-def torch_archive_problem(name: str, path: Path) -> str | None:
+def torch_archive_problem(name: str, path: SourcePath) -> str | None:
     """A torch.save file (zip) cut short has no central directory at its end: reading
     that end record is cheap and catches a file still being written."""
     if path.suffix not in TORCH_SUFFIXES:
         return None
     if path.stat().st_size == 0:
         return f"{name}: empty file"
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head != b"PK\x03\x04":
-        return None  # not a zip archive (legacy torch format, or another kind of file)
-    return None if zipfile.is_zipfile(path) else f"{name}: truncated archive (no zip directory)"
+    with path.open("rb") as f:
+        if f.read(4) != b"PK\x03\x04":
+            return None  # not a zip archive (legacy torch format, or another kind of file)
+        whole = zipfile.is_zipfile(f)  # seeks to the end record: a ranged read when remote
+    return None if whole else f"{name}: truncated archive (no zip directory)"
 
 
-def problem_in(files: Mapping[str, Path]) -> str | None:
+def problem_in(files: Mapping[str, SourcePath]) -> str | None:
     """The first reason one of `files` cannot be imported whole: unreadable, or a torch
     archive cut short."""
     return unreadable(files) or next(
@@ -107,21 +116,27 @@ def problem_in(files: Mapping[str, Path]) -> str | None:
 
 
 def provenance(
-    source: Path, layout: str, entry: Entry, extra: Mapping[str, Any] | None = None
+    source: SourcePath, layout: str, entry: Entry, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The `imported` metadata of an entry: where it came from (resuming and exporting
     read it) and its files' modification times, which the server's record has no field
-    for (its `created_at` is the commit time)."""
-    mtimes = {name: path.stat().st_mtime_ns for name, path in entry.files.items()}
-    newest = max(mtimes.values(), default=0)
+    for (its `created_at` is the commit time). A remote file's time is its backend's
+    listing's (S3: to the second); one whose backend gives none has no entry."""
+    mtimes: dict[str, int] = {}
+    for name, path in entry.files.items():
+        ns = path.stat().st_mtime_ns
+        if ns is not None:
+            mtimes[name] = ns
     out: dict[str, Any] = {
         "from": str(source),
         "layout": layout,
         "key": entry.key,
         "place": entry.place,
         "step": entry.step,
-        "mtime": datetime.fromtimestamp(newest / 1e9, timezone.utc).isoformat(),
     }
+    if mtimes:
+        newest = max(mtimes.values())
+        out["mtime"] = datetime.fromtimestamp(newest / 1e9, timezone.utc).isoformat()
     if len(mtimes) <= MAX_FILE_MTIMES:
         out["mtimes"] = mtimes
     out.update(extra or {})

@@ -17,18 +17,18 @@ from typing import Any
 
 from ..hf import latest_metrics
 from ..manager import metric_value
-from ._entries import Entry, files_under, problem_in
+from ._entries import Entry, SourcePath, files_under, problem_in
 
 NAME = re.compile(r"checkpoint-(\d+)")
 STATE_FILE = "trainer_state.json"
 BEST_TAG = "best"
 
 
-def _dirs(root: Path) -> list[Path]:
+def _dirs(root: SourcePath) -> list[SourcePath]:
     return sorted(p for p in root.iterdir() if p.is_dir() and NAME.fullmatch(p.name))
 
 
-def matches(root: Path) -> bool:
+def matches(root: SourcePath) -> bool:
     """`checkpoint-N/` directories, at least one with a trainer state (a series of only
     half-written ones is still this layout: each is then reported)."""
     found = _dirs(root)
@@ -37,7 +37,7 @@ def matches(root: Path) -> bool:
     )
 
 
-def _state(directory: Path) -> tuple[dict[str, Any] | None, str | None]:
+def _state(directory: SourcePath) -> tuple[dict[str, Any] | None, str | None]:
     """The directory's trainer state, or why there is none usable."""
     path = directory / STATE_FILE
     if not path.is_file():
@@ -62,7 +62,7 @@ def _metadata(name: str, step: int, state: dict[str, Any]) -> dict[str, Any]:
     return md
 
 
-def scan(root: Path) -> list[Entry]:
+def scan(root: SourcePath) -> list[Entry]:
     entries = []
     for directory in _dirs(root):
         match = NAME.fullmatch(directory.name)

@@ -6,7 +6,8 @@ out (a copy of a stepped save, with no place in the step order).
 The best model is read from the newest file's callback state: `ModelCheckpoint` saves
 its `best_model_path`, `best_model_score`, `monitor` and `best_k_models` into every
 checkpoint it writes. The file is loaded with `weights_only=True` (no pickled code runs:
-an imported directory may come from anywhere) and memory-mapped; when that cannot read
+an imported directory may come from anywhere) and memory-mapped (a remote one is read
+through instead); when that cannot read
 it, the import goes on without a best tag and says so.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..manager import metric_value
-from ._entries import Entry, problem_in, step_in
+from ._entries import Entry, SourcePath, problem_in, step_in
 
 SUFFIX = ".ckpt"
 EPOCH = re.compile(r"epoch[=_-]?(\d+)")
@@ -25,15 +26,15 @@ BEST_TAG = "best"
 CALLBACK_PREFIX = "ModelCheckpoint"
 
 
-def _files(root: Path) -> list[Path]:
+def _files(root: SourcePath) -> list[SourcePath]:
     return sorted(p for p in root.iterdir() if p.is_file() and p.suffix == SUFFIX)
 
 
-def matches(root: Path) -> bool:
+def matches(root: SourcePath) -> bool:
     return any(step_in(p.name) is not None for p in _files(root))
 
 
-def scan(root: Path) -> list[Entry]:
+def scan(root: SourcePath) -> list[Entry]:
     entries = []
     for path in _files(root):
         step = step_in(path.name)
@@ -54,13 +55,17 @@ def scan(root: Path) -> list[Entry]:
     return entries
 
 
-def _checkpoint_state(path: Path) -> dict[str, Any] | None:
+def _checkpoint_state(path: SourcePath) -> dict[str, Any] | None:
     """The `ModelCheckpoint` state saved in `path` (the one whose dirpath is this
     directory when several), or None when unreadable without running pickled code."""
     import torch
 
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        if isinstance(path, Path):
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        else:  # a remote file cannot be mapped: read through, seeking as torch asks
+            with path.open("rb") as f:
+                ckpt = torch.load(f, map_location="cpu", weights_only=True)
     except Exception:  # noqa: BLE001 - any load failure means: no best to read
         return None
     callbacks = ckpt.get("callbacks") if isinstance(ckpt, dict) else None
@@ -76,7 +81,9 @@ def _checkpoint_state(path: Path) -> dict[str, Any] | None:
     return chosen[0] if chosen else None
 
 
-def _same_dir(dirpath: Any, directory: Path) -> bool:
+def _same_dir(dirpath: Any, directory: SourcePath) -> bool:
+    if not isinstance(directory, Path):  # a URL, or the bucket path it names
+        return isinstance(dirpath, str) and dirpath.rstrip("/") in (str(directory), directory.path)
     try:
         return isinstance(dirpath, str) and Path(dirpath).resolve() == directory.resolve()
     except OSError:
@@ -90,7 +97,7 @@ def _score(value: Any) -> float | None:
         return None
 
 
-def _mark_best(root: Path, entries: list[Entry], state: dict[str, Any] | None) -> None:
+def _mark_best(root: SourcePath, entries: list[Entry], state: dict[str, Any] | None) -> None:
     """Tag the best entry; give each top-k entry its monitored score."""
     if state is None:
         return

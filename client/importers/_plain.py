@@ -6,21 +6,19 @@ are reported and left out; hidden files are not looked at.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ._entries import Entry, problem_in, step_in
+from ._entries import Entry, SourcePath, problem_in, step_in
 
 
-def _files(root: Path) -> list[Path]:
+def _files(root: SourcePath) -> list[SourcePath]:
     return sorted(p for p in root.iterdir() if p.is_file() and not p.name.startswith("."))
 
 
-def matches(root: Path) -> bool:
+def matches(root: SourcePath) -> bool:
     return any(step_in(p.name) is not None for p in _files(root))
 
 
-def scan(root: Path) -> list[Entry]:
-    by_step: dict[int, dict[str, Path]] = {}
+def scan(root: SourcePath) -> list[Entry]:
+    by_step: dict[int, dict[str, SourcePath]] = {}
     entries = []
     for path in _files(root):
         step = step_in(path.name)

@@ -9,6 +9,13 @@ the entries missing (a commit is atomic: an entry is there whole or not at all).
 window it cannot see is a commit still in flight on the server when the new run lists;
 runs of one import must not overlap.
 
+A source is a local directory (a path or `file://`) or any fsspec URL (`s3://bucket/prefix`,
+`gs://`, `memory://`; see _remote.py). A remote entry's files are streamed into the save,
+never staged on disk: the client reads a file object as it reads a local file, in pieces,
+so memory stays at the client's buffers whatever the entry's size, and nothing is left
+behind by a kill. An entry of at most `SMALL_SAVE_LIMIT` bytes is read whole first, so
+that it goes in the client's one-request save, as a small local entry does.
+
 Bad entries (`Entry.problem`) are known from the scan: they are skipped and reported, or,
 with `strict`, the import stops before its first save.
 """
@@ -16,18 +23,23 @@ with `strict`, the import stops before its first save.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from ..aio import SMALL_SAVE_LIMIT
+from ..chunking import FileSpec
 from ..errors import NotFound
 from ..manager import finite_metrics
 from ..models import Checkpoint
 from ..progress import Progress
 from ..sync import VaultClient
 from . import _dcp, _hf, _lightning, _plain
-from ._entries import IMPORTED_KEY, Entry, Scanner, provenance
+from ._entries import IMPORTED_KEY, Entry, Scanner, SourcePath, provenance
+from ._remote import RemotePath, RemoteSourceError, is_remote, open_remote
 
 LAYOUTS: dict[str, Scanner] = {"hf": _hf, "dcp": _dcp, "lightning": _lightning, "plain": _plain}
 DIR_LAYOUTS = ("hf", "dcp")  # a directory per checkpoint
@@ -76,7 +88,7 @@ class ImportReport:
         return {**asdict(self), "created": self.count("create"), "present": self.count("present")}
 
 
-def detect_layout(root: Path) -> str:
+def detect_layout(root: SourcePath) -> str:
     """The layout of a series directory; BadSource when none, or two directory layouts,
     match (then `layout=` says which)."""
     dirs = [name for name in DIR_LAYOUTS if LAYOUTS[name].matches(root)]
@@ -108,19 +120,25 @@ def imported(vault: VaultClient, namespace: str, source: str) -> dict[str, Check
         before = page[-1].id
 
 
-def local_root(source: str | Path) -> Path:
-    """The directory `source` names: a path or a `file://` URL. Other URLs (s3://, gs://)
-    are not read yet: copy the series down first."""
+def source_root(source: str | Path, storage_options: Mapping[str, Any] | None = None) -> SourcePath:
+    """The directory `source` names: a path or a `file://` URL (a local `Path`), or another
+    fsspec URL, listed through fsspec with `storage_options` (s3fs: `endpoint_url`, `key`,
+    `secret`..., else its own environment variables)."""
     text = str(source)
+    if is_remote(text):
+        try:
+            return open_remote(text, storage_options)
+        except RemoteSourceError as e:
+            raise BadSource(str(e)) from None
     if text.startswith("file://"):
-        return Path(unquote(urlparse(text).path))
-    if "://" in text:
-        raise BadSource(f"{text.split('://')[0]}:// sources are not supported yet: copy it locally")
+        return Path(unquote(urlparse(text).path)).resolve()
     return Path(text).expanduser().resolve()
 
 
-def scan_source(source: str | Path, layout: str | None) -> tuple[Path, str, list[Entry]]:
-    root = local_root(source).resolve()
+def scan_source(
+    source: str | Path, layout: str | None, storage_options: Mapping[str, Any] | None = None
+) -> tuple[SourcePath, str, list[Entry]]:
+    root = source_root(source, storage_options)
     if not root.is_dir():
         raise BadSource(f"{source}: not a directory")
     if layout is not None and layout not in LAYOUTS:
@@ -140,13 +158,15 @@ def import_series(
     dry_run: bool = False,
     chunking: str | None = None,
     progress: bool | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ImportReport:
-    """Import the checkpoint series in directory `source` into `namespace` (see the
-    module docstring); run it again after an interruption to finish it. `layout`: one of
-    `LAYOUTS` (None: detected). `chunking`: the namespace's profile if this import
-    creates it. `progress`: a bar with files and unique bytes so far (None: on a terminal)."""
+    """Import the checkpoint series in directory `source` (a path or an fsspec URL) into
+    `namespace` (see the module docstring); run it again after an interruption to finish
+    it. `layout`: one of `LAYOUTS` (None: detected). `chunking`: the namespace's profile
+    if this import creates it. `progress`: a bar with files and unique bytes so far (None:
+    on a terminal). `storage_options`: for fsspec's filesystem of a URL source."""
     started = time.monotonic()
-    root, layout, entries = scan_source(source, layout)
+    root, layout, entries = scan_source(source, layout, storage_options)
     present = imported(vault, namespace, str(root))
     bad = [e for e in entries if e.problem is not None and e.key not in present]
     if strict and bad:
@@ -177,7 +197,7 @@ def import_series(
 
 def _run(
     vault: VaultClient,
-    root: Path,
+    root: SourcePath,
     layout: str,
     entries: list[Entry],
     present: dict[str, Checkpoint],
@@ -199,14 +219,15 @@ def _run(
                 _judge(vault, present[entry.key])
                 continue
             metadata = {**entry.metadata, IMPORTED_KEY: provenance(root, layout, entry)}
-            ckpt = vault.save(
-                report.namespace,
-                entry.files,
-                parent=parent,
-                metadata=metadata,
-                tags=entry.tags,
-                chunking=chunking,
-            )
+            with _opened(entry) as files:
+                ckpt = vault.save(
+                    report.namespace,
+                    files,
+                    parent=parent,
+                    metadata=metadata,
+                    tags=entry.tags,
+                    chunking=chunking,
+                )
             parent = planned.id = ckpt.id
             _judge(vault, ckpt)
             report.bytes += planned.bytes
@@ -214,6 +235,24 @@ def _run(
             report.unique_bytes += _new_bytes(vault, ckpt, seen)
             bar.update(planned.bytes)
             bar.note(f"{report.files} files, {_share(report)} unique")
+
+
+@contextmanager
+def _opened(entry: Entry) -> Iterator[Mapping[str, FileSpec]]:
+    """The entry's files as the client's save takes them: local paths as they are (the
+    server may take them by descriptor), remote ones read whole when the entry is small,
+    else open file objects the client streams from, closed after the save."""
+    out: dict[str, FileSpec] = {}
+    small = entry.size <= SMALL_SAVE_LIMIT
+    with ExitStack() as stack:
+        for name, path in entry.files.items():
+            if not isinstance(path, RemotePath):
+                out[name] = path
+            elif small:
+                out[name] = path.read_bytes()
+            else:
+                out[name] = stack.enter_context(path.open("rb"))
+        yield out
 
 
 def _judge(vault: VaultClient, ckpt: Checkpoint) -> None:

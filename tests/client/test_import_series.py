@@ -158,8 +158,8 @@ def test_dcp_dirs_half_written_ones_reported_or_stopping_with_strict(
 def test_bad_sources_are_named(server: ServerProcess, vault: VaultClient, tmp_path: Path) -> None:
     with pytest.raises(BadSource, match="not a directory"):
         import_series(vault, tmp_path / "missing", "imp/bad")
-    with pytest.raises(BadSource, match="s3:// sources are not supported yet"):
-        import_series(vault, "s3://bucket/run", "imp/bad")
+    with pytest.raises(BadSource, match="Protocol not known: nosuch"):
+        import_series(vault, "nosuch://bucket/run", "imp/bad")
     (tmp_path / "empty").mkdir()
     with pytest.raises(BadSource, match="no checkpoint series recognised"):
         import_series(vault, tmp_path / "empty", "imp/bad")
