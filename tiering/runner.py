@@ -113,7 +113,7 @@ class Promoted:
 def promote_checkpoint(vault: Vault, ns: str, ckpt_id: str) -> Promoted:
     """Promotion on read: note the read (the checkpoint ages from it, so the next tiering
     run leaves it hot for `demote_after`), then bring its packed chunks back."""
-    chunks = vault.note_promoted(ns, ckpt_id)
+    chunks = vault.lifecycle.note_promoted(ns, ckpt_id)
     with vault.snapshot() as snap:
         packed = [c for c in chunks if _place(snap.chunk(c)) not in ("hot", None)]
     report = vault.content.promote(sorted(packed))
@@ -147,4 +147,4 @@ def retier(vault: Vault, only: list[str] | None = None) -> list[str]:
             tier = tier_of(snap, distinct_chunks(files))
             if tier != rec.tier:
                 changes[ckpt_id] = tier
-    return vault.set_tiers(changes)
+    return vault.lifecycle.set_tiers(changes)

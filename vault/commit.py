@@ -112,7 +112,7 @@ class Committer:
             return dict(self._hashed)
 
     def commit(
-        self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
+        self, upload_id: str, files: Mapping[str, CommitFile] | None = None, domain: Domain = None
     ) -> tuple[StoredCheckpoint, bool]:
         """Commit an upload; returns the record and whether this call created it. Listed
         chunks count only if stored inside the caller's `domain` or sent by this session

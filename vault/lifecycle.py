@@ -99,7 +99,13 @@ class Lifecycle:
         self._s.writer.run(op)
 
     def fork(
-        self, ns: str, ref: str, target: Any, metadata: Any, tags: Any, by: str | None = None
+        self,
+        ns: str,
+        ref: str,
+        target: Any,
+        metadata: Any = None,
+        tags: Any = None,
+        by: str | None = None,
     ) -> StoredCheckpoint:
         if not isinstance(target, str):
             raise InvalidRequest("fork needs a target namespace")

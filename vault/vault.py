@@ -18,19 +18,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from protocol import (
     JSON,
     CatalogBackup,
     CheckReport,
     CodecShare,
-    CommitFile,
     CompactReport,
     GcReport,
     QuotaUse,
@@ -157,7 +156,7 @@ class Vault:
         self.lifecycle = Lifecycle(self.store)
         self.tokens = Tokens(self.store)
         self.audit = AuditLog(self.store, self.config.audit_max_age, self.config.audit_max_bytes)
-        self._committer = Committer(self.store, self.uploads, self.reader)
+        self.committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
         # Files handed over by descriptor since start: saved from, and restored into.
         self._handed = {"files": 0, "bytes": 0, "restored_files": 0, "restored_bytes": 0}
@@ -242,29 +241,12 @@ class Vault:
         (the checkpoint's creator, and per-token limits)."""
         return self.uploads.open(ns, parent, inherit, _obj(metadata), _seq(tags), chunking, by)
 
-    def missing(self, upload_id: str, ids: Sequence[str], domain: Domain = None) -> list[str]:
-        """Which of these hex chunk ids the session must send; the others are reserved.
-        `domain`: the namespaces the caller may reference (vault/domains.py); None: all."""
-        return self.uploads.missing(upload_id, _seq(ids), domain)
-
     def put_chunk(self, upload_id: str, cid: str, data: bytes, domain: Domain = None) -> bool:
         """Store one chunk named by its hex id; True if it was new (or healed) to the
         caller: stored only outside its `domain` also answers True."""
         created = self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain)
         self.uploads.settle(upload_id)  # one chunk: answered "stored" once it is durable
         return created == 1
-
-    def put_chunks(
-        self,
-        upload_id: str,
-        chunks: Sequence[tuple[bytes, bytes | memoryview | None]],
-        domain: Domain = None,
-        in_place: bool = False,
-        at: tuple[str, int] | None = None,
-    ) -> int:
-        """Store client-chunked chunks (None: a reference); `in_place` and `at` as for
-        `Uploads.put_chunks`."""
-        return self.uploads.put_chunks(upload_id, chunks, domain, in_place, at)
 
     def ingest(self, upload_id: str, name: str, domain: Domain = None) -> FileIngest:
         """Stream a file into an upload; `domain` as for `missing` (what counts as new
@@ -314,16 +296,6 @@ class Vault:
         with self._handed_lock:
             return dict(self._handed)
 
-    def commit(
-        self,
-        upload_id: str,
-        files: Mapping[str, CommitFile] | None = None,
-        domain: Domain = None,
-    ) -> tuple[StoredCheckpoint, bool]:
-        """Commit an upload: the files streamed through it plus those listed here (their
-        chunks stored inside `domain` or sent by this upload)."""
-        return self._committer.commit(upload_id, files, domain)
-
     def save(
         self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
     ) -> tuple[StoredCheckpoint, bool]:
@@ -345,10 +317,6 @@ class Vault:
 
     def abort(self, upload_id: str) -> None:
         self.uploads.abort(upload_id)
-
-    def open_sessions(self) -> list[UploadSession]:
-        """Upload sessions still open (not committed, aborted or expired), oldest first."""
-        return self.uploads.open_sessions()
 
     # -- read path --------------------------------------------------------------------
     def namespaces(self) -> list[tuple[NamespaceRecord, str | None]]:
@@ -409,40 +377,7 @@ class Vault:
         with self.store.catalog_env.read() as txn:
             return self.catalog.lineage(txn, self.catalog.resolve(txn, ns, ref))
 
-    def read_chunks(self, cids: list[bytes]) -> list[bytes | memoryview]:
-        return self.reader.chunks(cids)
-
-    def copied_chunks(
-        self, cids: list[bytes], room: Callable[[int], bytearray]
-    ) -> list[bytes | memoryview] | None:
-        """The chunks verified, raw hot frames copied into `room(n)`, or None (see
-        Reader.copied)."""
-        return self.reader.copied(cids, room)
-
     # -- changes to checkpoints -------------------------------------------------------
-    def patch(
-        self,
-        ns: str,
-        cid: str,
-        *,
-        validity: Mapping[str, JSON] | None = None,
-        pinned: bool | None = None,
-        tags: Sequence[str] | None = None,
-        by: str | None = None,
-        append_only: bool = False,
-    ) -> StoredCheckpoint:
-        """Set validity ({"state", "reason"}), pinned or tags; None leaves one unchanged.
-        `append_only`: the caller (token `by`) may not delete (vault/lifecycle.py)."""
-        return self.lifecycle.patch(
-            ns,
-            cid,
-            validity=_obj(validity),
-            pinned=pinned,
-            tags=_seq(tags),
-            by=by,
-            append_only=append_only,
-        )
-
     def delete(self, ns: str, cid: str) -> None:
         self.lifecycle.delete(ns, cid)
 
@@ -452,27 +387,6 @@ class Vault:
         check_namespace(ns)
         return delete_many(self.store, ns, ids)
 
-    def note_promoted(self, ns: str, ckpt_id: str) -> set[bytes]:
-        """Record that a read brought this checkpoint back (it ages from now for tiering);
-        returns its chunks, or nothing if it is gone."""
-        return self.lifecycle.note_promoted(ns, ckpt_id)
-
-    def set_tiers(self, tiers: Mapping[str, str]) -> list[str]:
-        """Write each live checkpoint's `tier` (hot, a tier's name, mixed); returns the ids
-        written (deleted ones are skipped)."""
-        return self.lifecycle.set_tiers(tiers)
-
-    def fork(
-        self,
-        ns: str,
-        ref: str,
-        target: str,
-        metadata: Mapping[str, JSON] | None = None,
-        tags: Sequence[str] | None = None,
-        by: str | None = None,
-    ) -> StoredCheckpoint:
-        return self.lifecycle.fork(ns, ref, target, _obj(metadata), _seq(tags), by)
-
     # -- policies ---------------------------------------------------------------------
     def policy(self, ns: str | None) -> Policy:
         """A namespace's own policy (or the default with ns=None); defaults if unset."""
@@ -480,14 +394,6 @@ class Vault:
             if ns is not None:
                 self.catalog.require_namespace(txn, ns)
             return self._policies.get(txn, ns) or Policy()
-
-    def own_policy(self, txn: Any, ns: str | None) -> Policy | None:
-        """A namespace's own policy (the default's with ns=None), or None if it has none."""
-        return self._policies.get(txn, ns)
-
-    def policy_for(self, txn: Any, ns: str) -> Policy:
-        """The policy in force for `ns` (its own, else the default) inside a read txn."""
-        return self._policies.effective(txn, ns)
 
     def set_policy(self, ns: str | None, changes: Mapping[str, JSON]) -> Policy:
         """Merge `changes` ({"retention": {...}, "tiering": {...}}, any keys) into a policy."""
@@ -634,7 +540,7 @@ class Vault:
             },
             writer=replace(self.store.writer.stats),  # a copy: the writer goes on counting
             save_journal=self.store.writer.journal_on(),
-            commit_file_hashes=self._committer.file_hashes(),
+            commit_file_hashes=self.committer.file_hashes(),
             handed_over=self.handed_over(),
             writer_queue=self.store.writer.queue_depth(),
             recovery_seconds=recovery,

@@ -137,7 +137,7 @@ async def patch_checkpoint(request: web.Request) -> web.Response:
     who = principal(request)
     record = await run(
         request,
-        request.app[VAULT].patch,
+        request.app[VAULT].lifecycle.patch,
         ns,
         cid,
         validity=parse.validity(body.get("validity")),
@@ -180,7 +180,7 @@ async def fork_checkpoint(request: web.Request) -> web.Response:
     require(request, "write", target if isinstance(target, str) else "")
     record = await run(
         request,
-        request.app[VAULT].fork,
+        request.app[VAULT].lifecycle.fork,
         ns,
         ref,
         parse.namespace(target),

@@ -81,7 +81,7 @@ async def missing(request: web.Request) -> web.Response:
 
 def _missing(vault: Vault, upload_id: str, ids: object, domain: Domain) -> list[str]:
     """The id checks and the query, both off the event loop (100k ids: ~0.1 s each)."""
-    return vault.missing(upload_id, parse.chunk_ids(ids), domain)
+    return vault.uploads.missing(upload_id, parse.chunk_ids(ids), domain)
 
 
 async def put_chunk(request: web.Request) -> web.Response:
@@ -105,7 +105,7 @@ async def put_chunks(request: web.Request) -> web.Response:
         raise InvalidRequest(f"malformed chunk batch: {e}") from None
     domain = principal(request).domain()
     vault = request.app[VAULT]
-    created = await run(request, vault.put_chunks, session.id, chunks, domain, True, at)
+    created = await run(request, vault.uploads.put_chunks, session.id, chunks, domain, True, at)
     return json_response({"chunks": len(chunks), "created": created})
 
 
@@ -181,7 +181,9 @@ async def commit(request: web.Request) -> web.Response:
     body = await json_body(request)
     files = parse.commit_files(body.get("files"))
     domain = principal(request).domain()
-    record, created = await run(request, request.app[VAULT].commit, session.id, files, domain)
+    record, created = await run(
+        request, request.app[VAULT].committer.commit, session.id, files, domain
+    )
     return json_response(visible_record(request, record).to_wire(), status=201 if created else 200)
 
 

@@ -34,11 +34,13 @@ def tensor_save(vault: Vault, ns: str, name: str, data: bytes) -> str:
     regions = tensor_regions(io.BytesIO(data), len(data), PROFILE.tensor_pieces)
     chunks = [bytes(c) for c in StreamChunker(PROFILE, regions=regions).feed(data, True)]
     ids = [chunk_id(c).hex() for c in chunks]
-    missing = set(vault.missing(session.id, ids))
+    missing = set(vault.uploads.missing(session.id, ids))
     for cid, chunk in zip(ids, chunks, strict=True):
         if cid in missing:
             vault.put_chunk(session.id, cid, chunk)
-    record, _ = vault.commit(session.id, {name: CommitFile(len(data), chunk_id(data).hex(), ids)})
+    record, _ = vault.committer.commit(
+        session.id, {name: CommitFile(len(data), chunk_id(data).hex(), ids)}
+    )
     return record.id
 
 

@@ -24,7 +24,7 @@ def test_a_deleted_parent_is_not_found_whichever_way_the_checkpoint_is_made(
     with pytest.raises(CheckpointNotFound):
         vault.save("ns", {"b": b"b"}, parent=gone.id)
     with pytest.raises(CheckpointNotFound):
-        vault.fork("ns", gone.id, "other")
+        vault.lifecycle.fork("ns", gone.id, "other")
 
 
 def test_inheriting_from_a_parent_deleted_after_the_upload_opened_is_a_conflict(
@@ -34,7 +34,7 @@ def test_inheriting_from_a_parent_deleted_after_the_upload_opened_is_a_conflict(
     session, _ = vault.open_upload("ns", parent=parent.id, inherit=True)
     vault.delete("ns", parent.id)
     with pytest.raises(Conflict):
-        vault.commit(session.id)
+        vault.committer.commit(session.id)
     assert vault.checkpoints("ns") == ([], None)  # nothing became visible
 
 
@@ -57,7 +57,7 @@ def test_commit_refuses_chunks_collected_since_they_were_listed(
     session, _ = vault.open_upload("ns")
     files = {"a": CommitFile(entry.size, entry.hash.hex(), [c.hex() for c, _ in entry.chunks])}
     with pytest.raises(MissingChunks):
-        vault.commit(session.id, files)
+        vault.committer.commit(session.id, files)
 
 
 def test_idempotency_keys_replay_then_expire_with_gc(vault: Vault, clock: FakeClock) -> None:

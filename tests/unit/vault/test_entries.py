@@ -106,7 +106,7 @@ def test_manifests_of_the_older_form_read_delete_and_check(vault: Vault, clock: 
     old2 = _save_in_the_old_form(vault, "a/t", _history(31), old)
     assert vault.check().ok
     new, _ = vault.save("a/t", {"h": _history(32)}, parent=old2, chunking="small", inherit=True)
-    forked = vault.fork("a/t", old, "b/t")
+    forked = vault.lifecycle.fork("a/t", old, "b/t")
     assert read_file(vault, "a/t", old, "h") == _history(30)
     assert read_file(vault, "b/t", forked.id, "h") == _history(30)
     assert vault.check().ok

@@ -49,11 +49,11 @@ def test_gc_never_takes_a_chunk_a_live_upload_was_told_exists(
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     session, _ = vault.open_upload("ns")
     ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 5000, 1000)]
-    assert vault.missing(session.id, ids) == []  # present, so reserved for this session
+    assert vault.uploads.missing(session.id, ids) == []  # present, so reserved for this session
     clock.advance(vault.config.gc_grace + 1)
     assert vault.gc().chunks_deleted == 0
     listing = {"f": CommitFile(5000, chunk_id(data).hex(), ids)}
-    rec, _ = vault.commit(session.id, listing)
+    rec, _ = vault.committer.commit(session.id, listing)
     assert read_file(vault, "ns", rec.id, "f") == data
 
 
@@ -70,7 +70,7 @@ def test_commit_after_chunks_were_collected_reports_them_missing(
     assert vault.gc().chunks_deleted == 3
     later, _ = vault.open_upload("ns")
     with pytest.raises(MissingChunks) as err:
-        vault.commit(later.id, {"f": CommitFile(3000, chunk_id(data).hex(), ids)})
+        vault.committer.commit(later.id, {"f": CommitFile(3000, chunk_id(data).hex(), ids)})
     assert sorted(err.value.chunks) == sorted(ids)
 
 
@@ -105,7 +105,7 @@ def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) ->
     vault.store.writer.run(lambda txn: None)  # the damage flag is written by then
     assert not vault.check().ok
     session, _ = vault.open_upload("ns")
-    assert vault.missing(session.id, [vid.hex()]) == [vid.hex()]
+    assert vault.uploads.missing(session.id, [vid.hex()]) == [vid.hex()]
     assert vault.put_chunk(session.id, vid.hex(), victim) is True
     assert read_file(vault, "ns", rec.id, "f") == data
     assert vault.check().ok
