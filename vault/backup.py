@@ -32,7 +32,7 @@ from protocol import CatalogBackup
 from .content.chunks import settle_restored
 from .env import CATALOG_DBS, Env
 from .errors import Conflict, InvalidRequest
-from .maintenance import MaintenanceLock
+from .maintenance import offline_hold
 from .ownership import check_ancestors, check_entry, open_private
 from .seal import Keyring, open_blob
 from .store import Store
@@ -118,7 +118,7 @@ def restore(raw: bytes, vault_dir: Path, keyring: Keyring | None = None) -> dict
     plain = open_blob(keyring, raw, SEAL_CONTEXT)
     vault_dir.mkdir(parents=True, exist_ok=True)
     with (
-        MaintenanceLock.of(vault_dir).hold("catalog restore", timeout=0),
+        offline_hold(vault_dir, "catalog restore"),
         tempfile.TemporaryDirectory(dir=vault_dir, prefix=".restore-") as tmp,
     ):
         copy = Path(tmp) / "catalog.mdb"

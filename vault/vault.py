@@ -4,9 +4,11 @@ api/ calls these methods from a bounded thread pool; tests and offline tools cal
 directly. Writes go through the single writer thread; reads run in short LMDB read
 transactions on the caller's thread.
 
-Maintenance operations (`gc`, `check`, `retention`, `verify`, `catalog_backup`) take the
-vault's maintenance lock (`self.maintenance`, vault/maintenance.py) themselves, waiting for
-it; a caller that must not wait holds it first with `timeout=0` (the lock is reentrant).
+Maintenance operations (`gc`, `check`, `retention`, `verify`, `compact`, `shrink`,
+`catalog_backup`, `backup_catalog`) do not take the vault's maintenance lock
+(`self.maintenance`, vault/maintenance.py): their caller holds it, and the one that does is
+`maintenance.run`, around each whole task, for the schedule, the admin routes and the offline
+commands alike. A caller outside it (a test, a benchmark) has the vault to itself.
 
 Its role among its peers (primary, standby, fenced), replication and promotion are
 `self.roles` (vault/roles.py); the long operations are run as maintenance tasks
@@ -409,12 +411,11 @@ class Vault:
 
         return self.store.writer.run(op)
 
-    # -- maintenance (each holds the maintenance lock) --------------------------------
+    # -- maintenance (the caller holds the lock: maintenance.run) ------------------------
     def retention(self, dry_run: bool = True, namespace: str | None = None) -> RetentionReport:
         """Plan retention for one or every namespace; unless dry_run, apply that plan."""
-        with self.maintenance.hold("retention"):
-            plans = prune.plan(self.store, self._policies, namespace)
-            deleted = [] if dry_run else prune.apply(self.store, plans)
+        plans = prune.plan(self.store, self._policies, namespace)
+        deleted = [] if dry_run else prune.apply(self.store, plans)
         return prune.report(plans, deleted, dry_run)
 
     def verify(
@@ -427,15 +428,13 @@ class Vault:
         """Scrub at most `rate` B/s; `stop` set: stop at the next batch (vault/pacing.py)."""
         if not 0.0 < sample <= 1.0:
             raise InvalidRequest("sample must be a fraction in (0, 1]")
-        with self.maintenance.hold("verify"):
-            return scrub.verify(self.store, namespace, sample, rate, stop=stop)
+        return scrub.verify(self.store, namespace, sample, rate, stop=stop)
 
     def gc(self, dry_run: bool = False, stop: threading.Event | None = None) -> GcReport:
         """Collect expired uploads and unreferenced chunks. Packed chunks leave dead bytes in
         their packs: with tiers, call tiering's `gc_and_repack` instead. `stop` set: stop
         at the next batch (`MaintenanceStopped`)."""
-        with self.maintenance.hold("gc"):
-            return collect(self.store, self.uploads, dry_run, stop)
+        return collect(self.store, self.uploads, dry_run, stop)
 
     def compact(
         self,
@@ -449,18 +448,16 @@ class Vault:
         vault/compact.py."""
         if rate is not None and rate <= 0:
             raise InvalidRequest("rate must be a positive number of bytes per second")
-        with self.maintenance.hold("compact"):
-            return compaction.compact(self.store, namespace, rate, progress, stop)
+        return compaction.compact(self.store, namespace, rate, progress, stop)
 
     def shrink(self, above: float | None = None) -> ShrinkResult | None:
         """Give the pages LMDB freed back to the file system if more than `above` (default
         `config.shrink_above`; 0: whenever any is) of what the hot store holds is reclaimable;
         None when it was not worth it (vault/shrink.py)."""
         bound = self.config.shrink_above if above is None else above
-        with self.maintenance.hold("shrink"):
-            if not worth_shrinking(self.store, bound):
-                return None
-            return shrink(self.store)
+        if not worth_shrinking(self.store, bound):
+            return None
+        return shrink(self.store)
 
     def storage(self, ns: str, ref: str) -> Usage:
         """How one checkpoint is stored: stored against logical bytes, by codec and tier."""
@@ -500,14 +497,12 @@ class Vault:
     def check(self, repair: bool = False, stop: threading.Event | None = None) -> CheckReport:
         """Recount references (vault/check.py); `stop` set: stop mid-scan, before any
         repair (`MaintenanceStopped`)."""
-        with self.maintenance.hold("check --repair" if repair else "check"):
-            return check(self.store, repair, stop)
+        return check(self.store, repair, stop)
 
     def catalog_backup(self, to: str | None = None) -> CatalogBackup:
         """Back the catalog up to tier `to`, an absolute path, or (None) the last tier;
         sealed when a keyring is configured (vault/backup.py)."""
-        with self.maintenance.hold("catalog backup"):
-            return backup.backup_to(self.store, self.path, to)
+        return backup.backup_to(self.store, self.path, to)
 
     # -- monitoring -------------------------------------------------------------------
     def observe(self) -> Observation:
@@ -552,8 +547,7 @@ class Vault:
 
     def backup_catalog(self, dest: Path) -> int:
         """A consistent, compacted, plain copy of the catalog at `dest`; returns its size."""
-        with self.maintenance.hold("catalog backup"):
-            return backup.backup_catalog(self.store, dest)
+        return backup.backup_catalog(self.store, dest)
 
     def stats(self) -> StatsReport:
         with self.store.catalog_env.read() as txn:
