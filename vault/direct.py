@@ -38,7 +38,8 @@ from .idempotency import IdempotencyKeys, check_key
 from .manifest import FileEntry
 from .names import check_file_name
 from .records import StoredCheckpoint
-from .store import Store, store_all
+from .sink import store_all
+from .store import Store
 from .uploads import check_metadata, check_new_checkpoint, check_tags
 from .writer import WriteTxn
 

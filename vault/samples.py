@@ -21,13 +21,27 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
 from protocol import NamespaceBytes, StorageSample
 
 from .errors import InvalidRequest
-from .store import Store
+
+if TYPE_CHECKING:
+    from .env import Env
+    from .writer import Writer
+
+
+class SampleParts(Protocol):
+    """What the storage samples need of the store: the catalog's tables and the writer."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 _KEY = struct.Struct(">Q")
 MAX_SAMPLES = 4096  # ~400 B each with a few namespaces: a few MB at most
@@ -54,7 +68,7 @@ class StorageSamples:
     """The `samples` table: append (pruning as it goes) and read back in time order."""
 
     def __init__(
-        self, store: Store, max_samples: int = MAX_SAMPLES, max_age: float = MAX_AGE_SECONDS
+        self, store: SampleParts, max_samples: int = MAX_SAMPLES, max_age: float = MAX_AGE_SECONDS
     ) -> None:
         self._s = store
         self._db = store.catalog_env.db["samples"]
