@@ -317,9 +317,6 @@ class Vault:
         (journaled). A retry with the same key returns the first attempt's checkpoint."""
         return self._direct.submit(prepared)
 
-    def abort(self, upload_id: str) -> None:
-        self.uploads.abort(upload_id)
-
     # -- read path --------------------------------------------------------------------
     def namespaces(self) -> list[tuple[NamespaceRecord, str | None]]:
         """Every namespace with the id of its newest live checkpoint (or None); not those
@@ -380,9 +377,6 @@ class Vault:
             return self.catalog.lineage(txn, self.catalog.resolve(txn, ns, ref))
 
     # -- changes to checkpoints -------------------------------------------------------
-    def delete(self, ns: str, cid: str) -> None:
-        self.lifecycle.delete(ns, cid)
-
     def delete_many(self, ns: str, ids: Sequence[str] | None = None) -> BulkDeleted:
         """Delete these checkpoints of `ns` (None: all of them), pinned ones kept; see
         vault/bulk.py."""

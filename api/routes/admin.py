@@ -326,7 +326,7 @@ async def list_uploads(request: web.Request) -> web.Response:
 async def abort_upload(request: web.Request) -> web.Response:
     """Abort any open upload session (what its producer's DELETE does)."""
     require_admin(request)
-    await run(request, request.app[VAULT].abort, request.match_info["upload_id"])
+    await run(request, request.app[VAULT].uploads.abort, request.match_info["upload_id"])
     return web.Response(status=204)
 
 

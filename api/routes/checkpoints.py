@@ -153,7 +153,7 @@ async def delete_checkpoint(request: web.Request) -> web.Response:
     """Delete a checkpoint (not pinned); a tombstone keeps its place in lineage."""
     ns, cid = request.match_info["ns"], request.match_info["ref"]
     require(request, "delete", ns)
-    await run(request, request.app[VAULT].delete, ns, cid)
+    await run(request, request.app[VAULT].lifecycle.delete, ns, cid)
     return web.Response(status=204)
 
 

@@ -190,7 +190,7 @@ async def commit(request: web.Request) -> web.Response:
 async def abort(request: web.Request) -> web.Response:
     """Abort the upload: nothing of it becomes visible."""
     session = await _session(request)
-    await run(request, request.app[VAULT].abort, session.id)
+    await run(request, request.app[VAULT].uploads.abort, session.id)
     return web.Response(status=204)
 
 

@@ -33,7 +33,7 @@ def _recorder(into: Recorded) -> maintenance.Recorder:
 
 def test_a_task_runs_under_the_lock_and_its_figures_are_recorded(vault: Vault) -> None:
     rec = stream_save(vault, "ns", {"w": b"x" * 100_000})
-    vault.delete("ns", rec.id)
+    vault.lifecycle.delete("ns", rec.id)
     vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
     held: list[bool] = []
 

@@ -98,7 +98,7 @@ def run(vault: Vault, clock: FakeClock, ops: list[str], seed: int) -> None:
             saved[tensor_save(vault, "ns", "model.bin", data)] = data
         elif op == "delete" and saved:
             victim = sorted(saved)[int(rng.integers(len(saved)))]
-            vault.delete("ns", victim)
+            vault.lifecycle.delete("ns", victim)
             del saved[victim]
         elif op == "retention":
             vault.set_policy("ns", {"retention": {"keep_last": 3}})

@@ -52,7 +52,7 @@ def test_the_gc_task_without_tiers_is_plain_gc(tmp_path: Path) -> None:
     vault = Vault(tmp_path / "v", VaultConfig(gc_grace=0.0), FakeClock())
     try:
         rec = stream_save(vault, "ns", {"w": b"z" * 50_000})
-        vault.delete("ns", rec.id)
+        vault.lifecycle.delete("ns", rec.id)
         vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
         result = maintenance.gc(vault)
         assert result.chunks_deleted > 0

@@ -62,9 +62,9 @@ class CatalogMachine(RuleBasedStateMachine):
         ns, files, pinned, validity = self.live[cid]
         if pinned:
             with pytest.raises(Conflict):
-                self.vault.delete(ns, cid)
+                self.vault.lifecycle.delete(ns, cid)
         else:
-            self.vault.delete(ns, cid)
+            self.vault.lifecycle.delete(ns, cid)
             del self.live[cid]
 
     @precondition(lambda self: self.live)

@@ -51,7 +51,7 @@ def test_nothing_is_visible_before_commit_or_after_abort(vault: Vault) -> None:
     ingest.feed(b"data" * 1000, final=True)
     ingest.finish()
     assert vault.checkpoints("ns") == ([], None)
-    vault.abort(session.id)
+    vault.uploads.abort(session.id)
     assert vault.checkpoints("ns") == ([], None)
     with pytest.raises(CheckpointNotFound):
         vault.get("ns", "latest")
@@ -131,7 +131,7 @@ def test_lineage_keeps_tombstones(vault: Vault) -> None:
     a = stream_save(vault, "ns", {"f": b"a"})
     b = stream_save(vault, "ns", {"f": b"b"}, parent="latest")
     c = stream_save(vault, "ns", {"f": b"c"}, parent="latest")
-    vault.delete("ns", b.id)
+    vault.lifecycle.delete("ns", b.id)
     chain = vault.lineage("ns", c.id)
     assert [r.id for r in chain] == [c.id, b.id, a.id]
     assert chain[1].is_tombstone
@@ -144,9 +144,9 @@ def test_pinned_checkpoint_cannot_be_deleted(vault: Vault) -> None:
     rec = stream_save(vault, "ns", {"f": b"x"})
     vault.lifecycle.patch("ns", rec.id, pinned=True)
     with pytest.raises(Conflict):
-        vault.delete("ns", rec.id)
+        vault.lifecycle.delete("ns", rec.id)
     vault.lifecycle.patch("ns", rec.id, pinned=False)
-    vault.delete("ns", rec.id)
+    vault.lifecycle.delete("ns", rec.id)
 
 
 def test_listing_pages_newest_first_with_filters(vault: Vault) -> None:
@@ -173,7 +173,7 @@ def test_fork_shares_chunks_and_counts_references(vault: Vault) -> None:
     assert vault.stats().stored_bytes == stored
     assert fork.parent == src.id
     assert fork.namespace == "b/child"
-    vault.delete("a", src.id)
+    vault.lifecycle.delete("a", src.id)
     assert read_file(vault, "b/child", fork.id, "f") == data
     assert vault.check().ok
 
@@ -203,7 +203,7 @@ def test_open_upload_sessions_are_limited(tmp_path: Path) -> None:
     vault.save("ns", {"f": b"one-request saves do not count"})
     vault.committer.commit(first.id)
     third, _ = vault.open_upload("ns")
-    vault.abort(second.id)
+    vault.uploads.abort(second.id)
     vault.open_upload("ns")
     clock.advance(vault.config.upload_ttl + 1)
     vault.gc()
@@ -224,7 +224,7 @@ def test_tag_index_follows_retags_deletes_forks_and_old_catalogs(
     vault.lifecycle.patch("ns", ids[3], tags=["moved"])
     assert vault.checkpoints("ns", tag="step:3")[0] == []
     assert [r.id for r in vault.checkpoints("ns", tag="moved")[0]] == [ids[3]]
-    vault.delete("ns", ids[1])
+    vault.lifecycle.delete("ns", ids[1])
     assert [r.id for r in vault.checkpoints("ns", tag="all")[0]] == [ids[4], ids[2], ids[0]]
     fork = vault.lifecycle.fork("ns", ids[0], "other", tags=["all"])
     assert [r.id for r in vault.checkpoints("other", tag="all")[0]] == [fork.id]

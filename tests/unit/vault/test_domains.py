@@ -32,8 +32,8 @@ def test_index_matches_a_rebuild_through_saves_forks_and_deletes(vault: Vault) -
     fork = vault.lifecycle.fork("a", a1.id, "c")
     stream_save(vault, "b", {"h": shared})
     assert _index(vault) == _rebuilt(vault)
-    vault.delete("a", a1.id)
-    vault.delete("c", fork.id)
+    vault.lifecycle.delete("a", a1.id)
+    vault.lifecycle.delete("c", fork.id)
     assert _index(vault) == _rebuilt(vault)
     names = {k[32:].decode() for k in _index(vault)}
     assert names == {"a", "b"}  # c held only the fork, now deleted
