@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from protocol import NamespaceBytes, StorageSample
+from protocol import NamespaceBytes, StorageSample, Usage
 
 from .errors import InvalidRequest
 
@@ -110,3 +111,19 @@ class StorageSamples:
     def newest(self) -> StorageSample | None:
         found = self.history(limit=1)
         return found[0] if found else None
+
+
+def usage_sample(
+    at: float, logical: int, stored: int, disk_bytes: int, usage: Mapping[str, Usage]
+) -> StorageSample:
+    """The storage sample of a usage scan that just ran: the totals then, the vault
+    directory's allocated bytes (what `du` shows), each namespace's bytes."""
+    return StorageSample(
+        at=at,
+        logical_bytes=logical,
+        stored_bytes=stored,
+        disk_bytes=disk_bytes,
+        namespaces={
+            ns: NamespaceBytes(u.logical_bytes, u.stored_bytes) for ns, u in sorted(usage.items())
+        },
+    )

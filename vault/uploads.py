@@ -354,6 +354,13 @@ class Uploads:
             out.append((cid, meta.size))
         return out
 
+    def put_chunk(self, upload_id: str, cid: str, data: bytes, domain: Domain = None) -> bool:
+        """Store one chunk named by its hex id; True if it was new (or healed) to the
+        caller: stored only outside its `domain` also answers True."""
+        created = self.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain)
+        self.settle(upload_id)  # one chunk: answered "stored" once it is durable
+        return created == 1
+
     def put_chunks(
         self,
         upload_id: str,

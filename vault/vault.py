@@ -58,13 +58,13 @@ from .deliver import deliver_descriptor
 from .direct import Chunking, DirectSaver, PreparedSave, SaveOptions
 from .domains import Domain
 from .errors import InvalidRequest, NotTheWriter
-from .gauges import MapUse, Observation
+from .gauges import HandedOver, MapUse, Observation
 from .gc import collect
 from .ingest import FileIngest, ingest_descriptor
 from .lifecycle import Lifecycle
 from .maintenance import MaintenanceLock
 from .manifest import FileEntry
-from .names import check_chunk_id, check_namespace
+from .names import check_namespace
 from .ownership import make_private
 from .policy import Policies, Policy
 from .quotas import usage as quota_usage
@@ -72,7 +72,7 @@ from .records import VALIDITY_STATES, NamespaceRecord, StoredCheckpoint, UploadS
 from .replication import FollowConfig, ReplicationConfig
 from .roles import Roles
 from .runtime import Runtime
-from .samples import NamespaceBytes, StorageSample, StorageSamples, allocated_bytes
+from .samples import NamespaceBytes, StorageSamples, allocated_bytes, usage_sample
 from .seal import Keyring
 from .shrink import ShrinkResult, hot_store, shrink, worth_shrinking
 from .snapshot import Snapshot, snapshot
@@ -161,10 +161,9 @@ class Vault:
         self.committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
         # Files handed over by descriptor since start: saved from, and restored into.
-        self._handed = {"files": 0, "bytes": 0, "restored_files": 0, "restored_bytes": 0}
-        self._handed_lock = threading.Lock()
+        self.handed = HandedOver()
         if self.roles.standby is None and not reader:
-            self._apply_journal()
+            self._direct.apply_journal()
         self._policies = Policies(self.store.catalog_env.db["policies"])
         # Per-namespace usage as of the last full scan (`usage()`), for /metrics: the scan
         # reads every manifest, too much for every scrape.
@@ -188,28 +187,6 @@ class Vault:
     def snapshot(self) -> AbstractContextManager[Snapshot]:
         """One consistent, read-only view of the catalog (for the tiering planner)."""
         return snapshot(self.store, self._policies)
-
-    def _apply_journal(self) -> None:
-        """Saves acknowledged by their journal records after the last durable state (a
-        crash came between): applied again, in order, before anything else is served."""
-        journal = self.store.writer.journal
-        pending = list(journal.pending())
-        if not pending:
-            return
-        log.warning("applying %d save-journal records the last durable state lacks", len(pending))
-        submitted = []
-        for seq, record in pending:
-            try:
-                submitted.append((seq, self._direct.replay(record)))
-            except Exception:  # noqa: BLE001 - logged; the records after it are still applied
-                log.exception("save-journal record %d could not be read", seq)
-        for seq, future in submitted:
-            try:
-                future.result()
-            except Exception:  # noqa: BLE001 - as above
-                log.exception("save-journal record %d could not be applied again", seq)
-        journal.applied = pending[-1][0]
-        self.store.writer.wait_durable()  # the durable state now contains every record
 
     def forget_dead_readers(self) -> int:
         """Clear the LMDB reader slots of processes that died mid-read (a worker killed):
@@ -243,13 +220,6 @@ class Vault:
         (the checkpoint's creator, and per-token limits)."""
         return self.uploads.open(ns, parent, inherit, _obj(metadata), _seq(tags), chunking, by)
 
-    def put_chunk(self, upload_id: str, cid: str, data: bytes, domain: Domain = None) -> bool:
-        """Store one chunk named by its hex id; True if it was new (or healed) to the
-        caller: stored only outside its `domain` also answers True."""
-        created = self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain)
-        self.uploads.settle(upload_id)  # one chunk: answered "stored" once it is durable
-        return created == 1
-
     def ingest(self, upload_id: str, name: str, domain: Domain = None) -> FileIngest:
         """Stream a file into an upload; `domain` as for `missing` (what counts as new
         bytes against the token's pending-bytes limit)."""
@@ -272,7 +242,7 @@ class Vault:
             entry = ingest_descriptor(self.store, self.uploads, upload_id, name, fd, domain, stop)
         finally:
             os.close(fd)
-        self._count_handed("", entry.size)
+        self.handed.count("", entry.size)
         return entry
 
     def deliver_descriptor(
@@ -285,18 +255,7 @@ class Vault:
             deliver_descriptor(self.store, self.reader, entry, fd, stop)
         finally:
             os.close(fd)
-        self._count_handed("restored_", entry.size)
-
-    def _count_handed(self, prefix: str, size: int) -> None:
-        with self._handed_lock:
-            self._handed[prefix + "files"] += 1
-            self._handed[prefix + "bytes"] += size
-
-    def handed_over(self) -> dict[str, int]:
-        """Files (and their bytes) clients on this machine handed over, since start: to
-        save from (`files`, `bytes`) and to restore into (`restored_files`, ...)."""
-        with self._handed_lock:
-            return dict(self._handed)
+        self.handed.count("restored_", entry.size)
 
     def save(
         self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
@@ -470,23 +429,12 @@ class Vault:
                     out[ns] = namespace_usage(self.store, txn, ns)
         self.last_usage = out
         if self.roles.writable:  # a standby's samples are the primary's, replicated
-            self.samples.append(self._sample(out))
+            stats = self.stats()
+            at, disk = self.clock.now(), allocated_bytes(self.path)
+            self.samples.append(
+                usage_sample(at, stats.logical_bytes, stats.stored_bytes, disk, out)
+            )
         return out
-
-    def _sample(self, usage: Mapping[str, Usage]) -> StorageSample:
-        """The storage sample of a usage scan that just ran: the totals now, the vault
-        directory's allocated bytes (what `du` shows), each namespace's bytes."""
-        stats = self.stats()
-        return StorageSample(
-            at=self.clock.now(),
-            logical_bytes=stats.logical_bytes,
-            stored_bytes=stats.stored_bytes,
-            disk_bytes=allocated_bytes(self.path),
-            namespaces={
-                ns: NamespaceBytes(u.logical_bytes, u.stored_bytes)
-                for ns, u in sorted(usage.items())
-            },
-        )
 
     def check(self, repair: bool = False, stop: threading.Event | None = None) -> CheckReport:
         """Recount references (vault/check.py); `stop` set: stop mid-scan, before any
@@ -530,7 +478,7 @@ class Vault:
             writer=replace(self.store.writer.stats),  # a copy: the writer goes on counting
             save_journal=self.store.writer.journal_on(),
             commit_file_hashes=self.committer.file_hashes(),
-            handed_over=self.handed_over(),
+            handed_over=self.handed.totals(),
             writer_queue=self.store.writer.queue_depth(),
             recovery_seconds=recovery,
             namespace_usage={

@@ -90,7 +90,9 @@ async def put_chunk(request: web.Request) -> web.Response:
     data = await read_body(request, request.app[VAULT].config.max_chunk_size)
     cid = request.match_info["chunk_id"]
     domain = principal(request).domain()
-    created = await run(request, request.app[VAULT].put_chunk, session.id, cid, data, domain)
+    created = await run(
+        request, request.app[VAULT].uploads.put_chunk, session.id, cid, data, domain
+    )
     return json_response({"id": cid, "created": created}, status=201 if created else 200)
 
 

@@ -37,7 +37,7 @@ def tensor_save(vault: Vault, ns: str, name: str, data: bytes) -> str:
     missing = set(vault.uploads.missing(session.id, ids))
     for cid, chunk in zip(ids, chunks, strict=True):
         if cid in missing:
-            vault.put_chunk(session.id, cid, chunk)
+            vault.uploads.put_chunk(session.id, cid, chunk)
     record, _ = vault.committer.commit(
         session.id, {name: CommitFile(len(data), chunk_id(data).hex(), ids)}
     )

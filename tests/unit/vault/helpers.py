@@ -26,7 +26,7 @@ def client_save(
         missing = set(vault.uploads.missing(session.id, ids))
         for cid, piece in zip(ids, pieces, strict=True):
             if cid in missing:
-                vault.put_chunk(session.id, cid, piece)
+                vault.uploads.put_chunk(session.id, cid, piece)
         listing[name] = CommitFile(len(data), chunk_id(data).hex(), ids)
     record, created = vault.committer.commit(session.id, listing)
     assert created

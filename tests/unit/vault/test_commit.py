@@ -70,7 +70,7 @@ def test_wrong_hash_size_or_missing_chunk_is_refused(vault: Vault) -> None:
     data = os.urandom(2000)
     session, _ = vault.open_upload("ns")
     cid = chunk_id(data).hex()
-    vault.put_chunk(session.id, cid, data)
+    vault.uploads.put_chunk(session.id, cid, data)
     good = CommitFile(size=2000, hash=cid, chunks=[cid])
     with pytest.raises(HashMismatch):
         vault.committer.commit(session.id, {"f": replace(good, hash="0" * 64)})
@@ -90,7 +90,7 @@ def test_a_commit_without_the_hash_gets_the_one_the_server_computes(vault: Vault
     session, _ = vault.open_upload("ns")
     ids = [chunk_id(p).hex() for p in pieces]
     for cid, piece in zip(ids, pieces, strict=True):
-        vault.put_chunk(session.id, cid, piece)
+        vault.uploads.put_chunk(session.id, cid, piece)
     first, _ = vault.committer.commit(session.id, {"f": CommitFile(len(data), None, ids)})
     assert first.files["f"]["hash"] == chunk_id(data).hex()
     # The same file again, neither hash given nor parent named: proven by the latest.

@@ -64,7 +64,7 @@ def test_commit_after_chunks_were_collected_reports_them_missing(
     session, _ = vault.open_upload("ns")
     ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 3000, 1000)]
     for i, cid in enumerate(ids):
-        vault.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
+        vault.uploads.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
     vault.uploads.abort(session.id)
     clock.advance(vault.config.upload_ttl + 1)
     assert vault.gc().chunks_deleted == 3
@@ -106,7 +106,7 @@ def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) ->
     assert not vault.check().ok
     session, _ = vault.open_upload("ns")
     assert vault.uploads.missing(session.id, [vid.hex()]) == [vid.hex()]
-    assert vault.put_chunk(session.id, vid.hex(), victim) is True
+    assert vault.uploads.put_chunk(session.id, vid.hex(), victim) is True
     assert read_file(vault, "ns", rec.id, "f") == data
     assert vault.check().ok
 
@@ -205,7 +205,7 @@ def test_repair_drops_unreserved_orphans_but_not_reserved_ones(
     ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 3000, 1000)]
     session, _ = vault.open_upload("ns")
     for i, cid in enumerate(ids):
-        vault.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
+        vault.uploads.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
     assert len(vault.check().orphans) == 3
     assert vault.check(repair=True).repaired == 0  # the live upload reserved them
     vault.uploads.abort(session.id)

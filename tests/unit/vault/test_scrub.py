@@ -56,7 +56,7 @@ def test_verify_finds_flipped_bytes_invalidates_and_heals(tmp_path: Path) -> Non
 
     session, _ = vault.open_upload("ns")
     assert vault.uploads.missing(session.id, [victim_id.hex()]) == [victim_id.hex()]
-    assert vault.put_chunk(session.id, victim_id.hex(), victim)
+    assert vault.uploads.put_chunk(session.id, victim_id.hex(), victim)
     healed = vault.verify()
     assert healed.corrupt == []
     assert sorted(healed.checkpoints_healed) == sorted([first.id, second.id])
