@@ -1,8 +1,10 @@
 """`Vault`: the engine's one entry point, a synchronous, thread-safe facade.
 
 api/ calls these methods from a bounded thread pool; tests and offline tools call them
-directly. Writes go through the single writer thread; reads run in short LMDB read
-transactions on the caller's thread.
+directly. It holds the engine's parts (`uploads`, `committer`, `reader`, `lifecycle`,
+`tokens`, `audit`, `roles`) and callers use those directly: its own methods are the ones that
+join several parts, never a pass-through to one. Writes go through the single writer
+thread; reads run in short LMDB read transactions on the caller's thread.
 
 Maintenance operations (`gc`, `check`, `retention`, `verify`, `compact`, `shrink`,
 `catalog_backup`, `backup_catalog`) do not take the vault's maintenance lock
