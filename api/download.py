@@ -187,10 +187,10 @@ Batch = list[bytes | memoryview]  # verified plaintexts, in the server's own mem
 async def _read(request: web.Request, cids: list[bytes], copies: CopyBuffers) -> Batch:
     """A batch's verified plaintexts, raw hot frames copied out of the data file."""
     vault = request.app[VAULT]
-    copied = await run(request, vault.copied_chunks, cids, copies)
+    copied = await run(request, vault.reader.copied, cids, copies)
     if copied is not None:
         return copied
-    return await run(request, vault.read_chunks, cids)
+    return await run(request, vault.reader.chunks, cids)
 
 
 async def _send(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from protocol import DESCRIPTOR_TYPE, status_of
+from protocol import DESCRIPTOR_TYPE, TabledError
 from vault import VaultError
 
 from .observability import request_id
@@ -28,21 +28,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RETRY_AFTER_SECONDS = 5  # what a 503 tells clients to wait: a tier or the store recovering
 
 
-class ApiError(Exception):
+class ApiError(TabledError):
     """An error of the service itself (auth, ranges); its status comes from the protocol's
     error table by code, like the engine's."""
 
     code = "invalid_request"
-    status = status_of(code)
     close_connection = False  # drop the connection after answering (unread body)
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.status = status_of(cls.code)
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class Unauthorized(ApiError):

@@ -38,7 +38,7 @@ def build(vault: Vault, clock: FakeClock, checkpoints: int, namespaces: int, see
         ingest = vault.ingest(session.id, "model.bin")
         ingest.feed(bytes(data), final=True)
         ingest.finish()
-        vault.commit(session.id)
+        vault.committer.commit(session.id)
         logical += len(data)
         clock.advance(60)
     return logical

@@ -39,7 +39,7 @@ def read_all(vault: Vault, ns: str, ref: str) -> float:
     started = time.perf_counter()
     ids = [c for c, _ in entry.chunks]
     for i in range(0, len(ids), 64):
-        vault.read_chunks(ids[i : i + 64])
+        vault.reader.chunks(ids[i : i + 64])
     return entry.size / (time.perf_counter() - started) / 1e6
 
 
@@ -50,7 +50,7 @@ def save(vault: Vault, ns: str, size: int, seed: int) -> str:
     for i in range(0, size, PIECE):
         ingest.feed(rng.randbytes(min(PIECE, size - i)), final=i + PIECE >= size)
     ingest.finish()
-    return vault.commit(session.id)[0].id
+    return vault.committer.commit(session.id)[0].id
 
 
 def chunks_of(vault: Vault, ns: str, ref: str) -> list[bytes]:

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import ERRORS
+from protocol import ERRORS, CodedError
 
 
-class ClientError(Exception):
-    """Root of every error the client raises."""
+class ClientError(CodedError):
+    """Root of every error the client raises; `status` is the HTTP status of the answer
+    that raised it (None when there was none)."""
 
     code = "client_error"
     retry_after: float | None = None  # seconds, when the server said when to ask again
 
     def __init__(self, message: str, status: int | None = None, body: Any = None) -> None:
         super().__init__(message)
-        self.message = message
         self.status = status
         self.body = body
 

@@ -56,17 +56,16 @@ def gc(vault: Vault, dry_run: bool = False, stop: threading.Event | None = None)
     """Collect expired uploads and chunks unreferenced past the grace period; with tiers
     (not a dry run), then repack at the default policy's `repack_below`: GC forgets packed
     chunks like any other, but their bytes stay in their packs until a repack. One hold of
-    the lock around both, whoever calls it. `stop` set: stop at the next batch
+    the lock (`run`'s) around both. `stop` set: stop at the next batch
     (`MaintenanceStopped`), before the repack."""
-    with vault.maintenance.hold("gc"):
-        report = vault.gc(dry_run, stop)
-        if vault.tiers and not dry_run:
-            packs = repack(vault, repack_threshold(vault))
-            report = replace(
-                report, packs_rewritten=packs.rewritten, pack_bytes_freed=packs.dead_bytes_freed
-            )
-        if not dry_run:
-            shrink(vault)
+    report = vault.gc(dry_run, stop)
+    if vault.tiers and not dry_run:
+        packs = repack(vault, repack_threshold(vault))
+        report = replace(
+            report, packs_rewritten=packs.rewritten, pack_bytes_freed=packs.dead_bytes_freed
+        )
+    if not dry_run:
+        shrink(vault)
     return report
 
 
@@ -102,9 +101,8 @@ def compact(
     """Re-encode older checkpoints as deltas against their successors; refresh the
     per-namespace usage /metrics shows when it changed (or was never taken). `stop` set:
     stop at the next batch (`MaintenanceStopped`)."""
-    with vault.maintenance.hold("compact"):
-        report = vault.compact(namespace, rate, stop=stop)
-        shrink(vault)
+    report = vault.compact(namespace, rate, stop=stop)
+    shrink(vault)
     if report.chunks_recoded or not vault.last_usage:
         vault.usage()
     return report
@@ -116,10 +114,9 @@ def tiering(
     """Plan, or run, demotion and promotion by the tiering policies (then shrink the hot
     store, which demotion leaves pages free in). `stop` set: stop at the next batch
     (`MaintenanceStopped`)."""
-    with vault.maintenance.hold("tiering"):
-        report = run_tiering(vault, dry_run, stop)
-        if not dry_run:
-            shrink(vault)
+    report = run_tiering(vault, dry_run, stop)
+    if not dry_run:
+        shrink(vault)
     return report
 
 

@@ -57,7 +57,7 @@ from ._defaults import (
     DEFAULT_URL,
     LOCAL_SOCKET_FILE,
 )
-from ._errors import ERROR_CODES, ERROR_SPECS, ERRORS, ErrorSpec, status_of
+from ._errors import ERROR_CODES, ERROR_SPECS, ERRORS, CodedError, ErrorSpec, TabledError, status_of
 from ._layout import tensor_regions
 from ._maintenance import (
     CatalogBackup,
@@ -162,7 +162,9 @@ __all__ = [
     "CommitFile",
     "ErrorBody",
     "BulkDeleted",
+    "CodedError",
     "ErrorSpec",
+    "TabledError",
     "FileInfo",
     "FileStored",
     "JSONObject",

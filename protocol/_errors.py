@@ -9,6 +9,7 @@ every code the server can emit is listed here with a specific client class.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -168,3 +169,31 @@ def status_of(code: str) -> int:
     """The HTTP status of a wire code; KeyError for a code missing from the table, so a class
     declaring a new code fails at import until the table lists it."""
     return ERROR_CODES[code]
+
+
+class CodedError(Exception):
+    """The root the engine's (`VaultError`), the service's (`ApiError`) and the client's
+    (`ClientError`) error trees share: each class names its stable wire `code`, and an error
+    carries its message as given. Declared once here, on the floor server and client both
+    stand on, so the three trees cannot drift apart in how a code or a message is held."""
+
+    code: ClassVar[str] = "internal"
+    status: int | None = None  # a server class's is its code's; a client error's, the answer's
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class TabledError(CodedError):
+    """A server-side coded error: its HTTP `status` is the error table's for its `code`, set
+    on every subclass as it is declared, so a code missing from the table fails at import."""
+
+    status: int = status_of(CodedError.code)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.status = status_of(cls.code)

@@ -11,9 +11,10 @@ unreferenced new pack, after it an unreferenced old one; either is deleted by th
 A reader that looked a chunk up just before the switch and finds the old pack gone looks it
 up again (vault/content/reader.py).
 
-`repack` and `move_packed` hold the vault's maintenance lock (vault/maintenance.py)
-themselves, whoever calls them, so no demotion is between its upload and its switch while
-unreferenced packs are deleted; a tier prefix must belong to one vault.
+`repack` and `move_packed` run under the vault's maintenance lock (vault/maintenance.py),
+which their caller holds (`maintenance.run` around the gc and tiering tasks), so no demotion
+is between its upload and its switch while unreferenced packs are deleted; a tier prefix
+must belong to one vault.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from dataclasses import dataclass
 
 from vault import Vault
 from vault.content import PACK_TARGET, Packed, PackUsage
-from vault.maintenance import maintenance_operation
 
 DEFAULT_REPACK_BELOW = 0.5
 
@@ -68,7 +68,6 @@ def plan(vault: Vault, below: float = DEFAULT_REPACK_BELOW) -> list[PackUsage]:
     return [p for p in vault.content.pack_usage() if sparse(p, below)]
 
 
-@maintenance_operation("repack")
 def repack(
     vault: Vault,
     below: float = DEFAULT_REPACK_BELOW,
@@ -98,7 +97,6 @@ def repack(
     return report
 
 
-@maintenance_operation("repack")
 def move_packed(
     vault: Vault,
     tier_name: str,

@@ -2,10 +2,11 @@
 say on each checkpoint record where its bytes now are (`tier`: hot, a tier's name, or
 mixed). Also promotion on read, one checkpoint at a time.
 
-`run_tiering` is a maintenance operation: it holds the vault's maintenance lock
-(vault/maintenance.py) itself, so the schedule, the admin route and any tool calling it
-exclude each other and GC. Promotion on read does not: it uploads no packs, and it switches
-a chunk only if the chunk is still where it was read."""
+`run_tiering` is a maintenance operation: it runs under the vault's maintenance lock
+(vault/maintenance.py), which `maintenance.run` holds around the tiering task, so the
+schedule, the admin route and the offline command exclude each other and GC. Promotion on
+read does not need it: it uploads no packs, and it switches a chunk only if the chunk is
+still where it was read."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from protocol import MoveSummary, RepackSummary, TieringReport
 from vault import StoredCheckpoint, Vault
 from vault.content import MoveReport, Packed
 from vault.content.chunks import ChunkMeta
-from vault.maintenance import maintenance_operation
 from vault.manifest import distinct_chunks
 from vault.snapshot import Snapshot
 
@@ -24,7 +24,6 @@ from . import repack
 from .policy import plan
 
 
-@maintenance_operation("tiering")
 def run_tiering(
     vault: Vault, dry_run: bool = False, stop: threading.Event | None = None
 ) -> TieringReport:
@@ -113,7 +112,7 @@ class Promoted:
 def promote_checkpoint(vault: Vault, ns: str, ckpt_id: str) -> Promoted:
     """Promotion on read: note the read (the checkpoint ages from it, so the next tiering
     run leaves it hot for `demote_after`), then bring its packed chunks back."""
-    chunks = vault.note_promoted(ns, ckpt_id)
+    chunks = vault.lifecycle.note_promoted(ns, ckpt_id)
     with vault.snapshot() as snap:
         packed = [c for c in chunks if _place(snap.chunk(c)) not in ("hot", None)]
     report = vault.content.promote(sorted(packed))
@@ -147,4 +146,4 @@ def retier(vault: Vault, only: list[str] | None = None) -> list[str]:
             tier = tier_of(snap, distinct_chunks(files))
             if tier != rec.tier:
                 changes[ckpt_id] = tier
-    return vault.set_tiers(changes)
+    return vault.lifecycle.set_tiers(changes)

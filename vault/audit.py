@@ -30,13 +30,30 @@ from __future__ import annotations
 import itertools
 import json
 import struct
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
 from protocol import AuditEntry
 
 from .errors import InvalidRequest
-from .store import Store
+
+if TYPE_CHECKING:
+    from .counters import Counters
+    from .env import Env
+    from .writer import Writer
+
+
+class AuditParts(Protocol):
+    """What the audit log needs of the store: its catalog tables, counters and writer."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 _KEY = struct.Struct(">QI")
 MAX_LIST = 1000
@@ -55,7 +72,7 @@ INDEXED = "audit_indexed"  # counter: 1 once `auditby` and the byte counters cov
 
 class AuditLog:
     def __init__(
-        self, store: Store, max_age: float = MAX_AGE_SECONDS, max_bytes: int = MAX_BYTES
+        self, store: AuditParts, max_age: float = MAX_AGE_SECONDS, max_bytes: int = MAX_BYTES
     ) -> None:
         """`max_age` seconds and `max_bytes` of table pages bound the log; 0 turns that
         bound off."""

@@ -26,24 +26,41 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from protocol import CatalogBackup
 
 from .content.chunks import settle_restored
 from .env import CATALOG_DBS, Env
 from .errors import Conflict, InvalidRequest
-from .maintenance import MaintenanceLock
+from .maintenance import offline_hold
 from .ownership import check_ancestors, check_entry, open_private
 from .seal import Keyring, open_blob
-from .store import Store
 from .syncer import DURABLE_FILE
 from .tier import Tier
+
+if TYPE_CHECKING:
+    from .env import Env
+    from .seal import Keyring
+    from .tier import Tier
+
+
+class BackupParts(Protocol):
+    """What a catalog backup needs of the store: the catalog, the tiers and the keyring."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def keyring(self) -> Keyring | None: ...
+    @property
+    def tiers(self) -> Mapping[str, Tier]: ...
+
 
 LATEST = "catalog/latest"  # in a tier: names the newest backup's key
 SEAL_CONTEXT = b"ckpt catalog backup"  # associated data: a sealed backup opens only as one
 
 
-def backup_catalog(store: Store, dest: Path) -> int:
+def backup_catalog(store: BackupParts, dest: Path) -> int:
     """Write the copy to `dest` (fsynced); returns its size."""
     tmp = dest.with_name(dest.name + ".partial")
     fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -56,7 +73,7 @@ def backup_catalog(store: Store, dest: Path) -> int:
     return dest.stat().st_size
 
 
-def backup_to(store: Store, scratch: Path, to: str | None) -> CatalogBackup:
+def backup_to(store: BackupParts, scratch: Path, to: str | None) -> CatalogBackup:
     """Back up to tier `to`, or to the absolute path `to`, or (None) to the last tier.
 
     The copy is made in `scratch` (a directory on the vault's file system) first, sealed
@@ -118,7 +135,7 @@ def restore(raw: bytes, vault_dir: Path, keyring: Keyring | None = None) -> dict
     plain = open_blob(keyring, raw, SEAL_CONTEXT)
     vault_dir.mkdir(parents=True, exist_ok=True)
     with (
-        MaintenanceLock.of(vault_dir).hold("catalog restore", timeout=0),
+        offline_hold(vault_dir, "catalog restore"),
         tempfile.TemporaryDirectory(dir=vault_dir, prefix=".restore-") as tmp,
     ):
         copy = Path(tmp) / "catalog.mdb"

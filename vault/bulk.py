@@ -12,11 +12,30 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import CheckpointNotFound
 from .prune import DELETE_BATCH
-from .store import Store
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .clock import Clock
+    from .env import Env
+    from .writer import Writer
+
+
+class BulkParts(Protocol):
+    """What a bulk delete needs of the store."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def writer(self) -> Writer: ...
 
 
 @dataclass
@@ -26,7 +45,7 @@ class BulkDeleted:
     not_found: list[str] = field(default_factory=list)  # unknown or already deleted
 
 
-def delete_many(store: Store, ns: str, ids: Sequence[str] | None) -> BulkDeleted:
+def delete_many(store: BulkParts, ns: str, ids: Sequence[str] | None) -> BulkDeleted:
     """Delete `ids` of `ns` (None: every live checkpoint it has now)."""
     with store.catalog_env.read() as txn:
         store.catalog.require_namespace(txn, ns)
@@ -40,7 +59,7 @@ def delete_many(store: Store, ns: str, ids: Sequence[str] | None) -> BulkDeleted
     return out
 
 
-def _delete(store: Store, ns: str, ids: list[str], w: WriteTxn) -> BulkDeleted:
+def _delete(store: BulkParts, ns: str, ids: list[str], w: WriteTxn) -> BulkDeleted:
     """One writer transaction; returns what it did (no outside state: the writer may run
     an operation twice when the map grows)."""
     out = BulkDeleted()

@@ -15,18 +15,35 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from protocol import CheckReport, Drift, GcReport
 
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline
-from .gc import delete_unreferenced
+from .gc import GcParts, delete_unreferenced
 from .pacing import Pacer
-from .store import Store
 from .writer import WriteTxn
 
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .env import Env
 
-def check(store: Store, repair: bool = False, stop: threading.Event | None = None) -> CheckReport:
+
+class CheckParts(GcParts, Protocol):
+    """What a reference check needs of the store: the catalog it recounts from, the frames it
+    checks, and what forgetting unreferenced chunks needs (`GcParts`, for `--repair`)."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def frames_env(self) -> Env: ...
+    def now_ms(self) -> int: ...
+
+
+def check(
+    store: CheckParts, repair: bool = False, stop: threading.Event | None = None
+) -> CheckReport:
     """Frames are listed first: a frame is durable before the metadata that names it, so
     any frame in that list whose chunk is committed appears in the later catalog view.
     `stop` is looked at every `RECOUNT_STEP` manifests of the recount and before repairs: a
@@ -84,7 +101,7 @@ def check(store: Store, repair: bool = False, stop: threading.Event | None = Non
 
 
 def _repair_all(
-    store: Store, report: CheckReport, stale: list[bytes], baseless: set[bytes], entries: bool
+    store: CheckParts, report: CheckReport, stale: list[bytes], baseless: set[bytes], entries: bool
 ) -> None:
     if entries:
         report.repaired += _repair_entries(store)
@@ -107,7 +124,7 @@ def _repair_all(
         report.repaired += _drop_orphan_frames(store)
 
 
-def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
+def _still_without_frame(store: CheckParts, cids: list[bytes]) -> list[bytes]:
     """Of chunks whose frame was absent from the earlier frame list, those still absent now
     (a chunk written between the two views is fine)."""
     if not cids:
@@ -124,7 +141,7 @@ def _still_without_frame(store: Store, cids: list[bytes]) -> list[bytes]:
         ]
 
 
-def _repair(store: Store, cids: set[bytes]) -> int:
+def _repair(store: CheckParts, cids: set[bytes]) -> int:
     """Recount the drifted chunks inside the writer, against the catalog as it is now."""
 
     def op(w: WriteTxn) -> int:
@@ -144,7 +161,7 @@ def _repair(store: Store, cids: set[bytes]) -> int:
     return store.writer.run(op)
 
 
-def _repair_links(store: Store, stale: list[bytes], baseless: set[bytes]) -> int:
+def _repair_links(store: CheckParts, stale: list[bytes], baseless: set[bytes]) -> int:
     def op(w: WriteTxn) -> int:
         for cid in stale:
             store.chunks.drop_stale_link(w.catalog, cid)
@@ -164,7 +181,7 @@ def _entry_drift(stored: Iterator[tuple[bytes, int]], expected: Counter[bytes]) 
     ]
 
 
-def _repair_entries(store: Store) -> int:
+def _repair_entries(store: CheckParts) -> int:
     """Recount entry references inside the writer (chunk counts are recounted after, from
     the entries that remain)."""
 
@@ -183,7 +200,7 @@ def _repair_entries(store: Store) -> int:
     return store.writer.run(op)
 
 
-def _drop_orphan_frames(store: Store) -> int:
+def _drop_orphan_frames(store: CheckParts) -> int:
     """Delete frames no chunk metadata names (left by a crash between the two commits of a
     write batch), judged inside the writer where no batch is half done."""
     return int(store.writer.run(store.chunks.drop_unnamed_frames))

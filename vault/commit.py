@@ -19,6 +19,7 @@ import contextlib
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
@@ -27,7 +28,7 @@ from protocol import CommitFile
 from . import quotas
 from .config import VaultConfig
 from .content.reader import Reader
-from .create import Draft, create, inherited
+from .create import CreateParts, Draft, create, inherited
 from .domains import Domain, cached
 from .errors import (
     Conflict,
@@ -41,8 +42,26 @@ from .errors import (
 from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
 from .records import StoredCheckpoint, UploadSession
-from .store import Store
 from .uploads import Uploads
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .config import VaultConfig
+    from .env import Env
+    from .writer import Writer
+
+
+class CommitParts(CreateParts, Protocol):
+    """What a commit needs of the store: making the checkpoint (`CreateParts`), and the
+    catalog's tables, the clock and the writer."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 # A listed file may have at most MAX_CHUNKS_SLACK + size // MIN_AVERAGE_CHUNK chunks.
 # FastCDC's smallest profile cuts 1 KiB on average and tensor-aware cutting adds one short
@@ -98,7 +117,7 @@ def _parse_listed(
 
 
 class Committer:
-    def __init__(self, store: Store, uploads: Uploads, reader: Reader) -> None:
+    def __init__(self, store: CommitParts, uploads: Uploads, reader: Reader) -> None:
         self._s = store
         self._uploads = uploads
         self._reader = reader
@@ -112,7 +131,7 @@ class Committer:
             return dict(self._hashed)
 
     def commit(
-        self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
+        self, upload_id: str, files: Mapping[str, CommitFile] | None = None, domain: Domain = None
     ) -> tuple[StoredCheckpoint, bool]:
         """Commit an upload; returns the record and whether this call created it. Listed
         chunks count only if stored inside the caller's `domain` or sent by this session

@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
@@ -45,13 +46,25 @@ from protocol import CompactReport
 
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline
+from .content.parts import ContentParts
 from .content.reader import MAX_CHAIN, Reader
 from .env import TRIM_EVERY_BYTES
 from .frame import Recoder, delta_base
 from .manifest import FileEntry, distinct_chunks
 from .pacing import Pacer
-from .store import Store
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+
+
+class CompactParts(ContentParts, Protocol):
+    """What compaction needs of the store: reading chunks (`ContentParts`) and the catalog
+    whose checkpoints it walks."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+
 
 MIN_CHUNK = 4096  # smaller chunks save too little to be worth a frame of their own
 MIN_SAVING_FRACTION = 16  # keep a new frame only if it saves >= 1/16 of the stored bytes
@@ -78,7 +91,7 @@ Progress = Callable[[CompactReport], None]
 
 
 def compact(
-    store: Store,
+    store: CompactParts,
     namespace: str | None = None,
     rate: float | None = None,
     progress: Progress | None = None,
@@ -106,7 +119,7 @@ def compact(
     return report
 
 
-def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str, str]]:
+def _pairs(store: CompactParts, namespace: str | None) -> Iterator[tuple[str, str, str, str]]:
     """(namespace, checkpoint, its successor, the newest) for each checkpoint with work."""
     table = store.catalog_env.db["compacted"]
     with store.catalog_env.read() as txn:
@@ -125,7 +138,7 @@ def _pairs(store: Store, namespace: str | None) -> Iterator[tuple[str, str, str,
     yield from todo
 
 
-def _forget_stale_marks(store: Store) -> None:
+def _forget_stale_marks(store: CompactParts) -> None:
     """Drop the marks of checkpoints deleted since they were compacted."""
     table = store.catalog_env.db["compacted"]
 
@@ -173,7 +186,7 @@ def _offsets(entry: FileEntry) -> Iterator[tuple[int, bytes, int]]:
 
 
 def _compact_one(
-    store: Store,
+    store: CompactParts,
     reader: Reader,
     recoder: Recoder,
     older: str,
@@ -203,7 +216,7 @@ def _compact_one(
     store.writer.run(mark)
 
 
-def _plan(store: Store, older: str, newer: str, head: str) -> tuple[list[_Job], list[_Job]]:
+def _plan(store: CompactParts, older: str, newer: str, head: str) -> tuple[list[_Job], list[_Job]]:
     """The chunks of `older` worth encoding again, each with the bases it may use: the
     chunk at its place in the successor, and the whole chunk that one's chain ends at (in
     the newest checkpoint, usually). Chunks the successor or the newest checkpoint share
@@ -246,7 +259,7 @@ def _plan(store: Store, older: str, newer: str, head: str) -> tuple[list[_Job], 
 
 
 def _reroots(
-    store: Store, txn: lmdb.Transaction, cid: bytes, partner: bytes
+    store: CompactParts, txn: lmdb.Transaction, cid: bytes, partner: bytes
 ) -> dict[bytes, _Job] | None:
     """Jobs moving `cid`'s dependents onto the whole end of `partner`'s chain, if that is
     what would let `cid` chain onto `partner`; else None."""
@@ -267,7 +280,7 @@ def _reroots(
 
 
 def _bases(
-    store: Store,
+    store: CompactParts,
     txn: lmdb.Transaction,
     cid: bytes,
     partner: bytes | None,
@@ -284,14 +297,14 @@ def _bases(
     return tuple(out)
 
 
-def _base_orphaned(store: Store, txn: lmdb.Transaction, cid: bytes) -> bool:
+def _base_orphaned(store: CompactParts, txn: lmdb.Transaction, cid: bytes) -> bool:
     base = store.chunks.base_of(txn, cid)
     meta = store.chunks.meta(txn, base) if base is not None else None
     return meta is None or meta.refs == 0
 
 
 def _depth_through(
-    store: Store, txn: lmdb.Transaction, cid: bytes, base: bytes, height: int | None = None
+    store: CompactParts, txn: lmdb.Transaction, cid: bytes, base: bytes, height: int | None = None
 ) -> int | None:
     """How many deltas a read of `cid` would decode as a delta against `base`; None if it
     may not: the base is unsound or of another length, needs `cid` itself, or the longest
@@ -312,7 +325,7 @@ def _depth_through(
 
 
 def _run_batch(
-    store: Store, reader: Reader, recoder: Recoder, batch: list[_Job], report: CompactReport
+    store: CompactParts, reader: Reader, recoder: Recoder, batch: list[_Job], report: CompactReport
 ) -> None:
     frames_out = _encode(reader, recoder, batch, report)
     # Let go of the map's pages the batch read (its frames and their chains are copied out
@@ -353,7 +366,9 @@ def _encode(
     return frames_out
 
 
-def _switch(store: Store, frames_out: list[tuple[_Job, bytes]], report: CompactReport) -> None:
+def _switch(
+    store: CompactParts, frames_out: list[tuple[_Job, bytes]], report: CompactReport
+) -> None:
     """Point each chunk at its new frame if it is still where it was read, then drop the
     frames left behind (after the switch is durable: never a pointer to nothing)."""
     chunks = store.chunks

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lmdb
 
@@ -22,7 +22,25 @@ from . import quotas
 from .errors import Conflict, MissingChunks
 from .manifest import FileEntry, distinct_chunks
 from .records import NamespaceRecord, StoredCheckpoint
-from .store import Store
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .config import VaultConfig
+    from .content.chunks import Chunks
+    from .ids import IdGenerator
+
+
+class CreateParts(Protocol):
+    """What creating a checkpoint needs of the store: catalog, chunks, settings and ids."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def chunks(self) -> Chunks: ...
+    @property
+    def config(self) -> VaultConfig: ...
+    @property
+    def ids(self) -> IdGenerator: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,7 @@ class Draft:
 
 
 def ensure_namespace(
-    store: Store, txn: lmdb.Transaction, ns: str, profile: dict[str, Any], now: float
+    store: CreateParts, txn: lmdb.Transaction, ns: str, profile: dict[str, Any], now: float
 ) -> NamespaceRecord:
     """The namespace's record, created with `profile` if this is its first checkpoint."""
     rec = store.catalog.namespace(txn, ns)
@@ -50,7 +68,9 @@ def ensure_namespace(
     return rec
 
 
-def inherited(store: Store, txn: lmdb.Transaction, parent: str | None) -> dict[str, FileEntry]:
+def inherited(
+    store: CreateParts, txn: lmdb.Transaction, parent: str | None
+) -> dict[str, FileEntry]:
     """The parent's files, for `inherit`; the parent must still be live."""
     rec = store.catalog.record(txn, parent) if parent is not None else None
     if rec is None or rec.is_tombstone:
@@ -59,7 +79,7 @@ def inherited(store: Store, txn: lmdb.Transaction, parent: str | None) -> dict[s
 
 
 def create(
-    store: Store,
+    store: CreateParts,
     txn: lmdb.Transaction,
     draft: Draft,
     now: float,

@@ -34,17 +34,31 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import TYPE_CHECKING, Protocol
 
 from .content.reader import CopyBuffers, Plain, Reader, batches
 from .errors import InvalidRequest, Unavailable
 from .files import start_writeback
 from .ingest import handed_over_file
 from .manifest import FileEntry
-from .store import Store
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+class DeliverParts(Protocol):
+    """What a delivery needs of the store: the runtime's store threads."""
+
+    @property
+    def runtime(self) -> Runtime: ...
 
 
 def deliver_descriptor(
-    store: Store, reader: Reader, entry: FileEntry, fd: int, stop: threading.Event | None = None
+    store: DeliverParts,
+    reader: Reader,
+    entry: FileEntry,
+    fd: int,
+    stop: threading.Event | None = None,
 ) -> None:
     """Write the file `entry` into the open file `fd`, from offset 0, then truncate it to
     the entry's size and fsync it. `stop` set: stop before the next batch (503)."""

@@ -20,6 +20,7 @@ written before) still replay.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
@@ -38,12 +39,15 @@ from .idempotency import IdempotencyKeys, check_key
 from .manifest import FileEntry
 from .names import check_file_name
 from .records import StoredCheckpoint
-from .store import Store, store_all
+from .sink import store_all
+from .store import Store
 from .uploads import check_metadata, check_new_checkpoint, check_tags
 from .writer import WriteTxn
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,28 @@ class DirectSaver:
         that writes (a worker's save, api/calls.py); a retry of a save already made is
         found there, in the transaction."""
         return self._prepared(self._request(ns, files, options)[0])
+
+    def apply_journal(self) -> None:
+        """Saves acknowledged by their journal records after the last durable state (a
+        crash came between): applied again, in order, before anything else is served."""
+        journal = self._s.writer.journal
+        pending = list(journal.pending())
+        if not pending:
+            return
+        log.warning("applying %d save-journal records the last durable state lacks", len(pending))
+        submitted = []
+        for seq, record in pending:
+            try:
+                submitted.append((seq, self.replay(record)))
+            except Exception:  # noqa: BLE001 - logged; the records after it are still applied
+                log.exception("save-journal record %d could not be read", seq)
+        for seq, future in submitted:
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - as above
+                log.exception("save-journal record %d could not be applied again", seq)
+        journal.applied = pending[-1][0]
+        self._s.writer.wait_durable()  # the durable state now contains every record
 
     def replay(self, record: bytes) -> Future[tuple[StoredCheckpoint, bool]]:
         """Apply a save-journal record again (at open, vault/journal.py): the same save,

@@ -11,29 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from protocol import status_of
+from protocol import TabledError
 
 
-class VaultError(Exception):
+class VaultError(TabledError):
     """Root of every expected engine error.
 
     A class declares only its wire `code`; its HTTP `status` comes from the protocol's error
-    table (a code missing from it fails at import).
+    table (a code missing from it fails at import: `TabledError`).
     """
 
     code = "internal"
-    status = status_of(code)
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.status = status_of(cls.code)
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
     def details(self) -> dict[str, object]:
         """Extra machine-readable fields for the JSON error body."""

@@ -13,6 +13,7 @@ it, so a commit or a missing query that lands in between always wins.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING, Protocol
 
 from protocol import GcReport
 
@@ -22,6 +23,24 @@ from .pacing import Pacer
 from .store import Store
 from .uploads import Uploads
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .content.chunks import Chunks
+    from .env import Env
+    from .writer import Writer
+
+
+class GcParts(Protocol):
+    """What forgetting unreferenced chunks needs of the store (also `check --repair`'s);
+    `collect` takes the whole store, which the idempotency keys it expires are kept in."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def chunks(self) -> Chunks: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 DELETE_BATCH = 2048
 
@@ -34,7 +53,7 @@ def _collectable(meta: ChunkMeta, now_ms: int, grace_ms: int) -> bool:
     )
 
 
-def _is_base(store: Store, cid: bytes) -> bool:
+def _is_base(store: GcParts, cid: bytes) -> bool:
     with store.catalog_env.read() as txn:
         return store.chunks.has_dependents(txn, cid)
 
@@ -76,7 +95,7 @@ def collect(
 
 
 def _collect_freed_bases(
-    store: Store, freed: list[bytes], now_ms: int, grace_ms: int, report: GcReport
+    store: GcParts, freed: list[bytes], now_ms: int, grace_ms: int, report: GcReport
 ) -> None:
     """The bases of the deltas this run collected (`freed`), when nothing else holds them
     now: a level of the chains at a time (chains are at most MAX_CHAIN long)."""
@@ -98,7 +117,7 @@ def _collect_freed_bases(
 
 
 def delete_unreferenced(
-    store: Store, cids: list[bytes], now_ms: int, grace_ms: int, report: GcReport
+    store: GcParts, cids: list[bytes], now_ms: int, grace_ms: int, report: GcReport
 ) -> list[bytes]:
     """Unreference before delete: drop the metadata in one batch, the frames in the next.
     The bases of the deltas it collected (which may be free now)."""

@@ -13,6 +13,7 @@ import stat
 import threading
 from collections import deque
 from concurrent.futures import Future, wait
+from typing import TYPE_CHECKING, Protocol
 
 import blake3
 
@@ -22,16 +23,33 @@ from .errors import InvalidRequest, Unavailable
 from .frame import Encoder, chunk_id
 from .manifest import FileEntry
 from .names import check_file_name
-from .store import Store, store_all
+from .sink import ChunkSink, store_all
 from .uploads import Uploads
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .env import Env
+    from .runtime import Runtime
+
+
+class IngestParts(ChunkSink, Protocol):
+    """What streaming a file in needs of the store: keeping chunks (`ChunkSink`), the
+    catalog's tables, and the runtime's threads that store pieces."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def runtime(self) -> Runtime: ...
 
 
 class FileIngest:
     """One file being streamed into an upload session. Not thread-safe: feed in order."""
 
     def __init__(
-        self, store: Store, uploads: Uploads, upload_id: str, name: str, domain: Domain = None
+        self, store: IngestParts, uploads: Uploads, upload_id: str, name: str, domain: Domain = None
     ) -> None:
         self._s = store
         self._uploads = uploads
@@ -99,7 +117,7 @@ STORING = 2  # pieces being stored meanwhile
 
 
 def ingest_descriptor(
-    store: Store,
+    store: IngestParts,
     uploads: Uploads,
     upload_id: str,
     name: str,

@@ -7,17 +7,32 @@ changes serialize and a delete racing a fork can never leave a fork pointing at 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .catalog import Catalog
-from .create import Draft, create, ensure_namespace
+from .create import CreateParts, Draft, create, ensure_namespace
 from .errors import Conflict, InvalidRequest, NotPermitted
 from .manifest import distinct_chunks
 from .names import check_namespace
 from .records import VALIDITY_STATES, StoredCheckpoint, Validity
-from .store import Store
 from .uploads import check_metadata, check_tags
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .clock import Clock
+    from .writer import Writer
+
+
+class LifecycleParts(CreateParts, Protocol):
+    """What checkpoint changes need of the store: making a fork (`CreateParts`), the clock
+    and the writer."""
+
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 MAX_REASON = 1024
 
@@ -44,7 +59,7 @@ def _check_append_only(
 
 
 class Lifecycle:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: LifecycleParts) -> None:
         self._s = store
 
     @property
@@ -99,7 +114,13 @@ class Lifecycle:
         self._s.writer.run(op)
 
     def fork(
-        self, ns: str, ref: str, target: Any, metadata: Any, tags: Any, by: str | None = None
+        self,
+        ns: str,
+        ref: str,
+        target: Any,
+        metadata: Any = None,
+        tags: Any = None,
+        by: str | None = None,
     ) -> StoredCheckpoint:
         if not isinstance(target, str):
             raise InvalidRequest("fork needs a target namespace")

@@ -1,10 +1,13 @@
 """The maintenance lock: one long operation at a time on a vault, across threads and processes.
 
-Maintenance operations (gc, check and check --repair, verify, retention, catalog backup and
-restore here; the tiering run and repack in tiering/) take this lock themselves, at their
-entry points, so the schedule, an admin route and an offline `ckpt` command all call the
-same function and none of them can forget it (kopia's maintenance lock, restic's lock taken
-inside the command). Two reasons to exclude: repack deletes packs nothing points to, which is
+It is taken in two places. `maintenance.run` (maintenance/run.py) holds it around each whole
+task (gc with its repack, check, verify, retention, compaction, the tiering run, catalog
+backup), and every caller runs tasks through it: the schedule, the admin routes (through the
+maintenance queue) and the offline `ckpt` commands; the engine's operations themselves
+(`Vault.gc`, `tiering.repack`, ...) assume their caller holds it, so a task holds it once,
+under its own name, and the lock is not spread over each entry point. The offline restores
+(vault/backup.py, vault/replication/restore.py), which have no open vault, take it through
+`offline_hold`. Two reasons to exclude: repack deletes packs nothing points to, which is
 only safe while no demotion is between its upload and its switch; and each operation is a
 long scan, two at once would only slow producers down.
 
@@ -14,9 +17,8 @@ then `fcntl.flock` on `<vault dir>/maintenance.lock` for other processes. The ke
 the flock when its process dies, so a SIGKILLed holder never blocks its successor. While
 held, the file says which process holds it for what (shown in the busy error).
 
-It is reentrant within one thread: `gc_and_repack` holds it around GC and repack, each of
-which takes it again, and a caller that must not wait (the schedule) takes it with
-`timeout=0` around an operation that then takes it again without waiting.
+It is reentrant within one thread: a test or tool may hold it around a task that
+`maintenance.run` then holds again without waiting.
 
 `timeout=None` waits as long as it takes; `timeout=0` does not wait; otherwise waits up to
 that many seconds. Giving up raises `MaintenanceBusy` (409 `conflict`). Waiting blocks the
@@ -31,14 +33,13 @@ owner slot's condition is notified to all, since such a caller waits on it too.
 from __future__ import annotations
 
 import fcntl
-import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import IO, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import IO
 
 from .errors import MaintenanceBusy
 from .ownership import open_private
@@ -192,30 +193,8 @@ def _holder(f: IO[bytes]) -> str:
     return f"{operation or 'an operation'} is running in process {pid}"
 
 
-class HasMaintenanceLock(Protocol):
-    """What `maintenance_operation` needs of its first argument: a `Vault`, in practice."""
-
-    @property
-    def maintenance(self) -> MaintenanceLock: ...
-
-
-V = TypeVar("V", bound=HasMaintenanceLock)
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def maintenance_operation(
-    operation: str,
-) -> Callable[[Callable[Concatenate[V, P], R]], Callable[Concatenate[V, P], R]]:
-    """Make a function of a vault (its first argument) hold that vault's maintenance lock,
-    waiting for it: for entry points outside the `Vault` class (tiering's run and repack)."""
-
-    def wrap(fn: Callable[Concatenate[V, P], R]) -> Callable[Concatenate[V, P], R]:
-        @functools.wraps(fn)
-        def held(vault: V, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            with vault.maintenance.hold(operation):
-                return fn(vault, *args, **kwargs)
-
-        return held
-
-    return wrap
+def offline_hold(vault_dir: Path, operation: str) -> AbstractContextManager[None]:
+    """The lock of a data dir no process has open (a restore into it), taken without waiting:
+    a holder means something still uses the directory, so the restore is refused
+    (`MaintenanceBusy`) rather than queued behind it."""
+    return MaintenanceLock.of(vault_dir).hold(operation, timeout=0)

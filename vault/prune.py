@@ -9,6 +9,7 @@ or deleted since the plan was made is skipped, never forced.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
@@ -19,8 +20,30 @@ from .manifest import distinct_chunks
 from .policy import Policies
 from .records import StoredCheckpoint
 from .retention import NamespacePlan, plan_namespace
-from .store import Store
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .clock import Clock
+    from .content.chunks import Chunks
+    from .env import Env
+    from .writer import Writer
+
+
+class PruneParts(Protocol):
+    """What retention needs of the store."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def chunks(self) -> Chunks: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 DELETE_BATCH = 256
 
@@ -30,16 +53,18 @@ def report(plans: list[NamespacePlan], deleted: list[str], dry_run: bool) -> Ret
     return RetentionReport(dry_run, {p.namespace: p.to_record() for p in plans}, deleted)
 
 
-def live_records(store: Store, txn: lmdb.Transaction, ns: str) -> list[StoredCheckpoint]:
+def live_records(catalog: Catalog, txn: lmdb.Transaction, ns: str) -> list[StoredCheckpoint]:
     out = []
-    for cid in store.catalog.ids(txn, ns):
-        rec = store.catalog.record(txn, cid)
+    for cid in catalog.ids(txn, ns):
+        rec = catalog.record(txn, cid)
         if rec is not None:
             out.append(rec)
     return out
 
 
-def plan(store: Store, policies: Policies, namespace: str | None = None) -> list[NamespacePlan]:
+def plan(
+    store: PruneParts, policies: Policies, namespace: str | None = None
+) -> list[NamespacePlan]:
     now = store.clock.now()
     plans = []
     with store.catalog_env.read() as txn:
@@ -48,7 +73,7 @@ def plan(store: Store, policies: Policies, namespace: str | None = None) -> list
             store.catalog.require_namespace(txn, namespace)
         for ns in names:
             policy = policies.effective(txn, ns).retention
-            plans.append(plan_namespace(ns, live_records(store, txn, ns), policy, now))
+            plans.append(plan_namespace(ns, live_records(store.catalog, txn, ns), policy, now))
         doomed = store.catalog.released_refs(txn, (cid for p in plans for cid in p.delete))
         freed: dict[bytes, int] = {}
         for chunk, n in doomed.items():
@@ -62,7 +87,7 @@ def plan(store: Store, policies: Policies, namespace: str | None = None) -> list
     return plans
 
 
-def apply(store: Store, plans: list[NamespacePlan]) -> list[str]:
+def apply(store: PruneParts, plans: list[NamespacePlan]) -> list[str]:
     """Delete what the plans say; returns the ids actually deleted."""
     todo = [(p.namespace, cid) for p in plans for cid in p.delete]
     deleted: list[str] = []
@@ -72,7 +97,7 @@ def apply(store: Store, plans: list[NamespacePlan]) -> list[str]:
     return deleted
 
 
-def _delete(store: Store, w: WriteTxn, *, batch: list[tuple[str, str]]) -> list[str]:
+def _delete(store: PruneParts, w: WriteTxn, *, batch: list[tuple[str, str]]) -> list[str]:
     done = []
     now = store.clock.now()
     for ns, cid in batch:

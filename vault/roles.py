@@ -10,20 +10,37 @@ object sets the refusal, owns the replicator and the follower, and promotes.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from protocol import Promotion
 
 from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
 from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
-from .store import Store
+from .replication.follow import FollowParts
+from .replication.shipper import ShipperParts
+
+if TYPE_CHECKING:
+    from .tier import Tier
+
+
+class RoleParts(FollowParts, ShipperParts, Protocol):
+    """What the roles need of the store: what following and replicating need, the tiers,
+    taking the data dir over at promotion, and the replica barrier, which they set."""
+
+    replica_barrier: Callable[[float], bool] | None  # settable: set when replication starts
+
+    @property
+    def tiers(self) -> Mapping[str, Tier]: ...
+    def take_over(self) -> None: ...
 
 
 class Roles:
     def __init__(
         self,
-        store: Store,
+        store: RoleParts,
         path: Path,
         replication: ReplicationConfig | None,
         follow: FollowConfig | None,

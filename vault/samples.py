@@ -20,14 +20,29 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from protocol import NamespaceBytes, StorageSample
+from protocol import NamespaceBytes, StorageSample, Usage
 
 from .errors import InvalidRequest
-from .store import Store
+
+if TYPE_CHECKING:
+    from .env import Env
+    from .writer import Writer
+
+
+class SampleParts(Protocol):
+    """What the storage samples need of the store: the catalog's tables and the writer."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 _KEY = struct.Struct(">Q")
 MAX_SAMPLES = 4096  # ~400 B each with a few namespaces: a few MB at most
@@ -54,7 +69,7 @@ class StorageSamples:
     """The `samples` table: append (pruning as it goes) and read back in time order."""
 
     def __init__(
-        self, store: Store, max_samples: int = MAX_SAMPLES, max_age: float = MAX_AGE_SECONDS
+        self, store: SampleParts, max_samples: int = MAX_SAMPLES, max_age: float = MAX_AGE_SECONDS
     ) -> None:
         self._s = store
         self._db = store.catalog_env.db["samples"]
@@ -96,3 +111,19 @@ class StorageSamples:
     def newest(self) -> StorageSample | None:
         found = self.history(limit=1)
         return found[0] if found else None
+
+
+def usage_sample(
+    at: float, logical: int, stored: int, disk_bytes: int, usage: Mapping[str, Usage]
+) -> StorageSample:
+    """The storage sample of a usage scan that just ran: the totals then, the vault
+    directory's allocated bytes (what `du` shows), each namespace's bytes."""
+    return StorageSample(
+        at=at,
+        logical_bytes=logical,
+        stored_bytes=stored,
+        disk_bytes=disk_bytes,
+        namespaces={
+            ns: NamespaceBytes(u.logical_bytes, u.stored_bytes) for ns, u in sorted(usage.items())
+        },
+    )

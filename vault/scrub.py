@@ -14,23 +14,39 @@ import random
 import threading
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from protocol import VerifyReport
 
 from .content.chunks import ChunkMeta
+from .content.parts import ContentParts
 from .content.reader import Reader
 from .manifest import distinct_chunks
 from .pacing import Pacer
 from .prune import live_records
 from .records import Validity
-from .store import Store
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .clock import Clock
+
+
+class ScrubParts(ContentParts, Protocol):
+    """What a scrub needs of the store: reading chunks (`ContentParts`), the catalog whose
+    checkpoints it marks invalid, and the clock for the mark."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def clock(self) -> Clock: ...
+
 
 BATCH = 256
 
 
 def verify(
-    store: Store,
+    store: ScrubParts,
     namespace: str | None = None,
     sample: float = 1.0,
     rate: float | None = None,
@@ -63,18 +79,18 @@ def verify(
     return report
 
 
-def _candidates(store: Store, namespace: str | None) -> Iterable[bytes]:
+def _candidates(store: ScrubParts, namespace: str | None) -> Iterable[bytes]:
     if namespace is None:
         return (key for key, _ in store.catalog_env.scan("chunkmeta"))
     with store.catalog_env.read() as txn:
         store.catalog.require_namespace(txn, namespace)
         chunks: set[bytes] = set()
-        for rec in live_records(store, txn, namespace):
+        for rec in live_records(store.catalog, txn, namespace):
             chunks |= distinct_chunks(store.catalog.manifest(txn, rec.id))
     return sorted(chunks)
 
 
-def _check_batch(store: Store, cids: list[bytes], report: VerifyReport) -> list[bytes]:
+def _check_batch(store: ScrubParts, cids: list[bytes], report: VerifyReport) -> list[bytes]:
     reader = Reader(store)
     metas, frames = reader.frames(cids)
     plain, damaged = reader.decoded(cids, metas, frames)  # a delta decodes its whole chain
@@ -91,7 +107,7 @@ def _check_batch(store: Store, cids: list[bytes], report: VerifyReport) -> list[
     return sorted(damaged)
 
 
-def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str], list[str]]:
+def _settle(store: ScrubParts, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str], list[str]]:
     """Flag damaged chunks, invalidate the checkpoints using them, heal the ones whose
     chunks are all sound again. One writer transaction: one consistent view."""
     bad: set[bytes] = set()
@@ -128,6 +144,6 @@ def _settle(store: Store, w: WriteTxn, damaged: list[bytes]) -> tuple[list[str],
     return invalidated, healed
 
 
-def _all_sound(store: Store, w: WriteTxn, chunks: set[bytes]) -> bool:
+def _all_sound(store: ScrubParts, w: WriteTxn, chunks: set[bytes]) -> bool:
     metas: list[ChunkMeta | None] = [store.chunks.meta(w.catalog, c) for c in chunks]
     return all(m is not None and not m.damaged for m in metas)

@@ -47,13 +47,29 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from protocol import DiskSpace
 
 from .env import DATA_FILE, Env
 from .libc import punch_hole
 from .pages import FreeList, PageFormatError, oldest_reader, read_free_list
-from .store import Store
+
+if TYPE_CHECKING:
+    from .env import Env
+    from .writer import Writer
+
+
+class ShrinkParts(Protocol):
+    """What shrinking needs of the store: both environments and the writer to pause."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def frames_env(self) -> Env: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +122,7 @@ def space(env: Env) -> Space:
     return Space(allocated, free.free_pages * free.psize, max(0, allocated - in_use))
 
 
-def hot_store(store: Store) -> dict[str, DiskSpace]:
+def hot_store(store: ShrinkParts) -> dict[str, DiskSpace]:
     """Each environment of the hot store on disk, by name ("catalog", "frames")."""
     out = {}
     for name, env in (("catalog", store.catalog_env), ("frames", store.frames_env)):
@@ -115,7 +131,7 @@ def hot_store(store: Store) -> dict[str, DiskSpace]:
     return out
 
 
-def worth_shrinking(store: Store, above: float) -> bool:
+def worth_shrinking(store: ShrinkParts, above: float) -> bool:
     """Whether the hot store's reclaimable bytes are more than `above` of the bytes it holds
     in use (0: whenever any is). Of what it holds, not of what it takes: a fine-tune saved
     and compacted checkpoint by checkpoint frees ~48 MB per compaction, 9.9% of the 472 MB
@@ -127,7 +143,7 @@ def worth_shrinking(store: Store, above: float) -> bool:
     return reclaimable > 0 and reclaimable > above * in_use
 
 
-def shrink(store: Store, slice_bytes: int = SLICE_BYTES) -> ShrinkResult:
+def shrink(store: ShrinkParts, slice_bytes: int = SLICE_BYTES) -> ShrinkResult:
     """Punch holes over every page of the hot store's environments no reader can see (the
     catalog's and the frames'), on the writer thread between batches, at most
     `slice_bytes` of them per pause: writes queued meanwhile go in between slices, and

@@ -9,8 +9,9 @@ Keep a snapshot short: an open read transaction holds back map growth.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
@@ -18,11 +19,29 @@ from .content.chunks import ChunkMeta
 from .manifest import FileEntry
 from .policy import Policies, Policy
 from .records import StoredCheckpoint
-from .store import Store
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .content.chunks import Chunks
+    from .env import Env
+    from .tier import Tier
+
+
+class SnapshotParts(Protocol):
+    """What a catalog snapshot reads."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def chunks(self) -> Chunks: ...
+    @property
+    def tiers(self) -> Mapping[str, Tier]: ...
 
 
 class Snapshot:
-    def __init__(self, store: Store, policies: Policies, txn: lmdb.Transaction) -> None:
+    def __init__(self, store: SnapshotParts, policies: Policies, txn: lmdb.Transaction) -> None:
         self._s = store
         self._policies = policies
         self._txn = txn
@@ -65,6 +84,6 @@ class Snapshot:
 
 
 @contextmanager
-def snapshot(store: Store, policies: Policies) -> Iterator[Snapshot]:
+def snapshot(store: SnapshotParts, policies: Policies) -> Iterator[Snapshot]:
     with store.catalog_env.read() as txn:
         yield Snapshot(store, policies, txn)

@@ -25,7 +25,7 @@ from .runtime import Runtime
 from .seal import Keyring
 from .syncer import DURABLE_FILE, Syncer, recover
 from .tier import Tier
-from .writer import NoWriter, Writer, WriteTxn
+from .writer import NoWriter, Writer
 
 
 @dataclass
@@ -206,32 +206,3 @@ def _remember_keys(env: Env, keyring: Keyring) -> None:
         with env.lmdb.begin(write=True) as txn:
             for kid, check in new.items():
                 txn.put(kid.to_bytes(2, "big"), check, db=db)
-
-
-def store_all(
-    store: Store,
-    w: WriteTxn,
-    items: Mapping[bytes, tuple[bytes | memoryview, bytes | memoryview | None]],
-    reserve_until_ms: int,
-    inline: bool = False,
-) -> list[bytes]:
-    """Writer-side half of every chunk upload: keep each (data, frame-or-None). Returns the
-    ids of the chunks this wrote (the others were stored and sound already)."""
-    now_ms = store.now_ms()
-    written: list[bytes] = []
-    added = grown = 0
-    for cid, (data, frame) in items.items():
-        if frame is None and not reserve_until_ms and store.chunks.usable(w.catalog, cid):
-            continue  # known sound and nothing to reserve: what `store` would conclude
-        wrote, n, b = store.chunks.store(w, cid, data, frame, now_ms, reserve_until_ms, inline)
-        if wrote:
-            written.append(cid)
-        added += n
-        grown += b
-    store.writer.stats.chunks_written += len(written)  # writer thread only: no lock needed
-    store.writer.stats.chunks_deduplicated += len(items) - len(written)
-    if added:
-        store.counters.add(w.catalog, "chunks", added)
-    if grown:
-        store.counters.add(w.catalog, "stored_bytes", grown)
-    return written

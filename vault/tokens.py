@@ -14,12 +14,32 @@ import json
 import re
 import secrets
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Protocol
 
 from protocol import TokenRecord
 
 from .errors import Conflict, InvalidName, InvalidRequest, NotFound
-from .store import Store
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .counters import Counters
+    from .env import Env
+    from .writer import Writer
+
+
+class TokenParts(Protocol):
+    """What the token table needs of the store: its catalog, counters, clock and writer."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SCOPE = re.compile(r"admin|metrics|(read|write|delete):[A-Za-z0-9._:/*?\[\]-]{1,300}")
@@ -101,7 +121,7 @@ TOKEN_CHANGES = "token_changes"  # counter: changes of the token table (`Tokens.
 
 
 class Tokens:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: TokenParts) -> None:
         self._s = store
         self._db = store.catalog_env.db["tokens"]
 

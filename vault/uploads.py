@@ -15,15 +15,16 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lmdb
 
 from protocol import UNPRINTABLE
 
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
+from .content.parts import ContentParts
 from .content.reader import Reader
-from .create import ensure_namespace
+from .create import CreateParts, ensure_namespace
 from .domains import Domain, cached
 from .errors import (
     Conflict,
@@ -41,8 +42,20 @@ from .ids import new_upload_id
 from .manifest import FileEntry
 from .names import check_chunk_id, check_namespace
 from .records import UploadSession
-from .store import Store, store_all
+from .sink import ChunkSink, store_all
 from .writer import WriteTxn
+
+if TYPE_CHECKING:
+    from .clock import Clock
+
+
+class UploadParts(ContentParts, CreateParts, ChunkSink, Protocol):
+    """What upload sessions need of the store: reading chunks back (`ContentParts`), making
+    the namespace (`CreateParts`), keeping chunks (`ChunkSink`), and the clock for expiry."""
+
+    @property
+    def clock(self) -> Clock: ...
+
 
 MAX_MISSING_QUERY = 100_000
 # Bytes of referenced chunks one positioned batch may have hashed from the store (~1 s of
@@ -105,7 +118,7 @@ def _depth(value: Any, stop: int) -> int:
 
 
 def check_new_checkpoint(
-    store: Store, ns: str, parent: Any, inherit: bool, chunking: Any
+    store: UploadParts, ns: str, parent: Any, inherit: bool, chunking: Any
 ) -> ChunkingProfile:
     """Checks shared by every way of making a checkpoint (upload session or one-request
     save); returns the chunking profile a namespace created now would get."""
@@ -124,7 +137,7 @@ def _file_key(upload_id: str, name: str = "") -> bytes:
 
 
 class Uploads:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: UploadParts) -> None:
         self._s = store
         self._db = store.catalog_env.db["uploads"]
         self._files = store.catalog_env.db["uploadfiles"]
@@ -341,6 +354,13 @@ class Uploads:
                 return None
             out.append((cid, meta.size))
         return out
+
+    def put_chunk(self, upload_id: str, cid: str, data: bytes, domain: Domain = None) -> bool:
+        """Store one chunk named by its hex id; True if it was new (or healed) to the
+        caller: stored only outside its `domain` also answers True."""
+        created = self.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain)
+        self.settle(upload_id)  # one chunk: answered "stored" once it is durable
+        return created == 1
 
     def put_chunks(
         self,

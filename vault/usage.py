@@ -10,6 +10,7 @@ checkpoint whose delta needs them.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
@@ -21,7 +22,19 @@ from .content.reader import MAX_CHAIN
 from .manifest import distinct_chunks
 from .prune import live_records
 from .records import StoredCheckpoint
-from .store import Store
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .content.chunks import Chunks
+
+
+class UsageParts(Protocol):
+    """What a usage scan reads: the catalog and the chunk table."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def chunks(self) -> Chunks: ...
 
 
 def _add(usage: Usage, meta: ChunkMeta, depth: int) -> None:
@@ -53,17 +66,17 @@ def _measure(chunks: Chunks, txn: lmdb.Transaction, cids: Iterable[bytes], usage
                 _add(usage, base_meta, 0)
 
 
-def checkpoint_usage(store: Store, txn: lmdb.Transaction, rec: StoredCheckpoint) -> Usage:
+def checkpoint_usage(store: UsageParts, txn: lmdb.Transaction, rec: StoredCheckpoint) -> Usage:
     files = store.catalog.manifest(txn, rec.id)
     usage = Usage(logical_bytes=sum(f.size for f in files.values()))
     _measure(store.chunks, txn, sorted(distinct_chunks(files)), usage)
     return usage
 
 
-def namespace_usage(store: Store, txn: lmdb.Transaction, ns: str) -> Usage:
+def namespace_usage(store: UsageParts, txn: lmdb.Transaction, ns: str) -> Usage:
     usage = Usage()
     cids: set[bytes] = set()
-    for rec in live_records(store, txn, ns):
+    for rec in live_records(store.catalog, txn, ns):
         files = store.catalog.manifest(txn, rec.id)
         usage.logical_bytes += sum(f.size for f in files.values())
         cids |= distinct_chunks(files)

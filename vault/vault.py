@@ -1,12 +1,16 @@
 """`Vault`: the engine's one entry point, a synchronous, thread-safe facade.
 
 api/ calls these methods from a bounded thread pool; tests and offline tools call them
-directly. Writes go through the single writer thread; reads run in short LMDB read
-transactions on the caller's thread.
+directly. It holds the engine's parts (`uploads`, `committer`, `reader`, `lifecycle`,
+`tokens`, `audit`, `roles`) and callers use those directly: its own methods are the ones that
+join several parts, never a pass-through to one. Writes go through the single writer
+thread; reads run in short LMDB read transactions on the caller's thread.
 
-Maintenance operations (`gc`, `check`, `retention`, `verify`, `catalog_backup`) take the
-vault's maintenance lock (`self.maintenance`, vault/maintenance.py) themselves, waiting for
-it; a caller that must not wait holds it first with `timeout=0` (the lock is reentrant).
+Maintenance operations (`gc`, `check`, `retention`, `verify`, `compact`, `shrink`,
+`catalog_backup`, `backup_catalog`) do not take the vault's maintenance lock
+(`self.maintenance`, vault/maintenance.py): their caller holds it, and the one that does is
+`maintenance.run`, around each whole task, for the schedule, the admin routes and the offline
+commands alike. A caller outside it (a test, a benchmark) has the vault to itself.
 
 Its role among its peers (primary, standby, fenced), replication and promotion are
 `self.roles` (vault/roles.py); the long operations are run as maintenance tasks
@@ -18,19 +22,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from protocol import (
     JSON,
     CatalogBackup,
     CheckReport,
     CodecShare,
-    CommitFile,
     CompactReport,
     GcReport,
     QuotaUse,
@@ -57,13 +60,13 @@ from .deliver import deliver_descriptor
 from .direct import Chunking, DirectSaver, PreparedSave, SaveOptions
 from .domains import Domain
 from .errors import InvalidRequest, NotTheWriter
-from .gauges import MapUse, Observation
+from .gauges import HandedOver, MapUse, Observation
 from .gc import collect
 from .ingest import FileIngest, ingest_descriptor
 from .lifecycle import Lifecycle
 from .maintenance import MaintenanceLock
 from .manifest import FileEntry
-from .names import check_chunk_id, check_namespace
+from .names import check_namespace
 from .ownership import make_private
 from .policy import Policies, Policy
 from .quotas import usage as quota_usage
@@ -71,7 +74,7 @@ from .records import VALIDITY_STATES, NamespaceRecord, StoredCheckpoint, UploadS
 from .replication import FollowConfig, ReplicationConfig
 from .roles import Roles
 from .runtime import Runtime
-from .samples import NamespaceBytes, StorageSample, StorageSamples, allocated_bytes
+from .samples import NamespaceBytes, StorageSamples, allocated_bytes, usage_sample
 from .seal import Keyring
 from .shrink import ShrinkResult, hot_store, shrink, worth_shrinking
 from .snapshot import Snapshot, snapshot
@@ -157,13 +160,12 @@ class Vault:
         self.lifecycle = Lifecycle(self.store)
         self.tokens = Tokens(self.store)
         self.audit = AuditLog(self.store, self.config.audit_max_age, self.config.audit_max_bytes)
-        self._committer = Committer(self.store, self.uploads, self.reader)
+        self.committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store)
         # Files handed over by descriptor since start: saved from, and restored into.
-        self._handed = {"files": 0, "bytes": 0, "restored_files": 0, "restored_bytes": 0}
-        self._handed_lock = threading.Lock()
+        self.handed = HandedOver()
         if self.roles.standby is None and not reader:
-            self._apply_journal()
+            self._direct.apply_journal()
         self._policies = Policies(self.store.catalog_env.db["policies"])
         # Per-namespace usage as of the last full scan (`usage()`), for /metrics: the scan
         # reads every manifest, too much for every scrape.
@@ -187,28 +189,6 @@ class Vault:
     def snapshot(self) -> AbstractContextManager[Snapshot]:
         """One consistent, read-only view of the catalog (for the tiering planner)."""
         return snapshot(self.store, self._policies)
-
-    def _apply_journal(self) -> None:
-        """Saves acknowledged by their journal records after the last durable state (a
-        crash came between): applied again, in order, before anything else is served."""
-        journal = self.store.writer.journal
-        pending = list(journal.pending())
-        if not pending:
-            return
-        log.warning("applying %d save-journal records the last durable state lacks", len(pending))
-        submitted = []
-        for seq, record in pending:
-            try:
-                submitted.append((seq, self._direct.replay(record)))
-            except Exception:  # noqa: BLE001 - logged; the records after it are still applied
-                log.exception("save-journal record %d could not be read", seq)
-        for seq, future in submitted:
-            try:
-                future.result()
-            except Exception:  # noqa: BLE001 - as above
-                log.exception("save-journal record %d could not be applied again", seq)
-        journal.applied = pending[-1][0]
-        self.store.writer.wait_durable()  # the durable state now contains every record
 
     def forget_dead_readers(self) -> int:
         """Clear the LMDB reader slots of processes that died mid-read (a worker killed):
@@ -242,30 +222,6 @@ class Vault:
         (the checkpoint's creator, and per-token limits)."""
         return self.uploads.open(ns, parent, inherit, _obj(metadata), _seq(tags), chunking, by)
 
-    def missing(self, upload_id: str, ids: Sequence[str], domain: Domain = None) -> list[str]:
-        """Which of these hex chunk ids the session must send; the others are reserved.
-        `domain`: the namespaces the caller may reference (vault/domains.py); None: all."""
-        return self.uploads.missing(upload_id, _seq(ids), domain)
-
-    def put_chunk(self, upload_id: str, cid: str, data: bytes, domain: Domain = None) -> bool:
-        """Store one chunk named by its hex id; True if it was new (or healed) to the
-        caller: stored only outside its `domain` also answers True."""
-        created = self.uploads.put_chunks(upload_id, [(check_chunk_id(cid), data)], domain)
-        self.uploads.settle(upload_id)  # one chunk: answered "stored" once it is durable
-        return created == 1
-
-    def put_chunks(
-        self,
-        upload_id: str,
-        chunks: Sequence[tuple[bytes, bytes | memoryview | None]],
-        domain: Domain = None,
-        in_place: bool = False,
-        at: tuple[str, int] | None = None,
-    ) -> int:
-        """Store client-chunked chunks (None: a reference); `in_place` and `at` as for
-        `Uploads.put_chunks`."""
-        return self.uploads.put_chunks(upload_id, chunks, domain, in_place, at)
-
     def ingest(self, upload_id: str, name: str, domain: Domain = None) -> FileIngest:
         """Stream a file into an upload; `domain` as for `missing` (what counts as new
         bytes against the token's pending-bytes limit)."""
@@ -288,7 +244,7 @@ class Vault:
             entry = ingest_descriptor(self.store, self.uploads, upload_id, name, fd, domain, stop)
         finally:
             os.close(fd)
-        self._count_handed("", entry.size)
+        self.handed.count("", entry.size)
         return entry
 
     def deliver_descriptor(
@@ -301,28 +257,7 @@ class Vault:
             deliver_descriptor(self.store, self.reader, entry, fd, stop)
         finally:
             os.close(fd)
-        self._count_handed("restored_", entry.size)
-
-    def _count_handed(self, prefix: str, size: int) -> None:
-        with self._handed_lock:
-            self._handed[prefix + "files"] += 1
-            self._handed[prefix + "bytes"] += size
-
-    def handed_over(self) -> dict[str, int]:
-        """Files (and their bytes) clients on this machine handed over, since start: to
-        save from (`files`, `bytes`) and to restore into (`restored_files`, ...)."""
-        with self._handed_lock:
-            return dict(self._handed)
-
-    def commit(
-        self,
-        upload_id: str,
-        files: Mapping[str, CommitFile] | None = None,
-        domain: Domain = None,
-    ) -> tuple[StoredCheckpoint, bool]:
-        """Commit an upload: the files streamed through it plus those listed here (their
-        chunks stored inside `domain` or sent by this upload)."""
-        return self._committer.commit(upload_id, files, domain)
+        self.handed.count("restored_", entry.size)
 
     def save(
         self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
@@ -342,13 +277,6 @@ class Vault:
         """Queue the writer transaction of a save a worker prepared; resolves once durable
         (journaled). A retry with the same key returns the first attempt's checkpoint."""
         return self._direct.submit(prepared)
-
-    def abort(self, upload_id: str) -> None:
-        self.uploads.abort(upload_id)
-
-    def open_sessions(self) -> list[UploadSession]:
-        """Upload sessions still open (not committed, aborted or expired), oldest first."""
-        return self.uploads.open_sessions()
 
     # -- read path --------------------------------------------------------------------
     def namespaces(self) -> list[tuple[NamespaceRecord, str | None]]:
@@ -409,69 +337,12 @@ class Vault:
         with self.store.catalog_env.read() as txn:
             return self.catalog.lineage(txn, self.catalog.resolve(txn, ns, ref))
 
-    def read_chunks(self, cids: list[bytes]) -> list[bytes | memoryview]:
-        return self.reader.chunks(cids)
-
-    def copied_chunks(
-        self, cids: list[bytes], room: Callable[[int], bytearray]
-    ) -> list[bytes | memoryview] | None:
-        """The chunks verified, raw hot frames copied into `room(n)`, or None (see
-        Reader.copied)."""
-        return self.reader.copied(cids, room)
-
     # -- changes to checkpoints -------------------------------------------------------
-    def patch(
-        self,
-        ns: str,
-        cid: str,
-        *,
-        validity: Mapping[str, JSON] | None = None,
-        pinned: bool | None = None,
-        tags: Sequence[str] | None = None,
-        by: str | None = None,
-        append_only: bool = False,
-    ) -> StoredCheckpoint:
-        """Set validity ({"state", "reason"}), pinned or tags; None leaves one unchanged.
-        `append_only`: the caller (token `by`) may not delete (vault/lifecycle.py)."""
-        return self.lifecycle.patch(
-            ns,
-            cid,
-            validity=_obj(validity),
-            pinned=pinned,
-            tags=_seq(tags),
-            by=by,
-            append_only=append_only,
-        )
-
-    def delete(self, ns: str, cid: str) -> None:
-        self.lifecycle.delete(ns, cid)
-
     def delete_many(self, ns: str, ids: Sequence[str] | None = None) -> BulkDeleted:
         """Delete these checkpoints of `ns` (None: all of them), pinned ones kept; see
         vault/bulk.py."""
         check_namespace(ns)
         return delete_many(self.store, ns, ids)
-
-    def note_promoted(self, ns: str, ckpt_id: str) -> set[bytes]:
-        """Record that a read brought this checkpoint back (it ages from now for tiering);
-        returns its chunks, or nothing if it is gone."""
-        return self.lifecycle.note_promoted(ns, ckpt_id)
-
-    def set_tiers(self, tiers: Mapping[str, str]) -> list[str]:
-        """Write each live checkpoint's `tier` (hot, a tier's name, mixed); returns the ids
-        written (deleted ones are skipped)."""
-        return self.lifecycle.set_tiers(tiers)
-
-    def fork(
-        self,
-        ns: str,
-        ref: str,
-        target: str,
-        metadata: Mapping[str, JSON] | None = None,
-        tags: Sequence[str] | None = None,
-        by: str | None = None,
-    ) -> StoredCheckpoint:
-        return self.lifecycle.fork(ns, ref, target, _obj(metadata), _seq(tags), by)
 
     # -- policies ---------------------------------------------------------------------
     def policy(self, ns: str | None) -> Policy:
@@ -480,14 +351,6 @@ class Vault:
             if ns is not None:
                 self.catalog.require_namespace(txn, ns)
             return self._policies.get(txn, ns) or Policy()
-
-    def own_policy(self, txn: Any, ns: str | None) -> Policy | None:
-        """A namespace's own policy (the default's with ns=None), or None if it has none."""
-        return self._policies.get(txn, ns)
-
-    def policy_for(self, txn: Any, ns: str) -> Policy:
-        """The policy in force for `ns` (its own, else the default) inside a read txn."""
-        return self._policies.effective(txn, ns)
 
     def set_policy(self, ns: str | None, changes: Mapping[str, JSON]) -> Policy:
         """Merge `changes` ({"retention": {...}, "tiering": {...}}, any keys) into a policy."""
@@ -503,12 +366,11 @@ class Vault:
 
         return self.store.writer.run(op)
 
-    # -- maintenance (each holds the maintenance lock) --------------------------------
+    # -- maintenance (the caller holds the lock: maintenance.run) ------------------------
     def retention(self, dry_run: bool = True, namespace: str | None = None) -> RetentionReport:
         """Plan retention for one or every namespace; unless dry_run, apply that plan."""
-        with self.maintenance.hold("retention"):
-            plans = prune.plan(self.store, self._policies, namespace)
-            deleted = [] if dry_run else prune.apply(self.store, plans)
+        plans = prune.plan(self.store, self._policies, namespace)
+        deleted = [] if dry_run else prune.apply(self.store, plans)
         return prune.report(plans, deleted, dry_run)
 
     def verify(
@@ -521,15 +383,13 @@ class Vault:
         """Scrub at most `rate` B/s; `stop` set: stop at the next batch (vault/pacing.py)."""
         if not 0.0 < sample <= 1.0:
             raise InvalidRequest("sample must be a fraction in (0, 1]")
-        with self.maintenance.hold("verify"):
-            return scrub.verify(self.store, namespace, sample, rate, stop=stop)
+        return scrub.verify(self.store, namespace, sample, rate, stop=stop)
 
     def gc(self, dry_run: bool = False, stop: threading.Event | None = None) -> GcReport:
         """Collect expired uploads and unreferenced chunks. Packed chunks leave dead bytes in
         their packs: with tiers, call tiering's `gc_and_repack` instead. `stop` set: stop
         at the next batch (`MaintenanceStopped`)."""
-        with self.maintenance.hold("gc"):
-            return collect(self.store, self.uploads, dry_run, stop)
+        return collect(self.store, self.uploads, dry_run, stop)
 
     def compact(
         self,
@@ -543,18 +403,16 @@ class Vault:
         vault/compact.py."""
         if rate is not None and rate <= 0:
             raise InvalidRequest("rate must be a positive number of bytes per second")
-        with self.maintenance.hold("compact"):
-            return compaction.compact(self.store, namespace, rate, progress, stop)
+        return compaction.compact(self.store, namespace, rate, progress, stop)
 
     def shrink(self, above: float | None = None) -> ShrinkResult | None:
         """Give the pages LMDB freed back to the file system if more than `above` (default
         `config.shrink_above`; 0: whenever any is) of what the hot store holds is reclaimable;
         None when it was not worth it (vault/shrink.py)."""
         bound = self.config.shrink_above if above is None else above
-        with self.maintenance.hold("shrink"):
-            if not worth_shrinking(self.store, bound):
-                return None
-            return shrink(self.store)
+        if not worth_shrinking(self.store, bound):
+            return None
+        return shrink(self.store)
 
     def storage(self, ns: str, ref: str) -> Usage:
         """How one checkpoint is stored: stored against logical bytes, by codec and tier."""
@@ -573,35 +431,22 @@ class Vault:
                     out[ns] = namespace_usage(self.store, txn, ns)
         self.last_usage = out
         if self.roles.writable:  # a standby's samples are the primary's, replicated
-            self.samples.append(self._sample(out))
+            stats = self.stats()
+            at, disk = self.clock.now(), allocated_bytes(self.path)
+            self.samples.append(
+                usage_sample(at, stats.logical_bytes, stats.stored_bytes, disk, out)
+            )
         return out
-
-    def _sample(self, usage: Mapping[str, Usage]) -> StorageSample:
-        """The storage sample of a usage scan that just ran: the totals now, the vault
-        directory's allocated bytes (what `du` shows), each namespace's bytes."""
-        stats = self.stats()
-        return StorageSample(
-            at=self.clock.now(),
-            logical_bytes=stats.logical_bytes,
-            stored_bytes=stats.stored_bytes,
-            disk_bytes=allocated_bytes(self.path),
-            namespaces={
-                ns: NamespaceBytes(u.logical_bytes, u.stored_bytes)
-                for ns, u in sorted(usage.items())
-            },
-        )
 
     def check(self, repair: bool = False, stop: threading.Event | None = None) -> CheckReport:
         """Recount references (vault/check.py); `stop` set: stop mid-scan, before any
         repair (`MaintenanceStopped`)."""
-        with self.maintenance.hold("check --repair" if repair else "check"):
-            return check(self.store, repair, stop)
+        return check(self.store, repair, stop)
 
     def catalog_backup(self, to: str | None = None) -> CatalogBackup:
         """Back the catalog up to tier `to`, an absolute path, or (None) the last tier;
         sealed when a keyring is configured (vault/backup.py)."""
-        with self.maintenance.hold("catalog backup"):
-            return backup.backup_to(self.store, self.path, to)
+        return backup.backup_to(self.store, self.path, to)
 
     # -- monitoring -------------------------------------------------------------------
     def observe(self) -> Observation:
@@ -634,8 +479,8 @@ class Vault:
             },
             writer=replace(self.store.writer.stats),  # a copy: the writer goes on counting
             save_journal=self.store.writer.journal_on(),
-            commit_file_hashes=self._committer.file_hashes(),
-            handed_over=self.handed_over(),
+            commit_file_hashes=self.committer.file_hashes(),
+            handed_over=self.handed.totals(),
             writer_queue=self.store.writer.queue_depth(),
             recovery_seconds=recovery,
             namespace_usage={
@@ -646,8 +491,7 @@ class Vault:
 
     def backup_catalog(self, dest: Path) -> int:
         """A consistent, compacted, plain copy of the catalog at `dest`; returns its size."""
-        with self.maintenance.hold("catalog backup"):
-            return backup.backup_catalog(self.store, dest)
+        return backup.backup_catalog(self.store, dest)
 
     def stats(self) -> StatsReport:
         with self.store.catalog_env.read() as txn:

@@ -300,7 +300,7 @@ async def list_uploads(request: web.Request) -> web.Response:
     is holding the session limit."""
     require_admin(request)
     who = request.query.get("token")
-    sessions = await run(request, request.app[VAULT].open_sessions)
+    sessions = await run(request, request.app[VAULT].uploads.open_sessions)
     by_token: dict[str, int] = {}
     for s in sessions:
         by_token[s.created_by or ""] = by_token.get(s.created_by or "", 0) + 1
@@ -326,7 +326,7 @@ async def list_uploads(request: web.Request) -> web.Response:
 async def abort_upload(request: web.Request) -> web.Response:
     """Abort any open upload session (what its producer's DELETE does)."""
     require_admin(request)
-    await run(request, request.app[VAULT].abort, request.match_info["upload_id"])
+    await run(request, request.app[VAULT].uploads.abort, request.match_info["upload_id"])
     return web.Response(status=204)
 
 

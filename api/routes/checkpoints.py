@@ -131,7 +131,7 @@ async def patch_checkpoint(request: web.Request) -> web.Response:
     who = principal(request)
     record = await run(
         request,
-        request.app[VAULT].patch,
+        request.app[VAULT].lifecycle.patch,
         ns,
         cid,
         validity=parse.validity(body.get("validity")),
@@ -147,7 +147,7 @@ async def delete_checkpoint(request: web.Request) -> web.Response:
     """Delete a checkpoint (not pinned); a tombstone keeps its place in lineage."""
     ns, cid = request.match_info["ns"], request.match_info["ref"]
     require(request, "delete", ns)
-    await run(request, request.app[VAULT].delete, ns, cid)
+    await run(request, request.app[VAULT].lifecycle.delete, ns, cid)
     return web.Response(status=204)
 
 
@@ -174,7 +174,7 @@ async def fork_checkpoint(request: web.Request) -> web.Response:
     require(request, "write", target if isinstance(target, str) else "")
     record = await run(
         request,
-        request.app[VAULT].fork,
+        request.app[VAULT].lifecycle.fork,
         ns,
         ref,
         parse.namespace(target),

@@ -81,7 +81,7 @@ async def missing(request: web.Request) -> web.Response:
 
 def _missing(vault: Vault, upload_id: str, ids: object, domain: Domain) -> list[str]:
     """The id checks and the query, both off the event loop (100k ids: ~0.1 s each)."""
-    return vault.missing(upload_id, parse.chunk_ids(ids), domain)
+    return vault.uploads.missing(upload_id, parse.chunk_ids(ids), domain)
 
 
 async def put_chunk(request: web.Request) -> web.Response:
@@ -90,7 +90,9 @@ async def put_chunk(request: web.Request) -> web.Response:
     data = await read_body(request, request.app[VAULT].config.max_chunk_size)
     cid = request.match_info["chunk_id"]
     domain = principal(request).domain()
-    created = await run(request, request.app[VAULT].put_chunk, session.id, cid, data, domain)
+    created = await run(
+        request, request.app[VAULT].uploads.put_chunk, session.id, cid, data, domain
+    )
     return json_response({"id": cid, "created": created}, status=201 if created else 200)
 
 
@@ -105,7 +107,7 @@ async def put_chunks(request: web.Request) -> web.Response:
         raise InvalidRequest(f"malformed chunk batch: {e}") from None
     domain = principal(request).domain()
     vault = request.app[VAULT]
-    created = await run(request, vault.put_chunks, session.id, chunks, domain, True, at)
+    created = await run(request, vault.uploads.put_chunks, session.id, chunks, domain, True, at)
     return json_response({"chunks": len(chunks), "created": created})
 
 
@@ -181,14 +183,16 @@ async def commit(request: web.Request) -> web.Response:
     body = await json_body(request)
     files = parse.commit_files(body.get("files"))
     domain = principal(request).domain()
-    record, created = await run(request, request.app[VAULT].commit, session.id, files, domain)
+    record, created = await run(
+        request, request.app[VAULT].committer.commit, session.id, files, domain
+    )
     return json_response(visible_record(request, record).to_wire(), status=201 if created else 200)
 
 
 async def abort(request: web.Request) -> web.Response:
     """Abort the upload: nothing of it becomes visible."""
     session = await _session(request)
-    await run(request, request.app[VAULT].abort, session.id)
+    await run(request, request.app[VAULT].uploads.abort, session.id)
     return web.Response(status=204)
 
 

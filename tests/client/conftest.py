@@ -63,4 +63,3 @@ def loaded_by(module: str, heavy: Iterable[str]) -> str:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return out.stdout.strip()
-

@@ -181,7 +181,7 @@ def test_offline_check_of_a_stopped_data_dir(server: ServerProcess, tmp_path: Pa
     ingest = engine.ingest(session.id, "f")
     ingest.feed(b"offline bytes" * 1000, final=True)
     ingest.finish()
-    engine.commit(session.id)
+    engine.committer.commit(session.id)
     engine.close()
     report = js(server, "check", "--data", str(tmp_path / "data"))
     assert report["ok"] is True

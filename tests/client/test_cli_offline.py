@@ -58,7 +58,7 @@ def test_offline_gc_collects_and_repacks_like_the_schedule(tmp_path: Path) -> No
         vault.set_policy("ns", {"tiering": {"target": "cold", "keep_hot_last": 0}})
         run_tiering(vault)
         for rec in recs[:3]:
-            vault.delete("ns", rec.id)
+            vault.lifecycle.delete("ns", rec.id)
     finally:
         vault.close()
 

@@ -203,7 +203,7 @@ def _verify(
                 _, files = vault.manifest(ns.name, rec.id)
                 assert set(files) == set(a.files)
                 for name, entry in files.items():
-                    got = b"".join(vault.read_chunks([c for c, _ in entry.chunks]))
+                    got = b"".join(vault.reader.chunks([c for c, _ in entry.chunks]))
                     assert got == a.files[name], f"{rec.id}/{name} differs"
         lost = required - present
         assert not lost, f"lost {len(lost)} checkpoints that had to survive: {sorted(lost)[:5]}"

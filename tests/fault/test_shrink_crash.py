@@ -61,7 +61,7 @@ def child(path: Path, first: int, out: int) -> None:
         say(f"saved {ckpt.id} {n}")
         for old in vault.checkpoints(NS)[0][2:]:
             say(f"deleting {old.id}")  # before: a kill may land once it is done
-            vault.delete(NS, old.id)
+            vault.lifecycle.delete(NS, old.id)
         clock.advance(7 * 3600.0)  # past the uploads' reservations
         vault.gc()
         n += 1

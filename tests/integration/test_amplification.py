@@ -162,7 +162,7 @@ async def test_one_token_reads_back_in_one_commit_at_once(
     await admin.call("PUT", f"{path}/chunks/{cid}", token=w, data=data, expect=201)
     # 300 MiB not hashed on arrival: past READ_BACK_FREE, so it needs a read-back slot
     files = {"f": {"size": 300 * MIB, "chunks": [cid] * 300}}
-    committer = admin.client.app[VAULT]._committer
+    committer = admin.client.app[VAULT].committer
     with committer._read_back_slot("w", True):
         resp = await admin.call("POST", f"{path}/commit", token=w, json={"files": files})
         assert resp.status == 429
@@ -189,5 +189,5 @@ async def test_small_read_backs_of_one_token_go_on_at_once(
     path = f"/v1/uploads/{up['upload_id']}"
     await admin.call("PUT", f"{path}/chunks/{cid}", token=w, data=data, expect=201)
     files = {"f": {"size": 2 * len(data), "chunks": [cid, cid]}}
-    with admin.client.app[VAULT]._committer._read_back_slot("w", True):
+    with admin.client.app[VAULT].committer._read_back_slot("w", True):
         await admin.json("POST", f"{path}/commit", 201, token=w, json={"files": files})

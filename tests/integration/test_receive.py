@@ -132,7 +132,9 @@ async def test_shutdown_wakes_a_receiver_waiting_on_a_stalled_client(api: Api) -
     assert time.perf_counter() - started < 5
     # Requests are refused now (shutting down): ask the engine what the upload holds.
     ids = [chunk_id(c).hex() for c in chunks]
-    assert set(await asyncio.to_thread(app[VAULT].missing, up["upload_id"], ids)) == set(ids)
+    assert set(await asyncio.to_thread(app[VAULT].uploads.missing, up["upload_id"], ids)) == set(
+        ids
+    )
 
 
 async def test_a_descriptor_over_tcp_is_refused(api: Api) -> None:

@@ -54,7 +54,7 @@ async def test_raw_hot_files_leave_pinned_and_read_back_exactly(api: Api) -> Non
     vault = _vault(api)
     _, files = vault.manifest("sf", rec["id"])
     room = _Room()
-    copied = vault.copied_chunks([c for c, _ in files["w"].chunks], room)
+    copied = vault.reader.copied([c for c, _ in files["w"].chunks], room)
     assert copied is not None, "the chunks of a streamed random file are raw hot frames"
     assert all(isinstance(p, memoryview) and p.obj is room.buf for p in copied)
     assert b"".join(copied) == data
@@ -76,7 +76,7 @@ async def test_batches_mixing_raw_and_compressed_frames_read_back_exactly(api: A
     vault = _vault(api)
     _, files = vault.manifest("mix", rec["id"])
     room = _Room()
-    copied = vault.copied_chunks([c for c, _ in files["w"].chunks], room)
+    copied = vault.reader.copied([c for c, _ in files["w"].chunks], room)
     assert copied is not None
     kinds = {isinstance(p, memoryview) and p.obj is room.buf for p in copied}
     assert b"".join(copied) == data

@@ -31,12 +31,26 @@ the follower records that a change was under way and rebuilds (vault/replication
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
-from ..store import Store
 from ..writer import WriteTxn
 from .changes import CATALOG, DELETE, ENV_DBS, FRAMES, PUT, BatchLog, replay
+
+if TYPE_CHECKING:
+    from ..env import Env
+    from ..writer import Writer
+
+
+class ApplyParts(Protocol):
+    """What applying a replicated log needs of the store."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def frames_env(self) -> Env: ...
+    @property
+    def writer(self) -> Writer: ...
 
 
 def frame_runs(batches: list[BatchLog]) -> list[list[BatchLog]]:
@@ -56,7 +70,7 @@ def frame_runs(batches: list[BatchLog]) -> list[list[BatchLog]]:
     return runs
 
 
-def apply_run(store: Store, run: list[BatchLog]) -> set[str]:
+def apply_run(store: ApplyParts, run: list[BatchLog]) -> set[str]:
     """Apply one run (see the module docstring); returns the catalog databases it touched."""
     frames_db = [store.frames_env.db[n.decode()] for n in ENV_DBS[FRAMES]]
     catalog_db = [store.catalog_env.db[n.decode()] for n in ENV_DBS[CATALOG]]
@@ -81,7 +95,7 @@ def apply_run(store: Store, run: list[BatchLog]) -> set[str]:
     return {CATALOG_DBS[r[2]].decode() for r in catalog}
 
 
-def converge(store: Store, catalog: Env, frames: Env) -> int:
+def converge(store: ApplyParts, catalog: Env, frames: Env) -> int:
     """Make the live vault equal to the state in `catalog` and `frames` (see the module
     docstring); returns how many keys changed."""
     counts = [0, 0]  # set by each step (the writer re-runs a step after growing the map)

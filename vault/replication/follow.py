@@ -42,14 +42,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from protocol import Promotion, StandbyStatus
 
 from ..errors import PromotionConflict, ReplicaNotFound
 from ..ownership import open_private
-from ..store import Store
 from ..tier import Tier
-from .apply import apply_run, converge, frame_runs
+from .apply import ApplyParts, apply_run, converge, frame_runs
 from .changes import decode_batches
 from .layout import (
     Current,
@@ -61,6 +61,21 @@ from .layout import (
 )
 from .restore import GROUP_BYTES, build, open_envs, segments
 from .shipper import LAG_SAMPLES, RESUME, quantile
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+    from ..seal import Keyring
+
+
+class FollowParts(ApplyParts, Protocol):
+    """What following a primary needs of the store: applying its log (`ApplyParts`), the
+    keyring that opens it, and the runtime's threads that fetch it."""
+
+    @property
+    def keyring(self) -> Keyring | None: ...
+    @property
+    def runtime(self) -> Runtime: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +122,9 @@ def _write_position(vault_dir: Path, pos: Position) -> None:
 class Follower:
     """Keeps a standby's vault at the replica in `tier` (see the module docstring)."""
 
-    def __init__(self, store: Store, tier: Tier, config: FollowConfig, vault_dir: Path) -> None:
+    def __init__(
+        self, store: FollowParts, tier: Tier, config: FollowConfig, vault_dir: Path
+    ) -> None:
         """Catches up before returning; raises `ReplicaNotFound` (or the tier's error) only
         when there is no consistent state to serve: never synced, or interrupted mid-way."""
         self._s = store

@@ -30,7 +30,7 @@ from protocol import ReplicaRestored
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
 from ..errors import Conflict, ObjectNotFound
-from ..maintenance import MaintenanceLock
+from ..maintenance import offline_hold
 from ..seal import Keyring, open_blob
 from ..syncer import DURABLE_FILE
 from ..tier import Tier
@@ -69,7 +69,7 @@ def restore_replica(
     if (vault_dir / "catalog" / "data.mdb").exists():
         raise Conflict(f"{vault_dir} already holds a catalog; restore into an empty data dir")
     with (
-        MaintenanceLock.of(vault_dir).hold("replica restore", timeout=0),
+        offline_hold(vault_dir, "replica restore"),
         tempfile.TemporaryDirectory(dir=vault_dir, prefix=".restore-") as tmp,
     ):
         work = Path(tmp)

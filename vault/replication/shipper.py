@@ -52,7 +52,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import zstandard
 
@@ -60,7 +60,6 @@ from protocol import ReplicationStatus
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
 from ..errors import Fenced, ObjectExists
-from ..store import Store
 from ..tier import Tier
 from ..writer import WriteTxn
 from .changes import CATALOG, FRAMES, BatchLog, Recording, RecordingTxn
@@ -78,6 +77,28 @@ from .layout import (
     segment_key,
     write_current,
 )
+
+if TYPE_CHECKING:
+    from ..env import Env
+    from ..runtime import Runtime
+    from ..seal import Keyring
+    from ..writer import Writer
+
+
+class ShipperParts(Protocol):
+    """What shipping the log needs of the store."""
+
+    @property
+    def catalog_env(self) -> Env: ...
+    @property
+    def frames_env(self) -> Env: ...
+    @property
+    def keyring(self) -> Keyring | None: ...
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def writer(self) -> Writer: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +131,9 @@ class _Queued:
 class Replicator:
     """Records the writer's changes and ships them (see the module docstring)."""
 
-    def __init__(self, store: Store, tier: Tier, config: ReplicationConfig, scratch: Path) -> None:
+    def __init__(
+        self, store: ShipperParts, tier: Tier, config: ReplicationConfig, scratch: Path
+    ) -> None:
         """`scratch`: a directory on the vault's file system for base copies."""
         if config.mode not in MODES:
             raise ValueError(f"replication mode must be one of {MODES}")
@@ -469,11 +492,16 @@ class Replicator:
 
 
 def write_resume(
-    vault_dir: Path, store: Store | tuple[Env, Env], tier: str, epoch: int, gen: str, seq: int
+    vault_dir: Path,
+    store: ShipperParts | tuple[Env, Env],
+    tier: str,
+    epoch: int,
+    gen: str,
+    seq: int,
 ) -> None:
     """Record that the data dir is exactly generation `gen` up to segment `seq` (excluded),
     as epoch `epoch`'s primary. `store`: the store, or its (catalog, frames) environments."""
-    catalog, frames = (store.catalog_env, store.frames_env) if isinstance(store, Store) else store
+    catalog, frames = store if isinstance(store, tuple) else (store.catalog_env, store.frames_env)
     state = {
         "tier": tier,
         "epoch": epoch,
@@ -487,7 +515,9 @@ def write_resume(
     os.replace(tmp, vault_dir / RESUME)
 
 
-def _take_resume(vault_dir: Path, store: Store, tier: Tier, epoch: int) -> tuple[str, int] | None:
+def _take_resume(
+    vault_dir: Path, store: ShipperParts, tier: Tier, epoch: int
+) -> tuple[str, int] | None:
     """Where to continue, if `replica.resume` allows it (removed either way: once used, a
     later crash must not find it)."""
     path = vault_dir / RESUME

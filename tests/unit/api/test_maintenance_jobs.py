@@ -36,7 +36,7 @@ def test_scheduled_gc_repacks_what_it_freed(tmp_path: Path) -> None:
         vault.set_policy("ns", {"tiering": {"target": "cold", "keep_hot_last": 0}})
         run_tiering(vault)
         for rec in recs[:3]:
-            vault.delete("ns", rec.id)
+            vault.lifecycle.delete("ns", rec.id)
         vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
         result = maintenance.scheduled(vault, None, None)["gc"]()
         assert isinstance(result, GcReport)

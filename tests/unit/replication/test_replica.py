@@ -58,7 +58,7 @@ def test_restore_reads_back_everything_committed(tmp_path: Path) -> None:
             saved[rec.id] = files
         vault.set_policy("ns", {"retention": {"keep_last": 3}})
         deleted = next(iter(saved))
-        vault.delete("ns", deleted)
+        vault.lifecycle.delete("ns", deleted)
         del saved[deleted]
         _wait_caught_up(vault)
         status = replication_of(vault)

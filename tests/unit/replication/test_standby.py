@@ -121,7 +121,7 @@ def test_standby_follows_reads_and_refuses_writes(pair: tuple[Vault, Vault]) -> 
     for name, data in files.items():
         assert read_file(s, "ns", rec.id, name) == data
     wait_for(lambda: "reader" in {t.name for t in s.tokens.all()}, "the token")
-    p.delete("ns", rec.id)
+    p.lifecycle.delete("ns", rec.id)
     wait_for(lambda: rec.id not in ids(s), "the delete to reach the standby")
     before = s.stats()
     with pytest.raises(ReadOnlyStandby):

@@ -34,11 +34,13 @@ def tensor_save(vault: Vault, ns: str, name: str, data: bytes) -> str:
     regions = tensor_regions(io.BytesIO(data), len(data), PROFILE.tensor_pieces)
     chunks = [bytes(c) for c in StreamChunker(PROFILE, regions=regions).feed(data, True)]
     ids = [chunk_id(c).hex() for c in chunks]
-    missing = set(vault.missing(session.id, ids))
+    missing = set(vault.uploads.missing(session.id, ids))
     for cid, chunk in zip(ids, chunks, strict=True):
         if cid in missing:
-            vault.put_chunk(session.id, cid, chunk)
-    record, _ = vault.commit(session.id, {name: CommitFile(len(data), chunk_id(data).hex(), ids)})
+            vault.uploads.put_chunk(session.id, cid, chunk)
+    record, _ = vault.committer.commit(
+        session.id, {name: CommitFile(len(data), chunk_id(data).hex(), ids)}
+    )
     return record.id
 
 
@@ -96,7 +98,7 @@ def run(vault: Vault, clock: FakeClock, ops: list[str], seed: int) -> None:
             saved[tensor_save(vault, "ns", "model.bin", data)] = data
         elif op == "delete" and saved:
             victim = sorted(saved)[int(rng.integers(len(saved)))]
-            vault.delete("ns", victim)
+            vault.lifecycle.delete("ns", victim)
             del saved[victim]
         elif op == "retention":
             vault.set_policy("ns", {"retention": {"keep_last": 3}})

@@ -57,7 +57,7 @@ def test_old_checkpoints_move_and_read_back(tiered: Vault, cold: FaultyTier) -> 
     for rec in old:
         _, files = tiered.manifest("ns", rec.id)
         assert read_file(tiered, "ns", rec.id, "w") == b"".join(
-            tiered.read_chunks([c for c, _ in files["w"].chunks])
+            tiered.reader.chunks([c for c, _ in files["w"].chunks])
         )
     assert tiered.check().ok
     assert tiered.check().orphan_frames == 0

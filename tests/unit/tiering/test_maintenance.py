@@ -1,5 +1,6 @@
-"""Tiering's entry points take the vault's maintenance lock themselves, and so does GC
-followed by repack (the maintenance task), waiting for a holder in another process."""
+"""Tiering's operations run under the hold of the task that calls them: the tiering run, and
+GC followed by repack, each run through `maintenance.run`, wait for a holder in another
+process, and every repack and move inside is under that one hold."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import pytest
 import maintenance
 from tiering import MemoryTier
 from tiering.repack import move_packed, repack
-from tiering.runner import run_tiering
 from vault import FakeClock, Vault, VaultConfig
 
 from ...lockholder import assert_waits_for_holder
@@ -34,23 +34,25 @@ def vault(tmp_path: Path) -> Iterator[Vault]:
 
 
 OPERATIONS: dict[str, Callable[[Vault], Any]] = {
-    "run_tiering": run_tiering,
+    "tiering": lambda v: maintenance.tiering(v, dry_run=False),
     "repack": lambda v: repack(v, 1.0),
     "move_packed": lambda v: move_packed(v, "cold", []),
-    "maintenance.gc": maintenance.gc,
+    "gc": maintenance.gc,
 }
 
 
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
 def test_tiering_operations_wait_for_a_holder_in_another_process(vault: Vault, name: str) -> None:
-    assert_waits_for_holder(vault, lambda: OPERATIONS[name](vault))
+    assert_waits_for_holder(
+        vault, lambda: maintenance.run(vault, name, lambda: OPERATIONS[name](vault))
+    )
 
 
 def test_the_gc_task_without_tiers_is_plain_gc(tmp_path: Path) -> None:
     vault = Vault(tmp_path / "v", VaultConfig(gc_grace=0.0), FakeClock())
     try:
         rec = stream_save(vault, "ns", {"w": b"z" * 50_000})
-        vault.delete("ns", rec.id)
+        vault.lifecycle.delete("ns", rec.id)
         vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
         result = maintenance.gc(vault)
         assert result.chunks_deleted > 0

@@ -123,7 +123,7 @@ def test_namespace_watermark_bounds_that_namespace_and_rules_win(vault: Vault) -
         },
     )
     vault.set_policy("small", {"tiering": {"target": "cold", "demote_after": "30d"}})
-    vault.patch("big", big[0][0].id, pinned=True)
+    vault.lifecycle.patch("big", big[0][0].id, pinned=True)
     run_tiering(vault)
     # pinned and the newest two stay hot although the namespace stays over its mark
     assert _tiers(vault, "big", big) == ["hot", "cold", "cold", "hot", "hot"]

@@ -44,7 +44,7 @@ def test_gc_then_repack_keeps_only_live_bytes(vault: Vault, cold: MemoryTier) ->
     run_tiering(vault)
     (old_pack,) = _packs(cold)
     for rec, _ in saved[:3]:
-        vault.delete("ns", rec.id)
+        vault.lifecycle.delete("ns", rec.id)
     vault.store.clock.advance(7 * 3600)  # type: ignore[attr-defined]  # past the upload TTL
     assert vault.gc().chunks_deleted > 0
     (sparse,) = plan(vault)

@@ -23,12 +23,12 @@ def client_save(
     for name, data in files.items():
         pieces = [data[i : i + chunk_size] for i in range(0, len(data), chunk_size)]
         ids = [chunk_id(p).hex() for p in pieces]
-        missing = set(vault.missing(session.id, ids))
+        missing = set(vault.uploads.missing(session.id, ids))
         for cid, piece in zip(ids, pieces, strict=True):
             if cid in missing:
-                vault.put_chunk(session.id, cid, piece)
+                vault.uploads.put_chunk(session.id, cid, piece)
         listing[name] = CommitFile(len(data), chunk_id(data).hex(), ids)
-    record, created = vault.commit(session.id, listing)
+    record, created = vault.committer.commit(session.id, listing)
     assert created
     return record
 
@@ -41,14 +41,14 @@ def stream_save(vault: Vault, ns: str, files: dict[str, bytes], **opts: Any) -> 
         for i in range(0, max(len(data), 1), 100_000):
             ingest.feed(data[i : i + 100_000], final=i + 100_000 >= len(data))
         ingest.finish()
-    record, created = vault.commit(session.id)
+    record, created = vault.committer.commit(session.id)
     assert created
     return record
 
 
 def read_file(vault: Vault, ns: str, ref: str, name: str) -> bytes:
     _, files = vault.manifest(ns, ref)
-    return b"".join(vault.read_chunks([c for c, _ in files[name].chunks]))
+    return b"".join(vault.reader.chunks([c for c, _ in files[name].chunks]))
 
 
 def flip_last_byte(vault: Vault, cid: bytes) -> None:

@@ -62,9 +62,9 @@ class CatalogMachine(RuleBasedStateMachine):
         ns, files, pinned, validity = self.live[cid]
         if pinned:
             with pytest.raises(Conflict):
-                self.vault.delete(ns, cid)
+                self.vault.lifecycle.delete(ns, cid)
         else:
-            self.vault.delete(ns, cid)
+            self.vault.lifecycle.delete(ns, cid)
             del self.live[cid]
 
     @precondition(lambda self: self.live)
@@ -72,7 +72,7 @@ class CatalogMachine(RuleBasedStateMachine):
     def pin(self, data: st.DataObject, pinned: bool) -> None:
         cid = data.draw(st.sampled_from(sorted(self.live)))
         ns, files, _, validity = self.live[cid]
-        self.vault.patch(ns, cid, pinned=pinned)
+        self.vault.lifecycle.patch(ns, cid, pinned=pinned)
         self.live[cid] = (ns, files, pinned, validity)
 
     @precondition(lambda self: self.live)
@@ -80,7 +80,7 @@ class CatalogMachine(RuleBasedStateMachine):
     def mark(self, data: st.DataObject, state: str) -> None:
         cid = data.draw(st.sampled_from(sorted(self.live)))
         ns, files, pinned, _ = self.live[cid]
-        self.vault.patch(ns, cid, validity={"state": state})
+        self.vault.lifecycle.patch(ns, cid, validity={"state": state})
         self.live[cid] = (ns, files, pinned, state)
 
     @precondition(lambda self: self.live)
@@ -88,7 +88,7 @@ class CatalogMachine(RuleBasedStateMachine):
     def fork(self, data: st.DataObject, dest: str) -> None:
         cid = data.draw(st.sampled_from(sorted(self.live)))
         ns, files, _, _ = self.live[cid]
-        rec = self.vault.fork(ns, cid, dest)
+        rec = self.vault.lifecycle.fork(ns, cid, dest)
         self.live[rec.id] = (dest, files, False, "unverified")
 
     @rule(seconds=st.sampled_from([1.0, 20.0, 7 * 3600.0]))

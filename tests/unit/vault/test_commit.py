@@ -37,8 +37,8 @@ def test_streamed_and_client_chunked_files_read_back(vault: Vault) -> None:
 
 def test_commit_is_idempotent(vault: Vault) -> None:
     session, _ = vault.open_upload("ns")
-    first, created = vault.commit(session.id)
-    again, created_again = vault.commit(session.id)
+    first, created = vault.committer.commit(session.id)
+    again, created_again = vault.committer.commit(session.id)
     assert created
     assert not created_again
     assert first.id == again.id
@@ -51,7 +51,7 @@ def test_nothing_is_visible_before_commit_or_after_abort(vault: Vault) -> None:
     ingest.feed(b"data" * 1000, final=True)
     ingest.finish()
     assert vault.checkpoints("ns") == ([], None)
-    vault.abort(session.id)
+    vault.uploads.abort(session.id)
     assert vault.checkpoints("ns") == ([], None)
     with pytest.raises(CheckpointNotFound):
         vault.get("ns", "latest")
@@ -70,17 +70,17 @@ def test_wrong_hash_size_or_missing_chunk_is_refused(vault: Vault) -> None:
     data = os.urandom(2000)
     session, _ = vault.open_upload("ns")
     cid = chunk_id(data).hex()
-    vault.put_chunk(session.id, cid, data)
+    vault.uploads.put_chunk(session.id, cid, data)
     good = CommitFile(size=2000, hash=cid, chunks=[cid])
     with pytest.raises(HashMismatch):
-        vault.commit(session.id, {"f": replace(good, hash="0" * 64)})
+        vault.committer.commit(session.id, {"f": replace(good, hash="0" * 64)})
     with pytest.raises(InvalidRequest):
-        vault.commit(session.id, {"f": replace(good, size=1999)})
+        vault.committer.commit(session.id, {"f": replace(good, size=1999)})
     with pytest.raises(MissingChunks) as err:
-        vault.commit(session.id, {"f": replace(good, chunks=[cid, "a" * 64])})
+        vault.committer.commit(session.id, {"f": replace(good, chunks=[cid, "a" * 64])})
     assert err.value.chunks == ["a" * 64]
     assert vault.checkpoints("ns") == ([], None)
-    record, _ = vault.commit(session.id, {"f": good})
+    record, _ = vault.committer.commit(session.id, {"f": good})
     assert read_file(vault, "ns", record.id, "f") == data
 
 
@@ -90,12 +90,12 @@ def test_a_commit_without_the_hash_gets_the_one_the_server_computes(vault: Vault
     session, _ = vault.open_upload("ns")
     ids = [chunk_id(p).hex() for p in pieces]
     for cid, piece in zip(ids, pieces, strict=True):
-        vault.put_chunk(session.id, cid, piece)
-    first, _ = vault.commit(session.id, {"f": CommitFile(len(data), None, ids)})
+        vault.uploads.put_chunk(session.id, cid, piece)
+    first, _ = vault.committer.commit(session.id, {"f": CommitFile(len(data), None, ids)})
     assert first.files["f"]["hash"] == chunk_id(data).hex()
     # The same file again, neither hash given nor parent named: proven by the latest.
     again, _ = vault.open_upload("ns")
-    second, _ = vault.commit(
+    second, _ = vault.committer.commit(
         again.id, {"f": CommitFile(len(data), None, ids), "g": CommitFile(0, None, [])}
     )
     assert second.files["f"]["hash"] == chunk_id(data).hex()
@@ -104,25 +104,25 @@ def test_a_commit_without_the_hash_gets_the_one_the_server_computes(vault: Vault
     # A wrong hash for a proven file is still refused.
     third, _ = vault.open_upload("ns", parent=second.id)
     with pytest.raises(HashMismatch):
-        vault.commit(third.id, {"f": CommitFile(len(data), "0" * 64, ids)})
+        vault.committer.commit(third.id, {"f": CommitFile(len(data), "0" * 64, ids)})
 
 
 def test_expired_upload_cannot_commit(vault: Vault, clock: FakeClock) -> None:
     session, _ = vault.open_upload("ns")
     clock.advance(vault.config.upload_ttl + 1)
     with pytest.raises(UploadExpired):
-        vault.commit(session.id)
+        vault.committer.commit(session.id)
     with pytest.raises(UploadExpired):
-        vault.missing(session.id, [])
+        vault.uploads.missing(session.id, [])
 
 
 def test_latest_valid_skips_invalid(vault: Vault) -> None:
     first = stream_save(vault, "ns", {"f": b"1"})
     second = stream_save(vault, "ns", {"f": b"2"})
-    vault.patch("ns", second.id, validity={"state": "invalid", "reason": "NaN loss"})
+    vault.lifecycle.patch("ns", second.id, validity={"state": "invalid", "reason": "NaN loss"})
     assert vault.get("ns", "latest").id == second.id
     assert vault.get("ns", "latest-valid").id == first.id
-    vault.patch("ns", first.id, validity={"state": "invalid"})
+    vault.lifecycle.patch("ns", first.id, validity={"state": "invalid"})
     with pytest.raises(CheckpointNotFound):
         vault.get("ns", "latest-valid")
 
@@ -131,7 +131,7 @@ def test_lineage_keeps_tombstones(vault: Vault) -> None:
     a = stream_save(vault, "ns", {"f": b"a"})
     b = stream_save(vault, "ns", {"f": b"b"}, parent="latest")
     c = stream_save(vault, "ns", {"f": b"c"}, parent="latest")
-    vault.delete("ns", b.id)
+    vault.lifecycle.delete("ns", b.id)
     chain = vault.lineage("ns", c.id)
     assert [r.id for r in chain] == [c.id, b.id, a.id]
     assert chain[1].is_tombstone
@@ -142,11 +142,11 @@ def test_lineage_keeps_tombstones(vault: Vault) -> None:
 
 def test_pinned_checkpoint_cannot_be_deleted(vault: Vault) -> None:
     rec = stream_save(vault, "ns", {"f": b"x"})
-    vault.patch("ns", rec.id, pinned=True)
+    vault.lifecycle.patch("ns", rec.id, pinned=True)
     with pytest.raises(Conflict):
-        vault.delete("ns", rec.id)
-    vault.patch("ns", rec.id, pinned=False)
-    vault.delete("ns", rec.id)
+        vault.lifecycle.delete("ns", rec.id)
+    vault.lifecycle.patch("ns", rec.id, pinned=False)
+    vault.lifecycle.delete("ns", rec.id)
 
 
 def test_listing_pages_newest_first_with_filters(vault: Vault) -> None:
@@ -169,11 +169,11 @@ def test_fork_shares_chunks_and_counts_references(vault: Vault) -> None:
     data = os.urandom(300_000)
     src = stream_save(vault, "a", {"f": data})
     stored = vault.stats().stored_bytes
-    fork = vault.fork("a", src.id, "b/child", metadata={"why": "experiment"})
+    fork = vault.lifecycle.fork("a", src.id, "b/child", metadata={"why": "experiment"})
     assert vault.stats().stored_bytes == stored
     assert fork.parent == src.id
     assert fork.namespace == "b/child"
-    vault.delete("a", src.id)
+    vault.lifecycle.delete("a", src.id)
     assert read_file(vault, "b/child", fork.id, "f") == data
     assert vault.check().ok
 
@@ -201,9 +201,9 @@ def test_open_upload_sessions_are_limited(tmp_path: Path) -> None:
     with pytest.raises(TooManyUploads):
         vault.open_upload("ns")
     vault.save("ns", {"f": b"one-request saves do not count"})
-    vault.commit(first.id)
+    vault.committer.commit(first.id)
     third, _ = vault.open_upload("ns")
-    vault.abort(second.id)
+    vault.uploads.abort(second.id)
     vault.open_upload("ns")
     clock.advance(vault.config.upload_ttl + 1)
     vault.gc()
@@ -221,12 +221,12 @@ def test_tag_index_follows_retags_deletes_forks_and_old_catalogs(
     ]
     assert [r.id for r in vault.checkpoints("ns", tag="step:3")[0]] == [ids[3]]
     assert [r.id for r in vault.checkpoints("ns", tag="all", before=ids[3])[0]] == ids[:3][::-1]
-    vault.patch("ns", ids[3], tags=["moved"])
+    vault.lifecycle.patch("ns", ids[3], tags=["moved"])
     assert vault.checkpoints("ns", tag="step:3")[0] == []
     assert [r.id for r in vault.checkpoints("ns", tag="moved")[0]] == [ids[3]]
-    vault.delete("ns", ids[1])
+    vault.lifecycle.delete("ns", ids[1])
     assert [r.id for r in vault.checkpoints("ns", tag="all")[0]] == [ids[4], ids[2], ids[0]]
-    fork = vault.fork("ns", ids[0], "other", tags=["all"])
+    fork = vault.lifecycle.fork("ns", ids[0], "other", tags=["all"])
     assert [r.id for r in vault.checkpoints("other", tag="all")[0]] == [fork.id]
     assert vault.checkpoints("ns", tag="step:1\0x")[0] == []  # any tag string is safe
 

@@ -105,7 +105,7 @@ def test_deleting_any_checkpoint_keeps_the_others_readable_through_gc(
     files = sparse_series(4)
     ids = save_series(vault, "ns", files)
     vault.compact()
-    vault.delete("ns", ids[2])  # the base of ids[1]'s deltas
+    vault.lifecycle.delete("ns", ids[2])  # the base of ids[1]'s deltas
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     vault.gc()
     with vault.store.catalog_env.read() as txn:
@@ -195,7 +195,7 @@ def test_check_knows_bases(vault: Vault, clock: FakeClock) -> None:
     files = sparse_series(4)
     ids = save_series(vault, "ns", files)
     vault.compact()
-    vault.delete("ns", ids[2])
+    vault.lifecycle.delete("ns", ids[2])
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     vault.gc()
     report = vault.check()
@@ -233,7 +233,7 @@ def test_one_gc_collects_whole_chains_once_only_the_newest_is_left(
     newest = vault.stats().stored_bytes
     oldest = chunk_set(vault, ids[0])
     for ckpt in ids[:-1]:
-        vault.delete("ns", ckpt)
+        vault.lifecycle.delete("ns", ckpt)
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     report = vault.gc()
     with vault.store.catalog_env.read() as txn:

@@ -18,13 +18,13 @@ def test_a_deleted_parent_is_not_found_whichever_way_the_checkpoint_is_made(
     vault: Vault,
 ) -> None:
     gone = stream_save(vault, "ns", {"a": b"a" * 5000})
-    vault.delete("ns", gone.id)
+    vault.lifecycle.delete("ns", gone.id)
     with pytest.raises(CheckpointNotFound):
         vault.open_upload("ns", parent=gone.id)
     with pytest.raises(CheckpointNotFound):
         vault.save("ns", {"b": b"b"}, parent=gone.id)
     with pytest.raises(CheckpointNotFound):
-        vault.fork("ns", gone.id, "other")
+        vault.lifecycle.fork("ns", gone.id, "other")
 
 
 def test_inheriting_from_a_parent_deleted_after_the_upload_opened_is_a_conflict(
@@ -32,9 +32,9 @@ def test_inheriting_from_a_parent_deleted_after_the_upload_opened_is_a_conflict(
 ) -> None:
     parent = stream_save(vault, "ns", {"a": b"a" * 5000})
     session, _ = vault.open_upload("ns", parent=parent.id, inherit=True)
-    vault.delete("ns", parent.id)
+    vault.lifecycle.delete("ns", parent.id)
     with pytest.raises(Conflict):
-        vault.commit(session.id)
+        vault.committer.commit(session.id)
     assert vault.checkpoints("ns") == ([], None)  # nothing became visible
 
 
@@ -51,13 +51,13 @@ def test_commit_refuses_chunks_collected_since_they_were_listed(
 ) -> None:
     rec = stream_save(vault, "ns", {"a": b"x" * 40_000})
     entry = vault.manifest("ns", rec.id)[1]["a"]
-    vault.delete("ns", rec.id)
+    vault.lifecycle.delete("ns", rec.id)
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     assert vault.gc().chunks_deleted > 0
     session, _ = vault.open_upload("ns")
     files = {"a": CommitFile(entry.size, entry.hash.hex(), [c.hex() for c, _ in entry.chunks])}
     with pytest.raises(MissingChunks):
-        vault.commit(session.id, files)
+        vault.committer.commit(session.id, files)
 
 
 def test_idempotency_keys_replay_then_expire_with_gc(vault: Vault, clock: FakeClock) -> None:

@@ -29,11 +29,11 @@ def test_index_matches_a_rebuild_through_saves_forks_and_deletes(vault: Vault) -
     a1 = client_save(vault, "a", {"f": shared + b"1" * 1000})
     client_save(vault, "a", {"f": shared + b"2" * 1000})
     vault.save("b", {"g": b"g" * 3000})
-    fork = vault.fork("a", a1.id, "c")
+    fork = vault.lifecycle.fork("a", a1.id, "c")
     stream_save(vault, "b", {"h": shared})
     assert _index(vault) == _rebuilt(vault)
-    vault.delete("a", a1.id)
-    vault.delete("c", fork.id)
+    vault.lifecycle.delete("a", a1.id)
+    vault.lifecycle.delete("c", fork.id)
     assert _index(vault) == _rebuilt(vault)
     names = {k[32:].decode() for k in _index(vault)}
     assert names == {"a", "b"}  # c held only the fork, now deleted
@@ -43,9 +43,9 @@ def test_presence_depends_on_the_callers_namespaces(vault: Vault) -> None:
     client_save(vault, "a", {"f": b"x" * 1000})
     cid = chunk_id(b"x" * 1000).hex()
     up, _ = vault.open_upload("b")
-    assert vault.missing(up.id, [cid], domain=lambda ns: ns == "b") == [cid]
-    assert vault.missing(up.id, [cid], domain=lambda ns: ns in ("a", "b")) == []
-    assert vault.missing(up.id, [cid]) == []  # no domain: admin and offline callers
+    assert vault.uploads.missing(up.id, [cid], domain=lambda ns: ns == "b") == [cid]
+    assert vault.uploads.missing(up.id, [cid], domain=lambda ns: ns in ("a", "b")) == []
+    assert vault.uploads.missing(up.id, [cid]) == []  # no domain: admin and offline callers
 
 
 def test_check_finds_and_repairs_a_drifted_domain_index(vault: Vault) -> None:

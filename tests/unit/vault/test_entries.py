@@ -53,10 +53,10 @@ def test_deleting_bases_keeps_their_descendants_whole_then_gc_frees_them(
         ids.append(rec.id)
         parent = rec.id
     for cid in ids[:-1]:  # every base of the last version's chain
-        vault.delete("a/t", cid)
+        vault.lifecycle.delete("a/t", cid)
     assert read_file(vault, "a/t", ids[-1], "h") == _history(29)
     assert vault.check().ok
-    vault.delete("a/t", ids[-1])
+    vault.lifecycle.delete("a/t", ids[-1])
     report = vault.check()
     assert report.ok
     assert report.checkpoints == 0
@@ -106,7 +106,7 @@ def test_manifests_of_the_older_form_read_delete_and_check(vault: Vault, clock: 
     old2 = _save_in_the_old_form(vault, "a/t", _history(31), old)
     assert vault.check().ok
     new, _ = vault.save("a/t", {"h": _history(32)}, parent=old2, chunking="small", inherit=True)
-    forked = vault.fork("a/t", old, "b/t")
+    forked = vault.lifecycle.fork("a/t", old, "b/t")
     assert read_file(vault, "a/t", old, "h") == _history(30)
     assert read_file(vault, "b/t", forked.id, "h") == _history(30)
     assert vault.check().ok
@@ -141,7 +141,7 @@ def test_identical_files_share_one_entry(vault: Vault) -> None:
         files["x"] == files["y"] == FileEntry(files["x"].size, files["x"].hash, files["x"].chunks)
     )
     assert len(list(vault.store.catalog_env.scan("entries"))) == 1
-    vault.delete("a/t", a.id)
+    vault.lifecycle.delete("a/t", a.id)
     assert vault.check().ok
 
 

@@ -45,10 +45,12 @@ def test_batches_in_order_or_one_ahead_give_the_file_hash(vault: Vault, order: s
         batches[2], batches[3] = batches[3], batches[2]
     session, _ = vault.open_upload("ns")
     for offset, run in batches:
-        vault.put_chunks(session.id, run, at=("f", offset))
+        vault.uploads.put_chunks(session.id, run, at=("f", offset))
     ids = [cid for cid, _ in chunks]
     assert vault.uploads.running.digest(session.id, "f", ids) == blake3.blake3(data).digest()
-    record, _ = vault.commit(session.id, {"f": CommitFile(len(data), None, [c.hex() for c in ids])})
+    record, _ = vault.committer.commit(
+        session.id, {"f": CommitFile(len(data), None, [c.hex() for c in ids])}
+    )
     assert record.files["f"]["hash"] == blake3.blake3(data).hexdigest()
     assert vault.uploads.running.digest(session.id, "f", ids) is None  # forgotten once committed
     assert read_file(vault, "ns", record.id, "f") == data
@@ -77,11 +79,11 @@ def test_what_batches_claim_never_changes_a_hash(vault: Vault, claim: str) -> No
         sends[-1] = ("y", 0, sends[-1][2])
     session, _ = vault.open_upload("ns")
     for name, offset, run in sends:
-        vault.put_chunks(session.id, run, at=(name, offset))
+        vault.uploads.put_chunks(session.id, run, at=(name, offset))
     ids = [cid for cid, _ in chunks]
     assert vault.uploads.running.digest(session.id, "f", ids) is None
     listing = {"f": CommitFile(len(data), None, [c.hex() for c in ids])}
-    record, _ = vault.commit(session.id, listing)
+    record, _ = vault.committer.commit(session.id, listing)
     assert record.files["f"]["hash"] == blake3.blake3(data).hexdigest()
 
 
@@ -118,19 +120,19 @@ def test_references_keep_the_hash_running(vault: Vault) -> None:
     other = _pieces(shared, 40_000)
     own = _pieces(os.urandom(200_000), 40_000)
     session, _ = vault.open_upload("ns")
-    vault.put_chunks(session.id, other, at=("weights", 0))
+    vault.uploads.put_chunks(session.id, other, at=("weights", 0))
     chunks = [*other, *own[:2], own[0], *own[2:]]  # the weights again, then a repeat
     data = b"".join(d for _, d in chunks)
     refs: list[tuple[bytes, bytes | None]] = [(cid, None) for cid, _ in other]
     first = [*refs, *own[:2], (own[0][0], None)]
-    vault.put_chunks(session.id, first, at=("train", 0))
-    vault.put_chunks(session.id, own[2:], at=("train", len(shared) + 120_000))
+    vault.uploads.put_chunks(session.id, first, at=("train", 0))
+    vault.uploads.put_chunks(session.id, own[2:], at=("train", len(shared) + 120_000))
     before = _hashed(vault)
     listing = {
         "weights": CommitFile(len(shared), None, [c.hex() for c, _ in other]),
         "train": CommitFile(len(data), None, [c.hex() for c, _ in chunks]),
     }
-    record, _ = vault.commit(session.id, listing)
+    record, _ = vault.committer.commit(session.id, listing)
     after = _hashed(vault)
     assert after["on_arrival"] - before["on_arrival"] == 2
     assert after["read_back"] == before["read_back"]
@@ -146,24 +148,28 @@ def test_a_reference_the_caller_may_not_use_answers_the_same(vault: Vault, targe
     secret = os.urandom(50_000)
     if target == "another tenant's":
         theirs, _ = vault.open_upload("b")
-        vault.put_chunks(theirs.id, [(chunk_id(secret), secret)])
-        vault.commit(theirs.id, {"s": CommitFile(len(secret), None, [chunk_id(secret).hex()])})
+        vault.uploads.put_chunks(theirs.id, [(chunk_id(secret), secret)])
+        vault.committer.commit(
+            theirs.id, {"s": CommitFile(len(secret), None, [chunk_id(secret).hex()])}
+        )
     mine = os.urandom(50_000)
     session, _ = vault.open_upload("a")
     batch: list[tuple[bytes, bytes | None]] = [(chunk_id(mine), mine), (chunk_id(secret), None)]
-    assert vault.put_chunks(session.id, batch, domain=lambda ns: ns == "a", at=("f", 0)) == 1
+    assert (
+        vault.uploads.put_chunks(session.id, batch, domain=lambda ns: ns == "a", at=("f", 0)) == 1
+    )
     ids = [chunk_id(mine), chunk_id(secret)]
     assert vault.uploads.running.digest(session.id, "f", ids) is None
     hexid = chunk_id(secret).hex()
-    assert vault.missing(session.id, [hexid], domain=lambda ns: ns == "a") == [hexid]
+    assert vault.uploads.missing(session.id, [hexid], domain=lambda ns: ns == "a") == [hexid]
 
 
 def test_references_need_a_place(vault: Vault) -> None:
     data = os.urandom(10_000)
     session, _ = vault.open_upload("ns")
     with pytest.raises(InvalidRequest, match="place"):
-        vault.put_chunks(session.id, [(chunk_id(data), data), (chunk_id(data), None)])
-    assert vault.missing(session.id, [chunk_id(data).hex()]) == [chunk_id(data).hex()]
+        vault.uploads.put_chunks(session.id, [(chunk_id(data), data), (chunk_id(data), None)])
+    assert vault.uploads.missing(session.id, [chunk_id(data).hex()]) == [chunk_id(data).hex()]
 
 
 def test_references_past_the_bound_stop_the_running_hash(
@@ -174,15 +180,15 @@ def test_references_past_the_bound_stop_the_running_hash(
     monkeypatch.setattr(vault_uploads, "MAX_REFERENCED_BYTES", 100_000)
     stored = _pieces(os.urandom(120_000), 40_000)
     session, _ = vault.open_upload("ns")
-    vault.put_chunks(session.id, stored, at=("first", 0))
+    vault.uploads.put_chunks(session.id, stored, at=("first", 0))
     refs: list[tuple[bytes, bytes | None]] = [(cid, None) for cid, _ in stored]
-    vault.put_chunks(session.id, refs, at=("again", 0))
+    vault.uploads.put_chunks(session.id, refs, at=("again", 0))
     ids = [cid for cid, _ in stored]
     assert vault.uploads.running.digest(session.id, "again", ids) is None
     data = b"".join(d for _, d in stored)
     listing = {n: CommitFile(len(data), None, [c.hex() for c in ids]) for n in ("first", "again")}
     before = _hashed(vault)
-    record, _ = vault.commit(session.id, listing)
+    record, _ = vault.committer.commit(session.id, listing)
     after = _hashed(vault)
     assert after["on_arrival"] - before["on_arrival"] == 1  # "first"
     assert after["same_file"] - before["same_file"] == 1  # "again": a copy of "first"
@@ -194,10 +200,12 @@ def test_a_copy_of_a_file_in_the_same_upload_is_read_back_once(vault: Vault) -> 
     data = os.urandom(300_000)
     chunks = _pieces(data, 50_000)
     session, _ = vault.open_upload("ns")
-    vault.put_chunks(session.id, chunks)  # no position: the commit reads the file back
+    vault.uploads.put_chunks(session.id, chunks)  # no position: the commit reads the file back
     ids = [cid.hex() for cid, _ in chunks]
     before = _hashed(vault)
-    record, _ = vault.commit(session.id, {n: CommitFile(len(data), None, ids) for n in "abc"})
+    record, _ = vault.committer.commit(
+        session.id, {n: CommitFile(len(data), None, ids) for n in "abc"}
+    )
     after = _hashed(vault)
     assert after["read_back"] - before["read_back"] == 1
     assert after["same_file"] - before["same_file"] == 2

@@ -29,7 +29,7 @@ def test_dedup_stores_repeated_chunks_once(vault: Vault) -> None:
 
 def test_gc_waits_for_grace_and_expiry(vault: Vault, clock: FakeClock) -> None:
     rec = stream_save(vault, "ns", {"f": os.urandom(200_000)})
-    vault.delete("ns", rec.id)
+    vault.lifecycle.delete("ns", rec.id)
     assert vault.gc().chunks_deleted == 0  # upload reservation and grace still running
     clock.advance(vault.config.upload_ttl + 1)
     report = vault.gc()
@@ -45,15 +45,15 @@ def test_gc_never_takes_a_chunk_a_live_upload_was_told_exists(
 ) -> None:
     data = os.urandom(5000)
     old = client_save(vault, "ns", {"f": data})
-    vault.delete("ns", old.id)
+    vault.lifecycle.delete("ns", old.id)
     clock.advance(vault.config.upload_ttl + vault.config.gc_grace + 1)
     session, _ = vault.open_upload("ns")
     ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 5000, 1000)]
-    assert vault.missing(session.id, ids) == []  # present, so reserved for this session
+    assert vault.uploads.missing(session.id, ids) == []  # present, so reserved for this session
     clock.advance(vault.config.gc_grace + 1)
     assert vault.gc().chunks_deleted == 0
     listing = {"f": CommitFile(5000, chunk_id(data).hex(), ids)}
-    rec, _ = vault.commit(session.id, listing)
+    rec, _ = vault.committer.commit(session.id, listing)
     assert read_file(vault, "ns", rec.id, "f") == data
 
 
@@ -64,13 +64,13 @@ def test_commit_after_chunks_were_collected_reports_them_missing(
     session, _ = vault.open_upload("ns")
     ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 3000, 1000)]
     for i, cid in enumerate(ids):
-        vault.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
-    vault.abort(session.id)
+        vault.uploads.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
+    vault.uploads.abort(session.id)
     clock.advance(vault.config.upload_ttl + 1)
     assert vault.gc().chunks_deleted == 3
     later, _ = vault.open_upload("ns")
     with pytest.raises(MissingChunks) as err:
-        vault.commit(later.id, {"f": CommitFile(3000, chunk_id(data).hex(), ids)})
+        vault.committer.commit(later.id, {"f": CommitFile(3000, chunk_id(data).hex(), ids)})
     assert sorted(err.value.chunks) == sorted(ids)
 
 
@@ -105,8 +105,8 @@ def test_damaged_chunk_is_reported_missing_and_healed_by_upload(vault: Vault) ->
     vault.store.writer.run(lambda txn: None)  # the damage flag is written by then
     assert not vault.check().ok
     session, _ = vault.open_upload("ns")
-    assert vault.missing(session.id, [vid.hex()]) == [vid.hex()]
-    assert vault.put_chunk(session.id, vid.hex(), victim) is True
+    assert vault.uploads.missing(session.id, [vid.hex()]) == [vid.hex()]
+    assert vault.uploads.put_chunk(session.id, vid.hex(), victim) is True
     assert read_file(vault, "ns", rec.id, "f") == data
     assert vault.check().ok
 
@@ -138,7 +138,7 @@ def test_one_request_saves_store_inline_and_gc_collects_them(
     with vault.store.frames_env.read() as txn:
         assert sum(1 for _ in txn.cursor(db=vault.store.frames_env.db["frames"])) == 0
     assert vault.check().ok
-    vault.delete("agent", rec.id)
+    vault.lifecycle.delete("agent", rec.id)
     clock.advance(vault.config.gc_grace + 1)
     assert vault.gc().chunks_deleted > 0
     with vault.store.catalog_env.read() as txn:
@@ -190,7 +190,7 @@ def test_an_inline_chunk_keyed_by_its_id_still_reads_and_goes(
         assert chunks.meta(txn, cid).where == Inline(0)  # type: ignore[union-attr]
     assert read_file(vault, "agent", rec.id, "state.json") == state
     assert vault.check().ok
-    vault.delete("agent", rec.id)
+    vault.lifecycle.delete("agent", rec.id)
     clock.advance(vault.config.gc_grace + 1)
     assert vault.gc().chunks_deleted == 1
     with env.read() as txn:
@@ -205,10 +205,10 @@ def test_repair_drops_unreserved_orphans_but_not_reserved_ones(
     ids = [chunk_id(data[i : i + 1000]).hex() for i in range(0, 3000, 1000)]
     session, _ = vault.open_upload("ns")
     for i, cid in enumerate(ids):
-        vault.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
+        vault.uploads.put_chunk(session.id, cid, data[i * 1000 : (i + 1) * 1000])
     assert len(vault.check().orphans) == 3
     assert vault.check(repair=True).repaired == 0  # the live upload reserved them
-    vault.abort(session.id)
+    vault.uploads.abort(session.id)
     clock.advance(vault.config.upload_ttl + 1)
     assert vault.check(repair=True).repaired == 3
     assert vault.stats().chunks == 0
@@ -224,7 +224,7 @@ def test_gc_stops_before_its_next_batch_when_the_server_stops(
     from vault import MaintenanceStopped
 
     rec = stream_save(vault, "ns", {"f": os.urandom(200_000)})
-    vault.delete("ns", rec.id)
+    vault.lifecycle.delete("ns", rec.id)
     clock.advance(vault.config.upload_ttl + 1)
     chunks = vault.stats().chunks
     stop = threading.Event()

@@ -89,7 +89,7 @@ def test_journal_acknowledged_saves_survive_losing_every_later_page(
             assert rec.parent == (ids[step - 1] if step else None)
             _, files = v.manifest("agents/a", cid)
             chunks = [c for c, _ in files["state.json"].chunks]
-            data = b"".join(bytes(c) for c in v.read_chunks(chunks))
+            data = b"".join(bytes(c) for c in v.reader.chunks(chunks))
             assert json.loads(data)[-1]["content"].endswith(str(step + 19))
         # Each journaled save's record holds its chunk list and the chunks it stored, not
         # the state: a grown state shares all but its tail with the one before.
@@ -300,7 +300,7 @@ def test_records_of_whole_files_still_apply_and_one_lacking_a_chunk_is_refused(
         assert lacking not in {r.id for r in v.checkpoints("ns")[0]}
         _, files = v.manifest("ns", old)
         chunks = [c for c, _ in files["f"].chunks]
-        assert b"".join(bytes(c) for c in v.read_chunks(chunks)) == b"a whole file, as before"
+        assert b"".join(bytes(c) for c in v.reader.chunks(chunks)) == b"a whole file, as before"
         assert v.check().ok
     finally:
         v.close()

@@ -1,20 +1,19 @@
 """The maintenance lock excludes a second holder across threads and across processes, and
-the engine's maintenance operations take it themselves."""
+the offline restore takes it (the other maintenance operations run under `maintenance.run`'s
+hold: tests/unit/maintenance/test_run.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from vault import FakeClock, MaintenanceBusy, MaintenanceLock, Vault, VaultConfig
 from vault.backup import restore
 
-from ...lockholder import LockHolder, assert_waits_for_holder
+from ...lockholder import LockHolder
 from .helpers import stream_save
 
 
@@ -130,31 +129,6 @@ def test_a_killed_holder_never_blocks_its_successor(tmp_path: Path) -> None:
     LockHolder(lock.path).kill()
     with lock.hold("gc", timeout=5):
         pass
-
-
-@pytest.fixture
-def vault(tmp_path: Path) -> Iterator[Vault]:
-    v = Vault(tmp_path / "v", VaultConfig(gc_grace=0.0), FakeClock())
-    stream_save(v, "ns", {"w": b"x" * 200_000})
-    yield v
-    v.close()
-
-
-OPERATIONS: dict[str, Callable[[Vault, Path], Any]] = {
-    "gc": lambda v, _: v.gc(),
-    "check": lambda v, _: v.check(repair=True),
-    "verify": lambda v, _: v.verify(),
-    "retention": lambda v, _: v.retention(dry_run=False),
-    "catalog_backup": lambda v, tmp: v.catalog_backup(str(tmp / "backup.mdb")),
-    "backup_catalog": lambda v, tmp: v.backup_catalog(tmp / "plain.mdb"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(OPERATIONS))
-def test_operations_wait_for_a_holder_in_another_process(
-    vault: Vault, tmp_path: Path, name: str
-) -> None:
-    assert_waits_for_holder(vault, lambda: OPERATIONS[name](vault, tmp_path))
 
 
 def test_restore_refuses_while_the_data_dir_is_under_maintenance(tmp_path: Path) -> None:

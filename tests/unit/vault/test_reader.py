@@ -15,7 +15,7 @@ from vault import Vault
 def _read(vault: Vault, ns: str, cid: str) -> bytes:
     _, files = vault.manifest(ns, cid)
     chunks = [c for c, _ in files["f"].chunks]
-    return b"".join(bytes(c) for c in vault.read_chunks(chunks))
+    return b"".join(bytes(c) for c in vault.reader.chunks(chunks))
 
 
 @pytest.mark.parametrize(("size", "threads"), [(40_000, False), (2_000_000, True)])

@@ -31,8 +31,8 @@ def test_records_stored_plain_by_older_versions_still_read_and_change(vault: Vau
         assert bytes(stored)[:1] == b"{"
     listed, _ = vault.checkpoints("a/b")
     assert [(r.id, r.metadata) for r in listed] == [(new.id, {"n": 2}), (old.id, {"n": 1})]
-    assert vault.patch("a/b", old.id, tags=["kept"]).tags == ["kept"]
+    assert vault.lifecycle.patch("a/b", old.id, tags=["kept"]).tags == ["kept"]
     assert vault.get("a/b", old.id).tags == ["kept"]
-    vault.delete("a/b", old.id)
+    vault.lifecycle.delete("a/b", old.id)
     assert [r.id for r in vault.lineage("a/b", new.id)] == [new.id, old.id]
     assert vault.check().ok

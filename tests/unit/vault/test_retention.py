@@ -99,7 +99,7 @@ def test_plan_then_apply_deletes_exactly_the_plan(vault: Vault, clock: FakeClock
     for i in range(6):
         ids.append(stream_save(vault, "ns", {"f": bytes([i]) * 70_000}).id)
         clock.advance(3600)
-    vault.patch("ns", ids[0], pinned=True)
+    vault.lifecycle.patch("ns", ids[0], pinned=True)
     vault.set_policy("ns", {"retention": {"keep_last": 2}})
     plan = vault.retention(dry_run=True)
     assert plan.delete == [ids[3], ids[2], ids[1]]

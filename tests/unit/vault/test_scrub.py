@@ -35,7 +35,7 @@ def test_verify_finds_flipped_bytes_invalidates_and_heals(tmp_path: Path) -> Non
     producer_marked = stream_save(vault, "ns", {"w": shared + b"tail"})
     _, files = vault.manifest("ns", first.id)
     victim_id, _ = files["w"].chunks[1]
-    victim = b"".join(vault.read_chunks([victim_id]))
+    victim = b"".join(vault.reader.chunks([victim_id]))
     vault.close()
 
     flip_on_disk(tmp_path / "v" / "frames" / "data.mdb", victim[1000:1064])
@@ -52,11 +52,11 @@ def test_verify_finds_flipped_bytes_invalidates_and_heals(tmp_path: Path) -> Non
     assert rec.validity.reason == f"corrupt chunk {victim_id.hex()}"
     assert rec.validity.source == "scrub"
     assert vault.get("ns", "latest-valid").id == safe.id
-    vault.patch("ns", producer_marked.id, validity={"state": "invalid", "reason": "NaN"})
+    vault.lifecycle.patch("ns", producer_marked.id, validity={"state": "invalid", "reason": "NaN"})
 
     session, _ = vault.open_upload("ns")
-    assert vault.missing(session.id, [victim_id.hex()]) == [victim_id.hex()]
-    assert vault.put_chunk(session.id, victim_id.hex(), victim)
+    assert vault.uploads.missing(session.id, [victim_id.hex()]) == [victim_id.hex()]
+    assert vault.uploads.put_chunk(session.id, victim_id.hex(), victim)
     healed = vault.verify()
     assert healed.corrupt == []
     assert sorted(healed.checkpoints_healed) == sorted([first.id, second.id])
@@ -88,10 +88,10 @@ def test_verify_finds_every_damaged_chunk_in_both_stores(tmp_path: Path) -> None
     for rec in big:
         _, files = vault.manifest("tensors", rec.id)
         cid = files["w"].chunks[2][0]
-        victims.append((cid, b"".join(vault.read_chunks([cid])), "frames"))
+        victims.append((cid, b"".join(vault.reader.chunks([cid])), "frames"))
     _, files = vault.manifest("agent", agent.id)
     cid = files["state.json"].chunks[1][0]
-    victims.append((cid, b"".join(vault.read_chunks([cid])), "catalog"))
+    victims.append((cid, b"".join(vault.reader.chunks([cid])), "catalog"))
     vault.close()
     for _, data, where in victims:
         flip_on_disk(tmp_path / "v" / where / "data.mdb", data[100:164])

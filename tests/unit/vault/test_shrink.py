@@ -70,7 +70,7 @@ def test_shrink_gives_freed_frames_back_and_every_checkpoint_reads(tmp_path: Pat
         files = [blob(i) for i in range(8)]
         ids = [client_save(vault, "ns", {"w.bin": f}, chunk_size=PIECE).id for f in files]
         for ckpt in ids[:-2]:
-            vault.delete("ns", ckpt)
+            vault.lifecycle.delete("ns", ckpt)
         clock.advance(7 * 3600.0)  # past the uploads' reservations
         vault.gc()
         before = frames_allocated(vault)
@@ -123,7 +123,7 @@ def test_a_reader_keeps_the_pages_it_can_see(tmp_path: Path) -> None:
         _, files = vault.manifest("ns", ckpt)
         cids = [c for c, _ in files["w.bin"].chunks]
         with vault.store.frames_env.read() as txn:  # the snapshot from before the delete
-            vault.delete("ns", ckpt)
+            vault.lifecycle.delete("ns", ckpt)
             clock.advance(7 * 3600.0)  # past the uploads' reservations
             vault.gc()
             held = vault.shrink(above=0.0)
@@ -175,7 +175,7 @@ def test_reads_go_on_through_shrinks(tmp_path: Path) -> None:
         shrunk = 0
         for i in range(6):
             old = client_save(vault, "ns", {"w.bin": blob(60 + i)}, chunk_size=PIECE).id
-            vault.delete("ns", old)
+            vault.lifecycle.delete("ns", old)
             clock.advance(7 * 3600.0)
             vault.gc()
             done = vault.shrink(above=0.0)
@@ -198,7 +198,7 @@ def test_a_large_shrink_goes_in_slices(tmp_path: Path) -> None:
     try:
         ids = [client_save(vault, "ns", {"w.bin": blob(i)}, chunk_size=PIECE).id for i in range(6)]
         for ckpt in ids[:-1]:
-            vault.delete("ns", ckpt)
+            vault.lifecycle.delete("ns", ckpt)
         clock.advance(7 * 3600.0)
         vault.gc()
         done = shrink(vault.store, slice_bytes=1 << 20)

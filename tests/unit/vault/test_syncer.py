@@ -82,7 +82,7 @@ def _assert_all_there(vault_dir: Path, ids: list[str]) -> None:
             assert rec.id == cid
             _, files = v.manifest("agents/a", cid)
             data = b"".join(
-                bytes(c) for c in v.read_chunks([c for c, _ in files["state.json"].chunks])
+                bytes(c) for c in v.reader.chunks([c for c, _ in files["state.json"].chunks])
             )
             assert data.startswith(b'[{"role": "user"')
             assert len(data) == files["state.json"].size
@@ -160,7 +160,7 @@ def test_a_closed_data_dir_copies_and_opens_without_its_durable_file(tmp_path: P
         try:
             _, files = v.manifest("ns", rec.id)
             chunks = [c for c, _ in files["f"].chunks]
-            assert b"".join(bytes(c) for c in v.read_chunks(chunks)) == b"hello" * 100
+            assert b"".join(bytes(c) for c in v.reader.chunks(chunks)) == b"hello" * 100
         finally:
             v.close()
 
@@ -240,7 +240,7 @@ def test_a_retry_is_answered_only_once_the_first_attempt_is_durable(
 
         def attempt() -> tuple[Any, bool]:
             if kind == "upload commit":
-                return v.commit(session.id)
+                return v.committer.commit(session.id)
             return v.save("ns", {"s": b"state" * 100}, key="retried-save-0001")
 
         resume = threading.Event()
