@@ -52,39 +52,39 @@ if TYPE_CHECKING:
     from .transport import RetryPolicy
 
 _LAZY = {
-    "AsyncVaultClient": "aio",
-    "ClientError": "errors",
-    "Conflict": "errors",
-    "CorruptChunk": "errors",
-    "CorruptObject": "errors",
-    "Fenced": "errors",
-    "Forbidden": "errors",
-    "HashMismatch": "errors",
-    "IntegrityError": "errors",
-    "InvalidName": "errors",
-    "InvalidRange": "errors",
-    "InvalidRequest": "errors",
-    "KeyUnavailable": "errors",
-    "MissingChunks": "errors",
-    "NotFound": "errors",
-    "ReadOnlyStandby": "errors",
-    "ServerError": "errors",
-    "TierError": "errors",
-    "TierObjectMissing": "errors",
-    "TooLarge": "errors",
-    "TooManyUploads": "errors",
-    "TransportError": "errors",
-    "Unauthorized": "errors",
-    "Unavailable": "errors",
-    "UploadExpired": "errors",
-    "CheckpointManager": "manager",
-    "Checkpoint": "models",
-    "Transfer": "models",
-    "SaveFields": "options",
-    "SaveOptions": "options",
+    "AsyncVaultClient": ".aio",
+    "ClientError": ".errors",
+    "Conflict": ".errors",
+    "CorruptChunk": ".errors",
+    "CorruptObject": ".errors",
+    "Fenced": ".errors",
+    "Forbidden": ".errors",
+    "HashMismatch": ".errors",
+    "IntegrityError": ".errors",
+    "InvalidName": ".errors",
+    "InvalidRange": ".errors",
+    "InvalidRequest": ".errors",
+    "KeyUnavailable": ".errors",
+    "MissingChunks": ".errors",
+    "NotFound": ".errors",
+    "ReadOnlyStandby": ".errors",
+    "ServerError": ".errors",
+    "TierError": ".errors",
+    "TierObjectMissing": ".errors",
+    "TooLarge": ".errors",
+    "TooManyUploads": ".errors",
+    "TransportError": ".errors",
+    "Unauthorized": ".errors",
+    "Unavailable": ".errors",
+    "UploadExpired": ".errors",
+    "CheckpointManager": ".manager",
+    "Checkpoint": ".models",
+    "Transfer": ".models",
+    "SaveFields": ".options",
+    "SaveOptions": ".options",
     "ERROR_CODES": "protocol",
-    "VaultClient": "sync",
-    "RetryPolicy": "transport",
+    "VaultClient": ".sync",
+    "RetryPolicy": ".transport",
 }
 
 
@@ -92,7 +92,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 

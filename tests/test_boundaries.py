@@ -54,6 +54,9 @@ FLOORS: dict[str, set[str]] = {
     "api": {"protocol", "vault", "tiering", "maintenance"},
     "client": {"protocol"},
     "cli": {"protocol", "vault", "tiering", "maintenance", "api", "client"},
+    # The import root (issue 42): today the client's names only, so a producer's install
+    # (no server extra) can import it.
+    "checkpoint_vault": {"client"},
 }
 
 

@@ -21,7 +21,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = {"protocol", "vault", "tiering", "maintenance", "api", "client", "cli", "tests", "bench"}
+OURS = {
+    "checkpoint_vault", "protocol", "vault", "tiering", "maintenance", "api", "client", "cli",
+    "tests", "bench",
+}  # fmt: skip
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SELF = re.compile(r"checkpoint-vault\[([^\]]+)\]")
 

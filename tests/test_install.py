@@ -39,7 +39,7 @@ def test_pip_install_dot_is_the_client_only(tmp_path: Path) -> None:
     assert not installed & SERVER_ONLY, sorted(installed & SERVER_ONLY)
 
     client = subprocess.run(
-        [python, "-c", "from client import VaultClient, AsyncVaultClient; import cli, protocol"],
+        [python, "-c", "from checkpoint_vault import VaultClient, AsyncVaultClient; import cli"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -10,7 +10,16 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("protocol", "vault", "tiering", "maintenance", "api", "client", "cli")
+PACKAGES = (
+    "checkpoint_vault",
+    "protocol",
+    "vault",
+    "tiering",
+    "maintenance",
+    "api",
+    "client",
+    "cli",
+)
 
 
 def mapped(package: str) -> list[str]:

@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["protocol", "vault", "tiering", "maintenance", "api", "client", "cli"]
+PACKAGES = [
+    "checkpoint_vault",
+    "protocol",
+    "vault",
+    "tiering",
+    "maintenance",
+    "api",
+    "client",
+    "cli",
+]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
