@@ -14,41 +14,7 @@ from typing import TYPE_CHECKING, Any
 import client as _client
 
 if TYPE_CHECKING:
-    from client import (
-        ERROR_CODES,
-        AsyncVaultClient,
-        Checkpoint,
-        CheckpointManager,
-        ClientError,
-        Conflict,
-        CorruptChunk,
-        CorruptObject,
-        Fenced,
-        Forbidden,
-        HashMismatch,
-        IntegrityError,
-        InvalidName,
-        InvalidRange,
-        InvalidRequest,
-        KeyUnavailable,
-        MissingChunks,
-        NotFound,
-        ReadOnlyStandby,
-        RetryPolicy,
-        SaveFields,
-        SaveOptions,
-        ServerError,
-        TierError,
-        TierObjectMissing,
-        TooLarge,
-        TooManyUploads,
-        Transfer,
-        TransportError,
-        Unauthorized,
-        Unavailable,
-        UploadExpired,
-        VaultClient,
-    )
+    from client import *  # noqa: F403 - the client's names, for type checkers
 
 
 def __getattr__(name: str) -> Any:
@@ -59,38 +25,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "ERROR_CODES",
-    "AsyncVaultClient",
-    "Checkpoint",
-    "CheckpointManager",
-    "ClientError",
-    "Conflict",
-    "CorruptChunk",
-    "CorruptObject",
-    "Fenced",
-    "Forbidden",
-    "HashMismatch",
-    "IntegrityError",
-    "InvalidName",
-    "InvalidRange",
-    "InvalidRequest",
-    "KeyUnavailable",
-    "MissingChunks",
-    "NotFound",
-    "ReadOnlyStandby",
-    "RetryPolicy",
-    "SaveFields",
-    "SaveOptions",
-    "ServerError",
-    "TierError",
-    "TierObjectMissing",
-    "TooLarge",
-    "TooManyUploads",
-    "Transfer",
-    "TransportError",
-    "Unauthorized",
-    "Unavailable",
-    "UploadExpired",
-    "VaultClient",
-]
+__all__ = list(_client.__all__)  # noqa: PLE0605 - the client's, one list
