@@ -80,12 +80,14 @@ def register(sub: Any) -> None:
         p.set_defaults(func=pin_unpin_rm)
 
 
-def _meta(items: list[str]) -> dict[str, Any]:
+def key_values(items: list[str], flag: str = "--meta") -> dict[str, Any]:
+    """`FLAG KEY=VALUE`s as a dict, each value read as JSON when it parses (`step=100` is a
+    number), else kept as the text."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--meta {item!r}: expected KEY=VALUE")
+            raise ValueError(f"{flag} {item!r}: expected KEY=VALUE")
         try:
             out[key] = json.loads(value)
         except ValueError:
@@ -134,7 +136,7 @@ def push(args: argparse.Namespace) -> int:
             _files(args.paths),
             parent=args.parent,
             inherit=args.inherit,
-            metadata=_meta(args.meta),
+            metadata=key_values(args.meta),
             tags=args.tag,
             chunking=args.chunking,
         )

@@ -10,10 +10,10 @@ prefix, into a database (`postgresql://...`, `sqlite:PATH` or a path ending .sql
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from .checkpoints import key_values
 from .connect import connect
 from .output import emit_json, human_bytes, printable, table
 
@@ -69,24 +69,10 @@ def _database(target: str, *, reading: bool) -> str | None:
     return target if target.endswith(SQLITE_SUFFIXES) else None
 
 
-def storage_options(pairs: list[str]) -> dict[str, Any]:
-    """`--storage-option KEY=VALUE`s as fsspec takes them."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--storage-option {pair!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out
-
-
 def import_(args: argparse.Namespace) -> int:
     from client import importers
 
-    options = storage_options(args.storage_option)
+    options = key_values(args.storage_option, "--storage-option")
     database = _database(args.source, reading=True)
     with connect(args) as vault:
         if database is not None:
