@@ -9,17 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .test_quality import PACKAGES
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = (
-    "checkpoint_vault",
-    "protocol",
-    "vault",
-    "tiering",
-    "maintenance",
-    "api",
-    "client",
-    "cli",
-)
 
 
 def mapped(package: str) -> list[str]:
