@@ -1,52 +1,45 @@
-"""The application factory: one `create_app(settings)` for the entry point, tests and tools.
+"""The application factory: one `create_app(settings)` for the entry points, tests and tools.
 
-Builds the app state (vault, worker pool, token cache; the AppKeys themselves are in
+Builds the HTTP core's state (vault, pools, token cache; the AppKeys themselves are in
 api/keys.py) in one cleanup context, so SIGTERM drains in-flight requests, finishes queued
-writes and closes LMDB cleanly. Only entry points (`api/__init__.py`, `api/serve.py`) import
-this module; everything else imports api/keys.py.
+writes and closes LMDB cleanly. What differs between the processes of one service comes in
+as a `Role` (api/process.py): `Alone` here, the writer and its workers in node/. Only entry
+points import this module; everything else imports api/keys.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from prometheus_client import generate_latest
 
 from protocol import ADMIN_TOKEN_FILE
-from vault import Clock, SystemClock, Vault, VaultError
+from vault import Clock, SystemClock, Vault
+from vault.direct import SaveOptions
 from vault.ownership import open_private, prepare_data_dir
 from vault.runtime import PoolSizes, Runtime
 
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
-from .bodies import BodyReaders
-from .calls import CHANNEL_BUFFER, CallClient, CallServer
-from .engine import open_vault
+from .engine import no_readers, open_vault
 from .errors import error_middleware
-from .forward import ForwardBounds, Forwarder, forward_middleware, trusted_forwards
-from .handoff import FIRST, Adopted
 from .heads import Unheaded, headed_middleware
+from .http import run, run_small
 from .jobs import jobs_context, stop_jobs
 from .keys import (
-    ADOPTED,
     BODY_READERS,
-    CALLS,
     CLOCK,
-    FORWARDER,
     INSTANCE,
     JOBS,
     LIMITER,
-    LISTENING,
     METRICS,
+    ROLE,
     RUNTIME,
     SAVES,
     SETTINGS,
@@ -54,7 +47,6 @@ from .keys import (
     TURNS,
     UNHEADED,
     VAULT,
-    WORKER,
 )
 from .observability import (
     JobLog,
@@ -64,20 +56,19 @@ from .observability import (
     metrics_middleware,
     request_id_middleware,
 )
-from .peercred import WorkerPeers, worker_listener
-from .promotion import promotion_context
+from .process import Role
 from .ratelimit import LIMITS_FILE, RateLimiter
-from .receive import close_taken
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
+from .saving import PendingSave, Saved, prepare_all
 from .scheduler import maintenance_context
 from .settings import Settings
-from .sinks import ChannelSink, LocalSink
+from .transfer.bodies import BodyReaders
+from .transfer.promotion import promotion_context
+from .transfer.receive import close_taken
 from .turns import Turns
-from .workers import no_readers, stop_workers, worker_pids, workers_context
 
 log = logging.getLogger("ckpt.api")
-USES_EVERY = 10.0  # seconds between a worker's hand-overs of its tokens' last uses
 
 
 def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
@@ -94,7 +85,7 @@ def _bootstrap_admin(vault: Vault, data_dir: Path) -> None:
 
 def _open(settings: Settings, clock: Clock, runtime: Runtime, reader: bool) -> Vault:
     """The writing process opens the vault once no worker of an earlier one still reads
-    it (api/workers.py); a worker opens it to read."""
+    it (api/engine.py); a worker opens it to read."""
     if reader:
         return open_vault(settings, clock, runtime, reader=True)
     with no_readers(settings):
@@ -103,7 +94,7 @@ def _open(settings: Settings, clock: Clock, runtime: Runtime, reader: bool) -> V
 
 async def _vault_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    reader = app[WORKER] > 0
+    reader = app[ROLE].reader
     if not reader:
         prepare_data_dir(settings.data_dir)  # ours alone (vault/ownership.py), 0700 / 0600
     # Every process's buckets in one file: a token's rate is the service's (api/ratelimit.py).
@@ -126,7 +117,7 @@ async def _vault_context(app: web.Application) -> AsyncIterator[None]:
         raise
     app[RUNTIME] = runtime
     app[VAULT] = vault
-    if not reader:  # a worker's saves go to the writing process (_writer_context)
+    if not reader:  # a worker's saves go to the writing process (node/worker.py)
         app[SAVES] = LocalSink(vault)
     if vault.roles.writable:  # a standby's tokens are the primary's (replicated)
         _bootstrap_admin(vault, settings.data_dir)
@@ -172,136 +163,81 @@ def _close(vault: Vault, uses: dict[str, float]) -> None:
     vault.close()
 
 
-async def _writer_context(app: web.Application) -> AsyncIterator[None]:
-    """A worker's ways to the process that writes: requests it forwards, and saves it
-    prepared (api/forward.py, api/calls.py)."""
-    settings = app[SETTINGS]
-    assert settings.engine_socket is not None  # no workers without them
-    assert settings.calls_socket is not None
-    assert settings.handoff_socket is not None
-    bounds = ForwardBounds(
-        settings.forwards_per_token,
-        settings.forwards_per_worker,
-        settings.body_timeout,
-        settings.body_min_rate,
-    )
-    app[FORWARDER] = Forwarder(str(settings.engine_socket), str(settings.handoff_socket), bounds)
-    registry = app[METRICS].registry
-    calls = CallClient(
-        str(settings.calls_socket),
-        asyncio.get_running_loop(),
-        lambda: generate_latest(registry).decode(),
-    )
-    await calls.connect()
-    app[SAVES] = ChannelSink(app[VAULT], calls)
-    uses = asyncio.get_running_loop().create_task(_hand_uses(app, calls))
-    try:
-        yield
-    finally:
-        uses.cancel()
-        if taken := app[TOKENS].take_uses():
-            with contextlib.suppress(VaultError):  # the writing process may be gone first
-                await calls.note_uses(taken)
-        await calls.close()
-        await app[FORWARDER].close()
+class LocalSink:
+    """The process that writes: each save goes to its own writer, the first committing
+    while the rest are prepared."""
+
+    def __init__(self, vault: Vault) -> None:
+        self._vault = vault
+
+    async def save(
+        self, request: web.Request, ns: str, files: dict[str, bytes], options: SaveOptions
+    ) -> Saved:
+        return await run(request, self._vault.save, ns, files, **options)
+
+    async def save_all(self, request: web.Request, saves: list[PendingSave]) -> None:
+        vault = self._vault
+        size = sum(s.size for s in saves)
+        committing = await run_small(
+            request, size, prepare_all, vault, saves, vault.commit_prepared
+        )
+        outcomes = await asyncio.gather(
+            *(asyncio.wrap_future(f) for _, f in committing), return_exceptions=True
+        )
+        for (save, _), outcome in zip(committing, outcomes, strict=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # cancelled: the client went away
+            save.outcome = outcome
 
 
-async def _calls_context(app: web.Application) -> AsyncIterator[None]:
-    """The writing process's end of api/calls.py: its workers' prepared saves, their
-    tokens' uses, and its questions to them. Closed after they stopped."""
-    path = app[SETTINGS].calls_socket
-    assert path is not None  # no workers without it (Settings.processes)
-    app[CALLS] = CallServer(app[VAULT], app[TOKENS].note_uses)
-    peers = WorkerPeers(path.name, lambda: worker_pids(app))  # its workers only: 0600
-    listener = worker_listener(str(path), peers)
-    server = await asyncio.start_unix_server(app[CALLS].handle, sock=listener, limit=CHANNEL_BUFFER)
-    try:
-        yield
-    finally:
-        server.close()
-        await server.wait_closed()
+class Alone:
+    """The role of a service in one process: it writes, and no other process reads its
+    data dir."""
 
+    index = 0
+    reader = False
 
-async def _hand_uses(app: web.Application, calls: CallClient) -> None:
-    """A worker's tokens' last uses go to the writing process, which stores them."""
-    while True:
-        await asyncio.sleep(USES_EVERY)
-        taken = app[TOKENS].take_uses()
-        if taken:
-            try:
-                await calls.note_uses(taken)
-            except VaultError:  # the writing process is away: kept for the next round
-                app[TOKENS].note_uses(taken)
-
-
-def _middlewares(settings: Settings, worker: int, adopted: Adopted | None) -> list[Middleware]:
-    """A worker authenticates (and charges the token's rate) before it forwards or hands
-    over anything: the writing process then holds nothing for a caller without a token.
-    The writing process authenticates again but charges only what came straight to it
-    (`_charged`); it believes the caller's address a worker names only on the engine
-    socket, and counts connections handed over against their token (api/handoff.py)."""
-    first = [
-        headed_middleware(UNHEADED),
-        request_id_middleware(RequestIds()),
-        metrics_middleware(METRICS),
-        error_middleware,
-    ]
-    if worker:
-        return [*first, auth_middleware(TOKENS, LIMITER), forward_middleware(FORWARDER)]
-    if adopted is None or settings.engine_socket is None:
+    def middlewares(self, first: list[Middleware]) -> list[Middleware]:
         return [
             *first,
             auth_middleware(TOKENS, LIMITER),
             read_only_middleware(),
             audit_middleware(),
         ]
-    first.insert(0, trusted_forwards(str(settings.engine_socket), worker_pids))
-    return [
-        *first,
-        adopted.marking(),
-        auth_middleware(TOKENS, LIMITER, functools.partial(_charged, str(settings.engine_socket))),
-        adopted.counting(),
-        read_only_middleware(),
-        audit_middleware(),
-    ]
 
+    def install(self, app: web.Application) -> None:
+        pass
 
-def _charged(engine_socket: str, request: web.Request) -> bool:
-    """Whether a worker charged this request's token already: it forwarded it (it came on
-    the engine socket) or handed its connection over (its first request)."""
-    transport = request.transport
-    on_engine = transport is not None and transport.get_extra_info("sockname") == engine_socket
-    return on_engine or bool(request.get(FIRST, False))
+    async def peer_metrics(self, app: web.Application) -> list[str]:
+        return []
 
 
 def create_app(
     settings: Settings,
     clock: Clock | None = None,
     *,
-    worker: int = 0,
     instance: str | None = None,
-    listening: list[list[socket.socket]] | None = None,
+    role: Role | None = None,
 ) -> web.Application:
-    """The service; `clock` is for tests that move time instead of sleeping. `worker`:
-    which process of the service this is (0 writes; 1.. are workers, api/workers.py),
-    `instance` the id they all answer health with; `listening`: the writing process's
-    listening sockets for its workers, a set each (api/serve.py)."""
-    adopted = None
-    if not worker and settings.processes > 1:
-        adopted = Adopted(settings.adopted_per_token, settings.adopted_connections)
+    """The service; `clock` is for tests that move time instead of sleeping. `instance`:
+    the id every process of the service answers health with; `role`: which process of the
+    service this is (`Alone` unless node/ says otherwise)."""
+    role = role or Alone()
+    first = [
+        headed_middleware(UNHEADED),
+        request_id_middleware(RequestIds()),
+        metrics_middleware(METRICS),
+        error_middleware,
+    ]
     app = web.Application(
-        client_max_size=settings.max_json_body,
-        middlewares=_middlewares(settings, worker, adopted),
+        client_max_size=settings.max_json_body, middlewares=role.middlewares(first)
     )
     app[SETTINGS] = settings
-    if adopted is not None:
-        app[ADOPTED] = adopted
+    app[ROLE] = role
     app[UNHEADED] = Unheaded(
         settings.headless_per_client, settings.headless_connections, settings.spare_descriptors
     )
     app[INSTANCE] = instance or os.urandom(8).hex()
-    app[WORKER] = worker
-    app[LISTENING] = listening or []
     app[CLOCK] = clock or SystemClock()
     app[BODY_READERS] = BodyReaders()
     app[TURNS] = Turns(settings.workers_per_token or max(1, settings.worker_threads // 2))
@@ -312,16 +248,10 @@ def create_app(
     app.on_shutdown.append(app[BODY_READERS].abort_all)
     app.on_shutdown.append(stop_jobs)  # before aiohttp waits for the handlers
     app.cleanup_ctx.append(_vault_context)
-    app.cleanup_ctx.append(promotion_context)  # a worker's never runs (it cannot write)
-    if worker:
-        app.cleanup_ctx.append(_writer_context)
-        setup_routes(app)
-        return app
-    app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
-    app.cleanup_ctx.append(maintenance_context)
-    if settings.processes > 1 and listening:
-        app.cleanup_ctx.append(_calls_context)  # closed after the workers stopped
-        app.cleanup_ctx.append(workers_context(app[INSTANCE]))
-        app.on_shutdown.append(stop_workers)
+    app.cleanup_ctx.append(promotion_context)  # a reader's never runs (it cannot write)
+    if not role.reader:
+        app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
+        app.cleanup_ctx.append(maintenance_context)
+    role.install(app)
     setup_routes(app)
     return app

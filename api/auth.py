@@ -75,7 +75,7 @@ class TokenCache:
 
     def follow(self, changes: Callable[[], int], load: Callable[[], list[Token]]) -> None:
         """Reload from the catalog whenever `changes()` moves: in a worker process, whose
-        tokens change in the process that writes (api/workers.py), a revocation must hold
+        tokens change in the process that writes (node/supervisor.py), a revocation must hold
         at the next request, not at a restart. One LMDB read per authentication."""
         self._source = (changes, load)
         self._seen = changes()

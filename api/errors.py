@@ -57,7 +57,7 @@ class BodyTimeout(ApiError):
 
 class RequestTimeout(ApiError):
     """A file handed over by descriptor made no progress: its read or write never returned
-    (a hung file system); the hand-over thread is left to it (api/receive.py)."""
+    (a hung file system); the hand-over thread is left to it (api/transfer/receive.py)."""
 
     code = "request_timeout"
     close_connection = True

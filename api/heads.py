@@ -2,8 +2,8 @@
 in all, so that idle connections of one client never keep another's out.
 
 Such a connection costs a descriptor and nothing else until `header_timeout` closes it
-(api/serve.py); 1,500 of them from one address left every worker resetting new connections
-at its descriptor bound for those 30 s. The listening sockets (api/serve.py `_Listener`)
+(node/serve.py); 1,500 of them from one address left every worker resetting new connections
+at its descriptor bound for those 30 s. The listening sockets (node/serve.py `_Listener`)
 note each connection they accept here, with its address; its first request head takes it
 off (`headed`, the first middleware). When an address holds `per_client` of them, or the
 process `total`, the oldest (of that address, else of all) is shut for the new one if it
@@ -28,7 +28,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from .errors import Handler
-from .handoff import RareLog
+from .observability import RareLog
 
 GRACE = 1.0  # seconds a head-less connection is spared from the per-client and total bounds
 

@@ -18,8 +18,8 @@ from protocol import decode_bundle, decode_saves, parse_size
 from vault import InvalidRequest, TooLarge
 
 from .auth import PRINCIPAL
-from .bodies import MinRateBody
 from .keys import BODY_READERS, RUNTIME, SETTINGS, TURNS
+from .transfer.bodies import MinRateBody
 
 T = TypeVar("T")
 
@@ -138,7 +138,7 @@ async def decode_json_off_loop(request: web.Request, raw: bytes) -> Any:
 class TimedBody(MinRateBody):
     """The request body, read so that a client sending nothing for `body_timeout` seconds,
     or sending slower than `body_min_rate` once that long has passed, is answered 408 and
-    dropped (api/bodies.py). A slow engine never times out a fast client: the idle timer
+    dropped (api/transfer/bodies.py). A slow engine never times out a fast client: the idle timer
     counts only time spent waiting on the client; a body at 1 byte per 15 s used to hold
     a connection open indefinitely."""
 

@@ -15,22 +15,17 @@ from vault import Clock, Vault
 from vault.runtime import Runtime
 
 from .auth import TokenCache
-from .bodies import BodyReaders
-from .calls import CallServer
-from .forward import Forwarder
-from .handoff import Adopted
 from .heads import Unheaded
 from .observability import JobLog, Metrics
+from .process import Role
 from .ratelimit import RateLimiter
 from .saving import SaveSink
 from .settings import Settings
+from .transfer.bodies import BodyReaders
 from .turns import Turns
 
 SETTINGS = web.AppKey("settings", Settings)
 INSTANCE = web.AppKey("instance", str)  # random per start: tells servers on one machine apart
-# The writing process's listening sockets for each of its workers (inherited by them).
-LISTENING = web.AppKey("listening", list)
-WORKER = web.AppKey("worker", int)  # which process of the service: 0 writes, 1.. read (workers)
 VAULT = web.AppKey("vault", Vault)
 RUNTIME = web.AppKey("runtime", Runtime)  # every pool and thread (vault/runtime.py)
 TOKENS = web.AppKey("tokens", TokenCache)
@@ -38,34 +33,28 @@ CLOCK = web.AppKey("clock", Clock)
 BODY_READERS = web.AppKey("body_readers", BodyReaders)
 TURNS = web.AppKey("turns", Turns)  # each token's share of the worker pool (api/turns.py)
 JOBS = web.AppKey("jobs", JobLog)
-CALLS = web.AppKey("calls", CallServer)  # the writing process's end of its workers' channel
+ROLE = web.AppKey("role", Role)  # which process, as far as routes ask
 SAVES = web.AppKey("saves", SaveSink)  # where routes' one-request saves are committed
-FORWARDER = web.AppKey("forwarder", Forwarder)  # a worker's way to the writing process
 METRICS = web.AppKey("metrics", Metrics)
 LIMITER = web.AppKey("limiter", RateLimiter)
 UNHEADED = web.AppKey("unheaded", Unheaded)  # connections without a request head yet
-ADOPTED = web.AppKey("adopted", Adopted)  # the writing process's connections handed over
 # Where maintenance tasks wait, and the thread that runs them (api/jobs.py).
 QUEUE = web.AppKey("maintenance_queue", MaintenanceQueue)
 
 __all__ = [
-    "ADOPTED",
     "BODY_READERS",
-    "CALLS",
     "CLOCK",
-    "FORWARDER",
     "INSTANCE",
     "JOBS",
     "LIMITER",
-    "LISTENING",
     "METRICS",
     "QUEUE",
     "RUNTIME",
+    "ROLE",
     "SAVES",
     "SETTINGS",
     "TOKENS",
     "TURNS",
     "UNHEADED",
     "VAULT",
-    "WORKER",
 ]

@@ -39,6 +39,27 @@ _SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
+class RareLog:
+    """A warning logged a line a second at most, with how often it happened in all: a
+    condition met per connection (descriptors running out) logged 6,120 lines before."""
+
+    EVERY = 1.0  # seconds between two lines
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._count = 0
+        self._at = -self.EVERY
+
+    def note(self, detail: object) -> None:
+        self._count += 1
+        now = time.monotonic()
+        if now - self._at >= self.EVERY:
+            self._at = now
+            logging.getLogger("ckpt.api").warning(
+                "%s: %d so far (the latest: %s)", self._what, self._count, detail
+            )
+
+
 def request_id(request: web.BaseRequest) -> str:
     rid = request.get(REQUEST_ID)
     return rid if isinstance(rid, str) else "-"

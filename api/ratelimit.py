@@ -8,7 +8,7 @@ point: one flooding tenant cannot starve the rest. Admin tokens are not limited 
 operator's tools must work during a flood).
 
 The buckets live in a small file in the data dir (`LIMITS_FILE`), mapped by every process
-of the service (api/workers.py), so a token's allowance is the service's, not each
+of the service (node/supervisor.py), so a token's allowance is the service's, not each
 process's: with buckets in memory, N processes allowed N times the rate. A bucket is a
 slot of 32 bytes (BLAKE2b-128 of the name, tokens left, time of the last update), found
 by linear probing from the name's hash; each update holds an exclusive `lockf` on the file

@@ -1,18 +1,21 @@
 """What a route hands over to have one-request saves committed, and what it gets back.
 
 The route holds a `SaveSink` (api/keys.py `SAVES`) and never asks which process it runs
-in: each role's app factory puts its own sink there (api/sinks.py). Until issue 42 the
-routes looked up the worker's channel (`app.get(WRITER)`) and branched on it.
+in: the process that writes puts a `LocalSink` there (api/app.py), a worker its channel to
+that process (node/sinks.py). Until issue 42 the routes looked up the worker's channel
+(`app.get(WRITER)`) and branched on it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
 
-from vault import PreparedSave, StoredCheckpoint
+from vault import PreparedSave, StoredCheckpoint, Vault
 from vault.direct import SaveOptions
 
 Saved = tuple[StoredCheckpoint, bool]  # the record, and whether this call created it
@@ -44,3 +47,26 @@ class SaveSink(Protocol):
 
     async def save_all(self, request: web.Request, saves: list[PendingSave]) -> None:
         """Each of `saves` (options checked) committed or refused: its `outcome` set."""
+
+
+def prepare_all(
+    vault: Vault,
+    saves: list[PendingSave],
+    submit: Callable[[PreparedSave], Future[Saved]] | None,
+) -> list[tuple[PendingSave, Future[Saved]]]:
+    """Cut, hash and compress each save (all in one call: `run_small`); with `submit`,
+    hand each to the writer as soon as it is ready (it commits the first while the rest
+    are prepared), else keep it (`prepared`) for one hand-over of them all."""
+    committing = []
+    for s in saves:
+        assert s.options is not None
+        try:
+            prepared = vault.prepare_save(s.namespace, s.files, **s.options)
+        except Exception as e:  # noqa: BLE001 - this save's answer
+            s.outcome = e
+            continue
+        if submit is None:
+            s.prepared = prepared
+        else:
+            committing.append((s, submit(prepared)))
+    return committing

@@ -172,9 +172,9 @@ class Maintenance:
 
 
 # (section, key) -> (attribute on Settings, "vault.<field>" or "maintenance.<field>", parser)
-ENGINE_SOCKET_FILE = "ckpt-engine.sock"  # workers forward changes here (api/forward.py)
-CALLS_SOCKET_FILE = "ckpt-calls.sock"  # and hand over the saves they prepared (api/calls.py)
-HANDOFF_SOCKET_FILE = "ckpt-handoff.sock"  # and connections with a large body (api/handoff.py)
+ENGINE_SOCKET_FILE = "ckpt-engine.sock"  # workers forward changes here (node/forward.py)
+CALLS_SOCKET_FILE = "ckpt-calls.sock"  # and hand over the saves they prepared (node/calls.py)
+HANDOFF_SOCKET_FILE = "ckpt-handoff.sock"  # and connections with a large body (node/handoff.py)
 # Beyond this many processes the writer, not the HTTP work, bounds saves (docs/SCALING.md).
 MAX_AUTO_WORKERS = 8
 _SUN_PATH_MAX = 108  # bytes of a Unix socket's path, its terminating NUL included
@@ -252,7 +252,7 @@ class Settings:
     data_dir: Path = Path(DEFAULT_DATA_DIR)
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
-    # Server processes answering on the port (api/workers.py). One: it also writes the data
+    # Server processes answering on the port (node/supervisor.py). One: it also writes the data
     # dir. More: each is a worker that reads the data dir and forwards changes, and one
     # process more writes it without answering on the port, so its interpreter lock is
     # the writer's. 0: one per CPU, at most MAX_AUTO_WORKERS. One process for a standby
@@ -291,16 +291,16 @@ class Settings:
     # address and in all: past either, the oldest such connection (of that address, else
     # of any) is closed for the new one. 1,500 idle connections left the workers
     # resetting every new one for the 30 s of header_timeout. Kept under the descriptor
-    # bound (half of what it leaves at most, api/serve.py `Unheaded`).
+    # bound (half of what it leaves at most, node/serve.py `Unheaded`).
     headless_per_client: int = 32
     headless_connections: int = 256
     # Requests a worker passes to the writing process at once (forwarded, or being handed
     # over), per token name and in all: past them 429 / 503 with Retry-After, so a
-    # tenant's dripped bodies never hold the writer's descriptors (api/forward.py).
+    # tenant's dripped bodies never hold the writer's descriptors (node/forward.py).
     forwards_per_token: int = 32
     forwards_per_worker: int = 128
     # Connections the writing process holds after its workers handed them over, per token
-    # and in all (api/handoff.py): past them 429 on the connection / 503 from the worker.
+    # and in all (node/handoff.py): past them 429 on the connection / 503 from the worker.
     adopted_per_token: int = 16
     adopted_connections: int = 256
     max_batch_body: int = 64 << 20  # chunk batches and one-request saves are read whole
@@ -358,7 +358,7 @@ class Settings:
 
     @property
     def calls_socket(self) -> Path | None:
-        """Where the process that writes takes the saves its workers prepared (api/calls.py);
+        """Where the process that writes takes the saves its workers prepared (node/calls.py);
         None with no engine socket."""
         engine = self.engine_socket
         path = engine.with_name(CALLS_SOCKET_FILE) if engine is not None else None
@@ -367,7 +367,7 @@ class Settings:
     @property
     def handoff_socket(self) -> Path | None:
         """Where the process that writes adopts connections its workers hand over whole
-        (api/handoff.py); None with no engine socket."""
+        (node/handoff.py); None with no engine socket."""
         engine = self.engine_socket
         path = engine.with_name(HANDOFF_SOCKET_FILE) if engine is not None else None
         return path if path is not None and len(os.fsencode(path)) < _SUN_PATH_MAX else None

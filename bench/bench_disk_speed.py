@@ -317,7 +317,7 @@ def _restored(sets: list[dict[str, str]], dests: list[Path]) -> bool:
 def cache_bytecode() -> None:
     """Let the processes we start write bytecode caches, and write ours once now."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    modules = "client, cli, client.sync, api.serve, vault"
+    modules = "client, cli, client.sync, node.serve, vault"
     subprocess.run([sys.executable, "-c", f"import {modules}"], check=True)
 
 

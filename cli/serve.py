@@ -72,8 +72,8 @@ def show_config(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from api.serve import serve
     from api.settings import SettingsError, load_settings
+    from node.serve import serve
     from vault import VaultError
 
     overrides: dict[tuple[str, str], object] = {}

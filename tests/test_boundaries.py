@@ -52,8 +52,10 @@ FLOORS: dict[str, set[str]] = {
     "tiering": {"protocol", "vault"},
     "maintenance": {"protocol", "vault", "tiering"},
     "api": {"protocol", "vault", "tiering", "maintenance"},
+    # The process floor (issue 42): the roles of a node's processes, on the HTTP core.
+    "node": {"protocol", "vault", "tiering", "maintenance", "api"},
     "client": {"protocol"},
-    "cli": {"protocol", "vault", "tiering", "maintenance", "api", "client"},
+    "cli": {"protocol", "vault", "tiering", "maintenance", "api", "node", "client"},
     # The import root (issue 42): today the client's names only, so a producer's install
     # (no server extra) can import it.
     "checkpoint_vault": {"client"},

@@ -68,7 +68,7 @@ class SaveRequest:
 @dataclass(frozen=True)
 class PreparedSave:
     """A save cut, hashed and compressed where it arrived, ready for the writer: what a
-    worker process hands the process that writes (api/calls.py), so that the CPU of a
+    worker process hands the process that writes (node/calls.py), so that the CPU of a
     save is spent in the worker and the writing process only commits it."""
 
     request: SaveRequest
@@ -110,7 +110,7 @@ class DirectSaver:
         self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
     ) -> PreparedSave:
         """Everything of `save` but the writer's transaction, for `submit` in the process
-        that writes (a worker's save, api/calls.py); a retry of a save already made is
+        that writes (a worker's save, node/calls.py); a retry of a save already made is
         found there, in the transaction."""
         return self._prepared(self._request(ns, files, options)[0])
 

@@ -126,7 +126,7 @@ def ingest_descriptor(
     stop: threading.Event | None = None,
 ) -> FileEntry:
     """Chunk the open file `fd` into an upload and attach it, reading it here: what a client
-    on this machine hands over instead of sending the bytes (api/receive.py).
+    on this machine hands over instead of sending the bytes (api/transfer/receive.py).
 
     Cut exactly as a client would cut the same file (its tensors found first, the
     upload's profile), so its chunks dedup with those of files that came over HTTP. This

@@ -71,7 +71,7 @@ def signal_on_parent_death(signal: int) -> bool:
 
 
 def mallopt(param: int, value: int) -> bool:
-    """glibc's malloc tuning (api/serve.py tune_malloc); False where there is none."""
+    """glibc's malloc tuning (node/serve.py tune_malloc); False where there is none."""
     fn = _bound("mallopt", (ctypes.c_int, ctypes.c_int))
     return fn is not None and fn(param, value) == 1
 

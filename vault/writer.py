@@ -466,7 +466,7 @@ class NoWriter(Writer):
     """The writer of a vault opened to read beside the process that writes (a worker of
     `ckpt serve --workers`): no thread, no syncer, and every change refused with `error`.
     The process that owns the data dir makes the changes; its workers forward every
-    request that changes anything to it (api/forward.py), so this refusal is only met by
+    request that changes anything to it (node/forward.py), so this refusal is only met by
     a read path that would also write (marking a chunk damaged), which then fails cleanly
     instead of writing from a second process."""
 

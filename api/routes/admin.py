@@ -30,9 +30,9 @@ from ..auth import principal, require_admin
 from ..errors import Forbidden
 from ..http import json_body, json_response, query_bool, query_int, query_size, run
 from ..jobs import run_job
-from ..keys import CALLS, INSTANCE, METRICS, QUEUE, SETTINGS, TOKENS, VAULT, WORKER
+from ..keys import INSTANCE, METRICS, QUEUE, ROLE, SETTINGS, TOKENS, VAULT
 from ..observability import merged_metrics
-from ..peers import same_user
+from ..transfer.peers import same_user
 
 
 async def health(request: web.Request) -> web.Response:
@@ -45,7 +45,7 @@ async def health(request: web.Request) -> web.Response:
         version=__version__,
         role=vault.roles.role,
         instance=request.app[INSTANCE],
-        worker=request.app[WORKER],
+        worker=request.app[ROLE].index,
         # a client on this machine may hand files over
         local_socket=str(socket) if socket is not None and on_this_machine(request) else None,
         lag_seconds=vault.roles.standby.status().lag_seconds
@@ -58,7 +58,7 @@ async def health(request: web.Request) -> web.Response:
 def on_this_machine(request: web.Request) -> bool:
     """Whether the caller can use the local socket, so may learn its path (and the data
     dir's): a caller on the socket itself (no address), or one on loopback whose socket is
-    owned by this server's user or root (api/peers.py). A reverse proxy on this host, whose
+    owned by this server's user or root (api/transfer/peers.py). A reverse proxy on this host, whose
     callers all look like loopback, runs as another user."""
     remote = request.remote
     if not remote:
@@ -85,8 +85,7 @@ async def metrics(request: web.Request) -> web.Response:
     who = principal(request)
     if not (who.is_admin or "metrics" in who.scopes):
         raise Forbidden(f"token {who.name!r} lacks the metrics scope")
-    calls = request.app.get(CALLS)  # with workers: their request counters too
-    others = await calls.worker_metrics() if calls is not None else []
+    others = await request.app[ROLE].peer_metrics(request.app)  # workers' request counters
     registry = request.app[METRICS].registry
     body = await run(request, lambda: merged_metrics(generate_latest(registry), others))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

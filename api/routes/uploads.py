@@ -29,7 +29,7 @@ from ..http import (
     run,
 )
 from ..keys import SETTINGS, VAULT
-from ..receive import expect_descriptor, read_large_body, with_descriptor
+from ..transfer.receive import expect_descriptor, read_large_body, with_descriptor
 
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
 

@@ -4,7 +4,7 @@ descriptor bound (`server.spare_descriptors` under RLIMIT_NOFILE) are refused at
 logged a line a second rather than one per accept.
 
 Against a real `ckpt serve` process: the listening sockets and the keep-alive timer are set
-up by `api/serve.py`, which the in-process app does not run; the descriptor limit is the
+up by `node/serve.py`, which the in-process app does not run; the descriptor limit is the
 child's own (inherited from a limit lowered around its start)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A request aiohttp cannot parse (issue 41, low): a bad byte in a header was answered 400
 and logged with an ~875-byte traceback, per request and with no token; now at most one
 short line a second per process, and still 400. Against a real `ckpt serve` process: its
-logging is set up by `api/serve.py`, which the in-process app does not run."""
+logging is set up by `node/serve.py`, which the in-process app does not run."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from api import Settings, create_app
-from api.promotion import PROMOTIONS
+from api.transfer.promotion import PROMOTIONS
 from tiering import open_tier
 from vault import FakeClock, VaultConfig
 from vault.seal import add_key

@@ -2,7 +2,7 @@
 
 With two or more server processes (the default on a machine with two CPUs) every request
 on the port is answered by a worker: it prepares one-request saves itself and forwards or
-hands over every other change to the process that writes (api/forward.py, api/calls.py).
+hands over every other change to the process that writes (node/forward.py, node/calls.py).
 tests/integration/test_limits.py checks each limit on one process in process; here each is
 checked as a user meets it, on a real `ckpt serve --workers 2`, with the health answer of
 the same connection proving that a worker, not the writing process, took the request.

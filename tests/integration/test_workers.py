@@ -1,7 +1,7 @@
 """Several server processes on one data dir (`ckpt serve --workers 2`), as a real server.
 
-One process writes; a worker reads the data dir itself and forwards changes (api/workers.py,
-api/forward.py, api/calls.py). Each test reaches both processes by opening fresh
+One process writes; a worker reads the data dir itself and forwards changes (node/supervisor.py,
+node/forward.py, node/calls.py). Each test reaches both processes by opening fresh
 connections (the kernel spreads them over the two listening sockets) and checks what a
 user would: every process answers, a save made through either is read back through
 either, a revocation holds on both at once, a killed worker is replaced while the other
@@ -276,7 +276,7 @@ def test_a_tokens_rate_is_the_services_not_each_processes(tmp_path: Path) -> Non
 def test_a_large_body_hands_the_connection_to_the_writing_process(two: ServerProcess) -> None:
     """A 3 MiB file PUT on a connection the worker holds is not forwarded byte by byte:
     the connection itself moves to the writing process, which answers it and every later
-    request on it (api/handoff.py)."""
+    request on it (node/handoff.py)."""
     data = os.urandom(3 << 20)
     deadline = time.monotonic() + RESPAWN_WAIT
     while True:  # a connection the worker answers

@@ -1,9 +1,9 @@
 """The service reaches past aiohttp's public API in a few places; each is named here.
 
-- api/receive.py takes request bodies past aiohttp's parser: `request.writer.output_size`
+- api/transfer/receive.py takes request bodies past aiohttp's parser: `request.writer.output_size`
   (a 100 Continue is not part of the answer), `request.content.read_nowait()`,
   `request.content.feed_eof()` and `request.protocol.close()`;
-- api/handoff.py hands a connection to the writing process and adopts it there: it
+- node/handoff.py hands a connection to the writing process and adopts it there: it
   rebuilds the head from `request.raw_headers`, drains `request.content.read_nowait()`,
   closes with `request.protocol.close()`, and in the writing process feeds the bytes to a
   `web_protocol.RequestHandler` made by `runner.server` through its asyncio protocol

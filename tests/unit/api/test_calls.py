@@ -1,11 +1,11 @@
-"""The calls channel's messages (api/calls.py): prepared saves, outcomes and errors encoded
+"""The calls channel's messages (node/calls.py): prepared saves, outcomes and errors encoded
 field by field and decoded strictly, errors coming back as the engine's own classes."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.calls import (
+from node.calls import (
     error_fields,
     error_of,
     outcomes_of,
@@ -13,7 +13,7 @@ from api.calls import (
     saved_message,
     saves_message,
 )
-from api.channel import HEAD, TO_WORKER, TO_WRITER, ChannelError, Kind, Message, decode, encode
+from node.channel import HEAD, TO_WORKER, TO_WRITER, ChannelError, Kind, Message, decode, encode
 from vault import DEFAULT_PROFILE, FileEntry, PreparedSave, StoredCheckpoint
 from vault.direct import SaveRequest
 from vault.errors import CheckpointNotFound, MissingChunks, NotFound, QuotaExceeded, VaultError

@@ -1,4 +1,4 @@
-"""The channel's framing (api/channel.py): what one end encodes the other decodes, and
+"""The channel's framing (node/channel.py): what one end encodes the other decodes, and
 anything else is a `ChannelError`, never a guess."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from api.channel import (
+from node.channel import (
     HEAD,
     MAX_FRAME,
     TO_WORKER,

@@ -1,4 +1,4 @@
-"""The owner of a loopback connection's other end (api/peers.py), on real sockets."""
+"""The owner of a loopback connection's other end (api/transfer/peers.py), on real sockets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from api.peers import _listed_uid, peer_uid
+from api.transfer.peers import _listed_uid, peer_uid
 
 
 @contextmanager

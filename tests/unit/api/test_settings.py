@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from api.serve import cannot_hold_socket
 from api.settings import Settings, SettingsError, effective_config, load_settings
+from node.serve import cannot_hold_socket
 
 
 def write(tmp_path: Path, text: str) -> Path:

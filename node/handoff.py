@@ -1,6 +1,6 @@
 """Connections a worker hands to the writing process, whole, instead of forwarding a body.
 
-A worker forwards a change to the process that writes (api/forward.py). For a large body
+A worker forwards a change to the process that writes (node/forward.py). For a large body
 (a chunk batch, a streamed file) forwarding costs the service the body twice: the worker
 receives it and sends it on, the writing process receives it again (measured: +1.3 s of
 CPU per GB over one process). So for a body of `HANDOFF_MIN` bytes or more on plain HTTP,
@@ -8,7 +8,7 @@ the worker hands over the connection itself: the socket's descriptor (SCM_RIGHTS
 the bytes it already took off it (the request head, rebuilt from the raw headers, and the
 start of the body), on a SOCK_SEQPACKET socket in the data dir (`Settings.handoff_socket`,
 one message each; mode 0600, and taken only from the writing process's own workers,
-api/peercred.py). The writing process adopts the socket into its own aiohttp server,
+node/peercred.py). The writing process adopts the socket into its own aiohttp server,
 replays those bytes first, and from then on the connection is its own: the client's later
 requests on it (the next batches of an upload) go there directly, with no worker between.
 
@@ -34,7 +34,6 @@ import functools
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -42,14 +41,14 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
+from api.auth import principal
+from api.errors import Handler
+from api.observability import HANDED_OVER, RareLog
+from api.ratelimit import RateLimited
+from api.transfer.bodies import Shares
 from vault import Unavailable
 
-from .auth import principal
-from .bodies import Shares
-from .errors import Handler
-from .observability import HANDED_OVER
 from .peercred import WorkerPeers, worker_listener
-from .ratelimit import RateLimited
 
 log = logging.getLogger("ckpt.api")
 
@@ -59,23 +58,6 @@ _BUFFER = MAX_PREFIX + 4096
 PAUSE = 1.0  # seconds the adopter stops accepting after running out of descriptors
 ADOPTED_RETRY_AFTER = 1  # seconds a token past its adopted share is told to wait
 FIRST = web.RequestKey("adopted_first", bool)  # the request a worker handed over
-
-
-class RareLog:
-    """A warning logged a line a second at most, with how often it happened in all: a
-    condition met per connection (descriptors running out) logged 6,120 lines before."""
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-        self._count = 0
-        self._at = -PAUSE
-
-    def note(self, detail: object) -> None:
-        self._count += 1
-        now = time.monotonic()
-        if now - self._at >= PAUSE:
-            self._at = now
-            log.warning("%s: %d so far (the latest: %s)", self._what, self._count, detail)
 
 
 class Adopted:

@@ -16,19 +16,21 @@ from typing import Any
 
 from aiohttp import web
 
+from api.app import Alone, create_app
+from api.heads import Unheaded
+from api.keys import RUNTIME, UNHEADED
+from api.observability import AccessLogger, RareLog, configure_logging
+from api.settings import Settings, SettingsError
 from vault.libc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
 from vault.ownership import prepare_data_dir
 from vault.runtime import exit_if_stuck, os_name
 
-from .app import create_app
-from .handoff import Adopter, RareLog
-from .heads import Unheaded
-from .keys import ADOPTED, RUNTIME, UNHEADED
-from .observability import AccessLogger, configure_logging
+from .handoff import Adopter
+from .keys import ADOPTED
 from .peercred import WorkerPeers, worker_listener
-from .settings import Settings, SettingsError
+from .supervisor import worker_pids
 from .tls import exposure, server_context
-from .workers import worker_pids
+from .writer import Writer
 
 
 def tune_malloc() -> None:
@@ -114,7 +116,7 @@ def _descriptor_bound(spare: int) -> int:
 
 
 def inherited(fds: list[int], spare: int, unheaded: Unheaded) -> list[socket.socket]:
-    """The listening sockets a worker got from the writing process (api/workers.py), each
+    """The listening sockets a worker got from the writing process (node/supervisor.py), each
     refusing connections past this process's descriptor bound and noting those it takes
     in `unheaded` until their first request head."""
     bound = _descriptor_bound(spare)
@@ -131,7 +133,7 @@ def inherited(fds: list[int], spare: int, unheaded: Unheaded) -> list[socket.soc
 def listeners(host: str, port: int, spare: int, copies: int = 1) -> list[list[socket.socket]]:
     """Bound (not yet listening) TCP sockets for `host`:`port`, one per address it names,
     each refusing connections past the descriptor bound (`_Listener`); `copies` such sets,
-    one per process answering on the port (api/workers.py).
+    one per process answering on the port (node/supervisor.py).
 
     Several copies are bound together with SO_REUSEPORT, so the kernel spreads new
     connections evenly over the processes (one socket shared by all of them let the
@@ -254,7 +256,8 @@ def serve(settings: Settings) -> None:
     groups = listeners(settings.host, settings.port, settings.spare_descriptors, settings.answering)
     socks, copies = (groups[0], []) if settings.processes == 1 else ([], groups)
     paths = [str(p) for p in (settings.socket_path,) if p is not None]
-    app = create_app(settings, listening=copies)
+    role = Writer(settings, copies) if copies else Alone()
+    app = create_app(settings, role=role)
     # SIGTERM (or SIGINT) is a graceful exit: stop accepting, let in-flight requests finish
     # (up to shutdown_timeout), then the cleanup context stops the workers, drains the
     # writer and closes LMDB; the process exits 0. As `web.run_app` does it: the signal
@@ -290,7 +293,7 @@ async def _run(
     tls: ssl.SSLContext | None,
 ) -> None:
     """What `web.run_app` does, keeping the runner, whose server adopts the connections
-    workers hand over (api/handoff.py). A connection must send a whole request head within
+    workers hand over (node/handoff.py). A connection must send a whole request head within
     header_timeout of opening it or of its previous answer (aiohttp's keep-alive timer runs
     from the connection's start), or it is closed. The Unix sockets speak plain HTTP."""
     runner = web.AppRunner(
@@ -327,8 +330,8 @@ async def _run(
 
 
 def _engine_socket(app: web.Application, settings: Settings) -> list[socket.socket]:
-    """The socket the workers forward to (api/forward.py), if there are workers: 0600, and
-    taking connections from them alone (api/peercred.py)."""
+    """The socket the workers forward to (node/forward.py), if there are workers: 0600, and
+    taking connections from them alone (node/peercred.py)."""
     path = settings.engine_socket
     if settings.processes == 1 or path is None:
         return []

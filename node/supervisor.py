@@ -2,11 +2,11 @@
 
 `ckpt serve` is the writing process: it opens the vault as ever (writer, syncer, save
 journal, maintenance, replication, the schedule) and serves the local socket and the
-engine socket. It then starts `Settings.answering` workers (`python -m api.worker`), each
+engine socket. It then starts `Settings.answering` workers (`python -m node.worker`), each
 with its own event loop, interpreter and pools, which accept on listening sockets bound to
-the same port (SO_REUSEPORT, made here and inherited: api/serve.py), open the vault to
+the same port (SO_REUSEPORT, made here and inherited: node/serve.py), open the vault to
 read (`Vault(reader=True)`), prepare one-request saves and forward every other change to
-the writing process (api/forward.py, api/calls.py). The writing process answers nothing
+the writing process (node/forward.py, node/calls.py). The writing process answers nothing
 on the port: its interpreter lock is the writer's (answering too, its HTTP work doubled
 the wall time of the writer's transactions, docs/SCALING.md). So HTTP parsing,
 authentication, JSON, cutting and hashing and the reads themselves use every core, while
@@ -30,33 +30,26 @@ Lifetimes, and why each is safe:
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO
 
 from aiohttp import web
 
-from vault import Unavailable
+from api.keys import INSTANCE, SETTINGS, VAULT
+from api.settings import Settings
 from vault.libc import signal_on_parent_death
-from vault.ownership import open_private
-
-from .keys import LISTENING, SETTINGS, VAULT
-from .settings import Settings
 
 log = logging.getLogger("ckpt.api")
 
-READERS_LOCK = "workers.lock"  # in the vault dir: held shared by every worker
-READERS_WAIT = 15.0  # seconds a starting writer waits for a predecessor's workers to die
 RESTART_MIN, RESTART_MAX = 0.5, 30.0
 READY_WAIT = 60.0  # seconds a starting service waits for its workers to open the vault
 
@@ -72,44 +65,6 @@ class WorkerSpec:
     ready: int  # a pipe's write end: one byte once the worker is ready to serve
     go: int  # a pipe's read end: one byte once it may accept (every worker is ready)
     parent: int  # the writer's pid: a worker that finds another parent exits
-
-
-def readers_lock(settings: Settings) -> Path:
-    return settings.data_dir / "vault" / READERS_LOCK
-
-
-@contextmanager
-def no_readers(settings: Settings) -> Iterator[None]:
-    """Hold `workers.lock` exclusively: no worker of an earlier writer is still reading.
-    Waits up to READERS_WAIT seconds (they die with their writer, within milliseconds)."""
-    path = readers_lock(settings)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with os.fdopen(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as f:
-        deadline = time.monotonic() + READERS_WAIT
-        while True:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise Unavailable(
-                        f"{path.parent} is still read by worker processes of an earlier "
-                        "server; stop them first"
-                    ) from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
-def hold_shared(settings: Settings) -> IO[bytes]:
-    """A worker's share of `workers.lock`, for its life (the kernel drops it at exit)."""
-    f = os.fdopen(
-        open_private(readers_lock(settings), os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab"
-    )
-    fcntl.flock(f.fileno(), fcntl.LOCK_SH)
-    return f
 
 
 def die_with_parent(parent: int) -> None:
@@ -137,7 +92,7 @@ class Workers:
 
     settings: Settings
     instance: str
-    listening: list[list[int]]  # each worker's listening sockets (api/serve.py)
+    listening: list[list[int]]  # each worker's listening sockets (node/serve.py)
     forget_readers: Callable[[], object]  # clear dead readers' slots in LMDB's lock table
     _workers: list[_Worker] = field(default_factory=list)
     _stopping: bool = False
@@ -176,7 +131,7 @@ class Workers:
         )
         try:
             proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "api.worker"],
+                [sys.executable, "-m", "node.worker"],
                 stdin=subprocess.PIPE,
                 pass_fds=[*fds, ready_write, go_read],
             )
@@ -284,14 +239,17 @@ class Workers:
 WORKERS = web.AppKey("workers", Workers)
 
 
-def workers_context(instance: str) -> Callable[[web.Application], AsyncIterator[None]]:
+def workers_context(
+    listening: list[list[socket.socket]],
+) -> Callable[[web.Application], AsyncIterator[None]]:
     """The cleanup context that runs the workers of the writing process: started once the
-    vault is open, stopped (and waited for) before it closes."""
+    vault is open, stopped (and waited for) before it closes. `listening`: each worker's
+    listening sockets, inherited by it."""
 
     async def context(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
-        listening = [[s.fileno() for s in group] for group in app[LISTENING]]
-        workers = Workers(settings, instance, listening, app[VAULT].forget_dead_readers)
+        fds = [[s.fileno() for s in group] for group in listening]
+        workers = Workers(settings, app[INSTANCE], fds, app[VAULT].forget_dead_readers)
         app[WORKERS] = workers
         try:
             await workers.start()  # inside: a SIGTERM while they start stops them too
@@ -305,7 +263,7 @@ def workers_context(instance: str) -> Callable[[web.Application], AsyncIterator[
 
 def worker_pids(app: web.Application) -> frozenset[int]:
     """The pids of the writing process's workers running now (none before they start): a
-    connection on an inter-process socket is taken only from one of them (api/peercred.py).
+    connection on an inter-process socket is taken only from one of them (node/peercred.py).
     A worker that exited leaves the set before its pid can be reused (it is reaped after)."""
     workers = app.get(WORKERS)
     return frozenset(workers.pids()) if workers is not None else frozenset()

@@ -89,7 +89,7 @@ class _CheckedListener(socket.socket):
     ConnectionAbortedError, and comes back while connections are queued."""
 
     check: Callable[[socket.socket], bool]
-    bound: int  # descriptor numbers from here on are refused (as api/serve.py's _Listener)
+    bound: int  # descriptor numbers from here on are refused (as node/serve.py's _Listener)
 
     def accept(self) -> tuple[socket.socket, object]:
         conn, addr = super().accept()

@@ -46,9 +46,9 @@ from protocol import DESCRIPTOR_TYPE
 from vault import FileEntry, InvalidRequest, NotFound, Vault
 from vault.content.reader import CopyBuffers, batches
 
-from .errors import InvalidRange
-from .http import json_response, run
-from .keys import RUNTIME, VAULT
+from ..errors import InvalidRange
+from ..http import json_response, run
+from ..keys import RUNTIME, VAULT
 from .promotion import PROMOTIONS
 from .receive import with_descriptor
 

@@ -2,7 +2,7 @@
 how slowly a body read on the event loop may arrive.
 
 A leaf module (aiohttp, stdlib, vault and api/errors.py only): api/keys.py names its class
-as an AppKey type, and api/forward.py reads bodies with `MinRateBody`.
+as an AppKey type, and node/forward.py reads bodies with `MinRateBody`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from aiohttp import StreamReader, web
 
 from vault import InvalidRequest, Unavailable
 
-from .errors import BodyTimeout
+from ..errors import BodyTimeout
 
 
 class MinRateBody:
     """A request body read on the event loop, answered 408 (`BodyTimeout`) when the client
     sends nothing for `idle` seconds, or when, `idle` seconds after the first read, it has
     sent fewer than `rate` bytes per second since (0: no rate; mod_reqtimeout's MinRate).
-    The large bodies a receiver thread takes have the same bound (api/receive.py); small
+    The large bodies a receiver thread takes have the same bound (api/transfer/receive.py); small
     ones had only the idle timer, so a byte every 20 s held a connection for ever (and,
     forwarded, one of the writing process's descriptors). Only time spent waiting on the
     client counts towards `idle`; the rate counts all of it, as the receivers' does."""

@@ -15,8 +15,8 @@ from aiohttp import web
 from tiering.runner import promote_checkpoint, wants_promotion
 from vault import StoredCheckpoint
 
-from .keys import JOBS, RUNTIME, VAULT
-from .observability import timed
+from ..keys import JOBS, RUNTIME, VAULT
+from ..observability import timed
 
 log = logging.getLogger("ckpt.tiering")
 

@@ -1,6 +1,6 @@
 """A worker's way to the process that writes: changes are forwarded, reads stay here.
 
-Several server processes answer on one port (api/workers.py). LMDB lets every one of them
+Several server processes answer on one port (node/supervisor.py). LMDB lets every one of them
 read the data dir's maps, but only one may write it: the writer's group commit, the save
 journal and the syncer's recovery all assume a single writing process. So a worker answers
 reads itself (records, listings, manifests, files, health) and passes everything else, as
@@ -11,7 +11,7 @@ process (statistics, metrics, jobs, the audit log, replication).
 The forwarded request keeps its method, target, headers and body (streamed both ways);
 the writing process authenticates it as if it had come straight, and learns the caller's
 address from `FORWARDED_FOR`, which it believes only on the engine socket from one of its
-workers (`trusted_forwards`; api/peercred.py). A descriptor
+workers (`trusted_forwards`; node/peercred.py). A descriptor
 hand-over cannot be forwarded (the descriptor travels on the local socket itself) and is
 refused here with the reason.
 
@@ -33,16 +33,16 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from api.auth import principal
+from api.errors import ApiError, Handler
+from api.observability import request_id
+from api.ratelimit import RateLimited
+from api.transfer.bodies import MinRateBody, Shares
 from protocol import DESCRIPTOR_TYPE
 from vault import InvalidRequest, Unavailable
 
-from .auth import principal
-from .bodies import MinRateBody, Shares
-from .errors import ApiError, Handler
 from .handoff import HANDOFF_MIN, can_hand_over, hand_over
-from .observability import request_id
 from .peercred import is_worker, peer_of
-from .ratelimit import RateLimited
 
 FORWARDED_FOR = "X-Ckpt-Forwarded-For"
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -118,7 +118,7 @@ class ForwardBounds:
 
 def forwarded(request: web.Request) -> bool:
     """Whether this request belongs to the process that writes. One-request saves do
-    not: the worker prepares them and hands the writer only that (api/calls.py)."""
+    not: the worker prepares them and hands the writer only that (node/calls.py)."""
     if request.method in _READS:
         return request.path.startswith(_WRITER_READS)
     if request.method == "POST":
@@ -245,7 +245,7 @@ def trusted_forwards(
     engine_socket: str, workers: Callable[[web.Application], Collection[int]]
 ) -> Middleware:
     """The writing process's side: a request that came on the engine socket from one of
-    its current workers (`workers`: their pids; the kernel names the peer, api/peercred.py)
+    its current workers (`workers`: their pids; the kernel names the peer, node/peercred.py)
     was forwarded by it, so its caller's address is the one the worker names. Anywhere else
     the header is the caller's own word: dropped. Decided per connection: the same server
     also answers the local socket and the client connections workers hand over."""

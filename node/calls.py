@@ -2,14 +2,14 @@
 
 An agent's one-request save is mostly CPU outside the writer: the HTTP request, auth, the
 bundle, cutting, hashing, compressing and the JSON answer. A worker does all of that itself
-(api/workers.py) and hands the writing process only the prepared saves (`vault.PreparedSave`:
+(node/supervisor.py) and hands the writing process only the prepared saves (`vault.PreparedSave`:
 one for a one-request save, all of a `POST /v1/saves`) on this socket
 (`Settings.calls_socket`, mode 0600 in the data dir); the writing process queues them on
 its writer straight from its event loop (no thread hop, no HTTP parsing; one writer batch
 takes them) and answers with each checkpoint once the last is durable. Forwarding the save
 as HTTP instead would have the writing process pay for the whole request again.
 
-The messages are api/channel.py's named kinds, encoded here field by field: a save's
+The messages are node/channel.py's named kinds, encoded here field by field: a save's
 request fields as JSON, its files, entries and new frames as raw blobs; a checkpoint as its
 catalog JSON; an error as its stable code, class name and message, raised again on the
 worker as the engine's class of that code (`VaultError` subclasses only: nothing a peer
@@ -17,7 +17,7 @@ sends picks a class outside that tree or runs code). Many calls share one connec
 worker, answered as they complete; the same connection carries the worker's tokens' last
 uses and, the other way, the writing process's questions (a worker's metrics, for a
 `/metrics` that counts every process's requests). The writing process accepts a
-connection only from one of its current workers (SO_PEERCRED, api/peercred.py); a frame
+connection only from one of its current workers (SO_PEERCRED, node/peercred.py); a frame
 that does not decode closes the connection with one log line. A worker whose connection
 breaks fails the calls under way with 503 `unavailable`; the client's retry carries the
 same idempotency key, so a save committed before the break is returned, not made twice.

@@ -12,7 +12,7 @@ new one, ~0.1 ms on loopback against the ~10 ms a 16 MiB body takes). TLS bodies
 without a Content-Length and small ones go the usual way.
 
 Receiver and hand-over threads are shared by every tenant, so each token may hold only its
-share of them (`receivers_per_token`, `handovers_per_token`; api/bodies.py `Shares`): past
+share of them (`receivers_per_token`, `handovers_per_token`; api/transfer/bodies.py `Shares`): past
 it, its next body is answered 429 with Retry-After, and the other tokens' bodies find the
 rest of the pool free. A body on a receiver must also keep a minimum rate: it has
 body_timeout plus its length at `body_min_rate` in all, or 408, however often a byte comes.
@@ -41,12 +41,12 @@ from aiohttp import HttpVersion11, web
 from protocol import CONTINUE, DESCRIPTOR_TYPE
 from vault import InvalidRequest, TooLarge
 
-from .auth import principal
+from ..auth import principal
+from ..errors import BodyTimeout, RequestTimeout
+from ..http import read_writable_body, reading_body
+from ..keys import BODY_READERS, RUNTIME, SETTINGS
+from ..ratelimit import RateLimited
 from .bodies import Shares
-from .errors import BodyTimeout, RequestTimeout
-from .http import read_writable_body, reading_body
-from .keys import BODY_READERS, RUNTIME, SETTINGS
-from .ratelimit import RateLimited
 
 THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's reads
 T = TypeVar("T")

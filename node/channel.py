@@ -1,6 +1,6 @@
 """The local channel between the writing process and its workers: message kinds and framing.
 
-Only this module knows the bytes on `ckpt-calls.sock` (api/calls.py gives them meaning).
+Only this module knows the bytes on `ckpt-calls.sock` (node/calls.py gives them meaning).
 Every message is a frame: a 13-byte head (payload length u32, call id u64, kind u8, big
 endian) and a payload of one JSON object (u32 length, then UTF-8) followed by raw blobs
 (u32 length each, then the bytes) up to the payload's end. Structured fields go in the
