@@ -19,11 +19,11 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from protocol import ADMIN_TOKEN_FILE
-from vault import Clock, SystemClock, Vault
-from vault.direct import SaveOptions
-from vault.ownership import open_private, prepare_data_dir
-from vault.runtime import PoolSizes, Runtime
+from checkpoint_vault.protocol import ADMIN_TOKEN_FILE
+from checkpoint_vault.vault import Clock, SystemClock, Vault
+from checkpoint_vault.vault.direct import SaveOptions
+from checkpoint_vault.vault.ownership import open_private, prepare_data_dir
+from checkpoint_vault.vault.runtime import PoolSizes, Runtime
 
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware

@@ -16,11 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from tiering import open_tier
-from tiering.wrappers import RetryingTier
-from vault import Clock, Keyring, Unavailable, Vault
-from vault.ownership import open_private
-from vault.runtime import Runtime
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.tiering.wrappers import RetryingTier
+from checkpoint_vault.vault import Clock, Keyring, Unavailable, Vault
+from checkpoint_vault.vault.ownership import open_private
+from checkpoint_vault.vault.runtime import Runtime
 
 from .settings import Settings
 

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from protocol import decode_bundle, decode_saves, parse_size
-from vault import InvalidRequest, TooLarge
+from checkpoint_vault.protocol import decode_bundle, decode_saves, parse_size
+from checkpoint_vault.vault import InvalidRequest, TooLarge
 
 from .auth import PRINCIPAL
 from .keys import BODY_READERS, RUNTIME, SETTINGS, TURNS

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from maintenance import MaintenanceQueue
-from vault import Clock, Vault
-from vault.runtime import Runtime
+from checkpoint_vault.maintenance import MaintenanceQueue
+from checkpoint_vault.vault import Clock, Vault
+from checkpoint_vault.vault.runtime import Runtime
 
 from .auth import TokenCache
 from .heads import Unheaded

@@ -9,7 +9,7 @@ see bench/series.py):
 
 What it does, in one temp dir:
 
-1. starts `python -m cli serve` on a free loopback port and polls GET /v1/health;
+1. starts `python -m checkpoint_vault.cli serve` on a free loopback port and polls GET /v1/health;
 2. per series (bench/series.py, generated in a child process so torch's memory does not
    count against the client): writes the checkpoints to disk and times that;
 3. baseline, same run: copies every checkpoint file in 8 MiB writes + fsync (agent state:
@@ -66,7 +66,7 @@ from bench_ingest import (
     table,
 )
 
-from protocol import StatsReport
+from checkpoint_vault.protocol import StatsReport
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -225,7 +225,7 @@ def make_client(kind: str, url: str, token: str) -> Any:
     if kind == "raw":
         return RawHTTPClient(url, token)
     try:
-        from client import VaultClient
+        from checkpoint_vault.client import VaultClient
     except ImportError as e:
         raise BenchError(
             f"cannot import client.VaultClient ({e}); run with --client raw for the stand-in"

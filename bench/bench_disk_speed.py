@@ -18,7 +18,7 @@ What it does, in one temp dir:
    it just freed, which on this VM costs a third of the kernel time of pages new to a
    file (a fresh guest page costs the host a fault), while the vault's data file, like a
    checkpoint, only grows into new pages: the fastest new-file copy is printed too;
-3. starts `python -m cli serve` on a loopback port;
+3. starts `python -m checkpoint_vault.cli serve` on a loopback port;
 4. saves: one child process per checkpoint set runs `VaultClient.save` (the series into one
    namespace, each with the previous as parent) and reports the seconds inside `save`, its
    own peak RSS and the bytes it sent: the server is on this machine, so by default the
@@ -30,8 +30,9 @@ What it does, in one temp dir:
    restore swung 0.5-0.9x between runs of the same code here, the first read of data gone
    cold in the page cache being ~3x slower);
 6. `curl` GETs the novel file twice to /dev/null and keeps the second (hot) rate;
-7. the server's peak RSS (VmHWM), and the start-up time of `python -c "import client"` and
-   `ckpt --help` (best of 5, beside `python -c pass`);
+7. the server's peak RSS (VmHWM), and the start-up time of
+   `python -c "import checkpoint_vault.client"` and `ckpt --help` (best of 5, beside
+   `python -c pass`);
 8. CPU seconds per GB of the server (utime + stime from /proc/PID/stat around each save
    and the faster load) and of the client child (start to exit, imports included).
 
@@ -115,7 +116,7 @@ def child(argv: list[str]) -> dict[str, Any]:
 
 def run_child(args: argparse.Namespace) -> dict[str, Any]:
     """The measured side: save or load checkpoint sets, timing only the client calls."""
-    from client import VaultClient
+    from checkpoint_vault.client import VaultClient
 
     op, url, ns, spec = args.child
     sets: list[dict[str, str]] = json.loads(spec)
@@ -296,7 +297,17 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
         start = time.perf_counter()
         for ck, d in zip(saved["ids"], dests, strict=True):
             subprocess.run(
-                [sys.executable, "-m", "cli", "--url", server.url, "pull", name, ck, str(d)],
+                [
+                    sys.executable,
+                    "-m",
+                    "checkpoint_vault.cli",
+                    "--url",
+                    server.url,
+                    "pull",
+                    name,
+                    ck,
+                    str(d),
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
@@ -349,8 +360,8 @@ def run(args: argparse.Namespace) -> Figures:
         finally:
             server.stop()
     fig.python_pass_ms = best_of([sys.executable, "-c", "pass"])
-    fig.import_client_ms = best_of([sys.executable, "-c", "import client"])
-    fig.ckpt_help_ms = best_of([sys.executable, "-m", "cli", "--help"])
+    fig.import_client_ms = best_of([sys.executable, "-c", "import checkpoint_vault.client"])
+    fig.ckpt_help_ms = best_of([sys.executable, "-m", "checkpoint_vault.cli", "--help"])
     return fig
 
 

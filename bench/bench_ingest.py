@@ -10,7 +10,7 @@ What it does, in one temp dir:
    than a piece or two in memory);
 2. baseline: copies it to `baseline.bin` in 8 MiB writes + fsync, then reads that back in
    8 MiB reads (nothing is dropped from the page cache; the output says if it was cached);
-3. starts `python -m cli serve` on a free loopback port as a separate process;
+3. starts `python -m checkpoint_vault.cli serve` on a free loopback port as a separate process;
 4. streams `source.bin` through `PUT /v1/uploads/{id}/files/data.bin` and commits
    (timed from the start of the PUT to the end of the commit);
 5. downloads `latest/files/data.bin`, hashing it with BLAKE3 against the PUT answer;
@@ -321,7 +321,7 @@ def free_port() -> int:
 
 @dataclass
 class Server:
-    """`python -m cli serve` on loopback, its output going to a log file."""
+    """`python -m checkpoint_vault.cli serve` on loopback, its output going to a log file."""
 
     data_dir: Path
     log_path: Path
@@ -343,7 +343,7 @@ class Server:
         cmd = [
             sys.executable,
             "-m",
-            "cli",
+            "checkpoint_vault.cli",
             "serve",
             "--data",
             str(self.data_dir),

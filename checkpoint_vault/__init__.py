@@ -1,20 +1,20 @@
 """The distribution's import root: `from checkpoint_vault import VaultClient`.
 
-A training repo's own `client.py` or `api/` shadows a top-level package of ours with that
-name; this root does not collide. Today it names the client's public API (`client`'s
-names, loaded on first use as there, so importing it stays light); the engine, service and
-CLI folders become its subpackages next (issue 42: setuptools' package-dir maps them where
-they stand), after which the top-level names go.
+The distribution installs this one package; the repository's folders are its subpackages
+(`checkpoint_vault.vault`, `.api`, `.node`, `.client`, `.cli`, ...: links here to where
+they stand), so a training repo's own `client.py` or `api/` shadows nothing of ours. It
+names the client's public API (loaded on first use, as `client` does, so importing it
+stays light).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import client as _client
+from checkpoint_vault import client as _client
 
 if TYPE_CHECKING:
-    from client import *  # noqa: F403 - the client's names, for type checkers
+    from checkpoint_vault.client import *  # noqa: F403 - the client's names, for type checkers
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, overload
 from urllib.parse import quote
 
-from protocol import (
+from checkpoint_vault.protocol import (
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
     DEFAULT_URL,
@@ -103,7 +103,7 @@ class UploadSession:
 class AsyncVaultClient:
     """A Checkpoint Vault client for async code: `async with AsyncVaultClient() as vault`.
     Public coroutine methods here get a blocking twin on `VaultClient`: after changing
-    one, run `python -m client._gen_sync`."""
+    one, run `python -m checkpoint_vault.client._gen_sync`."""
 
     def __init__(
         self,

@@ -33,13 +33,13 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from api.auth import principal
-from api.errors import ApiError, Handler
-from api.observability import request_id
-from api.ratelimit import RateLimited
-from api.transfer.bodies import MinRateBody, Shares
-from protocol import DESCRIPTOR_TYPE
-from vault import InvalidRequest, Unavailable
+from checkpoint_vault.api.auth import principal
+from checkpoint_vault.api.errors import ApiError, Handler
+from checkpoint_vault.api.observability import request_id
+from checkpoint_vault.api.ratelimit import RateLimited
+from checkpoint_vault.api.transfer.bodies import MinRateBody, Shares
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE
+from checkpoint_vault.vault import InvalidRequest, Unavailable
 
 from .handoff import HANDOFF_MIN, can_hand_over, hand_over
 from .peercred import is_worker, peer_of

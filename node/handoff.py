@@ -41,12 +41,12 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
-from api.auth import principal
-from api.errors import Handler
-from api.observability import HANDED_OVER, RareLog
-from api.ratelimit import RateLimited
-from api.transfer.bodies import Shares
-from vault import Unavailable
+from checkpoint_vault.api.auth import principal
+from checkpoint_vault.api.errors import Handler
+from checkpoint_vault.api.observability import HANDED_OVER, RareLog
+from checkpoint_vault.api.ratelimit import RateLimited
+from checkpoint_vault.api.transfer.bodies import Shares
+from checkpoint_vault.vault import Unavailable
 
 from .peercred import WorkerPeers, worker_listener
 

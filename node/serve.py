@@ -16,14 +16,14 @@ from typing import Any
 
 from aiohttp import web
 
-from api.app import Alone, create_app
-from api.heads import Unheaded
-from api.keys import RUNTIME, UNHEADED
-from api.observability import AccessLogger, RareLog, configure_logging
-from api.settings import Settings, SettingsError
-from vault.libc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
-from vault.ownership import prepare_data_dir
-from vault.runtime import exit_if_stuck, os_name
+from checkpoint_vault.api.app import Alone, create_app
+from checkpoint_vault.api.heads import Unheaded
+from checkpoint_vault.api.keys import RUNTIME, UNHEADED
+from checkpoint_vault.api.observability import AccessLogger, RareLog, configure_logging
+from checkpoint_vault.api.settings import Settings, SettingsError
+from checkpoint_vault.vault.libc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
+from checkpoint_vault.vault.ownership import prepare_data_dir
+from checkpoint_vault.vault.runtime import exit_if_stuck, os_name
 
 from .handoff import Adopter
 from .keys import ADOPTED

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from api.http import run_small
-from api.saving import PendingSave, Saved, prepare_all
-from vault import Vault
-from vault.direct import SaveOptions
+from checkpoint_vault.api.http import run_small
+from checkpoint_vault.api.saving import PendingSave, Saved, prepare_all
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.direct import SaveOptions
 
 from .calls import CallClient
 

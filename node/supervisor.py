@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from api.keys import INSTANCE, SETTINGS, VAULT
-from api.settings import Settings
-from vault.libc import signal_on_parent_death
+from checkpoint_vault.api.keys import INSTANCE, SETTINGS, VAULT
+from checkpoint_vault.api.settings import Settings
+from checkpoint_vault.vault.libc import signal_on_parent_death
 
 log = logging.getLogger("ckpt.api")
 
@@ -131,7 +131,7 @@ class Workers:
         )
         try:
             proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "node.worker"],
+                [sys.executable, "-m", "checkpoint_vault.node.worker"],
                 stdin=subprocess.PIPE,
                 pass_fds=[*fds, ready_write, go_read],
             )

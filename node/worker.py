@@ -20,13 +20,13 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import generate_latest
 
-from api.app import create_app
-from api.auth import auth_middleware
-from api.engine import hold_shared
-from api.keys import LIMITER, METRICS, SAVES, SETTINGS, TOKENS, UNHEADED, VAULT
-from api.observability import AccessLogger, configure_logging
-from vault import VaultError
-from vault.runtime import os_name
+from checkpoint_vault.api.app import create_app
+from checkpoint_vault.api.auth import auth_middleware
+from checkpoint_vault.api.engine import hold_shared
+from checkpoint_vault.api.keys import LIMITER, METRICS, SAVES, SETTINGS, TOKENS, UNHEADED, VAULT
+from checkpoint_vault.api.observability import AccessLogger, configure_logging
+from checkpoint_vault.vault import VaultError
+from checkpoint_vault.vault.runtime import os_name
 
 from .calls import CallClient
 from .forward import ForwardBounds, Forwarder, forward_middleware

@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from api.audit import audit_middleware
-from api.auth import auth_middleware
-from api.keys import LIMITER, SETTINGS, TOKENS, VAULT
-from api.roles import read_only_middleware
-from api.settings import Settings
+from checkpoint_vault.api.audit import audit_middleware
+from checkpoint_vault.api.auth import auth_middleware
+from checkpoint_vault.api.keys import LIMITER, SETTINGS, TOKENS, VAULT
+from checkpoint_vault.api.roles import read_only_middleware
+from checkpoint_vault.api.settings import Settings
 
 from .calls import CHANNEL_BUFFER, CallServer
 from .forward import trusted_forwards

@@ -18,12 +18,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+ROOT_PACKAGE = "checkpoint_vault"  # the one import root: its subpackages are the folders
 
 
 def imported_modules(path: Path) -> set[str]:
     """Absolute module names a file imports (relative imports resolved from its package)."""
     tree = ast.parse(path.read_text(), str(path))
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    parts = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    package = ".".join(parts if parts[0] == ROOT_PACKAGE else (ROOT_PACKAGE, *parts))
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -41,7 +43,19 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def sources(package: str) -> list[Path]:
+    """The package's files; the root's own, not its links to the folders."""
+    if package == ROOT_PACKAGE:
+        return sorted((ROOT / package).glob("*.py"))
     return sorted((ROOT / package).rglob("*.py"))
+
+
+def floor_of(module: str) -> str | None:
+    """Which package of ours a module is in (`checkpoint_vault.api.keys` -> `api`), or None
+    (the bare root: `from checkpoint_vault import api` names `checkpoint_vault.api` too)."""
+    parts = module.split(".")
+    if parts[0] != ROOT_PACKAGE or len(parts) == 1:
+        return None
+    return parts[1] if parts[1] in FLOORS else ROOT_PACKAGE
 
 
 # Floors, bottom up: what each package may import of ours. The CLI is the top floor; the
@@ -66,13 +80,33 @@ def package_graph() -> dict[str, set[str]]:
     """Package -> the packages of ours its modules import (ast, so lazy imports count)."""
     graph: dict[str, set[str]] = {}
     for package in FLOORS:
-        graph[package] = {
-            module.split(".")[0]
-            for path in sources(package)
-            for module in imported_modules(path)
-            if module.split(".")[0] in FLOORS and module.split(".")[0] != package
-        }
+        floors = {floor_of(m) for path in sources(package) for m in imported_modules(path)}
+        graph[package] = {f for f in floors if f is not None and f != package}
     return graph
+
+
+def test_every_import_of_ours_goes_through_the_root() -> None:
+    """`import vault` works in a checkout (the folders are on the path) but not installed,
+    where only `checkpoint_vault` is: each import of ours names the root."""
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for package in FLOORS
+        for path in sources(package)
+        for module in imported_modules(path)
+        if module.split(".")[0] in set(FLOORS) - {ROOT_PACKAGE}
+    }
+    for path in [*ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/*.py")]:
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            bad |= {
+                f"{path.relative_to(ROOT)}: {n}"
+                for n in names
+                if n.split(".")[0] in FLOORS and n.split(".")[0] != ROOT_PACKAGE
+            }
+    assert not bad, sorted(bad)
 
 
 def test_no_import_runs_against_the_floors() -> None:
@@ -107,7 +141,11 @@ def test_protocol_imports_only_the_standard_library() -> None:
     for path in sources("protocol"):
         for module in imported_modules(path):
             top = module.split(".")[0]
-            if top in {"protocol", "__future__"} or top in sys.stdlib_module_names:
+            if (
+                floor_of(module) == "protocol"
+                or top == "__future__"
+                or top in sys.stdlib_module_names
+            ):
                 continue
             if top in allowed_third_party.get(path.name, set()):
                 continue
@@ -116,8 +154,8 @@ def test_protocol_imports_only_the_standard_library() -> None:
 
 
 def _import_all(package: str) -> None:
-    root = importlib.import_module(package)
-    for info in pkgutil.walk_packages(root.__path__, f"{package}."):
+    root = importlib.import_module(f"{ROOT_PACKAGE}.{package}")
+    for info in pkgutil.walk_packages(root.__path__, f"{root.__name__}."):
         importlib.import_module(info.name)
 
 
@@ -129,8 +167,8 @@ def server_error_classes() -> set[type]:
     """Every class whose `code` the server's one error middleware can put on the wire."""
     for package in ("vault", "tiering", "api"):
         _import_all(package)
-    from api.errors import ApiError
-    from vault.errors import VaultError
+    from checkpoint_vault.api.errors import ApiError
+    from checkpoint_vault.vault.errors import VaultError
 
     return {VaultError, ApiError} | _subclasses(VaultError) | _subclasses(ApiError)
 
@@ -138,7 +176,7 @@ def server_error_classes() -> set[type]:
 def server_codes() -> set[str]:
     """Every code api/ can emit: the error classes', aiohttp's HTTP errors as mapped, and the
     fallbacks for other 4xx/5xx and for bugs."""
-    from api import errors
+    from checkpoint_vault.api import errors
 
     return (
         {c.code for c in server_error_classes()}  # type: ignore[attr-defined]
@@ -148,7 +186,7 @@ def server_codes() -> set[str]:
 
 
 def test_every_server_error_class_is_in_the_table_with_its_status() -> None:
-    from protocol import ERROR_SPECS
+    from checkpoint_vault.protocol import ERROR_SPECS
 
     for cls in server_error_classes():
         spec = ERROR_SPECS.get(cls.code)  # type: ignore[attr-defined]
@@ -158,8 +196,8 @@ def test_every_server_error_class_is_in_the_table_with_its_status() -> None:
 
 
 def test_every_code_the_server_can_emit_maps_to_its_own_client_class() -> None:
-    from client.errors import _BY_CODE, ClientError
-    from protocol import ERROR_SPECS
+    from checkpoint_vault.client.errors import _BY_CODE, ClientError
+    from checkpoint_vault.protocol import ERROR_SPECS
 
     codes = server_codes()
     assert {"key_unavailable", "unauthorized", "forbidden", "internal"} <= codes
@@ -173,8 +211,8 @@ def test_every_code_the_server_can_emit_maps_to_its_own_client_class() -> None:
 
 
 def test_every_aiohttp_status_mapping_agrees_with_the_table() -> None:
-    from api.errors import HTTP_CODES
-    from protocol import ERROR_CODES
+    from checkpoint_vault.api.errors import HTTP_CODES
+    from checkpoint_vault.protocol import ERROR_CODES
 
     for status, code in HTTP_CODES.items():
         if status != 405:  # method not allowed is answered as a bad request, keeping 405
@@ -182,14 +220,14 @@ def test_every_aiohttp_status_mapping_agrees_with_the_table() -> None:
 
 
 def test_table_lists_no_code_the_server_cannot_emit() -> None:
-    from protocol import ERROR_CODES
+    from checkpoint_vault.protocol import ERROR_CODES
 
     assert set(ERROR_CODES) == server_codes()
 
 
 def test_docs_error_table_matches_the_protocol() -> None:
     """docs/API.md's "Errors" table has one row per code, with the table's status."""
-    from protocol import ERROR_CODES
+    from checkpoint_vault.protocol import ERROR_CODES
 
     text = (ROOT / "docs" / "API.md").read_text()
     section = text[text.index("## Errors") :]

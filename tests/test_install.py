@@ -39,12 +39,25 @@ def test_pip_install_dot_is_the_client_only(tmp_path: Path) -> None:
     assert not installed & SERVER_ONLY, sorted(installed & SERVER_ONLY)
 
     client = subprocess.run(
-        [python, "-c", "from checkpoint_vault import VaultClient, AsyncVaultClient; import cli"],
+        [
+            python,
+            "-c",
+            "from checkpoint_vault import VaultClient, AsyncVaultClient, cli",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
     )
     assert client.returncode == 0, client.stderr
+    # One top-level package: a user's own `client.py` or `api/` shadows nothing of ours.
+    shown = subprocess.run(
+        [python, "-m", "pip", "show", "-f", "checkpoint-vault"], capture_output=True, text=True
+    ).stdout
+    files = shown.split("Files:", 1)[1].split()
+    tops = {f.split("/")[0] for f in files if not f.startswith("..")}  # ../bin/ckpt
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"checkpoint_vault"}, tops
+    console = [f for f in files if f.startswith("checkpoint_vault/api/static/ui/")]
+    assert console, "the web console's files are installed"
     ckpt = str(env_dir / "bin" / "ckpt")
     assert subprocess.run([ckpt, "--help"], capture_output=True, cwd=tmp_path).returncode == 0
     serve = subprocess.run(

@@ -18,12 +18,12 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-import maintenance
-from protocol import Health, TokenIssued
-from vault import InvalidRequest
-from vault.clock import rfc3339
-from vault.policy import parse_duration
-from vault.tokens import scope_warnings
+from checkpoint_vault import maintenance
+from checkpoint_vault.protocol import Health, TokenIssued
+from checkpoint_vault.vault import InvalidRequest
+from checkpoint_vault.vault.clock import rfc3339
+from checkpoint_vault.vault.policy import parse_duration
+from checkpoint_vault.vault.tokens import scope_warnings
 
 from .. import __version__
 from ..auth import principal, require_admin

@@ -7,8 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from protocol import BulkDeleted, Manifest, NamespaceEntry
-from vault.direct import SaveOptions
+from checkpoint_vault.protocol import BulkDeleted, Manifest, NamespaceEntry
+from checkpoint_vault.vault.direct import SaveOptions
 
 from .. import parse
 from ..audit import BULK_DELETED

@@ -42,9 +42,9 @@ import threading
 
 from aiohttp import web
 
-from protocol import DESCRIPTOR_TYPE
-from vault import FileEntry, InvalidRequest, NotFound, Vault
-from vault.content.reader import CopyBuffers, batches
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE
+from checkpoint_vault.vault import FileEntry, InvalidRequest, NotFound, Vault
+from checkpoint_vault.vault.content.reader import CopyBuffers, batches
 
 from ..errors import InvalidRange
 from ..http import json_response, run

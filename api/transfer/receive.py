@@ -38,8 +38,8 @@ from typing import Any, TypeVar
 import numpy
 from aiohttp import HttpVersion11, web
 
-from protocol import CONTINUE, DESCRIPTOR_TYPE
-from vault import InvalidRequest, TooLarge
+from checkpoint_vault.protocol import CONTINUE, DESCRIPTOR_TYPE
+from checkpoint_vault.vault import InvalidRequest, TooLarge
 
 from ..auth import principal
 from ..errors import BodyTimeout, RequestTimeout

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 
 from ..serverproc import ServerProcess, free_port
 
@@ -56,10 +56,12 @@ def loaded_by(module: str, heavy: Iterable[str]) -> str:
     """Which of the top-level packages `heavy` a fresh interpreter has loaded after
     `import module`, as printed ("[]": none): an integration imports its framework only
     when used."""
-    names = sorted(heavy)
+    names = sorted(heavy)  # ours by folder name ("vault"), the others by top-level name
     code = (
-        f"import sys, {module}; "
-        f"print(sorted(set({names!r}) & {{m.split('.')[0] for m in sys.modules}}))"
+        f"import sys, checkpoint_vault.{module}; "
+        "tops = {m.split('.')[0] for m in sys.modules}; "
+        "tops |= {m.split('.')[1] for m in sys.modules if m.startswith('checkpoint_vault.')}; "
+        f"print(sorted(set({names!r}) & tops))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return out.stdout.strip()

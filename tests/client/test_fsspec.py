@@ -20,8 +20,8 @@ import pytest
 import safetensors.torch
 import torch
 
-from client import VaultClient
-from client.fsspec import InCheckpoint, TreeDir, VaultFileSystem, split_path
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.fsspec import InCheckpoint, TreeDir, VaultFileSystem, split_path
 
 from ..serverproc import ServerProcess
 from .forkscript import run_fork_script
@@ -111,8 +111,11 @@ def test_imports_with_only_fsspec_installed() -> None:
         "import sys\n"
         "for m in ('torch', 'safetensors', 'langgraph', 'numpy'): sys.modules[m] = None\n"
         "import fsspec\n"
-        "assert fsspec.get_filesystem_class('vault').__module__ == 'client.fsspec'\n"
-        "bad = {'vault', 'api', 'tiering', 'lmdb'} & {m.split('.')[0] for m in sys.modules}\n"
+        "cls = fsspec.get_filesystem_class('vault')\n"
+        "assert cls.__module__ == 'checkpoint_vault.client.fsspec'\n"
+        "tops = {m.split('.')[0] for m in sys.modules}\n"
+        "tops |= {m.split('.')[1] for m in sys.modules if m.startswith('checkpoint_vault.')}\n"
+        "bad = {'vault', 'api', 'tiering', 'lmdb'} & tops\n"
         "assert not bad, bad\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -379,7 +382,7 @@ def test_close_stops_the_client_and_a_later_call_reopens(fs: VaultFileSystem, sa
 # parent's client alive, which hides the failure this guards against.
 FORK_SCRIPT = """
 import gc, multiprocessing, sys
-from client.fsspec import VaultFileSystem
+from checkpoint_vault.client.fsspec import VaultFileSystem
 
 path, expected = sys.argv[1], sys.argv[2].encode()
 held = [VaultFileSystem(skip_instance_cache=True)]  # only this list refers to it

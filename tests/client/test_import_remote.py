@@ -17,8 +17,8 @@ import pytest
 import s3fs  # type: ignore[import-untyped]  # s3fs has no type hints
 import torch
 
-from client import VaultClient
-from client.importers import BadSource, export_series, import_series
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.importers import BadSource, export_series, import_series
 
 from ..seaweed import ACCESS_KEY, SECRET_KEY, SeaweedFS
 from ..serverproc import ServerProcess
@@ -34,7 +34,11 @@ def ckpt(
 ) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token, **env}
     result = subprocess.run(
-        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=full, timeout=120
+        [sys.executable, "-m", "checkpoint_vault.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
     )
     if ok:
         assert result.returncode == 0, result.stderr
@@ -137,7 +141,10 @@ def test_s3_sources_it_cannot_list_are_named(
 
 def test_an_s3_source_without_s3fs_names_the_extra(server: ServerProcess) -> None:
     """Run as if s3fs were not installed (a None in sys.modules makes its import fail)."""
-    code = "import sys; sys.modules['s3fs'] = None; import cli; sys.exit(cli.main(sys.argv[1:]))"
+    code = (
+        "import sys; sys.modules['s3fs'] = None; "
+        "from checkpoint_vault import cli; sys.exit(cli.main(sys.argv[1:]))"
+    )
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
     result = subprocess.run(
         [sys.executable, "-c", code, "import", "s3://bucket/run", "s3/none"],

@@ -14,8 +14,8 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.io import AsyncCheckpointIO, CheckpointIO
 
-from client import VaultClient
-from client.lightning import VaultCheckpointIO
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.lightning import VaultCheckpointIO
 
 from .conftest import loaded_by
 
@@ -149,7 +149,8 @@ def test_a_program_on_lightning_pytorch_gets_a_plugin_of_that_package() -> None:
     """`lightning.pytorch` and `pytorch_lightning` hold distinct CheckpointIO classes: the
     plugin subclasses the one the program imported."""
     code = (
-        "import lightning.pytorch as L, sys; from client.lightning import VaultCheckpointIO; "
+        "import lightning.pytorch as L, sys; "
+        "from checkpoint_vault.client.lightning import VaultCheckpointIO; "
         "assert issubclass(VaultCheckpointIO, L.plugins.io.CheckpointIO); "
         "print('pytorch_lightning' in sys.modules)"
     )

@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from api import Settings, create_app
-from api.keys import RUNTIME
-from protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
-from tiering.backends.local import LocalTier
-from vault import FakeClock, Vault, VaultConfig
-from vault.frame import chunk_id
-from vault.replication import FollowConfig, ReplicationConfig
-from vault.runtime import THREADS, Runtime
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.keys import RUNTIME
+from checkpoint_vault.protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
+from checkpoint_vault.tiering.backends.local import LocalTier
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault.frame import chunk_id
+from checkpoint_vault.vault.replication import FollowConfig, ReplicationConfig
+from checkpoint_vault.vault.runtime import THREADS, Runtime
 
 from ..conftest import Api
 from ..unit.vault.helpers import client_save
@@ -152,7 +152,7 @@ def test_a_process_with_a_blocked_hand_over_still_exits() -> None:
     """Without `exit_if_stuck` this process never ends: Python joins pool threads at exit."""
     script = (
         "import threading\n"
-        "from vault.runtime import Runtime, exit_if_stuck\n"
+        "from checkpoint_vault.vault.runtime import Runtime, exit_if_stuck\n"
         "r = Runtime()\n"
         "r.handover_grace = 0.1\n"
         "started = threading.Event()\n"

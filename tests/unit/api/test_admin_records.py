@@ -15,9 +15,9 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-import protocol
-from api.openapi import RECORDS, _component_schemas
-from protocol import (
+from checkpoint_vault import protocol
+from checkpoint_vault.api.openapi import RECORDS, _component_schemas
+from checkpoint_vault.protocol import (
     CheckReport,
     CompactReport,
     Drift,
@@ -32,7 +32,12 @@ from protocol import (
     VerifyReport,
 )
 
-ADMIN = [cls for cls in RECORDS if cls.__module__ in ("protocol._admin", "protocol._maintenance")]
+ADMIN = [
+    cls
+    for cls in RECORDS
+    if cls.__module__
+    in ("checkpoint_vault.protocol._admin", "checkpoint_vault.protocol._maintenance")
+]
 # Admin records no route answers (the offline `ckpt catalog restore` prints it): not in
 # the OpenAPI document.
 OFFLINE = {protocol.ReplicaRestored}
@@ -84,7 +89,7 @@ def test_every_admin_record_is_in_the_document() -> None:
         getattr(protocol, n)
         for n in protocol.__all__
         if getattr(getattr(protocol, n), "__module__", "")
-        in ("protocol._admin", "protocol._maintenance")
+        in ("checkpoint_vault.protocol._admin", "checkpoint_vault.protocol._maintenance")
     }
     assert exported - OFFLINE == set(ADMIN)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.calls import (
+from checkpoint_vault.node.calls import (
     error_fields,
     error_of,
     outcomes_of,
@@ -13,10 +13,25 @@ from node.calls import (
     saved_message,
     saves_message,
 )
-from node.channel import HEAD, TO_WORKER, TO_WRITER, ChannelError, Kind, Message, decode, encode
-from vault import DEFAULT_PROFILE, FileEntry, PreparedSave, StoredCheckpoint
-from vault.direct import SaveRequest
-from vault.errors import CheckpointNotFound, MissingChunks, NotFound, QuotaExceeded, VaultError
+from checkpoint_vault.node.channel import (
+    HEAD,
+    TO_WORKER,
+    TO_WRITER,
+    ChannelError,
+    Kind,
+    Message,
+    decode,
+    encode,
+)
+from checkpoint_vault.vault import DEFAULT_PROFILE, FileEntry, PreparedSave, StoredCheckpoint
+from checkpoint_vault.vault.direct import SaveRequest
+from checkpoint_vault.vault.errors import (
+    CheckpointNotFound,
+    MissingChunks,
+    NotFound,
+    QuotaExceeded,
+    VaultError,
+)
 
 
 def _over(message: Message, accepted: frozenset[Kind]) -> Message:

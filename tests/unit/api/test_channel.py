@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from node.channel import (
+from checkpoint_vault.node.channel import (
     HEAD,
     MAX_FRAME,
     TO_WORKER,

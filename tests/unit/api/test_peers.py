@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from api.transfer.peers import _listed_uid, peer_uid
+from checkpoint_vault.api.transfer.peers import _listed_uid, peer_uid
 
 
 @contextmanager

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from client import AsyncVaultClient, SaveFields, SaveOptions, VaultClient
-from client._gen_sync import TARGET, generate
+from checkpoint_vault.client import AsyncVaultClient, SaveFields, SaveOptions, VaultClient
+from checkpoint_vault.client._gen_sync import TARGET, generate
 
 # Different by design: the blocking file object against the async one.
 RETURNS_DIFFER = {"open"}
@@ -25,7 +25,7 @@ def _public_methods(cls: type) -> dict[str, Callable[..., Any]]:
 
 
 def test_the_generated_sync_client_is_up_to_date() -> None:
-    assert TARGET.read_text() == generate(), "run: python -m client._gen_sync"
+    assert TARGET.read_text() == generate(), "run: python -m checkpoint_vault.client._gen_sync"
 
 
 def test_both_faces_have_the_same_methods() -> None:

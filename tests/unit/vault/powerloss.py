@@ -19,8 +19,9 @@ PAGE = 4096
 _PREAMBLE = """
 import json, os, shutil, threading
 from pathlib import Path
-import vault.syncer
-from vault import Vault
+import checkpoint_vault.vault.syncer
+from checkpoint_vault import vault
+from checkpoint_vault.vault import Vault
 
 def state(i):
     return json.dumps([{"role": "user", "content": "turn " * 40 + str(k)}

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from vault import Conflict, Unavailable, Vault
-from vault.config import VaultConfig
-from vault.syncer import DURABLE_FILE
-from vault.writer import Writer, WriteTxn
+from checkpoint_vault.vault import Conflict, Unavailable, Vault
+from checkpoint_vault.vault.config import VaultConfig
+from checkpoint_vault.vault.syncer import DURABLE_FILE
+from checkpoint_vault.vault.writer import Writer, WriteTxn
 
 from .powerloss import DATA_FILES, PAGE, mix, overwrite, run_child
 
@@ -176,7 +176,7 @@ def test_a_failed_sync_fails_the_saves_waiting_on_it_and_every_later_one(
         def broken(fd: int) -> None:
             raise OSError(5, "Input/output error")
 
-        monkeypatch.setattr("vault.syncer.os.fdatasync", broken)
+        monkeypatch.setattr("checkpoint_vault.vault.syncer.os.fdatasync", broken)
         with pytest.raises(Unavailable, match="a sync to disk failed"):
             v.save("ns", {"f": b"lost" * 100})
         monkeypatch.undo()
@@ -205,7 +205,7 @@ def test_a_stalled_disk_holds_pins_of_three_states_only(
             assert resume.wait(60)
             real(fd)
 
-        monkeypatch.setattr("vault.syncer.os.fdatasync", slow)
+        monkeypatch.setattr("checkpoint_vault.vault.syncer.os.fdatasync", slow)
         durable = []
 
         def put(key: bytes) -> Callable[[WriteTxn], object]:
@@ -245,7 +245,9 @@ def test_a_retry_is_answered_only_once_the_first_attempt_is_durable(
 
         resume = threading.Event()
         real = os.fdatasync
-        monkeypatch.setattr("vault.syncer.os.fdatasync", lambda fd: resume.wait(60) and real(fd))
+        monkeypatch.setattr(
+            "checkpoint_vault.vault.syncer.os.fdatasync", lambda fd: resume.wait(60) and real(fd)
+        )
         committed, queued = threading.Semaphore(0), threading.Semaphore(0)
         journal, enqueue = Writer._journal, Writer._enqueue
 
@@ -285,7 +287,7 @@ def test_a_batch_the_syncer_cannot_take_fails_its_callers_not_the_writer(
     error and the writer goes on."""
     import lmdb
 
-    from vault.syncer import Syncer
+    from checkpoint_vault.vault.syncer import Syncer
 
     v = Vault(tmp_path / "v", VaultConfig(save_journal=False))  # the journal would answer
     try:
