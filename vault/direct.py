@@ -21,6 +21,7 @@ written before) still replay.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
@@ -98,6 +99,7 @@ class DirectSaver:
         self._s = store
         self._keys = IdempotencyKeys(store)
         self._recent = RecentFiles(reader)
+        self._local = threading.local()  # an Encoder per thread: making one costs ~30 us
 
     def save(
         self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
@@ -311,7 +313,7 @@ class DirectSaver:
             known = {c for c in pieces if self._s.chunks.usable(txn, c)}
             new_small = {name: cid for name, cid in small.items() if cid not in known}
             based = self._bases(txn, ns, parent) if new_small else {}
-        encoder = Encoder()
+        encoder = self._encoder()
         whole = Whole(encoder) if new_small else None
         chunked = {c for c in pieces if c not in known} - set(small.values())
         items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
@@ -319,15 +321,24 @@ class DirectSaver:
         }
         for name, cid in small.items():
             data = files[name]
-            self._recent.remember(cid, data if isinstance(data, bytes) else bytes(data))
+            plain = data if isinstance(data, bytes) else bytes(data)
             if whole is None or name not in new_small:
+                self._recent.remember(cid, plain)
                 continue
-            base_id = based.get(name)
+            base_id, depth = based.get(name, (None, -1))
             base = self._recent.plaintext(base_id) if base_id is not None else None
-            items[cid] = (pieces[cid], whole.frame(data, base_id, base))
+            frame = whole.frame(data, base_id, base)
+            items[cid] = (pieces[cid], frame)
+            self._recent.remember(cid, plain, depth + 1 if patch_base(frame) else 0)
         return entries, items
 
-    def _bases(self, txn: Any, ns: str, parent: str | None) -> dict[str, bytes]:
+    def _encoder(self) -> Encoder:
+        encoder: Encoder | None = getattr(self._local, "encoder", None)
+        if encoder is None:
+            encoder = self._local.encoder = Encoder()
+        return encoder
+
+    def _bases(self, txn: Any, ns: str, parent: str | None) -> dict[str, tuple[bytes, int]]:
         """The chunks the parent's small files are, for this save's to patch against (none
         if the parent cannot be read here: the writer's transaction says why)."""
         if parent is None:
@@ -336,7 +347,9 @@ class DirectSaver:
             manifest = self._s.catalog.manifest(txn, self._s.catalog.resolve_id(txn, ns, parent))
         except VaultError:
             return {}
-        return bases(self._s.chunks, txn, {n: e.chunks for n, e in manifest.items()})
+        parent_files = {n: e.chunks for n, e in manifest.items()}
+        known = self._recent.depths([c[0][0] for c in parent_files.values() if len(c) == 1])
+        return bases(self._s.chunks, txn, parent_files, known)
 
 
 RECORD_OF_CHUNKS = 2  # a journal record's "v": chunk lists and new frames, not whole files

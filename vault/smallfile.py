@@ -42,23 +42,36 @@ PATCH_KEEP_FRACTION = 2  # a patch is kept only if at most 1/2 of the whole fram
 PATCH_SURE_FRACTION = 16  # a patch of at most 1/16 of the file is kept without comparing
 
 
-def can_patch(chunks: Chunks, txn: lmdb.Transaction, base: bytes) -> bool:
+def can_patch(chunks: Chunks, txn: lmdb.Transaction, base: bytes, depth: int | None = None) -> bool:
     """Whether a new chunk may be a patch against `base` in snapshot `txn`: the base is
-    stored and sound, and a read of the patch then decodes at most MAX_CHAIN deltas."""
-    return chunks.usable(txn, base) and len(chunks.chain(txn, base, MAX_CHAIN)) <= MAX_CHAIN
+    stored and sound, and a read of the patch then decodes at most MAX_CHAIN deltas.
+    `depth`: the deltas a read of `base` decodes, if known (else its chain is walked)."""
+    if not chunks.usable(txn, base):
+        return False
+    if depth is None:
+        depth = len(chunks.chain(txn, base, MAX_CHAIN)) - 1
+    return depth < MAX_CHAIN
 
 
 def bases(
-    chunks: Chunks, txn: lmdb.Transaction, parent: Mapping[str, tuple[tuple[bytes, int], ...]]
-) -> dict[str, bytes]:
-    """Per file name, the chunk a new version of that file may patch against: the parent's
-    file when it is one chunk (a small file saved in one request) that `can_patch`."""
-    out: dict[str, bytes] = {}
+    chunks: Chunks,
+    txn: lmdb.Transaction,
+    parent: Mapping[str, tuple[tuple[bytes, int], ...]],
+    depths: Mapping[bytes, int],
+) -> dict[str, tuple[bytes, int]]:
+    """Per file name, the chunk a new version of that file may patch against and the
+    deltas a read of it decodes: the parent's file when it is one chunk (a small file
+    saved in one request) that `can_patch`. `depths`: those this process knows already
+    (`RecentFiles.depth`); the writer checks again."""
+    out: dict[str, tuple[bytes, int]] = {}
     for name, chunk_list in parent.items():
         if len(chunk_list) == 1 and chunk_list[0][1] <= WHOLE_MAX:
             base = chunk_list[0][0]
-            if can_patch(chunks, txn, base):
-                out[name] = base
+            depth = depths.get(base)
+            if depth is None:
+                depth = len(chunks.chain(txn, base, MAX_CHAIN)) - 1
+            if can_patch(chunks, txn, base, depth):
+                out[name] = (base, depth)
     return out
 
 
@@ -72,17 +85,27 @@ class RecentFiles:
         self._max = max_bytes
         self._held = 0
         self._files: OrderedDict[bytes, bytes] = OrderedDict()
+        self._depths: dict[bytes, int] = {}  # deltas a read decodes, of those prepared here
         self._lock = threading.Lock()  # saves are prepared on several threads at once
 
-    def remember(self, cid: bytes, data: bytes) -> None:
+    def remember(self, cid: bytes, data: bytes, depth: int | None = None) -> None:
+        """Keep `data`, the plaintext of chunk `cid`; `depth`: the deltas a read of it
+        decodes as this process stored it (a later compaction may change that)."""
         with self._lock:
+            if depth is not None:
+                self._depths[cid] = depth
             if cid in self._files or len(data) > self._max:
                 return
             self._files[cid] = data
             self._held += len(data)
             while self._held > self._max:
-                _, old = self._files.popitem(last=False)
+                old_cid, old = self._files.popitem(last=False)
+                self._depths.pop(old_cid, None)
                 self._held -= len(old)
+
+    def depths(self, cids: list[bytes]) -> dict[bytes, int]:
+        with self._lock:
+            return {c: self._depths[c] for c in cids if c in self._depths}
 
     def plaintext(self, cid: bytes) -> bytes | None:
         """The verified plaintext of chunk `cid`, or None if it cannot be read now (the

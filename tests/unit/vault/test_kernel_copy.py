@@ -61,6 +61,7 @@ def test_a_damaged_frame_is_not_delivered(big: Vault, tmp_path: Path) -> None:
         os.close(fd)
     with pytest.raises(ChunkCorrupt):
         big.deliver_descriptor(entry, _open(tmp_path / "restored"))
+    big.store.writer.wait_durable()  # the flag is written behind the read, in commit order
     assert big.check().damaged == [victim.hex()]
 
 
