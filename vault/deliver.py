@@ -19,15 +19,6 @@ data. A write from this process's memory is copied by every file system (FUSE co
 user pages into a request it hands out by reference); the buffer is only refilled after
 the write has returned.
 
-Raw hot frames are not copied through this process at all when the client's file is on
-the data file's own file system: `copy_file_range` copies them from the data file into the
-client's file, page cache to page cache, while a decoder thread hashes the same pages
-through the map, both inside the read transaction that pins them (`Reader.copy_into`).
-That copy is done by the file system within the call, so it keeps issue 41's rule where
-sendfile did not; a file elsewhere (a FUSE mount, tmpfs) takes the copy above. A batch
-whose hash does not match is written again the usual way, which verifies each chunk and
-flags the damaged one before the restore fails.
-
 The client checks nothing it did not compute on this path: the server verified every
 chunk against its id, and the entry's ordered chunk ids are what the file's hash was
 proven against at its commit.
@@ -76,20 +67,15 @@ def deliver_descriptor(
     writing: Future[int] | None = None
     copies = CopyBuffers()  # the batch read goes into one while the one before is written
     try:
-        sizes = {cid: n for cid, n in entry.chunks}
-        for cids in batches(entry.chunks):
+        for cids in batches([(cid, n) for cid, _, n in entry.spans()]):
             if stop is not None and stop.is_set():
                 raise Unavailable("the server is shutting down; restore the file again")
-            end = _by_kernel(reader, cids, fd, pos)
-            batch = None if end is not None else reader.copied(cids, copies) or reader.chunks(cids)
-            if writing is not None:  # the one before: its buffer is the next copy's
-                writing.result()
-                writing = None
-            if batch is not None:
-                writing = store.runtime.store.submit(_write, fd, batch, pos)
-            pos += sum(sizes[cid] for cid in cids)
+            batch = reader.copied(cids, copies) or reader.chunks(cids)
+            if writing is not None:
+                pos = writing.result()
+            writing = store.runtime.store.submit(_write, fd, batch, pos)
         if writing is not None:
-            writing.result()
+            pos = writing.result()
         _writing(os.ftruncate, fd, pos)
         _writing(os.fsync, fd)
     finally:
@@ -97,18 +83,6 @@ def deliver_descriptor(
             writing.exception()
     if pos != entry.size:
         raise RuntimeError(f"wrote {pos} bytes of a {entry.size}-byte file")
-
-
-def _by_kernel(reader: Reader, cids: list[bytes], fd: int, pos: int) -> int | None:
-    """The batch copied by the kernel (`Reader.copy_into`), its write-back started; the
-    offset after it, or None to write it the usual way."""
-    try:
-        end = reader.copy_into(cids, fd, pos)
-    except OSError as e:
-        raise _unwritable(e) from e
-    if end is not None:
-        start_writeback(fd, pos, end - pos)
-    return end
 
 
 def _write(fd: int, batch: list[Plain], pos: int) -> int:

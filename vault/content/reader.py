@@ -16,7 +16,6 @@ as damaged.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable, Iterator, Sequence
 
@@ -293,46 +292,6 @@ class Reader:
             parts[i] = data
         return [part for part in parts if part is not None]  # every one, by now
 
-    def copy_into(self, cids: Sequence[bytes], fd: int, pos: int) -> int | None:
-        """Write the batch into the file `fd` from `pos` by the kernel, if every chunk is a
-        sound raw hot frame and `fd` is on the data file's own file system: one read
-        transaction pins the frames while `copy_file_range` copies each from the data
-        file at its offset (page cache to page cache, no byte through this process) and a
-        decoder thread hashes the same pages through the map against their ids. Returns
-        the offset after the batch; None if it could not be copied this way, or a hash
-        did not match (the caller then writes the batch the usual way, which verifies
-        each chunk again and flags what is damaged).
-
-        Why this keeps issue 41's rule: both finish before the transaction ends, so no
-        page of the data file is read after LMDB may reuse it; and a copy into a file of
-        the same file system is made by that file system within the call (another one,
-        say a FUSE file taking pages by reference, is refused before any copy: EXDEV
-        aside, the device check)."""
-        _, wheres = self._sound_hot(cids)
-        if not wheres or not all(wheres):
-            return None
-        pin = self._s.frames_env.pin()
-        try:
-            src = pin.file.fileno()
-            if os.fstat(src).st_dev != os.fstat(fd).st_dev:
-                return None
-            views = [self._raw_view(pin.txn, where) for where in wheres]
-            if any(view is None for view in views):
-                return None
-            spots = [(pin.offset(v), len(v)) for v in views if v is not None]
-            hashing = self._s.runtime.decode.submit(_digests, views)
-            try:
-                end = _copy_ranges(src, spots, fd, pos)
-            finally:
-                digests = hashing.result()  # the map is read only while pinned
-                del views
-        finally:
-            pin.release()
-        if end is None or digests != list(cids):
-            return None
-        self._s.frames_env.note_io(end - pos)
-        return end
-
     def _spots(self, pin: Pin, wheres: Sequence[HotFrame | None]) -> list[tuple[int, int, int]]:
         """(index, offset in the data file, length) of each raw hot frame's plaintext, as
         `pin` sees it; only headers are read through the map."""
@@ -444,30 +403,6 @@ def _pread_into(pin: Pin, into: memoryview, offset: int) -> bool:
             return False
         into, offset = into[n:], offset + n
     return True
-
-
-def _digests(views: Sequence[memoryview | None]) -> list[bytes]:
-    return [blake3.blake3(v).digest() for v in views if v is not None]
-
-
-_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
-
-
-def _copy_ranges(src: int, spots: Sequence[tuple[int, int]], dst: int, pos: int) -> int | None:
-    """`copy_file_range` each (offset, length) of `src` into `dst` from `pos`, in order;
-    the offset after them, or None where the kernel will not copy between these files."""
-    for offset, n in spots:
-        while n:
-            try:
-                done = os.copy_file_range(src, dst, n, offset, pos)
-            except OSError as e:
-                if e.errno in _NO_KERNEL_COPY:
-                    return None
-                raise
-            if done == 0:
-                return None  # the data file ended first: read it the usual way
-            offset, pos, n = offset + done, pos + done, n - done
-    return pos
 
 
 def batches(
