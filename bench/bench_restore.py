@@ -119,7 +119,7 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
 
 
 def report(results: list[dict[str, Any]]) -> str:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for f in results:
         m = f["median_mbs"]
         rows.append(
