@@ -24,7 +24,7 @@ import aiohttp
 import blake3
 import pytest
 
-from protocol import encode_bundle
+from checkpoint_vault.protocol import encode_bundle
 
 from ..serverproc import ServerProcess
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import blake3
 
-from tiering import MemoryTier
-from tiering.backends.local import LocalTier
-from tiering.runner import run_tiering
-from vault import FakeClock, Vault, VaultConfig
-from vault.content.reader import MAX_CHAIN
-from vault.frame import CODEC_PATCH, Encoder, frame_codec
-from vault.replication import ReplicationConfig, restore_replica
+from checkpoint_vault.tiering import MemoryTier
+from checkpoint_vault.tiering.backends.local import LocalTier
+from checkpoint_vault.tiering.runner import run_tiering
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault.content.reader import MAX_CHAIN
+from checkpoint_vault.vault.frame import CODEC_PATCH, Encoder, frame_codec
+from checkpoint_vault.vault.replication import ReplicationConfig, restore_replica
 
 from .helpers import read_file
 from .test_scrub import flip_on_disk
