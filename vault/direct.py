@@ -21,6 +21,7 @@ written before) still replay.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
@@ -32,14 +33,16 @@ import blake3
 from checkpoint_vault.protocol import JSON, decode_bundle, encode_bundle
 
 from .chunking import ChunkingProfile, cut_whole
+from .content.reader import Reader
 from .create import Draft, create, ensure_namespace
-from .errors import Conflict
-from .frame import Decoder, Encoder, chunk_id
+from .errors import Conflict, VaultError
+from .frame import Decoder, Encoder, chunk_id, plaintext_length
 from .idempotency import IdempotencyKeys, check_key
 from .manifest import FileEntry
 from .names import check_file_name
 from .records import StoredCheckpoint
 from .sink import store_all
+from .smallfile import WHOLE_MAX, RecentFiles, Whole, bases, can_patch, patch_base
 from .store import Store
 from .uploads import check_metadata, check_new_checkpoint, check_tags
 from .writer import WriteTxn
@@ -92,9 +95,11 @@ class SaveOptions(TypedDict, total=False):
 
 
 class DirectSaver:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, reader: Reader) -> None:
         self._s = store
         self._keys = IdempotencyKeys(store)
+        self._recent = RecentFiles(reader)
+        self._local = threading.local()  # an Encoder per thread: making one costs ~30 us
 
     def save(
         self, ns: str, files: Mapping[str, bytes], **options: Unpack[SaveOptions]
@@ -181,7 +186,7 @@ class DirectSaver:
 
     def _prepared(self, s: SaveRequest) -> PreparedSave:
         """Cut and hash here (not in the writer thread every save waits on)."""
-        entries, items = self._cut(s.files, s.profile)
+        entries, items = self._cut(s.files, s.profile, s.ns, s.parent)
         frames = {c: bytes(f) for c, (_, f) in items.items() if f is not None}
         return PreparedSave(s, entries, frames)
 
@@ -209,6 +214,7 @@ class DirectSaver:
             if ensure_namespace(self._s, txn, s.ns, fields, now).chunking() != s.profile:
                 raise Conflict(f"namespace {s.ns!r} changed its chunking profile; save again")
             parent_id = self._s.catalog.resolve_id(txn, s.ns, s.parent) if s.parent else None
+            self._check_patches(txn, items, bool(s.files))
             # Referenced by the checkpoint made in this same transaction: no reservation;
             # every one of them is sound once stored, so `create` need not look again.
             written[:] = store_all(self._s, w, items, 0, inline=True)
@@ -240,7 +246,7 @@ class DirectSaver:
             }
             parts = [(_ENTRY + name, entry.to_bytes()) for name, entry in entries.items()]
             for cid in written:  # prepared as absent, or (rarely) gone or damaged since
-                frame = p.frames.get(cid) or Encoder().encode(items[cid][0])
+                frame = items[cid][1] or Encoder().encode(items[cid][0])
                 parts.append((_FRAME + cid.hex(), frame))
             return encode_bundle(header, parts)
 
@@ -263,12 +269,38 @@ class DirectSaver:
             check_key(key)
         return check_new_checkpoint(self._s, ns, parent, inherit, chunking)
 
+    def _check_patches(
+        self, txn: Any, items: dict[bytes, tuple[bytes | memoryview, bytes | None]], whole: bool
+    ) -> None:
+        """In the writer's transaction: a patch prepared against a base that is no longer
+        sound, or whose chain grew past the bound since, is stored whole instead (`whole`:
+        the file's bytes are at hand; a journal record's are not, and applying it again
+        on the state it was first applied on finds its bases as they were)."""
+        for cid, (data, frame) in items.items():
+            base = patch_base(frame)
+            if base is None or can_patch(self._s.chunks, txn, base):
+                continue
+            if not whole:
+                raise ValueError(f"the record's patch {cid.hex()} lacks its base {base.hex()}")
+            items[cid] = (data, Encoder().encode(data))
+
     def _cut(
-        self, files: Mapping[str, bytes], profile: ChunkingProfile
+        self,
+        files: Mapping[str, bytes],
+        profile: ChunkingProfile,
+        ns: str,
+        parent: str | None,
     ) -> tuple[dict[str, FileEntry], dict[bytes, tuple[bytes | memoryview, bytes | None]]]:
         entries: dict[str, FileEntry] = {}
         pieces: dict[bytes, memoryview] = {}
+        small: dict[str, bytes] = {}  # file name -> its one chunk (vault/smallfile.py)
         for name, data in files.items():
+            if 0 < len(data) <= WHOLE_MAX:
+                cid = chunk_id(data)  # the chunk is the file: one hash for both
+                pieces[cid] = memoryview(data)
+                small[name] = cid
+                entries[name] = FileEntry(len(data), cid, ((cid, len(data)),))
+                continue
             chunks = cut_whole(profile, data)
             ids = [chunk_id(c) for c in chunks]
             pieces.update(zip(ids, chunks, strict=True))
@@ -279,11 +311,45 @@ class DirectSaver:
             )
         with self._s.catalog_env.read() as txn:
             known = {c for c in pieces if self._s.chunks.usable(txn, c)}
-        encoder = Encoder()
+            new_small = {name: cid for name, cid in small.items() if cid not in known}
+            based = self._bases(txn, ns, parent) if new_small else {}
+        encoder = self._encoder()
+        whole = Whole(encoder) if new_small else None
+        chunked = {c for c in pieces if c not in known} - set(small.values())
         items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
-            c: (d, None if c in known else encoder.encode(d)) for c, d in pieces.items()
+            c: (d, encoder.encode(d) if c in chunked else None) for c, d in pieces.items()
         }
+        for name, cid in small.items():
+            data = files[name]
+            plain = data if isinstance(data, bytes) else bytes(data)
+            if whole is None or name not in new_small:
+                self._recent.remember(cid, plain)
+                continue
+            base_id, depth = based.get(name, (None, -1))
+            base = self._recent.plaintext(base_id) if base_id is not None else None
+            frame = whole.frame(data, base_id, base)
+            items[cid] = (pieces[cid], frame)
+            self._recent.remember(cid, plain, depth + 1 if patch_base(frame) else 0)
         return entries, items
+
+    def _encoder(self) -> Encoder:
+        encoder: Encoder | None = getattr(self._local, "encoder", None)
+        if encoder is None:
+            encoder = self._local.encoder = Encoder()
+        return encoder
+
+    def _bases(self, txn: Any, ns: str, parent: str | None) -> dict[str, tuple[bytes, int]]:
+        """The chunks the parent's small files are, for this save's to patch against (none
+        if the parent cannot be read here: the writer's transaction says why)."""
+        if parent is None:
+            return {}
+        try:
+            manifest = self._s.catalog.manifest(txn, self._s.catalog.resolve_id(txn, ns, parent))
+        except VaultError:
+            return {}
+        parent_files = {n: e.chunks for n, e in manifest.items()}
+        known = self._recent.depths([c[0][0] for c in parent_files.values() if len(c) == 1])
+        return bases(self._s.chunks, txn, parent_files, known)
 
 
 RECORD_OF_CHUNKS = 2  # a journal record's "v": chunk lists and new frames, not whole files
@@ -327,7 +393,14 @@ def _items(
         if decoder is not None:
             for cid, _ in entry.chunks:
                 frame = frames.get(cid)
-                data = b"" if frame is None else decoder.plaintext(frame, cid)
+                data: bytes | memoryview = b""
+                if frame is not None and patch_base(frame) is not None:
+                    # Its base is in the vault, perhaps from the record before this one,
+                    # not yet applied; only the size is needed to store the frame, and
+                    # every read verifies a patch against its id.
+                    data = memoryview(bytes(plaintext_length(frame)))
+                elif frame is not None:
+                    data = decoder.plaintext(frame, cid)
                 items[cid] = (data, frame)
             continue
         view, at = memoryview(files[name]), 0

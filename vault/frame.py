@@ -9,21 +9,26 @@ bit 0 sealed), plaintext length (4 bytes), payload. Codecs:
 | 1 zstd | zstd(plaintext) |
 | 2 grouped | width (1 byte), zstd(byte-grouped plaintext) |
 | 3 delta | base chunk id (32 bytes), width (1 byte), zstd(byte-grouped (plaintext XOR base)) |
+| 4 patch | base chunk id (32 bytes), zstd(plaintext), the base's plaintext its raw dictionary |
 
 Byte grouping (numcodecs' Shuffle) puts every element's first byte together, then every
 second byte...: the sign and exponent bytes of tensors are alike, so they compress, where
 zstd alone sees noise. A delta names its base by id: the base is any stored chunk of the
 same length (the same piece of the same tensor in a newer checkpoint, see compact.py), and
 its plaintext is verified before it is used. Raw and zstd are chosen at ingest; grouped and
-delta only by compaction, off the save path. A sealed frame's payload
-is the key id, nonce and AES-GCM ciphertext of the plain payload, with the header and the
-chunk id as associated data (see `seal.py`); frames are sealed only on their way out of the
-hot store, and opened on the way back in, so only plain frames reach `Decoder`. A chunk is
-stored zstd-compressed only when that saves at least 1/16 of its size: incompressible data
-(random, already-compressed) is stored raw and costs nothing to read back; so are chunks
-whose 4 KiB sample compresses by less than 1/8 (fp32 weights), see `_worth_trying`. Decoding always
-re-hashes the plaintext and compares it with the chunk id, so no corrupted byte can leave
-the engine.
+delta only by compaction, off the save path. A patch is the one delta ingest writes: a small
+file saved in one request is one chunk (vault/smallfile.py), and the same file's chunk in the
+parent is its base, of any length: zstd finds the bytes the two share (an agent's state that
+grew by a message patches to ~0.4 kB where the whole state is ~9 kB of zstd).
+
+A sealed frame's payload is the key id, nonce and AES-GCM ciphertext of the plain payload,
+with the header and the chunk id as associated data (see `seal.py`); frames are sealed only
+on their way out of the hot store, and opened on the way back in, so only plain frames
+reach `Decoder`. A chunk is stored zstd-compressed only when that saves at least 1/16 of
+its size: incompressible data (random, already-compressed) is stored raw and costs nothing
+to read back; so are chunks whose 4 KiB sample compresses by less than 1/8 (fp32 weights),
+see `_worth_trying`. Decoding always re-hashes the plaintext and compares it with the chunk
+id, so no corrupted byte can leave the engine.
 """
 
 from __future__ import annotations
@@ -44,7 +49,15 @@ CODEC_RAW = 0
 CODEC_ZSTD = 1
 CODEC_GROUPED = 2
 CODEC_DELTA = 3
-CODEC_NAMES = {CODEC_RAW: "raw", CODEC_ZSTD: "zstd", CODEC_GROUPED: "grouped", CODEC_DELTA: "delta"}
+CODEC_PATCH = 4
+CODEC_NAMES = {
+    CODEC_RAW: "raw",
+    CODEC_ZSTD: "zstd",
+    CODEC_GROUPED: "grouped",
+    CODEC_DELTA: "delta",
+    CODEC_PATCH: "patch",
+}
+_BASED = (CODEC_DELTA, CODEC_PATCH)  # codecs whose payload starts with a base chunk id
 ID_BYTES = 32
 WIDTHS = (2, 4, 8)  # element widths byte grouping is tried with: bf16/fp16, fp32, fp64/int64
 HEADER = struct.Struct("<2sBBBI")
@@ -71,6 +84,15 @@ class Encoder:
         if packed is not None:
             return packed
         return b"".join((HEADER.pack(MAGIC, VERSION, CODEC_RAW, 0, len(data)), data))
+
+    def patch(self, data: bytes | memoryview, base_id: bytes, base: bytes | memoryview) -> bytes:
+        """The patch frame of `data` against the verified plaintext `base` of chunk
+        `base_id` (zstd with `base` as its raw-content dictionary)."""
+        if len(base_id) != ID_BYTES:
+            raise ValueError("a patch names its base by its id")
+        packer = zstandard.ZstdCompressor(level=ZSTD_LEVEL, dict_data=_raw_dict(base))
+        head = HEADER.pack(MAGIC, VERSION, CODEC_PATCH, 0, len(data))
+        return b"".join((head, base_id, packer.compress(data)))
 
     def encode_in_place(self, span: memoryview) -> bytes | memoryview:
         """The frame of the chunk `span[ROOM:]`, where `span` is writable: a raw frame is
@@ -144,6 +166,8 @@ class Decoder:
             width = payload[ID_BYTES]
             diff = _ungroup(self._unzstd(payload[ID_BYTES + 1 :], n, expected_id), width)
             data, verify = _xor(diff, base), True
+        elif codec == CODEC_PATCH and len(payload) > ID_BYTES and base is not None:
+            data, verify = _unpatch(payload[ID_BYTES:], base, n, expected_id), True
         else:
             raise ChunkCorrupt(expected_id.hex())
         if len(data) != n or (verify and blake3.blake3(data).digest() != expected_id):
@@ -161,6 +185,8 @@ class Decoder:
         caller decodes level by level to find which frame is damaged."""
         import numpy as np
 
+        if frames and frame_codec(frames[0]) == CODEC_PATCH:
+            return self._patches(frames, expected_id)
         try:
             n = plaintext_length(frames[0])
             width = frames[0][HEADER.size + ID_BYTES]
@@ -191,6 +217,24 @@ class Decoder:
             data = _ungroup_array(acc, width)
             if whole is not None:
                 np.bitwise_xor(data, np.frombuffer(whole, dtype=np.uint8), out=data)
+        except (ChunkCorrupt, struct.error, IndexError):
+            return None
+        if blake3.blake3(data).digest() != expected_id:
+            return None
+        return memoryview(data)
+
+    def _patches(self, frames: list[bytes], expected_id: bytes) -> memoryview | None:
+        """A chain of patches (newest first) down to a whole frame: decoded from the whole
+        end up, only the result verified; None where that fails (the caller then decodes
+        level by level, verifying each, to find the damaged frame)."""
+        *patches, whole = frames
+        try:
+            if any(frame_codec(f) != CODEC_PATCH for f in patches):
+                return None
+            data = self.plaintext(whole, expected_id, verify=False)
+            for frame in reversed(patches):
+                payload = memoryview(frame)[HEADER.size + ID_BYTES :]
+                data = _unpatch(payload, data, plaintext_length(frame), expected_id)
         except (ChunkCorrupt, struct.error, IndexError):
             return None
         if blake3.blake3(data).digest() != expected_id:
@@ -245,6 +289,23 @@ class Recoder:
         sizes = {w: len(self._zstd.compress(_group(sample, w))) for w in WIDTHS}
         best = min(WIDTHS, key=lambda w: (sizes[w], w))
         return best if sizes[best] < sizes[4] * 0.98 else 4
+
+
+def _raw_dict(base: bytes | memoryview) -> zstandard.ZstdCompressionDict:
+    return zstandard.ZstdCompressionDict(bytes(base), dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def _unpatch(payload: memoryview, base: bytes | memoryview, n: int, expected_id: bytes) -> bytes:
+    """A patch's plaintext from its payload and its base's plaintext (not yet verified)."""
+    try:
+        out = zstandard.ZstdDecompressor(dict_data=_raw_dict(base)).decompress(
+            payload, max_output_size=n
+        )
+    except zstandard.ZstdError:
+        raise ChunkCorrupt(expected_id.hex()) from None
+    if len(out) != n:
+        raise ChunkCorrupt(expected_id.hex())
+    return out
 
 
 def _shuffle(width: int) -> Any:
@@ -306,8 +367,9 @@ def raw_payload(frame: bytes | memoryview) -> memoryview | None:
 
 
 def delta_base(frame: bytes | memoryview) -> bytes | None:
-    """The id of the chunk a plain delta frame is encoded against; None for other frames."""
-    if len(frame) < HEADER.size + ID_BYTES or frame_codec(frame) != CODEC_DELTA:
+    """The id of the chunk a plain delta or patch frame is encoded against; None for other
+    frames."""
+    if len(frame) < HEADER.size + ID_BYTES or frame_codec(frame) not in _BASED:
         return None
     return bytes(memoryview(frame)[HEADER.size : HEADER.size + ID_BYTES])
 

@@ -80,11 +80,25 @@ def plan(
             meta = store.chunks.meta(txn, chunk)
             if meta is not None and meta.refs <= n:
                 freed[chunk] = meta.stored
+        _keep_needed_bases(store, txn, freed)
         for p in plans:  # attribute each freed chunk to one namespace's plan
             for cid in p.delete:
                 for chunk in distinct_chunks(store.catalog.manifest(txn, cid)):
                     p.reclaimable_bytes += freed.pop(chunk, 0)
     return plans
+
+
+def _keep_needed_bases(store: PruneParts, txn: lmdb.Transaction, freed: dict[bytes, int]) -> None:
+    """Take out of `freed` every chunk a chunk that stays needs as its base (a patch of a
+    small file, vault/smallfile.py, or a compaction delta): GC keeps those."""
+    todo = list(freed)
+    while todo:
+        chunk = todo.pop()
+        if chunk in freed and any(d not in freed for d in store.chunks.dependents(txn, chunk)):
+            del freed[chunk]
+            base = store.chunks.base_of(txn, chunk)  # its base is needed again in turn
+            if base is not None:
+                todo.append(base)
 
 
 def apply(store: PruneParts, plans: list[NamespacePlan]) -> list[str]:

@@ -161,7 +161,7 @@ class Vault:
         self.tokens = Tokens(self.store)
         self.audit = AuditLog(self.store, self.config.audit_max_age, self.config.audit_max_bytes)
         self.committer = Committer(self.store, self.uploads, self.reader)
-        self._direct = DirectSaver(self.store)
+        self._direct = DirectSaver(self.store, self.reader)
         # Files handed over by descriptor since start: saved from, and restored into.
         self.handed = HandedOver()
         if self.roles.standby is None and not reader:

@@ -347,14 +347,16 @@ class Chunks:
             w.catalog.put(seq_key(where.seq), body, db=self._inline, append=True)
         else:
             where = self._new_hot_frame(w, body)
+        # A patch (a small file against its parent's, vault/smallfile.py) is linked to its
+        # base as a compaction delta is: the caller checked the base is sound and the chain
+        # within bounds.
+        base = delta_base(body)
+        flags = FLAG_DELTA if base is not None else 0
         if meta is None:
-            self.set_meta(
-                w.catalog,
-                cid,
-                ChunkMeta(0, len(data), len(body), now_ms, reserve_until_ms, 0, where),
-            )
+            stored = ChunkMeta(0, len(data), len(body), now_ms, reserve_until_ms, flags, where)
+            self._link(w.catalog, cid, base, stored)
             return True, 1, len(body)
-        # healing: the damaged frame goes, the new one (whole) takes its place
+        # healing: the damaged frame goes, the new one takes its place
         self._place(w, cid, meta.where, where)
         self.drop_hot_frames(w.frames, [meta.where])
         self._count_tier(w.catalog, meta.where, -1, -meta.stored)
@@ -362,12 +364,20 @@ class Chunks:
         self._unlink_base(w.catalog, cid)
         healed = meta._replace(
             stored=len(body),
-            flags=meta.flags & ~(FLAG_DAMAGED | _CODEC_FLAGS),
+            flags=(meta.flags & ~(FLAG_DAMAGED | _CODEC_FLAGS)) | flags,
             where=where,
             reserved_until_ms=max(meta.reserved_until_ms, reserve_until_ms),
         )
-        self.set_meta(w.catalog, cid, healed)
+        self._link(w.catalog, cid, base, healed)
         return True, 0, len(body) - meta.stored
+
+    def _link(self, txn: lmdb.Transaction, cid: bytes, base: bytes | None, meta: ChunkMeta) -> None:
+        """Write a newly stored chunk's metadata, and its delta link if it has a base."""
+        if base is not None:
+            txn.put(cid, base, db=self._deltas)
+            txn.put(base + cid, b"", db=self._bases)
+            self._count_codec(txn, meta, 1)
+        self.set_meta(txn, cid, meta)
 
     def reserve(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta, until_ms: int) -> None:
         if meta.reserved_until_ms < until_ms:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from checkpoint_vault.protocol import Drift
-from checkpoint_vault.vault import FakeClock, Vault, entries
+from checkpoint_vault.vault import FakeClock, Vault, direct, entries
 from checkpoint_vault.vault.entries import COPY, MAX_DEPTH, OWN, Body, diff, entry_digest
 from checkpoint_vault.vault.manifest import FileEntry, distinct_chunks, encode_manifest
 from checkpoint_vault.vault.writer import WriteTxn
@@ -22,10 +22,18 @@ def _history(n: int) -> bytes:
     return json.dumps(msgs).encode()
 
 
+@pytest.fixture
+def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small files cut into chunks, as before they were stored whole (vault/smallfile.py):
+    the entries of chunked files are what these tests are about."""
+    monkeypatch.setattr(direct, "WHOLE_MAX", 0)
+
+
 def _stored_entry_bytes(vault: Vault) -> int:
     return sum(len(v) for _, v in vault.store.catalog_env.scan("entries"))
 
 
+@pytest.mark.usefixtures("chunked")
 def test_a_growing_file_is_stored_as_deltas_and_every_version_reads_back(vault: Vault) -> None:
     parent = None
     saved = []
@@ -145,6 +153,7 @@ def test_identical_files_share_one_entry(vault: Vault) -> None:
     assert vault.check().ok
 
 
+@pytest.mark.usefixtures("chunked")
 def test_a_list_whose_head_changes_too_is_still_a_delta(vault: Vault) -> None:
     """msgpack (LangGraph's serializer) writes a list's length first: every version of a
     grown message list differs in its first chunk as well as its last."""
@@ -193,6 +202,7 @@ def test_the_entry_cache_is_bounded_by_chunks(
     assert 0 < sum(len(e.chunks) for e in cache.values()) <= 20
 
 
+@pytest.mark.usefixtures("chunked")
 def test_a_chain_ends_before_deleted_versions_pin_much(
     vault: Vault, monkeypatch: pytest.MonkeyPatch
 ) -> None:

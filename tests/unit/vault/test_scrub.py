@@ -90,7 +90,7 @@ def test_verify_finds_every_damaged_chunk_in_both_stores(tmp_path: Path) -> None
         cid = files["w"].chunks[2][0]
         victims.append((cid, b"".join(vault.reader.chunks([cid])), "frames"))
     _, files = vault.manifest("agent", agent.id)
-    cid = files["state.json"].chunks[1][0]
+    cid = files["state.json"].chunks[0][0]  # a small file is one chunk
     victims.append((cid, b"".join(vault.reader.chunks([cid])), "catalog"))
     vault.close()
     for _, data, where in victims:
