@@ -70,6 +70,7 @@ from .ratelimit import LIMITS_FILE, RateLimiter
 from .receive import close_taken
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
+from .s3 import s3_context
 from .scheduler import maintenance_context
 from .settings import Settings
 from .sinks import ChannelSink, LocalSink
@@ -319,6 +320,7 @@ def create_app(
         return app
     app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
     app.cleanup_ctx.append(maintenance_context)
+    app.cleanup_ctx.append(s3_context)  # [s3] port: the S3 endpoint (api/s3/), off unset
     if settings.processes > 1 and listening:
         app.cleanup_ctx.append(_calls_context)  # closed after the workers stopped
         app.cleanup_ctx.append(workers_context(app[INSTANCE]))

@@ -48,6 +48,7 @@ class PolicyRecord(Record):
 
     retention: RetentionRules = field(default_factory=RetentionRules)
     tiering: dict[str, Any] = field(default_factory=dict)
+    s3: dict[str, Any] = field(default_factory=dict)  # the S3 endpoint's keys (api/s3/)
 
 
 @dataclass(frozen=True)
