@@ -26,8 +26,8 @@ class S3Server:
         return s3_credentials(token or self.server.token)
 
     def boto3(self, token: str | None = None, **config: Any) -> Any:
-        import boto3
-        from botocore.config import Config
+        import boto3  # type: ignore[import-untyped]  # no type hints
+        from botocore.config import Config  # type: ignore[import-untyped]  # no type hints
 
         key, secret = self.credentials(token)
         return boto3.client(

@@ -209,15 +209,11 @@ class Policy:
 
     def to_record(self) -> protocol.PolicyRecord:
         """The policy as the routes answer it (and as it is stored)."""
-        return protocol.PolicyRecord(
-            self.retention.to_record(), dict(self.tiering), dict(self.s3)
-        )
+        return protocol.PolicyRecord(self.retention.to_record(), dict(self.tiering), dict(self.s3))
 
     def updated(self, body: Any) -> Policy:
         if not isinstance(body, dict) or set(body) - {"retention", "tiering", "s3"}:
-            raise InvalidRequest(
-                'a policy is {"retention": {...}, "tiering": {...}, "s3": {...}}'
-            )
+            raise InvalidRequest('a policy is {"retention": {...}, "tiering": {...}, "s3": {...}}')
         s3 = self.s3
         if "s3" in body:
             if not isinstance(body["s3"], dict):

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
-import botocore.auth
+import boto3  # type: ignore[import-untyped]  # no type hints
+import botocore.auth  # type: ignore[import-untyped]  # no type hints
 import pytest
-from boto3.s3.transfer import TransferConfig
-from botocore.exceptions import ClientError
+from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]  # no type hints
+from botocore.exceptions import ClientError  # type: ignore[import-untyped]  # no type hints
 
 from tests.s3endpoint import S3Server, start
 
@@ -124,7 +124,9 @@ def test_copy_and_delete_objects(s3: S3Server) -> None:
     c = s3.boto3()
     c.put_object(Bucket="jobs", Key="tmp/checkpoint.tmp123", Body=b"model_checkpoint_path")
     c.copy_object(
-        Bucket="jobs", Key="tmp/index", CopySource={"Bucket": "jobs", "Key": "tmp/checkpoint.tmp123"}
+        Bucket="jobs",
+        Key="tmp/index",
+        CopySource={"Bucket": "jobs", "Key": "tmp/checkpoint.tmp123"},
     )
     c.delete_object(Bucket="jobs", Key="tmp/checkpoint.tmp123")
     assert _keys(c, "jobs") == ["tmp/index"]
@@ -191,7 +193,16 @@ def _token(s3: S3Server, name: str, scopes: list[str]) -> str:
 def _ckpt(s3: S3Server, *args: str, token: str | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
     done = subprocess.run(
-        [sys.executable, "-m", "cli", "--url", s3.server.url, "--token", token or s3.server.token, *args],
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "--url",
+            s3.server.url,
+            "--token",
+            token or s3.server.token,
+            *args,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -222,7 +233,17 @@ def test_ckpt_prints_credentials_that_sign(s3: S3Server) -> None:
     c.put_object(Bucket="flink-a", Key="k", Body=b"via ckpt token s3")
     assert c.get_object(Bucket="flink-a", Key="k")["Body"].read() == b"via ckpt token s3"
     revoked = subprocess.run(
-        [sys.executable, "-m", "cli", "--url", s3.server.url, "--token", "ckpt_00_11", "token", "s3"],
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "--url",
+            s3.server.url,
+            "--token",
+            "ckpt_00_11",
+            "token",
+            "s3",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError  # type: ignore[import-untyped]  # no type hints
 
 from client.sync import VaultClient
 from tests.s3endpoint import S3Server, start
@@ -97,7 +97,8 @@ def test_idle_rule_and_policy_markers(s3: S3Server) -> None:
         v.set_policy("lightning", {"s3": {"markers": ["*.ckpt"], "commit_after": "1h"}})
         c.put_object(Bucket="lightning", Key="run/epoch=1-step=20.ckpt", Body=b"x" * 1000)
         both = _live(v, "lightning")  # the marker committed it at once
-        assert len(both) == 2 and both[1].parent == both[0].id
+        assert len(both) == 2
+        assert both[1].parent == both[0].id
 
 
 def test_restart_keeps_the_open_checkpoint(s3: S3Server) -> None:

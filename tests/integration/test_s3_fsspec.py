@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import s3fs
+import s3fs  # type: ignore[import-untyped]  # no type hints
 
 from tests.s3endpoint import REGION, S3Server, start
 
@@ -41,9 +41,10 @@ def test_s3fs_put_get_list_delete(s3: S3Server, tmp_path: Path) -> None:
         f.write(big)
     assert fs.cat_file("runs/a/small.bin") == small
     assert fs.cat_file("runs/a/big.bin") == big
-    assert fs.cat_file("runs/a/big.bin", start=6 << 20, end=(6 << 20) + 1000) == big[
-        6 << 20 : (6 << 20) + 1000
-    ]
+    assert (
+        fs.cat_file("runs/a/big.bin", start=6 << 20, end=(6 << 20) + 1000)
+        == big[6 << 20 : (6 << 20) + 1000]
+    )
     with fs.open("runs/a/big.bin", "rb", block_size=1 << 20) as f:
         f.seek(10 << 20)
         assert f.read(100) == big[10 << 20 : (10 << 20) + 100]

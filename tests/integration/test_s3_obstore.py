@@ -44,9 +44,10 @@ def test_obstore_put_get_list_delete(s3: S3Server) -> None:
     obstore.put(store, "ckpt/1/big", big, use_multipart=True, chunk_size=5 << 20)
     assert obstore.get(store, "ckpt/1/array.zarr/0.0").bytes() == small
     assert obstore.get(store, "ckpt/1/big").bytes() == big
-    assert bytes(obstore.get_range(store, "ckpt/1/big", start=7 << 20, length=4096)) == big[
-        7 << 20 : (7 << 20) + 4096
-    ]
+    assert (
+        bytes(obstore.get_range(store, "ckpt/1/big", start=7 << 20, length=4096))
+        == big[7 << 20 : (7 << 20) + 4096]
+    )
     meta = obstore.head(store, "ckpt/1/big")
     assert meta["size"] == len(big)
     listed = sorted(m["path"] for batch in obstore.list(store, prefix="ckpt") for m in batch)
