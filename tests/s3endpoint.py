@@ -43,6 +43,7 @@ class S3Server:
 def start(tmp_path: Path, commit_after: str = "60s") -> S3Server:
     """The server on free loopback ports, its S3 endpoint answering."""
     port, s3_port = free_port(), free_port()
+    tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "s3.toml"
     config.write_text(f'[s3]\nport = {s3_port}\ncommit_after = "{commit_after}"\n')
     data = tmp_path / "data"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import os
+import tempfile
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -14,7 +16,7 @@ from vault.errors import UploadExpired, UploadNotFound
 
 from ..auth import principal
 from ..http import run
-from ..keys import CLOCK, RUNTIME, VAULT
+from ..keys import CLOCK, RUNTIME, SETTINGS, VAULT
 from .body import Body
 from .errors import S3Error, access_denied
 from .keys import STATE
@@ -93,15 +95,32 @@ async def store(request: web.Request, ns: str, name: str, body: Body) -> FileEnt
     raise AssertionError("unreachable")
 
 
+def looks_like_tensors(head: bytes) -> bool:
+    """A torch.save archive (a zip) or a safetensors file (a little-endian header length,
+    then its JSON): worth cutting at tensor boundaries, which needs the whole file."""
+    return head.startswith(b"PK\x03\x04") or head[8:9] == b"{"
+
+
 async def _ingest(request: web.Request, upload_id: str, name: str, body: Body) -> FileEntry:
+    """Stream the body into the upload, or, for a tensor file, spool it to an unnamed file
+    first and ingest that as a file handed over (vault/ingest.py): cut at its tensors, as
+    the vault's client cuts it, so a fine-tune's checkpoints dedup as well through S3 as
+    through the client (the frozen tensors' chunks repeat exactly)."""
     vault = request.app[VAULT]
-    ingest = await run(request, vault.ingest, upload_id, name, principal(request).domain())
+    domain = principal(request).domain()
+    pieces = body.pieces()
+    first = await anext(pieces, b"")
+    if looks_like_tensors(first):
+        return await _spooled(request, upload_id, name, first, pieces)
+    ingest = await run(request, vault.ingest, upload_id, name, domain)
     pending: asyncio.Future[None] | None = None
     try:
-        async for piece in body.pieces():
+        piece: bytes | None = first
+        while piece:
             if pending is not None:
                 await pending
             pending = asyncio.ensure_future(run(request, ingest.feed, piece, False))
+            piece = await anext(pieces, None)
         if pending is not None:
             await pending
             pending = None
@@ -111,6 +130,28 @@ async def _ingest(request: web.Request, upload_id: str, name: str, body: Body) -
             with contextlib.suppress(Exception):
                 await pending
     return await run(request, ingest.finish)
+
+
+async def _spooled(
+    request: web.Request,
+    upload_id: str,
+    name: str,
+    first: bytes,
+    pieces: AsyncIterator[bytes],
+) -> FileEntry:
+    vault = request.app[VAULT]
+    spool = await run(request, tempfile.TemporaryFile, dir=request.app[SETTINGS].data_dir)
+    try:
+        piece: bytes | None = first
+        while piece:
+            await run(request, spool.write, piece)
+            piece = await anext(pieces, None)
+        await run(request, spool.flush)
+        domain = principal(request).domain()
+        fd = os.dup(spool.fileno())  # ingest_descriptor takes it over and closes it
+        return await run(request, vault.ingest_descriptor, upload_id, name, fd, domain)
+    finally:
+        spool.close()
 
 
 async def commit_if_marker(request: web.Request, ns: str, key: str) -> StoredCheckpoint | None:
