@@ -78,7 +78,8 @@ class Body:
 
     async def _dechunked(self) -> AsyncIterator[bytes]:
         previous = self._signed.signature if self._signed is not None else ""
-        pending = bytearray()
+        pending: list[bytes] = []
+        held = 0
         while True:
             try:
                 header = (await self._line()).decode("ascii")
@@ -96,14 +97,15 @@ class Body:
                 break
             if await self._content.readexactly(2) != b"\r\n":
                 raise invalid_argument("malformed aws-chunked body")
-            pending += data
-            if len(pending) >= PIECE:
-                yield bytes(pending)
-                pending.clear()
+            pending.append(data)
+            held += size
+            if held >= PIECE:  # one copy per piece, not one per chunk
+                yield b"".join(pending)
+                pending, held = [], 0
         while (await self._line()) != b"":  # trailers (checksums), up to the empty line
             pass
         if pending:
-            yield bytes(pending)
+            yield b"".join(pending)
 
     def _check_chunk(self, ext: str, previous: str, data: bytes) -> str:
         name, _, given = ext.partition("=")
