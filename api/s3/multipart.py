@@ -23,7 +23,7 @@ from .naming import check_key, namespace
 from .ops import allow, commit_if_marker, ensure_open, store
 from .signing import body_of
 from .state import Multipart
-from .tree import PARTS, etag
+from .tree import PARTS, etag, to_name
 
 MIN_PART = 5 << 20  # S3's smallest part but the last
 MAX_PARTS = 10_000
@@ -93,7 +93,7 @@ async def complete(request: web.Request, bucket: str, key: str) -> web.Response:
     whole = await run(request, _joined, vault, parts)
     async with request.app[STATE].lock(ns).shared():
         up = await ensure_open(request, ns)
-        await run(request, vault.uploads.add_file, up.upload_id, key, whole)
+        await run(request, vault.uploads.add_file, up.upload_id, to_name(key), whole)
         await _drop_parts(request, up.upload_id, upload_id, mp)
         up.last_write = request.app[CLOCK].now()
     del request.app[STATE].multipart[upload_id]

@@ -20,7 +20,7 @@ from .errors import S3Error, invalid_argument
 from .tree import RESERVED
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-MAX_KEY = 1024 - len(RESERVED) - len("deleted/")  # a deleted key's record must fit a name
+MAX_KEY = 1024 - len(RESERVED) * 2 - len("deleted/dirs/")  # a deleted marker's record fits
 
 
 def namespace(bucket: str) -> str:
@@ -36,7 +36,7 @@ def check_key(key: str) -> str:
     if len(key.encode()) > MAX_KEY:
         raise S3Error("KeyTooLongError", 400, f"keys may be at most {MAX_KEY} bytes here")
     try:
-        check_file_name(key)
+        check_file_name(key[:-1] if key.endswith("/") else key)  # `a/b/`: a directory marker
     except VaultError as e:
         raise invalid_argument(f"this key cannot be stored in the vault: {e}") from None
     return key

@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from vault import FileEntry, Vault
+from vault import FileEntry
 from vault.content.reader import batches
 
 from ..download import parse_range
@@ -28,7 +28,17 @@ from .keys import STATE
 from .naming import check_key, namespace
 from .ops import allow, commit_if_marker, current, ensure_open, store
 from .signing import body_of
-from .tree import emptied, etag, is_marker, mark_deleted, markers, owner, tree
+from .tree import (
+    base_entry,
+    emptied,
+    etag,
+    is_marker,
+    mark_deleted,
+    markers,
+    owner,
+    to_name,
+    tree,
+)
 
 
 def _headers(entry: FileEntry, modified: float) -> dict[str, str]:
@@ -96,7 +106,7 @@ async def put_object(request: web.Request, bucket: str, key: str) -> web.Respons
         return await _copy(request, ns, key)
     state_lock = request.app[STATE].lock(ns)
     async with state_lock.shared():
-        entry = await store(request, ns, key, body_of(request))
+        entry = await store(request, ns, to_name(key), body_of(request))
     await commit_if_marker(request, ns, key)
     return web.Response(status=200, headers={"ETag": etag(entry)})
 
@@ -113,7 +123,7 @@ async def _copy(request: web.Request, ns: str, key: str) -> web.Response:
     vault = request.app[VAULT]
     async with request.app[STATE].lock(ns).shared():
         up = await ensure_open(request, ns)
-        await run(request, vault.uploads.add_file, up.upload_id, key, entry)
+        await run(request, vault.uploads.add_file, up.upload_id, to_name(key), entry)
         up.last_write = request.app[CLOCK].now()
     await commit_if_marker(request, ns, key)
     return web.Response(body=xml.copied(etag(entry), up.last_write), content_type="application/xml")
@@ -136,7 +146,7 @@ async def delete_key(request: web.Request, ns: str, key: str) -> None:
             return
         base = None
         if now.latest is not None and key not in now.deleted:
-            base = await run(request, _base_entry, vault, now.latest.id, key)
+            base = await run(request, base_entry, vault, now.latest.id, key)
         victim = None
         if base is not None:
             victim = await run(request, owner, vault, ns, key, base)
@@ -147,7 +157,7 @@ async def delete_key(request: web.Request, ns: str, key: str) -> None:
                 )
         up = await ensure_open(request, ns)
         if key in now.written:
-            await run(request, vault.uploads.remove_file, up.upload_id, key)
+            await run(request, vault.uploads.remove_file, up.upload_id, to_name(key))
         if base is not None:
             await run(request, mark_deleted, vault, up.upload_id, key)
         up.last_write = request.app[CLOCK].now()
@@ -157,11 +167,6 @@ async def delete_key(request: web.Request, ns: str, key: str) -> None:
         patterns = await run(request, markers, vault, ns)
         if is_marker(key, patterns) or await run(request, emptied, vault, victim, after):
             await run(request, vault.lifecycle.delete, ns, victim.id)
-
-
-def _base_entry(vault: Vault, checkpoint: str, key: str) -> FileEntry | None:
-    with vault.store.catalog_env.read() as txn:
-        return vault.catalog.manifest(txn, checkpoint).get(key)
 
 
 async def delete_objects(request: web.Request, bucket: str) -> web.Response:

@@ -29,11 +29,32 @@ from vault.errors import UploadExpired, UploadNotFound
 RESERVED = ".ckpt-s3/"  # names of the endpoint's own bookkeeping inside an open upload
 DELETED = RESERVED + "deleted/"  # + key: the key was deleted since the newest checkpoint
 PARTS = RESERVED + "parts/"  # + multipart upload id / part number: one part's bytes
+# + path: the object `path/`, a "directory" marker (PyArrow, Hadoop and the S3 consoles make
+# them); a file name cannot end with `/`, so such keys are stored under this prefix.
+DIRS = RESERVED + "dirs/"
 # Completion markers when a namespace's policy names none (`s3.markers`): Flink's
 # `chk-N/_metadata`, Orbax's commit marker, torch DCP's `.metadata`, TensorFlow's
-# `checkpoint` index.
-DEFAULT_MARKERS = ("_metadata", "commit_success.txt", ".metadata", "checkpoint")
+# `checkpoint` index, Ray Train's snapshot of its checkpoints (written after each report).
+DEFAULT_MARKERS = (
+    "_metadata",
+    "commit_success.txt",
+    ".metadata",
+    "checkpoint",
+    "checkpoint_manager_snapshot.json",
+)
 EMPTY = FileEntry(0, blake3.blake3(b"").digest(), ())
+
+
+def to_name(key: str) -> str:
+    """The vault file name an object key is stored as."""
+    return DIRS + key[:-1] if key.endswith("/") else key
+
+
+def to_key(name: str) -> str | None:
+    """The object key a stored file name stands for; None for the endpoint's own records."""
+    if name.startswith(DIRS):
+        return name[len(DIRS) :] + "/"
+    return None if name.startswith(RESERVED) else name
 
 
 def etag(entry: FileEntry) -> str:
@@ -60,7 +81,8 @@ def tree(vault: Vault, ns: str, upload_id: str | None, opened_at: float) -> Tree
         if vault.catalog.namespace(txn, ns) is not None:
             out.latest = vault.catalog.latest(txn, ns, valid_only=False)
         if out.latest is not None:
-            out.files = vault.catalog.manifest(txn, out.latest.id)
+            stored = vault.catalog.manifest(txn, out.latest.id)
+            out.files = {k: e for n, e in stored.items() if (k := to_key(n)) is not None}
             out.modified = dict.fromkeys(out.files, out.latest.created_at)
         pending: dict[str, FileEntry] = {}
         if upload_id is not None:
@@ -70,14 +92,15 @@ def tree(vault: Vault, ns: str, upload_id: str | None, opened_at: float) -> Tree
                 pending = {}
     for name, entry in sorted(pending.items()):
         if name.startswith(DELETED):
-            key = name[len(DELETED) :]
-            out.deleted.add(key)
-            if key not in pending:
-                out.files.pop(key, None)
-        elif not name.startswith(RESERVED):
-            out.files[name] = entry
-            out.modified[name] = opened_at
-            out.written.add(name)
+            gone = to_key(name[len(DELETED) :])
+            if gone is not None:
+                out.deleted.add(gone)
+                if name[len(DELETED) :] not in pending:
+                    out.files.pop(gone, None)
+        elif (key := to_key(name)) is not None:
+            out.files[key] = entry
+            out.modified[key] = opened_at
+            out.written.add(key)
     return out
 
 
@@ -120,10 +143,10 @@ def commit(
     with vault.store.catalog_env.read() as txn:
         pending = vault.uploads.files(txn, upload_id)
     for name in pending:
-        if name.startswith(RESERVED):
+        if to_key(name) is None:
             vault.uploads.remove_file(upload_id, name)
     listed = {
-        key: CommitFile(e.size, e.hash.hex(), [cid.hex() for cid, _ in e.chunks])
+        to_name(key): CommitFile(e.size, e.hash.hex(), [cid.hex() for cid, _ in e.chunks])
         for key, e in now.files.items()
         if key not in now.written
     }
@@ -151,13 +174,14 @@ def _differs(a: FileEntry | None, b: FileEntry) -> bool:
 
 def owner(vault: Vault, ns: str, key: str, entry: FileEntry) -> StoredCheckpoint | None:
     """The live checkpoint that wrote this version of `key`: the oldest one holding it."""
+    name = to_name(key)
     found: StoredCheckpoint | None = None
     before = None
     while True:
         page, before = vault.checkpoints(ns, limit=1000, before=before)
         with vault.store.catalog_env.read() as txn:
             for rec in page:  # newest first: the last match is the oldest
-                other = vault.catalog.manifest(txn, rec.id).get(key)
+                other = vault.catalog.manifest(txn, rec.id).get(name)
                 if other is not None and not _differs(other, entry):
                     found = rec
                 elif found is not None:
@@ -168,8 +192,15 @@ def owner(vault: Vault, ns: str, key: str, entry: FileEntry) -> StoredCheckpoint
 
 def emptied(vault: Vault, rec: StoredCheckpoint, after: Tree) -> bool:
     """Whether none of the objects checkpoint `rec` wrote is in the bucket any more."""
-    return all(_differs(after.files.get(k), e) for k, e in _introduced(vault, rec).items())
+    mine = _introduced(vault, rec).items()
+    return all(_differs(after.files.get(k), e) for n, e in mine if (k := to_key(n)) is not None)
 
 
 def mark_deleted(vault: Vault, upload_id: str, key: str) -> None:
-    vault.uploads.add_file(upload_id, DELETED + key, EMPTY)
+    vault.uploads.add_file(upload_id, DELETED + to_name(key), EMPTY)
+
+
+def base_entry(vault: Vault, checkpoint: str, key: str) -> FileEntry | None:
+    """The version of `key` a committed checkpoint holds."""
+    with vault.store.catalog_env.read() as txn:
+        return vault.catalog.manifest(txn, checkpoint).get(to_name(key))

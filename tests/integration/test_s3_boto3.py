@@ -120,6 +120,21 @@ def test_listing_prefix_delimiter_and_pages(s3: S3Server) -> None:
     assert grouped == ["a/", "b/", "c", "d/"]
 
 
+def test_directory_markers(s3: S3Server) -> None:
+    """Keys ending in `/` (PyArrow, Hadoop and consoles make them for directories)."""
+    c = s3.boto3()
+    c.put_object(Bucket="dirs", Key="exp/", Body=b"")
+    c.put_object(Bucket="dirs", Key="exp/run/", Body=b"")
+    c.put_object(Bucket="dirs", Key="exp/run/state.json", Body=b"{}")
+    assert _keys(c, "dirs") == ["exp/", "exp/run/", "exp/run/state.json"]
+    assert c.head_object(Bucket="dirs", Key="exp/")["ContentLength"] == 0
+    under = c.list_objects_v2(Bucket="dirs", Prefix="exp/", Delimiter="/")
+    assert [o["Key"] for o in under["Contents"]] == ["exp/"]
+    assert [p["Prefix"] for p in under["CommonPrefixes"]] == ["exp/run/"]
+    c.delete_object(Bucket="dirs", Key="exp/run/")
+    assert _keys(c, "dirs") == ["exp/", "exp/run/state.json"]
+
+
 def test_copy_and_delete_objects(s3: S3Server) -> None:
     c = s3.boto3()
     c.put_object(Bucket="jobs", Key="tmp/checkpoint.tmp123", Body=b"model_checkpoint_path")
