@@ -34,6 +34,11 @@ def authenticate(request: web.Request) -> Principal:
         signed = parse_query(request.query)
     elif "authorization" in headers:
         signed = parse_header(headers["authorization"], headers)
+    elif "AWSAccessKeyId" in request.query:
+        raise access_denied(
+            "presigned URLs of Signature Version 2 are refused: sign with Version 4 "
+            "(boto3: Config(signature_version='s3v4'))"
+        )
     else:
         raise access_denied(
             "anonymous requests are refused: sign with a token's S3 credentials "

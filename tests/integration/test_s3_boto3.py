@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -198,6 +200,31 @@ def test_refusals_carry_s3_codes(s3: S3Server, monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ClientError) as e:
         s3.boto3().get_object(Bucket="mine", Key="k")
     assert _code(e) == "RequestTimeTooSkewed"
+
+
+def test_presigned_urls(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = s3.boto3(signature_version="s3v4")  # boto3 presigns with Version 2 otherwise
+    c.put_object(Bucket="shared", Key="model.bin", Body=b"weights")
+    v2 = s3.boto3().generate_presigned_url(
+        "get_object", Params={"Bucket": "shared", "Key": "model.bin"}, ExpiresIn=60
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(v2, timeout=10)
+    assert b"Version 4" in refused.value.read()
+    url = c.generate_presigned_url(
+        "get_object", Params={"Bucket": "shared", "Key": "model.bin"}, ExpiresIn=60
+    )
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        assert answer.read() == b"weights"
+    past = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(hours=2)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: past)
+    stale = c.generate_presigned_url(
+        "get_object", Params={"Bucket": "shared", "Key": "model.bin"}, ExpiresIn=60
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(stale, timeout=10)
+    assert e.value.code == 403
+    assert b"<Code>AccessDenied</Code>" in e.value.read()
 
 
 def _token(s3: S3Server, name: str, scopes: list[str]) -> str:

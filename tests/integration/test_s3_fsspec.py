@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import s3fs  # type: ignore[import-untyped]  # no type hints
 
+from client.sync import VaultClient
 from tests.s3endpoint import REGION, S3Server, start
 
 
@@ -60,3 +61,28 @@ def test_s3fs_put_get_list_delete(s3: S3Server, tmp_path: Path) -> None:
     fs.rm_file("runs/b/up.bin")
     fs.invalidate_cache()
     assert fs.find("runs") == []
+
+
+def test_s3fs_refusals(s3: S3Server) -> None:
+    key, _ = s3.credentials()
+    wrong = s3fs.S3FileSystem(
+        key=key,
+        secret="not-the-secret",
+        client_kwargs={"endpoint_url": s3.endpoint, "region_name": REGION},
+        skip_instance_cache=True,
+    )
+    with pytest.raises(PermissionError, match="signature"):
+        wrong.pipe_file("runs/x", b"x")
+    token = s3.server.token
+    with VaultClient(s3.server.url, token) as vault:
+        scoped = vault.create_token("s3fs-scoped", ["read:mine", "write:mine"]).token
+    key, secret = s3.credentials(scoped)
+    fs = s3fs.S3FileSystem(
+        key=key,
+        secret=secret,
+        client_kwargs={"endpoint_url": s3.endpoint, "region_name": REGION},
+        skip_instance_cache=True,
+    )
+    fs.pipe_file("mine/x", b"x")
+    with pytest.raises(PermissionError, match="may not write bucket 'theirs'"):
+        fs.pipe_file("theirs/x", b"x")

@@ -4,6 +4,7 @@ readers use): put (single and multipart), get (whole and ranged), list, delete."
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,3 +60,19 @@ def test_obstore_put_get_list_delete(s3: S3Server) -> None:
     assert [m for batch in obstore.list(store, prefix="ckpt") for m in batch] == []
     with pytest.raises(FileNotFoundError):
         obstore.get(store, "ckpt/1/big").bytes()
+
+
+def test_obstore_refusals(s3: S3Server) -> None:
+    key, _ = s3.credentials()
+    wrong = S3Store(
+        "orbax",
+        endpoint=s3.endpoint,
+        access_key_id=key,
+        secret_access_key="not-the-secret",
+        region=REGION,
+        virtual_hosted_style_request=False,
+        client_options={"allow_http": True},
+        retry_config={"max_retries": 0, "backoff": {}, "retry_timeout": timedelta(seconds=5)},
+    )
+    with pytest.raises(Exception, match="SignatureDoesNotMatch"):  # noqa: PT011 - obstore's
+        obstore.put(wrong, "k", b"v")
