@@ -4,8 +4,8 @@ readers use): put (single and multipart), get (whole and ranged), list, delete."
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import obstore
