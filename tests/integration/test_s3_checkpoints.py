@@ -82,6 +82,14 @@ def test_deleting_a_checkpoint_directory_deletes_that_checkpoint(s3: S3Server) -
         assert second.id in e.value.response["Error"]["Message"]
         assert "pinned" in e.value.response["Error"]["Message"]
         assert c.get_object(Bucket="flink", Key="job/chk-2/_metadata")["Body"].read() == b"meta 2"
+        answer = c.delete_objects(
+            Bucket="flink",
+            Delete={"Objects": [{"Key": "job/chk-2/op-state"}, {"Key": "job/none"}]},
+        )
+        assert [d["Key"] for d in answer["Deleted"]] == ["job/none"]
+        (refused,) = answer["Errors"]
+        assert (refused["Key"], refused["Code"]) == ("job/chk-2/op-state", "AccessDenied")
+        assert second.id in refused["Message"]
         _flink_checkpoint(c, 4)
         fourth = _live(v, "flink")[-1]
         assert "job/chk-1/_metadata" not in fourth.files  # the deletion is in the next one
