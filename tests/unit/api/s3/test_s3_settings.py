@@ -31,14 +31,14 @@ def test_policy_s3_keys_merge_and_are_checked() -> None:
     assert policy.s3 == {"markers": ["*.ckpt", "_metadata"], "commit_after": "30s"}
     assert Policy.from_json(policy.to_json()).s3 == policy.s3
     assert policy.updated({"s3": {"markers": None}}).s3 == {"commit_after": "30s"}
-    bad: dict[str, object]
-    for bad in (
+    bads: list[dict[str, object]] = [
         {"s3": {"marker": ["x"]}},
         {"s3": {"markers": "x"}},
         {"s3": {"markers": ["a/b"]}},
         {"s3": {"markers": ["x"] * 33}},
         {"s3": {"commit_after": "soon"}},
         {"s3": []},
-    ):
+    ]
+    for bad in bads:
         with pytest.raises(InvalidRequest):
             Policy().updated(bad)
