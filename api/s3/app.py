@@ -41,6 +41,20 @@ from .tree import commit_after, tree
 log = logging.getLogger("ckpt.s3")
 IDLE_CHECK = 1.0  # seconds between looks for open uploads past their commit_after
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# A GET of a bucket with only these parameters is ListObjectsV2 (keys are answered as they
+# are: without `<EncodingType>` in the answer, SDKs that asked for `url` decode nothing).
+LIST_PARAMS = frozenset(
+    {
+        "list-type",
+        "prefix",
+        "delimiter",
+        "max-keys",
+        "continuation-token",
+        "start-after",
+        "encoding-type",
+        "fetch-owner",
+    }
+)
 
 
 def _split(request: web.Request) -> tuple[str, str]:
@@ -58,7 +72,7 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
             return await listing.list_buckets(request)
         raise not_implemented(f"{m} /")
     if not key:
-        return await _bucket_op(request, bucket, m, q)
+        return await _bucket_op(request, bucket, m)
     if m in ("GET", "HEAD"):
         if "uploadId" in q:
             raise not_implemented("ListParts")
@@ -78,23 +92,11 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     raise not_implemented(f"{m} on an object")
 
 
-async def _bucket_op(request: web.Request, bucket: str, m: str, q: object) -> web.StreamResponse:
+async def _bucket_op(request: web.Request, bucket: str, m: str) -> web.StreamResponse:
     query = request.query
     if m == "GET" and "location" in query:
         return await listing.location(request, bucket)
-    if m == "GET" and not (
-        set(query)
-        - {
-            "list-type",
-            "prefix",
-            "delimiter",
-            "max-keys",
-            "continuation-token",
-            "start-after",
-            "encoding-type",
-            "fetch-owner",
-        }
-    ):
+    if m == "GET" and not set(query) - LIST_PARAMS:
         return await listing.list_objects(request, bucket)
     if m == "HEAD":
         return await listing.head_bucket(request, bucket)
