@@ -15,18 +15,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from maintenance import MIN_RATE
-from protocol import (
+from checkpoint_vault.maintenance import MIN_RATE
+from checkpoint_vault.protocol import (
     DEFAULT_DATA_DIR,
     DEFAULT_PORT,
     LOCAL_SOCKET_FILE,
     parse_duration,
     parse_size,
 )
-from vault import PROFILES, Keyring, VaultConfig, VaultError
-from vault.quotas import Quota
-from vault.replication import FollowConfig, ReplicationConfig
-from vault.replication.shipper import MODES
+from checkpoint_vault.vault import PROFILES, Keyring, VaultConfig, VaultError
+from checkpoint_vault.vault.quotas import Quota
+from checkpoint_vault.vault.replication import FollowConfig, ReplicationConfig
+from checkpoint_vault.vault.replication.shipper import MODES
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -44,7 +44,7 @@ import torch  # noqa: E402
 from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]  # noqa: E402
 from botocore.config import Config  # type: ignore[import-untyped]  # noqa: E402
 
-from client import VaultClient  # noqa: E402
+from checkpoint_vault.client import VaultClient  # noqa: E402
 from tests.s3endpoint import REGION, S3Server, start  # noqa: E402
 from tests.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedFS  # noqa: E402
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol import DEFAULT_URL, AuditEntry, StatsReport
+from checkpoint_vault.protocol import DEFAULT_URL, AuditEntry, StatsReport
 
 from .connect import connect
 from .offline import gc_offline
@@ -174,8 +174,8 @@ def s3_credentials(args: argparse.Namespace) -> int:
     """The token's S3 access key id and secret (protocol/_s3.py), derived here: the token
     is never sent for them. One authenticated call first, so a revoked or mistyped token
     fails here rather than as SignatureDoesNotMatch in a framework's log."""
-    from client.endpoint import default_token
-    from protocol import s3_credentials as derive
+    from checkpoint_vault.client.endpoint import default_token
+    from checkpoint_vault.protocol import s3_credentials as derive
 
     token = args.token or default_token(args.url or DEFAULT_URL)
     if not token:

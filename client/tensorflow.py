@@ -1,8 +1,8 @@
 """TensorFlow checkpoints into the vault: `VaultCheckpointManager`, shaped like
 `tf.train.CheckpointManager`, with no S3 plugin or filesystem in between.
 
-    from client import VaultClient
-    from client.tensorflow import VaultCheckpointManager
+    from checkpoint_vault.client import VaultClient
+    from checkpoint_vault.client.tensorflow import VaultCheckpointManager
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     manager = VaultCheckpointManager(ckpt, VaultClient(), "runs/tf-exp1", max_to_keep=3)
     manager.restore_or_initialize()          # resumes from the newest checkpoint, if any

@@ -15,8 +15,8 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from api import Settings, create_app
-from vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 
 from .seaweed import SeaweedFS
 from .serverproc import ServerProcess, free_port

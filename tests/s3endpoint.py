@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol import s3_credentials
+from checkpoint_vault.protocol import s3_credentials
 from tests.serverproc import ServerProcess, free_port
 
 REGION = "us-east-1"

@@ -33,7 +33,7 @@ def test_k8s_manifests_have_what_an_operator_relies_on() -> None:
 
 
 def test_example_config_is_valid() -> None:
-    from api.settings import load_settings
+    from checkpoint_vault.api.settings import load_settings
 
     settings = load_settings(DEPLOY / "ckpt.example.toml", environ={})
     assert settings.port == 8470
@@ -88,7 +88,7 @@ def test_systemd_unit_sandboxing() -> None:
 
 
 def test_compose_config_declares_the_cold_tier() -> None:
-    from api.settings import effective_config, load_settings
+    from checkpoint_vault.api.settings import effective_config, load_settings
 
     settings = load_settings(DEPLOY / "ckpt.compose.toml", environ={})
     assert settings.tiers["cold"]["url"].startswith("s3://")

@@ -25,7 +25,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from vault import VaultError
+from checkpoint_vault.vault import VaultError
 
 from ..errors import ApiError
 from ..keys import CLOCK, LIMITER, RUNTIME, SETTINGS, TOKENS, TURNS, VAULT

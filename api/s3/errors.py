@@ -9,8 +9,8 @@ both, so no handler builds an error response.
 
 from __future__ import annotations
 
-from vault import VaultError
-from vault.errors import (
+from checkpoint_vault.vault import VaultError
+from checkpoint_vault.vault.errors import (
     ChunkCorrupt,
     Conflict,
     HashMismatch,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from vault import FileEntry, Vault
+from checkpoint_vault.vault import FileEntry, Vault
 
 from ..auth import principal
 from ..http import run

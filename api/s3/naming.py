@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from vault import VaultError
-from vault.names import check_file_name
+from checkpoint_vault.vault import VaultError
+from checkpoint_vault.vault.names import check_file_name
 
 from .errors import S3Error, invalid_argument
 from .tree import RESERVED

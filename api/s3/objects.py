@@ -15,8 +15,8 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from vault import FileEntry
-from vault.content.reader import batches
+from checkpoint_vault.vault import FileEntry
+from checkpoint_vault.vault.content.reader import batches
 
 from ..download import parse_range
 from ..errors import InvalidRange

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from vault import FileEntry, NotFound, StoredCheckpoint
-from vault.errors import UploadExpired, UploadNotFound
+from checkpoint_vault.vault import FileEntry, NotFound, StoredCheckpoint
+from checkpoint_vault.vault.errors import UploadExpired, UploadNotFound
 
 from ..auth import principal
 from ..http import run

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from protocol import S3_KEY_PREFIX, s3_secret_from_hash
+from checkpoint_vault.protocol import S3_KEY_PREFIX, s3_secret_from_hash
 
 from ..auth import PRINCIPAL, Principal
 from ..keys import CLOCK, LIMITER, TOKENS

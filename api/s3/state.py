@@ -18,7 +18,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from vault import FileEntry, Vault
+from checkpoint_vault.vault import FileEntry, Vault
 
 Domain = Callable[[str], bool] | None
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import blake3
 
-from protocol import CommitFile
-from vault import FileEntry, NotFound, StoredCheckpoint, Vault
-from vault.errors import UploadExpired, UploadNotFound
+from checkpoint_vault.protocol import CommitFile
+from checkpoint_vault.vault import FileEntry, NotFound, StoredCheckpoint, Vault
+from checkpoint_vault.vault.errors import UploadExpired, UploadNotFound
 
 RESERVED = ".ckpt-s3/"  # names of the endpoint's own bookkeeping inside an open upload
 DELETED = RESERVED + "deleted/"  # + key: the key was deleted since the newest checkpoint
@@ -118,7 +118,7 @@ def markers(vault: Vault, ns: str) -> tuple[str, ...]:
 
 def commit_after(vault: Vault, ns: str, default: float) -> float:
     """Seconds an open checkpoint may sit unwritten before it is committed anyway."""
-    from vault.policy import parse_duration
+    from checkpoint_vault.vault.policy import parse_duration
 
     for scope in (ns, None):
         try:

@@ -10,8 +10,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TF's start-up notices, not
 import numpy as np
 import pytest
 
-from client import VaultClient
-from client.tensorflow import VaultCheckpointManager
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.tensorflow import VaultCheckpointManager
 
 from .conftest import loaded_by
 

@@ -238,7 +238,7 @@ def _ckpt(s3: S3Server, *args: str, token: str | None = None) -> str:
         [
             sys.executable,
             "-m",
-            "cli",
+            "checkpoint_vault.cli",
             "--url",
             s3.server.url,
             "--token",
@@ -278,7 +278,7 @@ def test_ckpt_prints_credentials_that_sign(s3: S3Server) -> None:
         [
             sys.executable,
             "-m",
-            "cli",
+            "checkpoint_vault.cli",
             "--url",
             s3.server.url,
             "--token",

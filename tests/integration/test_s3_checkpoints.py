@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError  # type: ignore[import-untyped]  # no type hints
 
-from client.sync import VaultClient
+from checkpoint_vault.client.sync import VaultClient
 from tests.s3endpoint import S3Server, start
 
 POLL_SECONDS = 20.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import s3fs  # type: ignore[import-untyped]  # no type hints
 
-from client.sync import VaultClient
+from checkpoint_vault.client.sync import VaultClient
 from tests.s3endpoint import REGION, S3Server, start
 
 

@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from client.sync import VaultClient
+from checkpoint_vault.client.sync import VaultClient
 from tests.s3endpoint import REGION, S3Server, start
 
 pytestmark = [

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from client.sync import VaultClient
+from checkpoint_vault.client.sync import VaultClient
 from tests.s3endpoint import REGION, S3Server, start
 
 ray = pytest.importorskip("ray")

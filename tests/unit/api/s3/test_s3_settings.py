@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from api.settings import SettingsError, load_settings
-from vault.errors import InvalidRequest
-from vault.policy import Policy
+from checkpoint_vault.api.settings import SettingsError, load_settings
+from checkpoint_vault.vault.errors import InvalidRequest
+from checkpoint_vault.vault.policy import Policy
 
 
 def test_the_endpoint_is_off_unless_a_port_is_set(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from botocore.auth import S3SigV4Auth  # type: ignore[import-untyped]  # no type
 from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
 from botocore.credentials import Credentials  # type: ignore[import-untyped]
 
-from api.s3.errors import S3Error
-from api.s3.sigv4 import (
+from checkpoint_vault.api.s3.errors import S3Error
+from checkpoint_vault.api.s3.sigv4 import (
     Signed,
     check_time,
     chunk_signature,
