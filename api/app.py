@@ -60,6 +60,7 @@ from .process import Role
 from .ratelimit import LIMITS_FILE, RateLimiter
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
+from .s3 import s3_context
 from .saving import PendingSave, Saved, prepare_all
 from .scheduler import maintenance_context
 from .settings import Settings
@@ -252,6 +253,7 @@ def create_app(
     if not role.reader:
         app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
         app.cleanup_ctx.append(maintenance_context)
+        app.cleanup_ctx.append(s3_context)  # [s3] port: the S3 endpoint (api/s3/), off unset
     role.install(app)
     setup_routes(app)
     return app

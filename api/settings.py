@@ -45,6 +45,13 @@ def _port(value: object) -> int:
     return port
 
 
+def _optional_port(value: object) -> int | None:
+    """A port, or none (0 or empty): the S3 endpoint is off."""
+    if value in (None, "", 0, "0"):
+        return None
+    return _port(value)
+
+
 def _profile(value: object) -> str:
     if value not in PROFILES:
         raise ValueError(f"unknown profile {value!r}; known: {sorted(PROFILES)}")
@@ -242,6 +249,8 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("replication", "max_backlog"): ("replication.max_backlog", parse_size),
     ("replication", "base_interval"): ("replication.base_interval", parse_duration),
     ("replication", "base_after"): ("replication.base_after_bytes", parse_size),
+    ("s3", "port"): ("s3_port", _optional_port),
+    ("s3", "commit_after"): ("s3_commit_after", _positive_duration),
     ("standby", "follow"): ("follow.tier", _follow),
     ("standby", "poll_interval"): ("follow.poll_interval", _positive_duration),
 }
@@ -326,6 +335,14 @@ class Settings:
     local_socket: bool = True
     # Seals everything written to other tiers (AES-256-GCM); None: stored plain.
     key_file: Path | None = None
+    # The S3-compatible endpoint (api/s3/) listens on this port of `host`; None: off. A
+    # port of its own, not a path under this one: S3 clients sign and build the path from
+    # the bucket, and several SDKs drop a path an endpoint URL carries (docs/API.md).
+    s3_port: int | None = None
+    # An open S3 checkpoint no object was written into for this long is committed even
+    # without its completion marker (frameworks that write none); a namespace's policy
+    # may set its own (`s3.commit_after`).
+    s3_commit_after: float = 60.0
     vault: VaultConfig = field(default_factory=VaultConfig)
     maintenance: Maintenance = field(default_factory=Maintenance)
     # [tiers.<name>]: url plus backend options (endpoint, region, access_key_id, ...).

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from checkpoint_vault.protocol import AuditEntry, StatsReport
+from checkpoint_vault.protocol import DEFAULT_URL, AuditEntry, StatsReport
 
 from .connect import connect
 from .offline import gc_offline
@@ -41,6 +41,12 @@ def register(sub: Any) -> None:
     p.add_argument("--grace", default="1h", help="how long the old secret keeps working")
     p.add_argument("--json", action="store_true")
     p = tsub.add_parser("ls", help="list tokens")
+    p.add_argument("--json", action="store_true")
+    p = tsub.add_parser(
+        "s3",
+        help="print the S3 credentials of the token in use (--token / $CKPT_TOKEN), checked "
+        "against the server; as shell variables, or --json",
+    )
     p.add_argument("--json", action="store_true")
     p = tsub.add_parser("revoke", help="revoke a token")
     p.add_argument("name")
@@ -164,7 +170,31 @@ def _stats_rows(s: StatsReport) -> list[list[Any]]:
     return rows
 
 
+def s3_credentials(args: argparse.Namespace) -> int:
+    """The token's S3 access key id and secret (protocol/_s3.py), derived here: the token
+    is never sent for them. One authenticated call first, so a revoked or mistyped token
+    fails here rather than as SignatureDoesNotMatch in a framework's log."""
+    from checkpoint_vault.client.endpoint import default_token
+    from checkpoint_vault.protocol import s3_credentials as derive
+
+    token = args.token or default_token(args.url or DEFAULT_URL)
+    if not token:
+        print("error: no token: pass --token or set CKPT_TOKEN", file=sys.stderr)
+        return 2
+    with connect(args) as vault:
+        vault.namespaces()
+    key_id, secret = derive(token)
+    if args.json:
+        emit_json({"access_key_id": key_id, "secret_access_key": secret})
+    else:
+        print(f"AWS_ACCESS_KEY_ID={key_id}")
+        print(f"AWS_SECRET_ACCESS_KEY={secret}")
+    return 0
+
+
 def tokens(args: argparse.Namespace) -> int:
+    if args.action == "s3":
+        return s3_credentials(args)
     with connect(args) as vault:
         out: Any
         if args.action in ("create", "rotate"):

@@ -21,6 +21,7 @@ from checkpoint_vault.api.heads import Unheaded
 from checkpoint_vault.api.keys import RUNTIME, UNHEADED
 from checkpoint_vault.api.observability import AccessLogger, RareLog, configure_logging
 from checkpoint_vault.api.settings import Settings, SettingsError
+from checkpoint_vault.api.tls import exposure, server_context
 from checkpoint_vault.vault.libc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
 from checkpoint_vault.vault.ownership import prepare_data_dir
 from checkpoint_vault.vault.runtime import exit_if_stuck, os_name
@@ -29,7 +30,6 @@ from .handoff import Adopter
 from .keys import ADOPTED
 from .peercred import WorkerPeers, worker_listener
 from .supervisor import worker_pids
-from .tls import exposure, server_context
 from .writer import Writer
 
 

@@ -96,10 +96,14 @@ from ._records import (
     Validity,
     lineage_entry_from_wire,
 )
+from ._s3 import S3_KEY_PREFIX, s3_credentials, s3_secret_from_hash
 from ._text import HIDDEN_IN_NAMES, HIDDEN_IN_TAGS, NOT_IN_NAMES, UNPRINTABLE, character_class
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "S3_KEY_PREFIX",
+    "s3_credentials",
+    "s3_secret_from_hash",
     "Health",
     "NamespaceBytes",
     "CheckpointWritten",

@@ -3,7 +3,7 @@
 tokens and the audit log; and what a write-only token is answered.
 
 Built by the engine and the routes, serialised once with `to_wire`, parsed by the client
-with `from_wire`, their schemas derived by api/openapi.py (see protocol/_maintenance.py
+with `from_wire`, their schemas derived by api/routes/openapi.py (see protocol/_maintenance.py
 for the maintenance reports, and protocol/_wire.py for how the conversions read fields).
 """
 
@@ -48,6 +48,7 @@ class PolicyRecord(Record):
 
     retention: RetentionRules = field(default_factory=RetentionRules)
     tiering: dict[str, Any] = field(default_factory=dict)
+    s3: dict[str, Any] = field(default_factory=dict)  # the S3 endpoint's keys (api/s3/)
 
 
 @dataclass(frozen=True)

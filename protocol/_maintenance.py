@@ -3,7 +3,7 @@ retention, tiering, catalog backup (and the offline replica restore).
 
 The engine returns these (vault/, tiering/), the service serialises them once with
 `to_wire` (api/routes/admin.py, and the schedule's log line), the client parses them with
-`from_wire`, and api/openapi.py derives their schemas. The JSON of each is exactly what the
+`from_wire`, and api/routes/openapi.py derives their schemas. The JSON of each is exactly what the
 routes have always answered.
 
 The reports of GC, check, verify and compaction are not frozen: the engine fills one in as

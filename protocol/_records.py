@@ -3,7 +3,7 @@
 
 The server builds its answers with these (vault/records.py converts its storage records into
 them), the client parses answers with them (client/models.py wraps `CheckpointRecord`), and
-api/openapi.py derives the OpenAPI schemas from their fields and type hints. So a field is
+api/routes/openapi.py derives the OpenAPI schemas from their fields and type hints. So a field is
 added in one place and appears in the server's JSON, the client's parse and the document.
 `from_wire` raises `ValueError` on a malformed record. Times on the wire are RFC 3339
 strings; arbitrary JSON (metadata) is typed `JSON`.
@@ -23,7 +23,7 @@ JSONObject = dict[str, JSON]
 
 VALIDITY_STATES = ("unverified", "valid", "invalid")
 
-# Field metadata read by api/openapi.py when it derives the schemas: "schema" is merged into
+# Field metadata read by api/routes/openapi.py when it derives the schemas: "schema" is merged into
 # the field's derived JSON schema; "optional" fields may be absent from the JSON.
 _TIME: dict[str, Any] = {"schema": {"format": "date-time"}}
 

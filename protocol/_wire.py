@@ -4,7 +4,7 @@ _maintenance.py, _admin.py).
 Writing each record's conversions by hand repeated every field name three times (thirteen
 records did, until issue 42), and the copies drifted: some parses were lenient where
 others were strict. These read the dataclass fields and type hints instead, the same ones
-api/openapi.py derives the schemas from, so the JSON, the parse and the document agree by
+api/routes/openapi.py derives the schemas from, so the JSON, the parse and the document agree by
 construction. Field metadata: `optional` leaves the key out of the JSON when the value is
 None (and reads it as None when absent); a `schema` with an `enum` also bounds the parse.
 

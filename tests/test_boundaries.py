@@ -246,7 +246,7 @@ UNTYPED_ALLOWED: dict[str, str] = {
     "vault.uploads.check_metadata": "producer metadata is an arbitrary JSON object",
     "api.parse.metadata": "producer metadata is an arbitrary JSON object",
     "api.http.json_body": "a request body before its handler reads the fields it knows",
-    "api.openapi.build_openapi": "the OpenAPI document: JSON Schema is arbitrary JSON",
+    "api.routes.openapi.build_openapi": "the OpenAPI document: JSON Schema is arbitrary JSON",
     "api.settings.effective_config": "the configuration as loaded, table by TOML table",
 }
 # At most this many, whatever the list says: the bound.

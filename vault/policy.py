@@ -33,6 +33,29 @@ TIERING_KEYS = {
     "stages": "stages",
 }
 MAX_STAGES = 8
+# S3 endpoint keys (api/s3/): the object names that complete a checkpoint, and how long an
+# open one may sit unwritten before it is committed anyway.
+S3_KEYS = ("markers", "commit_after")
+MAX_MARKERS = 32
+
+
+def check_s3(settings: dict[str, Any]) -> None:
+    """Refuse unknown keys and malformed values of a policy's `s3` section."""
+    unknown = set(settings) - set(S3_KEYS)
+    if unknown:
+        raise InvalidRequest(f"unknown s3 keys: {sorted(unknown)}")
+    markers = settings.get("markers")
+    if markers is not None and not (
+        isinstance(markers, list)
+        and len(markers) <= MAX_MARKERS
+        and all(isinstance(m, str) and 0 < len(m) <= 255 and "/" not in m for m in markers)
+    ):
+        raise InvalidRequest(
+            f"s3.markers must be a list of at most {MAX_MARKERS} object base names or globs "
+            "(like _metadata or *.ckpt)"
+        )
+    if settings.get("commit_after") is not None:
+        parse_duration(settings["commit_after"], "s3.commit_after")
 
 
 def parse_duration(value: Any, key: str) -> float:
@@ -182,14 +205,21 @@ def _parse_rule(key: str, value: Any) -> Any:
 class Policy:
     retention: Retention = field(default_factory=Retention)
     tiering: dict[str, Any] = field(default_factory=dict)  # as given, checked keys
+    s3: dict[str, Any] = field(default_factory=dict)  # as given, checked keys (S3_KEYS)
 
     def to_record(self) -> protocol.PolicyRecord:
         """The policy as the routes answer it (and as it is stored)."""
-        return protocol.PolicyRecord(self.retention.to_record(), dict(self.tiering))
+        return protocol.PolicyRecord(self.retention.to_record(), dict(self.tiering), dict(self.s3))
 
     def updated(self, body: Any) -> Policy:
-        if not isinstance(body, dict) or set(body) - {"retention", "tiering"}:
-            raise InvalidRequest('a policy is {"retention": {...}, "tiering": {...}}')
+        if not isinstance(body, dict) or set(body) - {"retention", "tiering", "s3"}:
+            raise InvalidRequest('a policy is {"retention": {...}, "tiering": {...}, "s3": {...}}')
+        s3 = self.s3
+        if "s3" in body:
+            if not isinstance(body["s3"], dict):
+                raise InvalidRequest("s3 must be an object")
+            s3 = {k: v for k, v in {**self.s3, **body["s3"]}.items() if v is not None}
+            check_s3(s3)
         tiering = self.tiering
         if "tiering" in body:
             if not isinstance(body["tiering"], dict):
@@ -199,7 +229,7 @@ class Policy:
             }
             check_tiering(tiering)
         retention = self.retention.updated(body.get("retention", {}))
-        return Policy(retention, tiering)
+        return Policy(retention, tiering, s3)
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_record().to_wire()).encode()
@@ -207,7 +237,13 @@ class Policy:
     @classmethod
     def from_json(cls, raw: bytes | memoryview) -> Policy:
         d = json.loads(bytes(raw))
-        return cls().updated({"retention": d.get("retention", {}), "tiering": d.get("tiering", {})})
+        return cls().updated(
+            {
+                "retention": d.get("retention", {}),
+                "tiering": d.get("tiering", {}),
+                "s3": d.get("s3", {}),
+            }
+        )
 
 
 class Policies:

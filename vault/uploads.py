@@ -456,6 +456,17 @@ class Uploads:
 
         self._s.writer.run(op, size=len(entry.chunks) * 36)
 
+    def remove_file(self, upload_id: str, name: str) -> bool:
+        """Take a file back out of a live upload (an S3 client deleting or renaming an
+        object it wrote into the open checkpoint, api/s3/); True if it was there. Its
+        chunks stay stored until GC finds them unreferenced."""
+
+        def op(w: WriteTxn) -> bool:
+            self.live(w.catalog, upload_id)
+            return bool(w.catalog.delete(_file_key(upload_id, name), db=self._files))
+
+        return self._s.writer.run(op)
+
     def abort(self, upload_id: str) -> None:
         def op(w: WriteTxn) -> None:
             session = self.get(w.catalog, upload_id)

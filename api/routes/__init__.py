@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..openapi import openapi_handler
 from . import admin, checkpoints, console, saves, ui, uploads
+from .openapi import openapi_handler
 
 # A namespace is up to 8 '/'-separated segments; the lazy match lets literal route parts
 # that follow it (/checkpoints, /uploads) decide where it ends. vault.names validates it.

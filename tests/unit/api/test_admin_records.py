@@ -16,7 +16,7 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from checkpoint_vault import protocol
-from checkpoint_vault.api.openapi import RECORDS, _component_schemas
+from checkpoint_vault.api.routes.openapi import RECORDS, _component_schemas
 from checkpoint_vault.protocol import (
     CheckReport,
     CompactReport,

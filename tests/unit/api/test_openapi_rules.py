@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from checkpoint_vault.api import Settings, create_app
-from checkpoint_vault.api.openapi import PATTERNS, build_openapi
+from checkpoint_vault.api.routes.openapi import PATTERNS, build_openapi
 from checkpoint_vault.protocol import UNPRINTABLE
 
 

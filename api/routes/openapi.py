@@ -17,7 +17,7 @@ from aiohttp import web
 
 from checkpoint_vault import protocol as protocol
 
-from . import __version__
+from .. import __version__
 
 _PARAM = re.compile(r"\{(\w+)(?::[^}]*)?\}")
 
