@@ -30,6 +30,7 @@ from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .bodies import BodyReaders
 from .calls import CHANNEL_BUFFER, CallClient, CallServer
+from .cluster import cluster_context, cluster_middleware
 from .engine import open_vault
 from .errors import error_middleware
 from .forward import ForwardBounds, Forwarder, forward_middleware, trusted_forwards
@@ -247,11 +248,17 @@ def _middlewares(settings: Settings, worker: int, adopted: Adopted | None) -> li
         error_middleware,
     ]
     if worker:
-        return [*first, auth_middleware(TOKENS, LIMITER), forward_middleware(FORWARDER)]
+        return [
+            *first,
+            auth_middleware(TOKENS, LIMITER),
+            cluster_middleware(),
+            forward_middleware(FORWARDER),
+        ]
     if adopted is None or settings.engine_socket is None:
         return [
             *first,
             auth_middleware(TOKENS, LIMITER),
+            cluster_middleware(),
             read_only_middleware(),
             audit_middleware(),
         ]
@@ -261,6 +268,7 @@ def _middlewares(settings: Settings, worker: int, adopted: Adopted | None) -> li
         adopted.marking(),
         auth_middleware(TOKENS, LIMITER, functools.partial(_charged, str(settings.engine_socket))),
         adopted.counting(),
+        cluster_middleware(),
         read_only_middleware(),
         audit_middleware(),
     ]
@@ -315,10 +323,12 @@ def create_app(
     app.cleanup_ctx.append(promotion_context)  # a worker's never runs (it cannot write)
     if worker:
         app.cleanup_ctx.append(_writer_context)
+        app.cleanup_ctx.append(cluster_context)  # after the sink it wraps
         setup_routes(app)
         return app
     app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
     app.cleanup_ctx.append(maintenance_context)
+    app.cleanup_ctx.append(cluster_context)  # its first beat before the port opens
     if settings.processes > 1 and listening:
         app.cleanup_ctx.append(_calls_context)  # closed after the workers stopped
         app.cleanup_ctx.append(workers_context(app[INSTANCE]))

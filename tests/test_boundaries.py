@@ -50,10 +50,13 @@ FLOORS: dict[str, set[str]] = {
     "protocol": set(),
     "vault": {"protocol"},
     "tiering": {"protocol", "vault"},
+    # A cluster's engine side (leases, members, shard map, tokens): no HTTP, no tiers
+    # opened here (api/cluster.py hands it one).
+    "cluster": {"protocol", "vault"},
     "maintenance": {"protocol", "vault", "tiering"},
-    "api": {"protocol", "vault", "tiering", "maintenance"},
+    "api": {"protocol", "vault", "tiering", "maintenance", "cluster"},
     "client": {"protocol"},
-    "cli": {"protocol", "vault", "tiering", "maintenance", "api", "client"},
+    "cli": {"protocol", "vault", "tiering", "maintenance", "cluster", "api", "client"},
     # The import root (issue 42): today the client's names only, so a producer's install
     # (no server extra) can import it.
     "checkpoint_vault": {"client"},

@@ -16,6 +16,7 @@ PACKAGES = [
     "vault",
     "tiering",
     "maintenance",
+    "cluster",
     "api",
     "client",
     "cli",

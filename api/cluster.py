@@ -1,0 +1,158 @@
+"""The HTTP side of a cluster (cluster/ is the engine side, and speaks no HTTP).
+
+- `cluster_context`: the cluster's objects opened, a first beat before the port opens
+  (so a primary holds its lease before it answers), then one beat per interval on a
+  thread of its own, and the token table reloaded when another node's tokens arrived.
+- `cluster_middleware`: a request whose namespace (or upload id) is another shard's is
+  forwarded to that shard's owner (api/cluster_forward.py); one for this process's shard
+  it no longer owns is refused 409 (`ClusterConflict`) or, with no owner known, 503.
+- `ShardedSink`: a `POST /v1/saves` entry for another shard is answered 503, which the
+  client sends again alone on its namespace's own route, where the proxy routes it.
+
+A process that only reads (a worker of `--workers`) does not beat: it refreshes its view
+of the members and treats its shard as owned while the members' beats say its writing
+process owns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
+import aiohttp
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from cluster import ClusterNode, NotOwner, upload_shard
+from cluster.node import Local
+from tiering import open_tier
+from tiering.wrappers import RetryingTier
+from vault import Vault
+from vault.direct import SaveOptions
+
+from .cluster_forward import FORWARDED, forward, new_session
+from .keys import SAVES, SETTINGS, TOKENS, VAULT, WORKER
+from .saving import PendingSave, Saved, SaveSink
+
+log = logging.getLogger("ckpt.cluster")
+
+CLUSTER = web.AppKey("cluster", ClusterNode)
+SESSION = web.AppKey("cluster_session", aiohttp.ClientSession)
+
+
+def _local(vault: Vault) -> Local:
+    roles = vault.roles
+    if roles.standby is not None:
+        return Local("standby", None, roles.standby.status().lag_seconds)
+    repl = roles.replication
+    if repl is None:
+        return Local(roles.role, 0, None)
+    return Local(roles.role, repl.epoch, repl.status().lag_seconds)
+
+
+async def cluster_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    config = settings.cluster
+    if config is None:
+        yield
+        return
+    options = dict(settings.tiers.get(config.tier, {})) if config.tier else {}
+    options.pop("url", None)
+    tier = RetryingTier(open_tier("cluster", config.store, options))
+    vault = app[VAULT]
+    writes = app[WORKER] == 0
+    node = ClusterNode(config, tier, vault.tokens if writes else None, beats=writes)
+    app[CLUSTER] = node
+    app[SESSION] = new_session()
+    app[SAVES] = ShardedSink(app[SAVES], node)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="vault-cluster")
+    loop = asyncio.get_running_loop()
+
+    async def beat() -> None:
+        if await loop.run_in_executor(pool, node.beat, _local(vault)):
+            app[TOKENS].reload(vault.tokens.all())
+
+    async def beating() -> None:
+        while True:
+            await asyncio.sleep(config.beat_interval)  # the beat's period, not a wait on work
+            try:
+                await beat()
+            except Exception:  # a bug: keep beating, the lease depends on it
+                log.exception("cluster beat failed")
+
+    try:
+        await beat()
+        task = asyncio.create_task(beating())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await app[SESSION].close()
+        pool.shutdown(wait=True)
+
+
+def _shard(request: web.Request, node: ClusterNode) -> int | None:
+    ns = request.match_info.get("ns")
+    if ns is not None:
+        return node.shard_of(ns)
+    upload = request.match_info.get("upload_id")
+    if upload is not None:
+        return upload_shard(upload)
+    return None
+
+
+def cluster_middleware() -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        node = request.app.get(CLUSTER)
+        shard = None if node is None else _shard(request, node)
+        if node is None or shard is None:
+            return await handler(request)
+        if shard == node.shard:
+            if node.owns():
+                return await handler(request)
+            if node.lost is not None:
+                raise node.lost
+        owner = node.roster.owner(shard)
+        if owner is None or owner.url == node.config.url:
+            raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
+        if FORWARDED in request.headers:
+            raise NotOwner(f"shard {shard} moved while this request was forwarded; retry")
+        node.forwarded += 1
+        return await forward(request, request.app[SESSION], owner.url, node.config.node)
+
+    return middleware
+
+
+class ShardedSink:
+    """`POST /v1/saves` in a cluster: this shard's saves go on, the others are refused
+    one by one (503) and sent again alone by the client, to their own routes."""
+
+    def __init__(self, inner: SaveSink, node: ClusterNode) -> None:
+        self._inner = inner
+        self._node = node
+
+    async def save(
+        self, request: web.Request, ns: str, files: dict[str, bytes], options: SaveOptions
+    ) -> Saved:
+        return await self._inner.save(request, ns, files, options)
+
+    async def save_all(self, request: web.Request, saves: list[PendingSave]) -> None:
+        node = self._node
+        mine = []
+        for save in saves:
+            shard = node.shard_of(save.namespace)
+            if shard == node.shard and node.owns():
+                mine.append(save)
+            else:
+                save.outcome = NotOwner(
+                    f"namespace {save.namespace!r} is on shard {shard}: send it on its own route"
+                )
+        if mine:
+            await self._inner.save_all(request, mine)

@@ -1,0 +1,173 @@
+"""One process's part in the cluster: its beat, its lease, its view of the others.
+
+`ClusterNode` does blocking store calls only; api/cluster.py runs `beat` on a thread once
+per beat interval and asks `route` on every request. What it needs of the vault comes as
+a `Local` snapshot each beat (role, epoch, lag), so nothing here reaches into the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from vault.errors import TierError
+from vault.tier import Tier
+
+from . import lease
+from .config import ClusterConfig
+from .errors import ClusterConflict
+from .members import Member, Roster
+from .shards import shard_of
+from .tokens import TokenMirror, TokenTable
+
+log = logging.getLogger("ckpt.cluster")
+
+
+@dataclass(frozen=True)
+class Local:
+    """This process as its vault describes it at a beat."""
+
+    role: str  # primary, standby, fenced (vault.roles.role)
+    epoch: int | None  # the replica epoch it writes under (None: a standby)
+    lag_seconds: float | None
+
+
+class ClusterNode:
+    def __init__(
+        self, config: ClusterConfig, tier: Tier, tokens: TokenTable | None, *, beats: bool = True
+    ) -> None:
+        """`tier`: the cluster's objects (`config.store`); `tokens`: the vault's table, on
+        a process that writes (a primary mirrors tokens, a standby gets its primary's).
+        `beats`: False in a process that only reads (a worker): it watches the members
+        and counts its shard owned while its writing process's beat says so."""
+        self.config = config
+        self._beats = beats
+        self.forwarded = 0  # requests this process passed on to another shard's owner
+        self._tier = tier
+        self.roster = Roster(config.lease_ttl)
+        self._mirror = TokenMirror(tier, tokens) if tokens is not None else None
+        self._seq = 0
+        self._held: lease.Lease | None = None
+        self.lost: ClusterConflict | None = None  # set once another holds our shard
+        self.last_beat: float | None = None  # monotonic time of the last beat written
+
+    @property
+    def shard(self) -> int:
+        return self.config.shard
+
+    def shard_of(self, namespace: str) -> int:
+        return shard_of(namespace, self.config.shards)
+
+    def owns(self) -> bool:
+        """Whether this process writes its shard now: it holds the lease of its epoch, has
+        heard of no newer one, and its last beat is younger than the lease's TTL."""
+        if not self._beats:
+            owner = self.roster.owner(self.config.shard)
+            return owner is not None and owner.url == self.config.url
+        if self._held is None or self.lost is not None or self.last_beat is None:
+            return False
+        return time.monotonic() - self.last_beat < self.config.lease_ttl
+
+    def beat(self, local: Local) -> bool:
+        """One beat (blocking): claim or check the lease, publish the beat, read the others,
+        mirror tokens. Returns whether the token table changed. Store errors are logged and
+        leave the previous view: the lease lapses by itself if they last."""
+        if not self._beats:
+            try:
+                self.roster.refresh(self._tier)
+            except TierError as e:
+                log.warning("cluster view not refreshed: %s", e)
+            return False
+        try:
+            if local.role == "primary" and self.lost is None:
+                self._hold(local.epoch or 0)
+            self._seq += 1
+            me = Member(
+                node=self.config.node,
+                shard=self.config.shard,
+                url=self.config.url,
+                role=self._role(local),
+                epoch=local.epoch,
+                seq=self._seq,
+                at=time.time(),
+                lag_seconds=local.lag_seconds,
+            )
+            self._tier.put(me.key, me.encode())
+            if self.lost is None and local.role == "primary" and self._held is not None:
+                self.last_beat = time.monotonic()
+            self.roster.refresh(self._tier)
+            self.roster.note(me)
+            if self._mirror is not None and self.owns():
+                return self._mirror.sync()
+        except TierError as e:
+            log.warning("cluster beat failed: %s", e)
+        return False
+
+    def _hold(self, epoch: int) -> None:
+        want = lease.Lease(self.config.shard, epoch, self.config.node, self.config.url)
+        try:
+            if self._held != want:
+                lease.claim(self._tier, want)
+                self._held = want
+                log.info("holding shard %d at epoch %d", want.shard, epoch)
+            else:
+                lease.check(self._tier, want)
+        except ClusterConflict as e:
+            self.lost = e
+            log.error("%s", e.message)
+
+    def _role(self, local: Local) -> str:
+        if local.role == "primary" and self.lost is not None:
+            return "fenced"
+        return local.role
+
+    def status(self) -> dict[str, Any]:
+        """The cluster as this process sees it (GET /v1/cluster)."""
+        members = self.roster.members()
+        nodes: dict[str, dict[str, Any]] = {}
+        for m, live, age in members:
+            n = nodes.setdefault(m.node, {"node": m.node, "up": False, "processes": 0})
+            n["processes"] += 1
+            n["up"] = n["up"] or live
+            n["beat_age_seconds"] = min(age, n.get("beat_age_seconds", age))
+        shards = []
+        for k in range(self.config.shards):
+            owner = self.roster.owner(k)
+            shards.append(
+                {
+                    "shard": k,
+                    "owner": owner.node if owner else None,
+                    "url": owner.url if owner else None,
+                    "epoch": owner.epoch if owner else None,
+                    "lag_seconds": owner.lag_seconds if owner else None,
+                    "standbys": [
+                        m.node
+                        for m, live, _ in members
+                        if m.shard == k and m.role == "standby" and live
+                    ],
+                }
+            )
+        return {
+            "node": self.config.node,
+            "shard": self.config.shard,
+            "shards": self.config.shards,
+            "lease_ttl": self.config.lease_ttl,
+            "forwarded": self.forwarded,
+            "nodes": sorted(nodes.values(), key=lambda n: str(n["node"])),
+            "members": [
+                {
+                    "node": m.node,
+                    "shard": m.shard,
+                    "url": m.url,
+                    "role": m.role,
+                    "epoch": m.epoch,
+                    "live": live,
+                    "beat_age_seconds": age,
+                    "lag_seconds": m.lag_seconds,
+                }
+                for m, live, age in members
+            ],
+            "shard_owners": shards,
+        }

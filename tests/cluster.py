@@ -1,0 +1,199 @@
+"""A cluster for tests: shard processes (`ckpt serve` with a `[cluster]` section, each its
+own data dir and port) over one SeaweedFS, and HAProxy (Debian's 2.6) in front, its
+configuration written by `ckpt cluster proxy-config`. Everything is polled with bounds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from .seaweed import SeaweedFS
+from .serverproc import ServerProcess, free_port
+
+BEAT = 0.5  # seconds: the tests' beat interval (the default is 1 s)
+TTL = 4.0  # seconds: the tests' lease TTL (the default is 6 s)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> float:
+    """Poll `check` until it holds (bounded); returns the seconds it took."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if check():
+            return time.monotonic() - start
+        time.sleep(0.05)  # polling a condition, bounded by `timeout`
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def call(url: str, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        return e.code, json.loads(raw) if raw else None
+
+
+def shard_config(
+    path: Path, seaweed: SeaweedFS, run: str, node: str, shard: int, shards: int, port: int
+) -> Path:
+    o = seaweed.options()
+    path.write_text(
+        "[maintenance]\ntiering_interval = 0\nbackup_interval = 0\n"
+        "[tiers.cold]\n"
+        f'url = "s3://vault/{run}/shards/{shard}"\nendpoint = "{o["endpoint"]}"\n'
+        f'region = "{o["region"]}"\naccess_key_id = "{o["access_key_id"]}"\n'
+        f'secret_access_key = "{o["secret_access_key"]}"\nallow_http = true\n'
+        '[replication]\ntier = "cold"\nmode = "sync"\n'
+        "[cluster]\n"
+        f'node = "{node}"\nurl = "http://127.0.0.1:{port}"\nshard = {shard}\n'
+        f'shards = {shards}\nstore = "s3://vault/{run}/cluster"\ntier = "cold"\n'
+        f"beat_interval = {BEAT}\nlease_ttl = {TTL}\n"
+    )
+    return path
+
+
+class HAProxy:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = root / "haproxy.cfg"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @staticmethod
+    def binary() -> str:
+        found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+        if found is None:
+            pytest.fail(
+                "haproxy not found: the cluster tests need HAProxy 2.6 or later "
+                "(Debian 12: apt-get install haproxy), which pip cannot install"
+            )
+        return found
+
+    def write_config(self, node_url: str, token: str) -> None:
+        """Through the CLI, as an operator would: `ckpt cluster proxy-config`."""
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                "--url",
+                node_url,
+                "--token",
+                token,
+                "cluster",
+                "proxy-config",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "-o",
+                str(self.config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+
+    def start(self) -> None:
+        self._log = open(self.root / "haproxy.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            [self.binary(), "-db", "-f", str(self.config)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+        def up() -> bool:
+            assert self._proc is not None
+            assert self._proc.poll() is None, self.log_tail()
+            try:
+                with urllib.request.urlopen(self.url + "/v1/health", timeout=1) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait_for("haproxy answering health", up)
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGKILL)
+            self._proc.wait(timeout=10)
+        self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self) -> str:
+        try:
+            return (self.root / "haproxy.log").read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+
+class Cluster:
+    """`shards` primaries, node `n<k>` holding shard k, and a proxy in front."""
+
+    def __init__(self, root: Path, seaweed: SeaweedFS, run: str, shards: int = 3) -> None:
+        self.root = root
+        self.shards = shards
+        self.nodes: list[ServerProcess] = []
+        for k in range(shards):
+            port = free_port()
+            config = shard_config(root / f"n{k}.toml", seaweed, run, f"n{k}", k, shards, port)
+            self.nodes.append(ServerProcess(root / f"n{k}", port, root / f"n{k}.log", config))
+        self.proxy = HAProxy(root)
+
+    @property
+    def token(self) -> str:
+        return self.nodes[0].token
+
+    def state(self, node: int = 0) -> dict[str, Any]:
+        status, body = call(self.nodes[node].url, self.nodes[node].token, "GET", "/v1/cluster")
+        assert status == 200, body
+        assert isinstance(body, dict)
+        return body
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+
+        def everyone_known() -> bool:
+            for i in range(self.shards):
+                owners = self.state(i)["shard_owners"]
+                if any(o["owner"] is None for o in owners):
+                    return False
+            return True
+
+        wait_for("every node seeing every shard's owner", everyone_known)
+        # node 0's admin token, mirrored to every node through the store
+        wait_for(
+            "node 0's token accepted everywhere",
+            lambda: all(
+                call(n.url, self.token, "GET", "/v1/cluster")[0] == 200 for n in self.nodes
+            ),
+        )
+        self.proxy.write_config(self.nodes[0].url, self.token)
+        self.proxy.start()
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        for node in self.nodes:
+            node.stop()
