@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,11 +27,11 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from cluster import ClusterNode, NotOwner, upload_shard
+from cluster import ClusterConflict, ClusterNode, NotOwner, upload_shard
 from cluster.node import Local
 from tiering import open_tier
 from tiering.wrappers import RetryingTier
-from vault import Vault
+from vault import Vault, VaultError
 from vault.direct import SaveOptions
 
 from .cluster_forward import FORWARDED, forward, new_session
@@ -74,6 +75,9 @@ async def cluster_context(app: web.Application) -> AsyncIterator[None]:
     async def beat() -> None:
         if await loop.run_in_executor(pool, node.beat, _local(vault)):
             app[TOKENS].reload(vault.tokens.all())
+        if writes and node.takeover_due():
+            await loop.run_in_executor(pool, _take_over, vault, node)
+            await beat()  # claim the new epoch's lease at once
 
     async def beating() -> None:
         while True:
@@ -97,6 +101,23 @@ async def cluster_context(app: web.Application) -> AsyncIterator[None]:
         pool.shutdown(wait=True)
 
 
+def _take_over(vault: Vault, node: ClusterNode) -> None:
+    """Promote this standby: catch up from the replica, claim the replica's next epoch
+    (fencing the old primary), take writes (vault/roles.py). Its lease follows at the
+    next beat, then the proxy's check (cluster/proxy.py)."""
+    started = time.monotonic()
+    log.warning("shard %d has no live owner: taking it over", node.shard)
+    try:
+        out = vault.roles.promote()
+    except VaultError as e:
+        log.error("taking shard %d over failed: %s", node.shard, e.message)
+        return
+    node.takeovers.append(time.monotonic() - started)
+    log.warning(
+        "took shard %d over at epoch %d in %.2f s", node.shard, out.epoch, node.takeovers[-1]
+    )
+
+
 def _shard(request: web.Request, node: ClusterNode) -> int | None:
     ns = request.match_info.get("ns")
     if ns is not None:
@@ -117,8 +138,10 @@ def cluster_middleware() -> Middleware:
         if shard == node.shard:
             if node.owns():
                 return await handler(request)
-            if node.lost is not None:
-                raise node.lost
+            if node.fenced and request.method not in ("GET", "HEAD"):
+                raise node.lost or ClusterConflict(
+                    f"this process lost shard {shard} to a takeover: it takes no writes for it"
+                )
         owner = node.roster.owner(shard)
         if owner is None or owner.url == node.config.url:
             raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")

@@ -45,13 +45,16 @@ class ClusterNode:
         self.config = config
         self._beats = beats
         self.forwarded = 0  # requests this process passed on to another shard's owner
+        self.takeovers: list[float] = []  # seconds each promotion of this process took
         self._tier = tier
         self.roster = Roster(config.lease_ttl)
         self._mirror = TokenMirror(tier, tokens) if tokens is not None else None
         self._seq = 0
         self._held: lease.Lease | None = None
         self.lost: ClusterConflict | None = None  # set once another holds our shard
-        self.last_beat: float | None = None  # monotonic time of the last beat written
+        self.last_beat: float | None = None  # monotonic time a written beat was started
+        self.local: Local | None = None  # the vault as the last beat saw it
+        self._owner_seen: float | None = None  # when this standby last saw a live owner
 
     @property
     def shard(self) -> int:
@@ -60,15 +63,24 @@ class ClusterNode:
     def shard_of(self, namespace: str) -> int:
         return shard_of(namespace, self.config.shards)
 
+    @property
+    def fenced(self) -> bool:
+        """Whether this process lost its shard: another holds its lease, or its replica
+        was taken over (its vault refuses writes, `Fenced`)."""
+        return self.lost is not None or (self.local is not None and self.local.role == "fenced")
+
     def owns(self) -> bool:
         """Whether this process writes its shard now: it holds the lease of its epoch, has
-        heard of no newer one, and its last beat is younger than the lease's TTL."""
+        heard of no newer one, and its last beat started less than the lease's TTL minus
+        one beat interval ago. Observers time the TTL from when they saw that beat, which
+        is after it started: so this process stops before any observer counts it gone."""
         if not self._beats:
             owner = self.roster.owner(self.config.shard)
             return owner is not None and owner.url == self.config.url
         if self._held is None or self.lost is not None or self.last_beat is None:
             return False
-        return time.monotonic() - self.last_beat < self.config.lease_ttl
+        margin = self.config.lease_ttl - self.config.beat_interval
+        return time.monotonic() - self.last_beat < margin
 
     def beat(self, local: Local) -> bool:
         """One beat (blocking): claim or check the lease, publish the beat, read the others,
@@ -80,10 +92,12 @@ class ClusterNode:
             except TierError as e:
                 log.warning("cluster view not refreshed: %s", e)
             return False
+        self.local = local
         try:
             if local.role == "primary" and self.lost is None:
                 self._hold(local.epoch or 0)
             self._seq += 1
+            started = time.monotonic()
             me = Member(
                 node=self.config.node,
                 shard=self.config.shard,
@@ -96,7 +110,7 @@ class ClusterNode:
             )
             self._tier.put(me.key, me.encode())
             if self.lost is None and local.role == "primary" and self._held is not None:
-                self.last_beat = time.monotonic()
+                self.last_beat = started
             self.roster.refresh(self._tier)
             self.roster.note(me)
             if self._mirror is not None and self.owns():
@@ -104,6 +118,25 @@ class ClusterNode:
         except TierError as e:
             log.warning("cluster beat failed: %s", e)
         return False
+
+    def takeover_due(self) -> bool:
+        """Whether this standby should promote itself now: it saw its shard's owner live
+        once (never at a cold start, when the primary may just be slower to come up), no
+        live owner is left (no beat moved for the lease's TTL, by this process's clock),
+        and it is the first by name of the shard's live standbys (so one promotes)."""
+        if self.local is None or self.local.role != "standby":
+            return False
+        if self.roster.owner(self.config.shard) is not None:
+            self._owner_seen = time.monotonic()
+            return False
+        if self._owner_seen is None:
+            return False
+        standbys = [
+            m.node
+            for m, live, _ in self.roster.members()
+            if m.shard == self.config.shard and m.role == "standby" and live
+        ]
+        return min(standbys, default=None) == self.config.node
 
     def _hold(self, epoch: int) -> None:
         want = lease.Lease(self.config.shard, epoch, self.config.node, self.config.url)
@@ -155,6 +188,7 @@ class ClusterNode:
             "shards": self.config.shards,
             "lease_ttl": self.config.lease_ttl,
             "forwarded": self.forwarded,
+            "takeovers": self.takeovers,
             "nodes": sorted(nodes.values(), key=lambda n: str(n["node"])),
             "members": [
                 {

@@ -51,7 +51,14 @@ def call(url: str, token: str, method: str, path: str, body: Any = None) -> tupl
 
 
 def shard_config(
-    path: Path, seaweed: SeaweedFS, run: str, node: str, shard: int, shards: int, port: int
+    path: Path,
+    seaweed: SeaweedFS,
+    run: str,
+    node: str,
+    shard: int,
+    shards: int,
+    port: int,
+    standby: bool = False,
 ) -> Path:
     o = seaweed.options()
     path.write_text(
@@ -65,6 +72,7 @@ def shard_config(
         f'node = "{node}"\nurl = "http://127.0.0.1:{port}"\nshard = {shard}\n'
         f'shards = {shards}\nstore = "s3://vault/{run}/cluster"\ntier = "cold"\n'
         f"beat_interval = {BEAT}\nlease_ttl = {TTL}\n"
+        + ('[standby]\nfollow = "replica:cold"\n' if standby else "")
     )
     return path
 
@@ -149,17 +157,50 @@ class HAProxy:
 
 
 class Cluster:
-    """`shards` primaries, node `n<k>` holding shard k, and a proxy in front."""
+    """`shards` primaries, node `n<k>` holding shard k, and a proxy in front; with
+    `standbys`, node `n<k+1>` also runs shard k's standby (`standbys[k]`)."""
 
-    def __init__(self, root: Path, seaweed: SeaweedFS, run: str, shards: int = 3) -> None:
+    def __init__(
+        self, root: Path, seaweed: SeaweedFS, run: str, shards: int = 3, standbys: bool = False
+    ) -> None:
         self.root = root
+        self.seaweed = seaweed
+        self.run = run
         self.shards = shards
         self.nodes: list[ServerProcess] = []
+        self.standbys: list[ServerProcess] = []
         for k in range(shards):
-            port = free_port()
-            config = shard_config(root / f"n{k}.toml", seaweed, run, f"n{k}", k, shards, port)
-            self.nodes.append(ServerProcess(root / f"n{k}", port, root / f"n{k}.log", config))
+            self.nodes.append(self._process(f"n{k}", k, standby=False))
+        if standbys:
+            for k in range(shards):
+                self.standbys.append(self._process(f"n{(k + 1) % shards}", k, standby=True))
         self.proxy = HAProxy(root)
+
+    def _process(self, node: str, shard: int, standby: bool) -> ServerProcess:
+        name = f"{node}-s{shard}"
+        port = free_port()
+        config = shard_config(
+            self.root / f"{name}.toml", self.seaweed, self.run, node, shard, self.shards, port,
+            standby,
+        )  # fmt: skip
+        return ServerProcess(self.root / name, port, self.root / f"{name}.log", config)
+
+    def start_standby(self, proc: ServerProcess) -> None:
+        """A standby has no admin token of its own: the operator's copy of the cluster's."""
+        proc.data_dir.mkdir(parents=True, exist_ok=True)
+        (proc.data_dir / "admin.token").write_text(self.token)
+        proc.start()
+
+    def reconfigure(self, proc: ServerProcess, standby: bool) -> None:
+        """Rewrite `proc`'s config as its shard's primary or standby (same node, port)."""
+        assert proc.config is not None
+        node, shard = proc.data_dir.name.split("-s")
+        shard_config(
+            proc.config, self.seaweed, self.run, node, int(shard), self.shards, proc.port, standby
+        )
+
+    def processes(self) -> list[ServerProcess]:
+        return [*self.nodes, *self.standbys]
 
     @property
     def token(self) -> str:
@@ -183,6 +224,13 @@ class Cluster:
             return True
 
         wait_for("every node seeing every shard's owner", everyone_known)
+        for proc in self.standbys:
+            self.start_standby(proc)
+        if self.standbys:
+            wait_for(
+                "every shard with a live standby",
+                lambda: all(s["standbys"] for s in self.state(0)["shard_owners"]),
+            )
         # node 0's admin token, mirrored to every node through the store
         wait_for(
             "node 0's token accepted everywhere",
@@ -195,5 +243,5 @@ class Cluster:
 
     def stop(self) -> None:
         self.proxy.stop()
-        for node in self.nodes:
-            node.stop()
+        for proc in self.processes():
+            proc.stop()
