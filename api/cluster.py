@@ -142,7 +142,7 @@ def cluster_middleware() -> Middleware:
                 raise node.lost or ClusterConflict(
                     f"this process lost shard {shard} to a takeover: it takes no writes for it"
                 )
-        owner = node.roster.owner(shard)
+        owner = node.roster.owner(shard)  # a process that released its shard forwards too
         if owner is None or owner.url == node.config.url:
             raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
         if FORWARDED in request.headers:

@@ -1,8 +1,12 @@
-"""`ckpt cluster status` and `ckpt cluster proxy-config`: a cluster seen through any node.
+"""`ckpt cluster status`, `proxy-config`, `move` and `drain`: a cluster through any node.
 
-Both read `GET /v1/cluster` of the node `--url` names (admin token): the cluster's state
+Each reads `GET /v1/cluster` of the node `--url` names (admin token): the cluster's state
 lives in its object store, and every node reads it once per beat, so any node answers
-for the whole.
+for the whole. A move is the standby's promotion, planned: the owner releases the shard
+(`POST /v1/cluster/release`: refuses new writes with 503, which clients retry, and waits
+until the replica has every write it acknowledged), then the standby on the target node
+is promoted (`POST /v1/admin/promote`: catches up, claims the next epoch), and the
+command waits until the cluster names the new owner.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -30,28 +35,53 @@ def register(sub: Any) -> None:
     c.add_argument("--bind", default="*:8080", help="where the proxy listens (default *:8080)")
     c.add_argument("-o", "--output", type=Path, help="the file to write (default: stdout)")
     c.set_defaults(func=proxy_config)
+    m = inner.add_parser("move", help="move a shard to its standby on NODE (a write pause)")
+    m.add_argument("shard", type=int)
+    m.add_argument("node")
+    m.set_defaults(func=move)
+    d = inner.add_parser("drain", help="move every shard NODE owns to a standby elsewhere")
+    d.add_argument("node")
+    d.set_defaults(func=drain)
 
 
-def cluster_state(args: argparse.Namespace) -> dict[str, Any]:
-    from client.endpoint import default_token, tls_from_env
-    from client.errors import error_from
+MOVE_TIMEOUT = 60.0  # seconds for the cluster to name the new owner after the promotion
+
+
+def _endpoint(args: argparse.Namespace) -> tuple[str, str | None]:
+    from client.endpoint import default_token
     from protocol import DEFAULT_URL
 
     url = args.url or os.environ.get("CKPT_URL") or DEFAULT_URL
-    token = args.token or default_token(url)
-    request = urllib.request.Request(url.rstrip("/") + "/v1/cluster")
+    return url, args.token or default_token(url)
+
+
+def _call(url: str, token: str | None, path: str, body: Any = None) -> dict[str, Any]:
+    """One admin request (GET, or POST with a JSON body); the client's error on a refusal."""
+    from client.endpoint import tls_from_env
+    from client.errors import error_from
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url.rstrip("/") + path, data=data)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(request, timeout=30, context=tls_from_env()) as answer:
-            state: dict[str, Any] = json.loads(answer.read())
-            return state
+        with urllib.request.urlopen(request, timeout=120, context=tls_from_env()) as answer:
+            out: dict[str, Any] = json.loads(answer.read() or b"{}")
+            return out
     except urllib.error.HTTPError as e:
-        try:
-            body = json.loads(e.read())
-        except ValueError:
-            body = {}
-        raise error_from(e.code, body) from None
+        with e:
+            try:
+                err = json.loads(e.read())
+            except ValueError:
+                err = {}
+        raise error_from(e.code, err) from None
+
+
+def cluster_state(args: argparse.Namespace) -> dict[str, Any]:
+    url, token = _endpoint(args)
+    return _call(url, token, "/v1/cluster")
 
 
 def status(args: argparse.Namespace) -> int:
@@ -91,4 +121,69 @@ def proxy_config(args: argparse.Namespace) -> int:
         print(text, end="")
     else:
         args.output.write_text(text)
+    return 0
+
+
+def _move(args: argparse.Namespace, state: dict[str, Any], shard: int, node: str) -> str:
+    """Move `shard` to its live standby on `node`; what happened, in one line."""
+    _, token = _endpoint(args)
+    if not 0 <= shard < int(state["shards"]):
+        raise ValueError(f"no shard {shard}: the cluster has {state['shards']}")
+    owner = state["shard_owners"][shard]
+    if owner["owner"] == node:
+        return f"shard {shard} is already on {node}"
+    target = next(
+        (
+            m
+            for m in state["members"]
+            if m["shard"] == shard and m["node"] == node and m["role"] == "standby" and m["live"]
+        ),
+        None,
+    )
+    if target is None:
+        raise ValueError(f"{node} runs no live standby of shard {shard}: start one first")
+    if owner["url"] is None:
+        raise ValueError(f"shard {shard} has no live owner to hand it over")
+    started = time.monotonic()
+    _call(owner["url"], token, "/v1/cluster/release", {"shard": shard})
+    try:
+        promoted = _call(target["url"], token, "/v1/admin/promote", {})
+    except Exception:
+        _call(owner["url"], token, "/v1/cluster/release", {"shard": shard, "cancel": True})
+        raise
+    deadline = time.monotonic() + MOVE_TIMEOUT
+    while time.monotonic() < deadline:
+        now = _call(target["url"], token, "/v1/cluster")["shard_owners"][shard]
+        if now["owner"] == node:
+            return (
+                f"moved shard {shard} from {owner['owner']} to {node} at epoch "
+                f"{promoted.get('epoch')} in {time.monotonic() - started:.2f} s"
+            )
+        time.sleep(0.1)  # polling the cluster's view, bounded by MOVE_TIMEOUT
+    raise ValueError(f"shard {shard}: {node} was promoted but is not named its owner yet")
+
+
+def move(args: argparse.Namespace) -> int:
+    print(_move(args, cluster_state(args), args.shard, args.node))
+    return 0
+
+
+def drain(args: argparse.Namespace) -> int:
+    """Every shard the node owns, to the first live standby of it on another node."""
+    state = cluster_state(args)
+    owned = [s["shard"] for s in state["shard_owners"] if s["owner"] == args.node]
+    if not owned:
+        print(f"{args.node} owns no shard")
+        return 0
+    for shard in owned:
+        others = sorted(
+            m["node"]
+            for m in state["members"]
+            if m["shard"] == shard and m["role"] == "standby" and m["live"]
+            and m["node"] != args.node
+        )  # fmt: skip
+        if not others:
+            raise ValueError(f"shard {shard} has no live standby off {args.node}: not drained")
+        print(_move(args, state, shard, others[0]))
+        state = cluster_state(args)
     return 0

@@ -24,6 +24,10 @@ from .tokens import TokenMirror, TokenTable
 
 log = logging.getLogger("ckpt.cluster")
 
+# Seconds a standby leaves a shard whose owner released it (`ckpt cluster move`) to the
+# move's own promotion, before taking it over as if the owner were gone (the move died).
+RELEASE_GRACE = 30.0
+
 
 @dataclass(frozen=True)
 class Local:
@@ -54,7 +58,9 @@ class ClusterNode:
         self.lost: ClusterConflict | None = None  # set once another holds our shard
         self.last_beat: float | None = None  # monotonic time a written beat was started
         self.local: Local | None = None  # the vault as the last beat saw it
+        self.released = False  # handed its shard over (a move): forwards, never 409s
         self._owner_seen: float | None = None  # when this standby last saw a live owner
+        self._released_seen: float | None = None  # when it first saw the owner release
 
     @property
     def shard(self) -> int:
@@ -65,8 +71,10 @@ class ClusterNode:
 
     @property
     def fenced(self) -> bool:
-        """Whether this process lost its shard: another holds its lease, or its replica
-        was taken over (its vault refuses writes, `Fenced`)."""
+        """Whether this process lost its shard without handing it over: another holds its
+        lease, or its replica was taken over (its vault refuses writes, `Fenced`)."""
+        if self.released:
+            return False
         return self.lost is not None or (self.local is not None and self.local.role == "fenced")
 
     def owns(self) -> bool:
@@ -77,6 +85,8 @@ class ClusterNode:
         if not self._beats:
             owner = self.roster.owner(self.config.shard)
             return owner is not None and owner.url == self.config.url
+        if self.released:
+            return False
         if self._held is None or self.lost is not None or self.last_beat is None:
             return False
         margin = self.config.lease_ttl - self.config.beat_interval
@@ -94,7 +104,7 @@ class ClusterNode:
             return False
         self.local = local
         try:
-            if local.role == "primary" and self.lost is None:
+            if local.role == "primary" and self.lost is None and not self.released:
                 self._hold(local.epoch or 0)
             self._seq += 1
             started = time.monotonic()
@@ -123,20 +133,33 @@ class ClusterNode:
         """Whether this standby should promote itself now: it saw its shard's owner live
         once (never at a cold start, when the primary may just be slower to come up), no
         live owner is left (no beat moved for the lease's TTL, by this process's clock),
-        and it is the first by name of the shard's live standbys (so one promotes)."""
+        and it is the first by name of the shard's live standbys (so one promotes). An
+        owner that released the shard for a move is left to the move for a while."""
         if self.local is None or self.local.role != "standby":
             return False
+        now = time.monotonic()
         if self.roster.owner(self.config.shard) is not None:
-            self._owner_seen = time.monotonic()
+            self._owner_seen = now
+            self._released_seen = None
             return False
         if self._owner_seen is None:
             return False
+        if self._releasing():  # a planned move promotes its own target
+            self._released_seen = self._released_seen or now
+            if now - self._released_seen < RELEASE_GRACE:
+                return False
         standbys = [
             m.node
             for m, live, _ in self.roster.members()
             if m.shard == self.config.shard and m.role == "standby" and live
         ]
         return min(standbys, default=None) == self.config.node
+
+    def _releasing(self) -> bool:
+        return any(
+            m.shard == self.config.shard and m.role == "released" and live
+            for m, live, _ in self.roster.members()
+        )
 
     def _hold(self, epoch: int) -> None:
         want = lease.Lease(self.config.shard, epoch, self.config.node, self.config.url)
@@ -152,6 +175,8 @@ class ClusterNode:
             log.error("%s", e.message)
 
     def _role(self, local: Local) -> str:
+        if self.released and local.role != "standby":
+            return "released"
         if local.role == "primary" and self.lost is not None:
             return "fenced"
         return local.role

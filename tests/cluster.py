@@ -5,10 +5,12 @@ configuration written by `ckpt cluster proxy-config`. Everything is polled with 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,11 +20,17 @@ from typing import IO, Any
 
 import pytest
 
+from client import VaultClient
+from client.errors import ClientError, TransportError
+
 from .seaweed import SeaweedFS
 from .serverproc import ServerProcess, free_port
 
 BEAT = 0.5  # seconds: the tests' beat interval (the default is 1 s)
 TTL = 4.0  # seconds: the tests' lease TTL (the default is 6 s)
+
+
+NAMESPACES = [f"prod-{i}" for i in range(12)]  # what producers save into: every shard
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> float:
@@ -245,3 +253,48 @@ class Cluster:
         self.proxy.stop()
         for proc in self.processes():
             proc.stop()
+
+
+class Producers:
+    """Threads saving through the proxy; what was acknowledged, and what failed."""
+
+    def __init__(self, url: str, token: str, threads: int = 2) -> None:
+        self.acked: list[tuple[str, str, bytes]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(url, token, i), daemon=True)
+            for i in range(threads)
+        ]
+
+    def _run(self, url: str, token: str, seed: int) -> None:
+        rng = random.Random(seed)
+        with VaultClient(url, token, progress=False) as client:
+            n = 0
+            while not self._stop.is_set():
+                ns = rng.choice(NAMESPACES)
+                body = f'{{"seed": {seed}, "n": {n}, "pad": "{rng.randbytes(64).hex()}"}}'
+                n += 1
+                try:
+                    ckpt = client.save(ns, {"state.json": body.encode()})
+                except (ClientError, TransportError) as e:
+                    with self._lock:
+                        self.errors.append(f"{type(e).__name__}: {e}")
+                    continue
+                with self._lock:
+                    self.acked.append((ns, ckpt.id, body.encode()))
+
+    def __enter__(self) -> Producers:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=120)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.acked)

@@ -18,10 +18,8 @@ The takeover times are printed (`-s`), and asserted within the bound.
 from __future__ import annotations
 
 import os
-import random
 import secrets
 import shutil
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,18 +29,16 @@ from pathlib import Path
 import pytest
 
 from client import VaultClient
-from client.errors import ClientError, TransportError
 from cluster import shard_of
 from protocol import BUNDLE_TYPE
 from protocol._bodies import encode_bundle
 
-from ..cluster import Cluster, call, wait_for
+from ..cluster import NAMESPACES, Cluster, Producers, call, wait_for
 from ..seaweed import SeaweedFS
 from ..serverproc import ServerProcess
 
 ROUNDS = int(os.environ.get("CKPT_CLUSTER_ROUNDS", "10"))
 BOUND = 15.0  # seconds: a lost shard answers saves again within this (the issue's bound)
-NAMESPACES = [f"prod-{i}" for i in range(12)]
 
 
 @pytest.fixture
@@ -66,51 +62,6 @@ def _probe(url: str, token: str, ns: str) -> bool:
             return bool(r.status in (200, 201))
     except (urllib.error.URLError, OSError):
         return False
-
-
-class Producers:
-    """Threads saving through the proxy; what was acknowledged, and what failed."""
-
-    def __init__(self, url: str, token: str, threads: int = 2) -> None:
-        self.acked: list[tuple[str, str, bytes]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._run, args=(url, token, i), daemon=True)
-            for i in range(threads)
-        ]
-
-    def _run(self, url: str, token: str, seed: int) -> None:
-        rng = random.Random(seed)
-        with VaultClient(url, token, progress=False) as client:
-            n = 0
-            while not self._stop.is_set():
-                ns = rng.choice(NAMESPACES)
-                body = f'{{"seed": {seed}, "n": {n}, "pad": "{rng.randbytes(64).hex()}"}}'
-                n += 1
-                try:
-                    ckpt = client.save(ns, {"state.json": body.encode()})
-                except (ClientError, TransportError) as e:
-                    with self._lock:
-                        self.errors.append(f"{type(e).__name__}: {e}")
-                    continue
-                with self._lock:
-                    self.acked.append((ns, ckpt.id, body.encode()))
-
-    def __enter__(self) -> Producers:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=120)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.acked)
 
 
 def _owners(cluster: Cluster) -> dict[int, str]:
