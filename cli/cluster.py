@@ -34,6 +34,11 @@ def register(sub: Any) -> None:
     )
     c.add_argument("--bind", default="*:8080", help="where the proxy listens (default *:8080)")
     c.add_argument("-o", "--output", type=Path, help="the file to write (default: stdout)")
+    c.add_argument(
+        "--dns",
+        action="store_true",
+        help="resolve the processes' names at run time (Kubernetes: pods change addresses)",
+    )
     c.set_defaults(func=proxy_config)
     m = inner.add_parser("move", help="move a shard to its standby on NODE (a write pause)")
     m.add_argument("shard", type=int)
@@ -116,7 +121,7 @@ def status(args: argparse.Namespace) -> int:
 def proxy_config(args: argparse.Namespace) -> int:
     from cluster.proxy import haproxy_config
 
-    text = haproxy_config(cluster_state(args), args.bind)
+    text = haproxy_config(cluster_state(args), args.bind, args.dns)
     if args.output is None:
         print(text, end="")
     else:

@@ -14,16 +14,24 @@ LEASE_TTL = 6.0
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    node: str  # this machine's name in the cluster (several processes may share it)
-    url: str  # where other nodes and the proxy reach this process
-    shard: int  # the shard this process's data dir holds
-    shards: int  # how many shards the cluster has (fixed when it is made)
-    store: str  # URL of the cluster's objects (beats, leases, tokens): s3://bucket/prefix
+    """Every field has a default so that a file, the environment (`CKPT_CLUSTER_*`: a pod
+    names its node, URL and shard) and flags can each give part; `check` runs once all
+    are in."""
+
+    node: str = ""  # this machine's name in the cluster (several processes may share it)
+    url: str = ""  # where other nodes and the proxy reach this process
+    shard: int = 0  # the shard this process's data dir holds
+    shards: int = 1  # how many shards the cluster has (fixed when it is made)
+    store: str = ""  # URL of the cluster's objects (beats, leases, tokens): s3://bucket/prefix
     tier: str = ""  # the [tiers.<name>] whose options (endpoint, keys) reach `store`
     beat_interval: float = BEAT_INTERVAL
     lease_ttl: float = LEASE_TTL
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """Raise ValueError for a configuration a cluster cannot run with."""
+        for name in ("node", "url", "store"):
+            if not getattr(self, name):
+                raise ValueError(f"[cluster] {name} is required")
         if self.shards < 1 or not 0 <= self.shard < self.shards:
             raise ValueError(f"[cluster] shard {self.shard} is not one of 0..{self.shards - 1}")
         if not self.node or "/" in self.node or "." in self.node:

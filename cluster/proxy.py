@@ -42,10 +42,14 @@ def _server(member: Mapping[str, Any]) -> tuple[str, str]:
     return name, f"{host}:{port}"
 
 
-def haproxy_config(state: Mapping[str, Any], bind: str = "*:8080") -> str:
-    """The config for the cluster `state` (GET /v1/cluster's answer) listening on `bind`."""
+def haproxy_config(state: Mapping[str, Any], bind: str = "*:8080", dns: bool = False) -> str:
+    """The config for the cluster `state` (GET /v1/cluster's answer) listening on `bind`.
+    `dns`: resolve the processes' host names at run time from /etc/resolv.conf (pods
+    whose addresses change, Kubernetes); a name that does not resolve yet leaves its
+    server down instead of stopping HAProxy from starting."""
     shards = int(state["shards"])
     members: Sequence[Mapping[str, Any]] = state["members"]
+    check = f"{CHECK} resolvers dns" if dns else CHECK
     lines = [
         "# written by `ckpt cluster proxy-config`: regenerate when processes join or leave",
         "global",
@@ -60,7 +64,9 @@ def haproxy_config(state: Mapping[str, Any], bind: str = "*:8080") -> str:
         "    timeout check 2s",
         "    option redispatch",
         "    retries 2",
+        "    default-server init-addr last,libc,none",
         "",
+        *(["resolvers dns", "    parse-resolv-conf", "    hold valid 5s", ""] if dns else []),
         "frontend vault",
         f"    bind {bind}",
         "    acl namespaced path_beg /v1/namespaces/",
@@ -80,11 +86,11 @@ def haproxy_config(state: Mapping[str, Any], bind: str = "*:8080") -> str:
         for m in members:
             name, address = _server(m)
             if int(m["shard"]) == k:
-                lines.append(f"    server {name} {address} check {CHECK}")
+                lines.append(f"    server {name} {address} check {check}")
         for m in members:
             name, address = _server(m)
             if int(m["shard"]) != k:
-                lines.append(f"    server {name} {address} check backup {CHECK}")
+                lines.append(f"    server {name} {address} check backup {check}")
         lines.append("")
     lines += [
         "backend any",
@@ -95,5 +101,5 @@ def haproxy_config(state: Mapping[str, Any], bind: str = "*:8080") -> str:
     ]
     for m in members:
         name, address = _server(m)
-        lines.append(f"    server {name} {address} check {CHECK}")
+        lines.append(f"    server {name} {address} check {check}")
     return "\n".join(lines) + "\n"
