@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -35,6 +36,7 @@ from vault import Vault, VaultError
 from vault.direct import SaveOptions
 
 from .cluster_forward import FORWARDED, forward, new_session
+from .http import json_response
 from .keys import SAVES, SETTINGS, TOKENS, VAULT, WORKER
 from .saving import PendingSave, Saved, SaveSink
 
@@ -132,6 +134,8 @@ def cluster_middleware() -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         node = request.app.get(CLUSTER)
+        if node is not None and request.path == "/v1/namespaces" and request.method == "GET":
+            return await _all_namespaces(request, handler, node)
         shard = None if node is None else _shard(request, node)
         if node is None or shard is None:
             return await handler(request)
@@ -151,6 +155,38 @@ def cluster_middleware() -> Middleware:
         return await forward(request, request.app[SESSION], owner.url, node.config.node)
 
     return middleware
+
+
+async def _all_namespaces(
+    request: web.Request, handler: Handler, node: ClusterNode
+) -> web.StreamResponse:
+    """`GET /v1/namespaces` from any process names every shard's namespaces: this one's
+    own listing merged with each other shard owner's (asked with `X-Ckpt-Forwarded`, which
+    gets a process's own only), by name. 503 while a shard has no live owner: a listing
+    that silently missed a shard would read as namespaces gone."""
+    local = await handler(request)
+    if FORWARDED in request.headers or not isinstance(local, web.Response) or local.status != 200:
+        return local
+    assert local.body is not None
+    merged = list(json.loads(bytes(local.body))["namespaces"])  # type: ignore[arg-type]
+    headers = {"Authorization": request.headers.get("Authorization", ""), FORWARDED: "1"}
+    for shard in range(node.config.shards):
+        if shard == node.shard and node.owns():
+            continue
+        owner = node.roster.owner(shard)
+        if owner is None or owner.url == node.config.url:
+            raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
+        try:
+            async with request.app[SESSION].get(
+                owner.url.rstrip("/") + "/v1/namespaces", headers=headers
+            ) as r:
+                if r.status != 200:
+                    raise NotOwner(f"shard {shard}'s owner answered {r.status}; retry shortly")
+                merged += (await r.json())["namespaces"]
+        except aiohttp.ClientError:
+            raise NotOwner(f"shard {shard}'s owner did not answer; retry shortly") from None
+    merged.sort(key=lambda n: str(n["name"]))
+    return json_response({"namespaces": merged})
 
 
 class ShardedSink:

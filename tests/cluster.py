@@ -43,9 +43,11 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> flo
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
-def call(url: str, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+def call(
+    url: str, token: str, method: str, path: str, body: Any = None, headers: Any = None
+) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method)
+    req = urllib.request.Request(url + path, data=data, method=method, headers=headers or {})
     req.add_header("Authorization", f"Bearer {token}")
     if data is not None:
         req.add_header("Content-Type", "application/json")

@@ -56,11 +56,16 @@ def test_saves_through_the_proxy_land_on_their_shards(cluster: Cluster) -> None:
         big_id = client.save(upload_ns, {"model.bin": big}).id
     assert _forwarded(cluster) == [0, 0, 0]  # HAProxy's shard is ours, uploads included
 
-    for k, node in enumerate(cluster.nodes):
-        status, body = call(node.url, node.token, "GET", "/v1/namespaces")
+    for k, node in enumerate(cluster.nodes):  # a node's own: what its data dir holds
+        own = {"X-Ckpt-Forwarded": "test"}
+        status, body = call(node.url, node.token, "GET", "/v1/namespaces", headers=own)
         assert status == 200
         listed = {n["name"] for n in body["namespaces"]}
         assert listed == {ns for ns in namespaces if shard_of(ns, 3) == k}
+    for url in [cluster.proxy.url, *(n.url for n in cluster.nodes)]:  # the whole, anywhere
+        status, body = call(url, cluster.token, "GET", "/v1/namespaces")
+        assert status == 200
+        assert [n["name"] for n in body["namespaces"]] == sorted(namespaces)
 
     for url in [cluster.proxy.url, *(n.url for n in cluster.nodes)]:
         with VaultClient(url, cluster.token, progress=False) as client:
