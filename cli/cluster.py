@@ -86,7 +86,10 @@ def _call(url: str, token: str | None, path: str, body: Any = None) -> dict[str,
 
 def cluster_state(args: argparse.Namespace) -> dict[str, Any]:
     url, token = _endpoint(args)
-    return _call(url, token, "/v1/cluster")
+    state = _call(url, token, "/v1/cluster")
+    if not state.get("cluster"):
+        raise ValueError(f"{url} is not part of a cluster (no [cluster] section)")
+    return state
 
 
 def status(args: argparse.Namespace) -> int:

@@ -17,12 +17,13 @@ from ..keys import VAULT
 
 async def cluster_state(request: web.Request) -> web.Response:
     """Nodes (up or down), every process's role, epoch and beat, each shard's owner and
-    replica lag, as this process last read them from the store (one beat ago at most)."""
+    replica lag, as this process last read them from the store (one beat ago at most);
+    `{"cluster": false}` from a server that is not part of one."""
     require_admin(request)
     node = request.app.get(CLUSTER)
-    if node is None:
-        raise NotFound("this server is not part of a cluster (no [cluster] section)")
-    return json_response(node.status())
+    if node is None:  # asked by the console's Operations view of every server
+        return json_response({"cluster": False})
+    return json_response({"cluster": True, **node.status()})
 
 
 async def primary(request: web.Request) -> web.Response:
