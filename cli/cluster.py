@@ -47,6 +47,11 @@ def register(sub: Any) -> None:
     d = inner.add_parser("drain", help="move every shard NODE owns to a standby elsewhere")
     d.add_argument("node")
     d.set_defaults(func=drain)
+    a = inner.add_parser(
+        "add", help="give NODE (its standbys running) its share of shards, moved from the busiest"
+    )
+    a.add_argument("node")
+    a.set_defaults(func=add)
 
 
 MOVE_TIMEOUT = 60.0  # seconds for the cluster to name the new owner after the promotion
@@ -194,4 +199,43 @@ def drain(args: argparse.Namespace) -> int:
             raise ValueError(f"shard {shard} has no live standby off {args.node}: not drained")
         print(_move(args, state, shard, others[0]))
         state = cluster_state(args)
+    return 0
+
+
+def add(args: argparse.Namespace) -> int:
+    """Bring NODE, whose processes are running (standbys of some shards), to its share of
+    the shards: while it owns fewer than `ceil(shards / live nodes)`, move to it a shard
+    it stands by for from a node that owns more than that."""
+    state = cluster_state(args)
+    live = {n["node"] for n in state["nodes"] if n["up"]}
+    if args.node not in live:
+        raise ValueError(f"{args.node} has no live process: start its standbys first")
+    fair = -(-int(state["shards"]) // len(live))
+    moved = 0
+    while True:
+        owned: dict[str, list[int]] = {}
+        for s in state["shard_owners"]:
+            owned.setdefault(s["owner"], []).append(s["shard"])
+        if len(owned.get(args.node, [])) >= fair:
+            break
+        standing = {
+            m["shard"]
+            for m in state["members"]
+            if m["node"] == args.node and m["role"] == "standby" and m["live"]
+        }
+        candidates = [
+            shard
+            for owner, shards in sorted(owned.items(), key=lambda o: -len(o[1]))
+            if owner != args.node and len(shards) > fair
+            for shard in shards
+            if shard in standing
+        ]
+        if not candidates:
+            break
+        print(_move(args, state, candidates[0], args.node))
+        moved += 1
+        # what we just did: the answering node's view may be a beat behind it
+        state["shard_owners"][candidates[0]]["owner"] = args.node
+    mine = [s["shard"] for s in state["shard_owners"] if s["owner"] == args.node]
+    print(f"{args.node} owns shards {mine or 'none'} ({moved} moved; fair share {fair})")
     return 0

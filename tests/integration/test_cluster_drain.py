@@ -1,7 +1,8 @@
 """Shards moved between live nodes under load (issue 43, part 4).
 
 Producers save through the proxy while `ckpt cluster drain n0` moves n0's shard to its
-standby on n1, then `ckpt cluster move 1 n2` moves shard 1 to its standby on n2. A move is
+standby on n1, then `ckpt cluster move 1 n2` moves shard 1 to its standby on n2, then
+`ckpt cluster add n0` gives n0 back its share (shard 2, whose standby it runs). A move is
 the planned form of a takeover: the owner stops taking writes (503, which the client
 retries as asked) once the replica holds all it acknowledged, the standby is promoted.
 Producers see no error (the client absorbs the pause), every acknowledged save reads back
@@ -60,14 +61,17 @@ def test_drain_and_move_under_load_lose_nothing(cluster: Cluster) -> None:
         assert re.search(r"moved shard 1 from n1 to n2 at epoch 1 in [\d.]+ s", moved)
         mark = producers.count()
         wait_for("producers saving after the move", lambda: producers.count() >= mark + 20)
-    print(drained, moved, f"{len(producers.acked)} saves")
+        assert [s["owner"] for s in cluster.state(1)["shard_owners"]] == ["n1", "n2", "n2"]
+        assert ckpt(cluster, "cluster", "drain", "n0").strip() == "n0 owns no shard"
+        # n0 still runs shard 2's standby: adding it back takes that shard off n2
+        added = ckpt(cluster, "cluster", "add", "n0")
+        assert re.search(r"moved shard 2 from n2 to n0 at epoch 1 in [\d.]+ s", added), added
+        mark = producers.count()
+        wait_for("producers saving after the add", lambda: producers.count() >= mark + 20)
+    print(drained, moved, added, f"{len(producers.acked)} saves")
     assert producers.errors == []
-
-    state = cluster.state(1)
-    owners = [s["owner"] for s in state["shard_owners"]]
-    assert owners == ["n1", "n2", "n2"]
-    assert "n0" not in owners
-    assert ckpt(cluster, "cluster", "drain", "n0").strip() == "n0 owns no shard"
+    owners = [s["owner"] for s in cluster.state(1)["shard_owners"]]
+    assert owners == ["n1", "n2", "n0"]
 
     with VaultClient(cluster.proxy.url, cluster.token, progress=False) as client:
         for ns, ckpt_id, body in producers.acked:
