@@ -171,9 +171,16 @@ class Cluster:
     `standbys`, node `n<k+1>` also runs shard k's standby (`standbys[k]`)."""
 
     def __init__(
-        self, root: Path, seaweed: SeaweedFS, run: str, shards: int = 3, standbys: bool = False
+        self,
+        root: Path,
+        seaweed: SeaweedFS,
+        run: str,
+        shards: int = 3,
+        standbys: bool = False,
+        workers: int = 1,
     ) -> None:
         self.root = root
+        self.workers = workers
         self.seaweed = seaweed
         self.run = run
         self.shards = shards
@@ -193,7 +200,9 @@ class Cluster:
             self.root / f"{name}.toml", self.seaweed, self.run, node, shard, self.shards, port,
             standby,
         )  # fmt: skip
-        return ServerProcess(self.root / name, port, self.root / f"{name}.log", config)
+        return ServerProcess(
+            self.root / name, port, self.root / f"{name}.log", config, workers=self.workers
+        )
 
     def start_standby(self, proc: ServerProcess) -> None:
         """A standby has no admin token of its own: the operator's copy of the cluster's."""

@@ -130,3 +130,27 @@ def test_coalesced_saves_cli_and_langgraph_through_the_proxy(
             got = saver.get_tuple(saved)
             assert got is not None
             assert got.checkpoint["channel_values"] == {"messages": [f"hello {t}"]}
+
+
+def test_shard_processes_with_workers(tmp_path: Path, seaweed: SeaweedFS) -> None:
+    """`ckpt serve --workers 2` per shard (the default on two cores): a worker routes by
+    the beats its writing process publishes, forwards another shard's requests itself,
+    and a chunked upload reaches its shard's writing process through the proxy."""
+    cluster = Cluster(tmp_path, seaweed, secrets.token_hex(4), shards=2, workers=2)
+    try:
+        cluster.start()
+        namespaces = [f"w-{i}" for i in range(8)]
+        big = random.Random(9).randbytes(3 << 20)
+        made = []
+        with VaultClient(cluster.proxy.url, cluster.token, progress=False) as client:
+            for i in range(40):
+                ns = namespaces[i % 8]
+                made.append((ns, client.save(ns, {"s.json": b'{"i": %d}' % i}).id))
+            big_id = client.save(namespaces[3], {"model.bin": big}).id
+        for node in cluster.nodes:
+            with VaultClient(node.url, cluster.token, progress=False) as client:
+                for ns, ckpt_id in made:
+                    assert client.get(ns, ckpt_id).id == ckpt_id
+                assert client.read_range(namespaces[3], big_id, "model.bin", 0, len(big)) == big
+    finally:
+        cluster.stop()
