@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .output import emit_json, table
+from .output import emit_json, human_bytes, table
 
 
 def register(sub: Any) -> None:
@@ -102,22 +102,36 @@ def status(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(state)
         return 0
-    print(f"{len(state['nodes'])} nodes, {state['shards']} shards (seen from {state['node']})")
+    totals = state["totals"]
+    print(
+        f"{len(state['nodes'])} nodes, {state['shards']} shards (seen from {state['node']}): "
+        f"{totals['checkpoints']} checkpoints, {human_bytes(totals['logical_bytes'])} logical, "
+        f"{human_bytes(totals['stored_bytes'])} stored"
+    )
     table(
-        ["node", "up", "processes", "last beat"],
+        ["node", "up", "processes", "owns", "checkpoints", "last beat"],
         [
-            [n["node"], "up" if n["up"] else "DOWN", n["processes"], f"{n['beat_age_seconds']} s"]
+            [
+                n["node"],
+                "up" if n["up"] else "DOWN",
+                n["processes"],
+                ", ".join(map(str, n["owns"])) or "-",
+                n["checkpoints"],
+                f"{n['beat_age_seconds']} s",
+            ]
             for n in state["nodes"]
         ],
     )
     table(
-        ["shard", "owner", "epoch", "replica lag", "standbys"],
+        ["shard", "owner", "epoch", "replica lag", "checkpoints", "stored", "standbys"],
         [
             [
                 s["shard"],
                 s["owner"] or "NONE",
                 s["epoch"],
                 "-" if s["lag_seconds"] is None else f"{s['lag_seconds']} s",
+                "-" if s["checkpoints"] is None else s["checkpoints"],
+                human_bytes(s["stored_bytes"]),
                 ", ".join(s["standbys"]) or "-",
             ]
             for s in state["shard_owners"]

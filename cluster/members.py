@@ -31,6 +31,9 @@ class Member:
     seq: int  # moves on every beat
     at: float  # the member's wall clock at the beat (shown, never compared)
     lag_seconds: float | None = None  # a primary's replica lag, a standby's behind it
+    checkpoints: int | None = None  # its load: live checkpoints, logical and stored bytes
+    logical_bytes: int | None = None
+    stored_bytes: int | None = None
 
     @property
     def key(self) -> str:
@@ -51,7 +54,14 @@ class Member:
             seq=int(d["seq"]),
             at=float(d["at"]),
             lag_seconds=None if d.get("lag_seconds") is None else float(d["lag_seconds"]),
+            checkpoints=_int(d.get("checkpoints")),
+            logical_bytes=_int(d.get("logical_bytes")),
+            stored_bytes=_int(d.get("stored_bytes")),
         )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass

@@ -36,6 +36,9 @@ class Local:
     role: str  # primary, standby, fenced (vault.roles.role)
     epoch: int | None  # the replica epoch it writes under (None: a standby)
     lag_seconds: float | None
+    checkpoints: int | None = None  # its load, from the catalog's counters
+    logical_bytes: int | None = None
+    stored_bytes: int | None = None
 
 
 class ClusterNode:
@@ -117,6 +120,9 @@ class ClusterNode:
                 seq=self._seq,
                 at=time.time(),
                 lag_seconds=local.lag_seconds,
+                checkpoints=local.checkpoints,
+                logical_bytes=local.logical_bytes,
+                stored_bytes=local.stored_bytes,
             )
             self._tier.put(me.key, me.encode())
             if self.lost is None and local.role == "primary" and self._held is not None:
@@ -186,13 +192,21 @@ class ClusterNode:
         members = self.roster.members()
         nodes: dict[str, dict[str, Any]] = {}
         for m, live, age in members:
-            n = nodes.setdefault(m.node, {"node": m.node, "up": False, "processes": 0})
+            n = nodes.setdefault(
+                m.node, {"node": m.node, "up": False, "processes": 0, "owns": [], "checkpoints": 0}
+            )
             n["processes"] += 1
             n["up"] = n["up"] or live
             n["beat_age_seconds"] = min(age, n.get("beat_age_seconds", age))
         shards = []
+        owners = []
         for k in range(self.config.shards):
             owner = self.roster.owner(k)
+            if owner is not None:
+                owners.append(owner)
+            if owner is not None:
+                nodes[owner.node]["owns"].append(k)
+                nodes[owner.node]["checkpoints"] += owner.checkpoints or 0
             shards.append(
                 {
                     "shard": k,
@@ -200,6 +214,9 @@ class ClusterNode:
                     "url": owner.url if owner else None,
                     "epoch": owner.epoch if owner else None,
                     "lag_seconds": owner.lag_seconds if owner else None,
+                    "checkpoints": owner.checkpoints if owner else None,
+                    "logical_bytes": owner.logical_bytes if owner else None,
+                    "stored_bytes": owner.stored_bytes if owner else None,
                     "standbys": [
                         m.node
                         for m, live, _ in members
@@ -229,4 +246,9 @@ class ClusterNode:
                 for m, live, age in members
             ],
             "shard_owners": shards,
+            "totals": {  # the owners' figures: the whole while every shard has one
+                "checkpoints": sum(o.checkpoints or 0 for o in owners),
+                "logical_bytes": sum(o.logical_bytes or 0 for o in owners),
+                "stored_bytes": sum(o.stored_bytes or 0 for o in owners),
+            },
         }

@@ -24,7 +24,7 @@ import pytest
 from client import AsyncVaultClient, VaultClient
 from cluster import shard_of
 
-from ..cluster import Cluster, call
+from ..cluster import Cluster, call, wait_for
 from ..seaweed import SeaweedFS
 
 
@@ -55,6 +55,11 @@ def test_saves_through_the_proxy_land_on_their_shards(cluster: Cluster) -> None:
         upload_ns = namespaces[7]
         big_id = client.save(upload_ns, {"model.bin": big}).id
     assert _forwarded(cluster) == [0, 0, 0]  # HAProxy's shard is ours, uploads included
+    wait_for(  # the load each owner's beat carries adds up to what was saved
+        "301 checkpoints in the cluster's totals",
+        lambda: cluster.state(1)["totals"]["checkpoints"] == 301,
+        timeout=10,
+    )
 
     for k, node in enumerate(cluster.nodes):  # a node's own: what its data dir holds
         own = {"X-Ckpt-Forwarded": "test"}

@@ -36,6 +36,9 @@ async def test_a_one_node_cluster_owns_its_shard(
             "url": "http://127.0.0.1:9",
             "epoch": 0,
             "lag_seconds": None,
+            "checkpoints": 0,
+            "logical_bytes": 0,
+            "stored_bytes": 0,
             "standbys": [],
         }
     ]
