@@ -52,11 +52,15 @@ function cluster(state) {
       h("td", {}, s.owner ?? "none"),
       h("td", { class: "num" }, s.epoch ?? "—"),
       h("td", {}, s.lag_seconds === null ? "—" : ago(s.lag_seconds)),
+      h("td", { class: "num" }, s.checkpoints ?? "—"),
+      h("td", { class: "num" }, s.stored_bytes === null ? "—" : bytes(s.stored_bytes)),
       h("td", {}, s.standbys.join(", ") || "—")));
+  const t = state.totals;
   return [
     h("h2", {}, `Cluster: ${state.nodes.length} nodes, ${state.shards} shards`),
+    h("p", {}, `${t.checkpoints} checkpoints, ${bytes(t.logical_bytes)} logical, ${bytes(t.stored_bytes)} stored in all shards.`),
     table("cluster-nodes", ["node", "state", "processes", "last beat"], nodes),
-    table("cluster-shards", ["shard", "owner", "epoch", "replica lag", "standbys"], shards),
+    table("cluster-shards", ["shard", "owner", "epoch", "replica lag", "checkpoints", "stored", "standbys"], shards),
   ];
 }
 
