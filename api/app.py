@@ -19,22 +19,29 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from checkpoint_vault.node.calls import CHANNEL_BUFFER, CallClient, CallServer
+from checkpoint_vault.node.forward import (
+    ForwardBounds,
+    Forwarder,
+    forward_middleware,
+    trusted_forwards,
+)
+from checkpoint_vault.node.handoff import FIRST, Adopted
+from checkpoint_vault.node.peercred import WorkerPeers, worker_listener
+from checkpoint_vault.node.sinks import ChannelSink, LocalSink
+from checkpoint_vault.node.supervisor import no_readers, stop_workers, worker_pids, workers_context
 from prometheus_client import generate_latest
 
-from protocol import ADMIN_TOKEN_FILE
-from vault import Clock, SystemClock, Vault, VaultError
-from vault.ownership import open_private, prepare_data_dir
-from vault.runtime import PoolSizes, Runtime
+from checkpoint_vault.protocol import ADMIN_TOKEN_FILE
+from checkpoint_vault.vault import Clock, SystemClock, Vault, VaultError
+from checkpoint_vault.vault.ownership import open_private, prepare_data_dir
+from checkpoint_vault.vault.runtime import PoolSizes, Runtime
 
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
-from .bodies import BodyReaders
-from .calls import CHANNEL_BUFFER, CallClient, CallServer
 from .cluster import cluster_context, cluster_middleware
 from .engine import open_vault
 from .errors import error_middleware
-from .forward import ForwardBounds, Forwarder, forward_middleware, trusted_forwards
-from .handoff import FIRST, Adopted
 from .heads import Unheaded, headed_middleware
 from .jobs import jobs_context, stop_jobs
 from .keys import (
@@ -65,17 +72,15 @@ from .observability import (
     metrics_middleware,
     request_id_middleware,
 )
-from .peercred import WorkerPeers, worker_listener
-from .promotion import promotion_context
 from .ratelimit import LIMITS_FILE, RateLimiter
-from .receive import close_taken
 from .roles import follow_tokens, read_only_middleware
 from .routes import setup_routes
 from .scheduler import maintenance_context
 from .settings import Settings
-from .sinks import ChannelSink, LocalSink
+from .transfer.bodies import BodyReaders
+from .transfer.promotion import promotion_context
+from .transfer.receive import close_taken
 from .turns import Turns
-from .workers import no_readers, stop_workers, worker_pids, workers_context
 
 log = logging.getLogger("ckpt.api")
 USES_EVERY = 10.0  # seconds between a worker's hand-overs of its tokens' last uses

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from protocol import AuditEntry, BulkDeleted
+from checkpoint_vault.protocol import AuditEntry, BulkDeleted
 
 from .auth import PRINCIPAL
 from .errors import Handler

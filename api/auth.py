@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from protocol import CheckpointWritten, LineageEntry
-from vault import Clock, InvalidName, StoredCheckpoint, Token
-from vault.names import check_namespace
-from vault.tokens import verify
+from checkpoint_vault.protocol import CheckpointWritten, LineageEntry
+from checkpoint_vault.vault import Clock, InvalidName, StoredCheckpoint, Token
+from checkpoint_vault.vault.names import check_namespace
+from checkpoint_vault.vault.tokens import verify
 
 from .errors import ApiError, Forbidden, Handler, Unauthorized
 from .ratelimit import RateLimiter

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import StreamReader, web
 
-from vault import InvalidRequest, Unavailable
+from checkpoint_vault.vault import InvalidRequest, Unavailable
 
 from .errors import BodyTimeout
 

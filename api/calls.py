@@ -37,11 +37,27 @@ from concurrent.futures import Future
 from functools import lru_cache
 from typing import Any, TypedDict
 
-from vault import FileEntry, PreparedSave, StoredCheckpoint, Unavailable, Vault, VaultError
-from vault.chunking import ChunkingProfile
-from vault.direct import SaveRequest
+from checkpoint_vault.node.channel import (
+    TO_WORKER,
+    TO_WRITER,
+    ChannelError,
+    Kind,
+    Message,
+    encode,
+    read,
+    want,
+)
 
-from .channel import TO_WORKER, TO_WRITER, ChannelError, Kind, Message, encode, read, want
+from checkpoint_vault.vault import (
+    FileEntry,
+    PreparedSave,
+    StoredCheckpoint,
+    Unavailable,
+    Vault,
+    VaultError,
+)
+from checkpoint_vault.vault.chunking import ChunkingProfile
+from checkpoint_vault.vault.direct import SaveRequest
 
 log = logging.getLogger("ckpt.api")
 

@@ -42,15 +42,15 @@ import threading
 
 from aiohttp import web
 
-from protocol import DESCRIPTOR_TYPE
-from vault import FileEntry, InvalidRequest, NotFound, Vault
-from vault.content.reader import CopyBuffers, batches
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE
+from checkpoint_vault.vault import FileEntry, InvalidRequest, NotFound, Vault
+from checkpoint_vault.vault.content.reader import CopyBuffers, batches
 
 from .errors import InvalidRange
 from .http import json_response, run
 from .keys import RUNTIME, VAULT
-from .promotion import PROMOTIONS
-from .receive import with_descriptor
+from .transfer.promotion import PROMOTIONS
+from .transfer.receive import with_descriptor
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 STALL_SECONDS = 10.0  # longest a client may take nothing before it is cut off

@@ -8,10 +8,10 @@ and engine settings (GC grace, map size) as the server they stand in for.
 
 from __future__ import annotations
 
-from tiering import open_tier
-from tiering.wrappers import RetryingTier
-from vault import Clock, Keyring, Vault
-from vault.runtime import Runtime
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.tiering.wrappers import RetryingTier
+from checkpoint_vault.vault import Clock, Keyring, Vault
+from checkpoint_vault.vault.runtime import Runtime
 
 from .settings import Settings
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from protocol import DESCRIPTOR_TYPE, TabledError
-from vault import VaultError
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE, TabledError
+from checkpoint_vault.vault import VaultError
 
 from .observability import request_id
 

@@ -32,17 +32,17 @@ from collections.abc import AsyncIterator, Callable, Collection
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from checkpoint_vault.node.handoff import HANDOFF_MIN, can_hand_over, hand_over
+from checkpoint_vault.node.peercred import is_worker, peer_of
 
-from protocol import DESCRIPTOR_TYPE
-from vault import InvalidRequest, Unavailable
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE
+from checkpoint_vault.vault import InvalidRequest, Unavailable
 
 from .auth import principal
-from .bodies import MinRateBody, Shares
 from .errors import ApiError, Handler
-from .handoff import HANDOFF_MIN, can_hand_over, hand_over
 from .observability import request_id
-from .peercred import is_worker, peer_of
 from .ratelimit import RateLimited
+from .transfer.bodies import MinRateBody, Shares
 
 FORWARDED_FOR = "X-Ckpt-Forwarded-For"
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -41,15 +41,15 @@ from typing import NoReturn
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
+from checkpoint_vault.node.peercred import WorkerPeers, worker_listener
 
-from vault import Unavailable
+from checkpoint_vault.vault import Unavailable
 
 from .auth import principal
-from .bodies import Shares
 from .errors import Handler
 from .observability import HANDED_OVER
-from .peercred import WorkerPeers, worker_listener
 from .ratelimit import RateLimited
+from .transfer.bodies import Shares
 
 log = logging.getLogger("ckpt.api")
 

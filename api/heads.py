@@ -26,9 +26,9 @@ from collections import OrderedDict
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from checkpoint_vault.node.handoff import RareLog
 
 from .errors import Handler
-from .handoff import RareLog
 
 GRACE = 1.0  # seconds a head-less connection is spared from the per-client and total bounds
 

@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from protocol import decode_bundle, decode_saves, parse_size
-from vault import InvalidRequest, TooLarge
+from checkpoint_vault.protocol import decode_bundle, decode_saves, parse_size
+from checkpoint_vault.vault import InvalidRequest, TooLarge
 
 from .auth import PRINCIPAL
-from .bodies import MinRateBody
 from .keys import BODY_READERS, RUNTIME, SETTINGS, TURNS
+from .transfer.bodies import MinRateBody
 
 T = TypeVar("T")
 

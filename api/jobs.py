@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
-import maintenance
+from checkpoint_vault import maintenance
 
 from .keys import JOBS, QUEUE, RUNTIME, SETTINGS, VAULT
 

@@ -9,21 +9,21 @@ cleanup context.
 from __future__ import annotations
 
 from aiohttp import web
+from checkpoint_vault.node.calls import CallServer
+from checkpoint_vault.node.forward import Forwarder
+from checkpoint_vault.node.handoff import Adopted
 
-from maintenance import MaintenanceQueue
-from vault import Clock, Vault
-from vault.runtime import Runtime
+from checkpoint_vault.maintenance import MaintenanceQueue
+from checkpoint_vault.vault import Clock, Vault
+from checkpoint_vault.vault.runtime import Runtime
 
 from .auth import TokenCache
-from .bodies import BodyReaders
-from .calls import CallServer
-from .forward import Forwarder
-from .handoff import Adopted
 from .heads import Unheaded
 from .observability import JobLog, Metrics
 from .ratelimit import RateLimiter
 from .saving import SaveSink
 from .settings import Settings
+from .transfer.bodies import BodyReaders
 from .turns import Turns
 
 SETTINGS = web.AppKey("settings", Settings)

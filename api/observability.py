@@ -30,8 +30,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from protocol import ReplicationStatus, StandbyStatus
-from vault import Vault
+from checkpoint_vault.protocol import ReplicationStatus, StandbyStatus
+from checkpoint_vault.vault import Vault
 
 REQUEST_ID = web.RequestKey("request_id", str)
 HANDED_OVER = web.RequestKey("handed_over", bool)  # its answer is another process's

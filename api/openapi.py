@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from aiohttp import web
 
-import protocol as protocol
+from checkpoint_vault import protocol as protocol
 
 from . import __version__
 

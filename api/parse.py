@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from protocol import JSON, VALIDITY_STATES, CommitFile
-from vault import InvalidRequest
-from vault.names import check_chunk_id, check_file_name
-from vault.uploads import MAX_MISSING_QUERY, check_metadata, check_tags
+from checkpoint_vault.protocol import JSON, VALIDITY_STATES, CommitFile
+from checkpoint_vault.vault import InvalidRequest
+from checkpoint_vault.vault.names import check_chunk_id, check_file_name
+from checkpoint_vault.vault.uploads import MAX_MISSING_QUERY, check_metadata, check_tags
 
 Chunking = str | Mapping[str, JSON]
 

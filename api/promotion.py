@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from tiering.runner import promote_checkpoint, wants_promotion
-from vault import StoredCheckpoint
+from checkpoint_vault.tiering.runner import promote_checkpoint, wants_promotion
+from checkpoint_vault.vault import StoredCheckpoint
 
 from .keys import JOBS, RUNTIME, VAULT
 from .observability import timed

@@ -27,8 +27,8 @@ import os
 import struct
 from pathlib import Path
 
-from vault import Clock
-from vault.ownership import open_private
+from checkpoint_vault.vault import Clock
+from checkpoint_vault.vault.ownership import open_private
 
 from .errors import ApiError
 

@@ -38,15 +38,15 @@ from typing import Any, TypeVar
 import numpy
 from aiohttp import HttpVersion11, web
 
-from protocol import CONTINUE, DESCRIPTOR_TYPE
-from vault import InvalidRequest, TooLarge
+from checkpoint_vault.protocol import CONTINUE, DESCRIPTOR_TYPE
+from checkpoint_vault.vault import InvalidRequest, TooLarge
 
 from .auth import principal
-from .bodies import Shares
 from .errors import BodyTimeout, RequestTimeout
 from .http import read_writable_body, reading_body
 from .keys import BODY_READERS, RUNTIME, SETTINGS
 from .ratelimit import RateLimited
+from .transfer.bodies import Shares
 
 THREAD_MIN = 1 << 20  # smaller bodies: the handover costs more than the loop's reads
 T = TypeVar("T")

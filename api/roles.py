@@ -15,7 +15,7 @@ import asyncio
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from vault import Vault
+from checkpoint_vault.vault import Vault
 
 from .errors import Handler
 from .keys import TOKENS, VAULT

@@ -12,8 +12,8 @@ from typing import Protocol
 
 from aiohttp import web
 
-from vault import PreparedSave, StoredCheckpoint
-from vault.direct import SaveOptions
+from checkpoint_vault.vault import PreparedSave, StoredCheckpoint
+from checkpoint_vault.vault.direct import SaveOptions
 
 Saved = tuple[StoredCheckpoint, bool]  # the record, and whether this call created it
 

@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-import maintenance
-from vault import MaintenanceBusy, MaintenanceStopped
+from checkpoint_vault import maintenance
+from checkpoint_vault.vault import MaintenanceBusy, MaintenanceStopped
 
 from .jobs import run_job
 from .keys import QUEUE, SETTINGS, VAULT

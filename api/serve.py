@@ -15,20 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from checkpoint_vault.node.handoff import Adopter, RareLog
+from checkpoint_vault.node.peercred import WorkerPeers, worker_listener
+from checkpoint_vault.node.supervisor import worker_pids
+from checkpoint_vault.node.tls import exposure, server_context
 
-from vault.libc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
-from vault.ownership import prepare_data_dir
-from vault.runtime import exit_if_stuck, os_name
+from checkpoint_vault.vault.libc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
+from checkpoint_vault.vault.ownership import prepare_data_dir
+from checkpoint_vault.vault.runtime import exit_if_stuck, os_name
 
 from .app import create_app
-from .handoff import Adopter, RareLog
 from .heads import Unheaded
 from .keys import ADOPTED, RUNTIME, UNHEADED
 from .observability import AccessLogger, configure_logging
-from .peercred import WorkerPeers, worker_listener
 from .settings import Settings, SettingsError
-from .tls import exposure, server_context
-from .workers import worker_pids
 
 
 def tune_malloc() -> None:

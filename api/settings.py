@@ -15,20 +15,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cluster import ClusterConfig
-from cluster.shards import upload_prefix
-from maintenance import MIN_RATE
-from protocol import (
+from checkpoint_vault.cluster import ClusterConfig
+from checkpoint_vault.cluster.shards import upload_prefix
+from checkpoint_vault.maintenance import MIN_RATE
+from checkpoint_vault.protocol import (
     DEFAULT_DATA_DIR,
     DEFAULT_PORT,
     LOCAL_SOCKET_FILE,
     parse_duration,
     parse_size,
 )
-from vault import PROFILES, Keyring, VaultConfig, VaultError
-from vault.quotas import Quota
-from vault.replication import FollowConfig, ReplicationConfig
-from vault.replication.shipper import MODES
+from checkpoint_vault.vault import PROFILES, Keyring, VaultConfig, VaultError
+from checkpoint_vault.vault.quotas import Quota
+from checkpoint_vault.vault.replication import FollowConfig, ReplicationConfig
+from checkpoint_vault.vault.replication.shipper import MODES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -347,7 +347,7 @@ class Settings:
     # replica in that tier, until promoted. A tier of "" (only poll_interval set, say in a
     # file the primary shares): not a standby; see `following`.
     follow: FollowConfig | None = None
-    # [cluster]: this process serves one shard of a cluster (cluster/, api/cluster.py).
+    # [cluster]: this process serves one shard of a cluster (cluster/, api/cluster/context.py).
     cluster: ClusterConfig | None = None
 
     @property

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from aiohttp import web
+from checkpoint_vault.node.calls import CallClient
 
-from vault import PreparedSave, Vault
-from vault.direct import SaveOptions
+from checkpoint_vault.vault import PreparedSave, Vault
+from checkpoint_vault.vault.direct import SaveOptions
 
-from .calls import CallClient
 from .http import run, run_small
 from .saving import PendingSave, Saved
 

@@ -1,4 +1,4 @@
-"""A worker process of `ckpt serve` (api/workers.py starts it: `python -m api.worker`).
+"""A worker process of `ckpt serve` (api/workers.py starts it: `python -m node.worker`).
 
 It reads its `WorkerSpec` from standard input, dies with the writing process that started
 it, holds its share of `workers.lock`, and accepts on the listening sockets it inherited
@@ -16,14 +16,14 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from checkpoint_vault.node.serve import inherited, tls_context, tune_malloc
+from checkpoint_vault.node.supervisor import WorkerSpec, die_with_parent, hold_shared
 
-from vault.runtime import os_name
+from checkpoint_vault.vault.runtime import os_name
 
 from .app import create_app
 from .keys import UNHEADED
 from .observability import AccessLogger, configure_logging
-from .serve import inherited, tls_context, tune_malloc
-from .workers import WorkerSpec, die_with_parent, hold_shared
 
 
 def _ready(ready: int, go: int) -> Callable[[web.Application], Awaitable[None]]:
@@ -54,7 +54,7 @@ def _ready(ready: int, go: int) -> Callable[[web.Application], Awaitable[None]]:
 def main() -> None:
     spec = pickle.load(sys.stdin.buffer)  # noqa: S301 - written by our parent process
     if not isinstance(spec, WorkerSpec):
-        raise SystemExit("api.worker: expected a WorkerSpec on standard input")
+        raise SystemExit("node.worker: expected a WorkerSpec on standard input")
     die_with_parent(spec.parent)
     os_name(f"ckpt-worker-{spec.index}")
     tune_malloc()

@@ -2,7 +2,7 @@
 
 `ckpt serve` is the writing process: it opens the vault as ever (writer, syncer, save
 journal, maintenance, replication, the schedule) and serves the local socket and the
-engine socket. It then starts `Settings.answering` workers (`python -m api.worker`), each
+engine socket. It then starts `Settings.answering` workers (`python -m node.worker`), each
 with its own event loop, interpreter and pools, which accept on listening sockets bound to
 the same port (SO_REUSEPORT, made here and inherited: api/serve.py), open the vault to
 read (`Vault(reader=True)`), prepare one-request saves and forward every other change to
@@ -46,9 +46,9 @@ from typing import IO
 
 from aiohttp import web
 
-from vault import Unavailable
-from vault.libc import signal_on_parent_death
-from vault.ownership import open_private
+from checkpoint_vault.vault import Unavailable
+from checkpoint_vault.vault.libc import signal_on_parent_death
+from checkpoint_vault.vault.ownership import open_private
 
 from .keys import LISTENING, SETTINGS, VAULT
 from .settings import Settings
@@ -176,7 +176,7 @@ class Workers:
         )
         try:
             proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "api.worker"],
+                [sys.executable, "-m", "checkpoint_vault.node.worker"],
                 stdin=subprocess.PIPE,
                 pass_fds=[*fds, ready_write, go_read],
             )

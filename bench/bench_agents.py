@@ -62,7 +62,7 @@ from pgserver import PgServer, PgUnavailable
 from proc_cpu import tree_cpu
 from psycopg import AsyncConnection
 
-from client import AsyncVaultClient
+from checkpoint_vault.client import AsyncVaultClient
 
 START_BYTES = 20_000  # a new thread's state is padded with history to this size
 END_BYTES = 60_000  # past this, the thread ends and the producer starts a new one

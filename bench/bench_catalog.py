@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from vault import Vault
-from vault.backup import restore_catalog
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.backup import restore_catalog
 
 
 def main() -> None:

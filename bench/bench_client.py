@@ -66,7 +66,7 @@ from bench_ingest import (
     table,
 )
 
-from protocol import StatsReport
+from checkpoint_vault.protocol import StatsReport
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -225,7 +225,7 @@ def make_client(kind: str, url: str, token: str) -> Any:
     if kind == "raw":
         return RawHTTPClient(url, token)
     try:
-        from client import VaultClient
+        from checkpoint_vault.client import VaultClient
     except ImportError as e:
         raise BenchError(
             f"cannot import client.VaultClient ({e}); run with --client raw for the stand-in"

@@ -35,7 +35,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol import BUNDLE_TYPE, encode_bundle  # noqa: E402
+from checkpoint_vault.protocol import BUNDLE_TYPE, encode_bundle  # noqa: E402
 from tests.cluster import Cluster  # noqa: E402
 from tests.seaweed import SeaweedFS  # noqa: E402
 from tests.serverproc import ServerProcess, free_port  # noqa: E402

@@ -115,7 +115,7 @@ def child(argv: list[str]) -> dict[str, Any]:
 
 def run_child(args: argparse.Namespace) -> dict[str, Any]:
     """The measured side: save or load checkpoint sets, timing only the client calls."""
-    from client import VaultClient
+    from checkpoint_vault.client import VaultClient
 
     op, url, ns, spec = args.child
     sets: list[dict[str, str]] = json.loads(spec)
@@ -296,7 +296,17 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
         start = time.perf_counter()
         for ck, d in zip(saved["ids"], dests, strict=True):
             subprocess.run(
-                [sys.executable, "-m", "cli", "--url", server.url, "pull", name, ck, str(d)],
+                [
+                    sys.executable,
+                    "-m",
+                    "checkpoint_vault.cli",
+                    "--url",
+                    server.url,
+                    "pull",
+                    name,
+                    ck,
+                    str(d),
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
@@ -317,7 +327,7 @@ def _restored(sets: list[dict[str, str]], dests: list[Path]) -> bool:
 def cache_bytecode() -> None:
     """Let the processes we start write bytecode caches, and write ours once now."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    modules = "client, cli, client.sync, api.serve, vault"
+    modules = "client, cli, client.sync, node.serve, vault"
     subprocess.run([sys.executable, "-c", f"import {modules}"], check=True)
 
 
@@ -350,7 +360,7 @@ def run(args: argparse.Namespace) -> Figures:
             server.stop()
     fig.python_pass_ms = best_of([sys.executable, "-c", "pass"])
     fig.import_client_ms = best_of([sys.executable, "-c", "import client"])
-    fig.ckpt_help_ms = best_of([sys.executable, "-m", "cli", "--help"])
+    fig.ckpt_help_ms = best_of([sys.executable, "-m", "checkpoint_vault.cli", "--help"])
     return fig
 
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from bench_ingest import Server, parse_size
 
-from client import VaultClient
-from client.errors import ClientError
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.errors import ClientError
 
 MiB = 1 << 20
 

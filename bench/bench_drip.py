@@ -27,14 +27,14 @@ from typing import Any
 import aiohttp
 from bench_ingest import HOST, Server
 
-from protocol import CHUNK_BATCH_TYPE
+from checkpoint_vault.protocol import CHUNK_BATCH_TYPE
 
 DECLARED = 2 << 20  # each dripped batch's Content-Length
 DRIP_EVERY = 2.0  # seconds between dripped bytes: under body_timeout's idle timer
 
 SAVER = """
 import os, sys, time
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 url, token, path = sys.argv[1:4]
 with VaultClient(url, token, local_files=False, progress=False) as vault:
     start = time.perf_counter()

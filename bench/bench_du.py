@@ -176,7 +176,7 @@ class ConfiguredServer(Server):
     def start(self) -> None:
         log(f"starting server on {self.data_dir} with {self.config}")
         self._log = self.log_path.open("ab")
-        cmd = [sys.executable, "-m", "cli", "serve", "--data", str(self.data_dir)]
+        cmd = [sys.executable, "-m", "checkpoint_vault.cli", "serve", "--data", str(self.data_dir)]
         cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--config", str(self.config)]
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.log_path.parent
@@ -292,7 +292,7 @@ def measure_alternative(data: Path, tmp: Path) -> Alternative:
     vault opened offline, as `ckpt gc --data` does)."""
     import lmdb
 
-    from vault import Vault, VaultConfig
+    from checkpoint_vault.vault import Vault, VaultConfig
 
     alt = Alternative()
     frames = data / "vault" / "frames"

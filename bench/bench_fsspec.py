@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fsspec  # noqa: E402
 import torch  # noqa: E402
 
-from client import VaultClient  # noqa: E402
+from checkpoint_vault.client import VaultClient  # noqa: E402
 from tests.serverproc import ServerProcess, free_port  # noqa: E402
 
 MB = 1e6

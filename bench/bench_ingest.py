@@ -343,7 +343,7 @@ class Server:
         cmd = [
             sys.executable,
             "-m",
-            "cli",
+            "checkpoint_vault.cli",
             "serve",
             "--data",
             str(self.data_dir),

@@ -61,8 +61,8 @@ from pgserver import PgServer, PgUnavailable
 from psycopg import Connection
 from psycopg.rows import DictRow, dict_row
 
-from client import VaultClient
-from client.langgraph import VaultSaver
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.langgraph import VaultSaver
 
 FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit " * 16
 READY_ATTEMPTS = 600

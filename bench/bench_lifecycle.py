@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 
 FILE = 1 << 20  # bytes per checkpoint file
 NEW = 96 << 10  # bytes that change between consecutive checkpoints of a namespace

@@ -117,7 +117,7 @@ def _start(root: Path, shutdown: float) -> tuple[subprocess.Popen[bytes], int]:
     config.write_text("\n".join(lines) + "\n")
     port = _free_port()
     log = (root / "server.log").open("wb")
-    cmd = [sys.executable, "-m", "cli", "serve", "--data", str(root / "data")]
+    cmd = [sys.executable, "-m", "checkpoint_vault.cli", "serve", "--data", str(root / "data")]
     cmd += ["--host", HOST, "--port", str(port), "--config", str(config)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     deadline = time.monotonic() + 60
@@ -137,7 +137,7 @@ def _start(root: Path, shutdown: float) -> tuple[subprocess.Popen[bytes], int]:
 def _fill(port: int, admin: str, mib: int) -> str:
     """Two similar checkpoints of `mib` MiB to compact, one small one of the tenant's; the
     tenant's read-only token."""
-    from client import VaultClient
+    from checkpoint_vault.client import VaultClient
 
     weights = bytearray(os.urandom(mib << 20))
     with VaultClient(f"http://{HOST}:{port}", admin, local_files=False) as c:

@@ -72,7 +72,10 @@ def ckpt(server: Server, *args: str) -> tuple[dict[str, Any], float]:
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token()}
     start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-m", "cli", *args, "--json"], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "checkpoint_vault.cli", *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     seconds = time.perf_counter() - start
     if out.returncode != 0:

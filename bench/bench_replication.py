@@ -35,12 +35,12 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol import BUNDLE_TYPE, encode_bundle  # noqa: E402
+from checkpoint_vault.protocol import BUNDLE_TYPE, encode_bundle  # noqa: E402
+from checkpoint_vault.tiering import open_tier  # noqa: E402
+from checkpoint_vault.vault import Vault  # noqa: E402
+from checkpoint_vault.vault.replication import restore_replica  # noqa: E402
 from tests.seaweed import SeaweedFS  # noqa: E402
 from tests.serverproc import ServerProcess, free_port  # noqa: E402
-from tiering import open_tier  # noqa: E402
-from vault import Vault  # noqa: E402
-from vault.replication import restore_replica  # noqa: E402
 
 
 def config(path: Path, weed: SeaweedFS, prefix: str, mode: str) -> Path:

@@ -33,7 +33,7 @@ from typing import Any
 from bench_ingest import log, table
 from bench_langgraph import pct, start_server
 
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 
 HEALTH_SAMPLES = 300
 

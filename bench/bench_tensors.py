@@ -204,7 +204,7 @@ def measure_vault_at_rest(
 
 def compaction_available() -> bool:
     """True when `ckpt compact --help` succeeds (the command does not exist yet)."""
-    cmd = [sys.executable, "-m", "cli", "compact", "--help"]
+    cmd = [sys.executable, "-m", "checkpoint_vault.cli", "compact", "--help"]
     done = subprocess.run(cmd, capture_output=True, check=False, timeout=60)
     return done.returncode == 0
 
@@ -225,7 +225,15 @@ def after_compaction(
         print(res.compaction, flush=True)
         return
     namespace = f"bench/{res.name}"
-    cmd = [sys.executable, "-m", "cli", "--url", server.url, "--token", server.token()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "checkpoint_vault.cli",
+        "--url",
+        server.url,
+        "--token",
+        server.token(),
+    ]
     cmd += ["compact", "--namespace", namespace, "--json"]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)

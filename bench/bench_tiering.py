@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from checkpoint_vault.tiering import open_tier  # noqa: E402
+from checkpoint_vault.tiering.repack import repack  # noqa: E402
+from checkpoint_vault.vault import FakeClock, Keyring, Vault, VaultConfig  # noqa: E402
+from checkpoint_vault.vault.seal import add_key  # noqa: E402
 from tests.seaweed import SeaweedFS  # noqa: E402
-from tiering import open_tier  # noqa: E402
-from tiering.repack import repack  # noqa: E402
-from vault import FakeClock, Keyring, Vault, VaultConfig  # noqa: E402
-from vault.seal import add_key  # noqa: E402
 
 PIECE = 8 << 20
 

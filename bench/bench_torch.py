@@ -46,8 +46,8 @@ from bench_client import wait_healthy
 from bench_ingest import Server, log, mb_per_s, table
 from series import embedding, lora
 
-from client import VaultClient
-from client.torch import load_state_dict, save_safetensors, save_state_dict
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.torch import load_state_dict, save_safetensors, save_state_dict
 
 MB = 1_000_000
 PARTS = ("throughput", "background", "dedup")

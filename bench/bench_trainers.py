@@ -49,7 +49,7 @@ import torch
 from bench_client import wait_healthy
 from bench_ingest import Server, log, table
 
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 
 MB = 1_000_000
 PARTS = ("hf", "lightning")
@@ -141,7 +141,7 @@ def hf_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         TrainingArguments,
     )
 
-    from client.hf import VaultCallback
+    from checkpoint_vault.client.hf import VaultCallback
 
     class Clock(TrainerCallback):
         """First callback: step starts, and when each save's callbacks begin."""
@@ -209,7 +209,7 @@ def lightning_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from client.lightning import VaultCheckpointIO
+    from checkpoint_vault.client.lightning import VaultCheckpointIO
 
     class MLP(pl.LightningModule):
         def __init__(self) -> None:

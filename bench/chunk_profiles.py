@@ -13,8 +13,8 @@ import random
 
 import zstandard
 
-from vault.chunking import ChunkingProfile
-from vault.frame import chunk_id
+from checkpoint_vault.vault.chunking import ChunkingProfile
+from checkpoint_vault.vault.frame import chunk_id
 
 WORDS = [
     "the",

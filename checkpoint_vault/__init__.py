@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import client as _client
+from checkpoint_vault import client as _client
 
 if TYPE_CHECKING:
-    from client import *  # noqa: F403 - the client's names, for type checkers
+    from checkpoint_vault.client import *  # noqa: F403 - the client's names, for type checkers
 
 
 def __getattr__(name: str) -> Any:

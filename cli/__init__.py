@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from client.errors import ClientError
+from checkpoint_vault.client.errors import ClientError
 
 from . import admin, catalog, checkpoints, cluster, keys, lifecycle, moving, serve, standby
 from .output import printable

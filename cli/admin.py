@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol import AuditEntry, StatsReport
+from checkpoint_vault.protocol import AuditEntry, StatsReport
 
 from .connect import connect
 from .offline import gc_offline

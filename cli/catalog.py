@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         with connect(args) as vault:
             out = vault.catalog_backup(args.dest).to_wire()
     else:
-        from vault import VaultError
+        from checkpoint_vault.vault import VaultError
 
         try:
             out = _restore(args.src, args.data, args.config, args.until)
@@ -70,11 +70,11 @@ def _restore(
     """From a file, a tier's `latest` backup or a tier's replica; sealed objects are opened
     with the config's key file (the same one the service ran with). The engine's `restore`
     (or `restore_replica`) does the work, holding the new data dir's maintenance lock."""
-    from api.settings import load_settings
-    from tiering import open_tier
-    from vault.backup import latest_backup, restore
-    from vault.replication import restore_replica
-    from vault.seal import Keyring
+    from checkpoint_vault.api.settings import load_settings
+    from checkpoint_vault.tiering import open_tier
+    from checkpoint_vault.vault.backup import latest_backup, restore
+    from checkpoint_vault.vault.replication import restore_replica
+    from checkpoint_vault.vault.seal import Keyring
 
     settings = load_settings(config)
     keyring = Keyring.load(settings.key_file) if settings.key_file is not None else None

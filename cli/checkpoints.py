@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from client.models import Checkpoint
+from checkpoint_vault.client.models import Checkpoint
 
 from .connect import connect
 from .output import emit_json, human_bytes, printable, table
@@ -150,7 +150,9 @@ def push(args: argparse.Namespace) -> int:
 def pull(args: argparse.Namespace) -> int:
     ckpt = None
     if args.json or not sys.stderr.isatty():  # no progress bar to show
-        from client.restore import load_here  # a server here writes the files: no client needed
+        from checkpoint_vault.client.restore import (
+            load_here,  # a server here writes the files: no client needed
+        )
 
         ckpt = load_here(args.url, args.token, args.namespace, args.ref, args.dest)
     if ckpt is None:

@@ -58,8 +58,8 @@ MOVE_TIMEOUT = 60.0  # seconds for the cluster to name the new owner after the p
 
 
 def _endpoint(args: argparse.Namespace) -> tuple[str, str | None]:
-    from client.endpoint import default_token
-    from protocol import DEFAULT_URL
+    from checkpoint_vault.client.endpoint import default_token
+    from checkpoint_vault.protocol import DEFAULT_URL
 
     url = args.url or os.environ.get("CKPT_URL") or DEFAULT_URL
     return url, args.token or default_token(url)
@@ -67,8 +67,8 @@ def _endpoint(args: argparse.Namespace) -> tuple[str, str | None]:
 
 def _call(url: str, token: str | None, path: str, body: Any = None) -> dict[str, Any]:
     """One admin request (GET, or POST with a JSON body); the client's error on a refusal."""
-    from client.endpoint import tls_from_env
-    from client.errors import error_from
+    from checkpoint_vault.client.endpoint import tls_from_env
+    from checkpoint_vault.client.errors import error_from
 
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url.rstrip("/") + path, data=data)
@@ -141,7 +141,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 def proxy_config(args: argparse.Namespace) -> int:
-    from cluster.proxy import haproxy_config
+    from checkpoint_vault.cluster.proxy import haproxy_config
 
     text = haproxy_config(cluster_state(args), args.bind, args.dns)
     if args.output is None:

@@ -10,11 +10,11 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from client.sync import VaultClient
+    from checkpoint_vault.client.sync import VaultClient
 
 
 def connect(args: argparse.Namespace, progress: bool | None = False) -> VaultClient:
     """A client for `--url`/`--token`; progress bars only where a command asks for them."""
-    from client.sync import VaultClient
+    from checkpoint_vault.client.sync import VaultClient
 
     return VaultClient(args.url, args.token, progress=progress)

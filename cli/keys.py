@@ -23,8 +23,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vault import VaultError
-    from vault.seal import add_key
+    from checkpoint_vault.vault import VaultError
+    from checkpoint_vault.vault.seal import add_key
 
     try:
         key_id = add_key(args.file)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from protocol import PolicyRecord, RetentionReport, TieringReport
+from checkpoint_vault.protocol import PolicyRecord, RetentionReport, TieringReport
 
 from .connect import connect
 from .offline import check_offline

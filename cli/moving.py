@@ -70,7 +70,7 @@ def _database(target: str, *, reading: bool) -> str | None:
 
 
 def import_(args: argparse.Namespace) -> int:
-    from client import importers
+    from checkpoint_vault.client import importers
 
     options = key_values(args.storage_option, "--storage-option")
     database = _database(args.source, reading=True)
@@ -131,7 +131,7 @@ def import_(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    from client import importers
+    from checkpoint_vault.client import importers
 
     database = _database(args.dest, reading=False)
     with connect(args) as vault:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 if TYPE_CHECKING:
-    from maintenance import Report
-    from protocol import CheckReport, GcReport
-    from vault import Vault
+    from checkpoint_vault.maintenance import Report
+    from checkpoint_vault.protocol import CheckReport, GcReport
+    from checkpoint_vault.vault import Vault
 
 R = TypeVar("R", bound="Report")
 
@@ -25,10 +25,10 @@ R = TypeVar("R", bound="Report")
 def open_offline(command: str, data_dir: Path, config: Path | None) -> Vault:
     """The vault of `data_dir`, configured by `config` (tiers, key file, engine settings;
     defaults without one). Exits 1 with one line on stderr if it cannot be opened."""
-    from api.engine import open_vault
-    from api.settings import SettingsError, load_settings
-    from vault import VaultError, VaultInUse
-    from vault.ownership import prepare_data_dir
+    from checkpoint_vault.api.engine import open_vault
+    from checkpoint_vault.api.settings import SettingsError, load_settings
+    from checkpoint_vault.vault import VaultError, VaultInUse
+    from checkpoint_vault.vault.ownership import prepare_data_dir
 
     if not (data_dir / "vault").is_dir():
         raise ValueError(f"{data_dir} holds no vault (no {data_dir / 'vault'})")
@@ -56,14 +56,14 @@ def _fail(command: str, message: str) -> NoReturn:
 
 def gc_offline(data_dir: Path, config: Path | None, dry_run: bool) -> GcReport:
     """GC, then repack when the config has tiers: the task the schedule and the route run."""
-    import maintenance
+    from checkpoint_vault import maintenance
 
     return _run("gc", data_dir, config, lambda vault: maintenance.gc(vault, dry_run))
 
 
 def check_offline(data_dir: Path, config: Path | None, repair: bool) -> CheckReport:
     """The check the route runs."""
-    import maintenance
+    from checkpoint_vault import maintenance
 
     return _run("check", data_dir, config, lambda vault: maintenance.check(vault, repair))
 
@@ -71,7 +71,7 @@ def check_offline(data_dir: Path, config: Path | None, repair: bool) -> CheckRep
 def _run(command: str, data_dir: Path, config: Path | None, task: Callable[[Vault], R]) -> R:
     """`task` run as `maintenance.run` runs every task (under the maintenance lock), on the
     stopped server's vault, closed after."""
-    import maintenance
+    from checkpoint_vault import maintenance
 
     vault = open_offline(command, data_dir, config)
     try:

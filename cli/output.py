@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from protocol import UNPRINTABLE
+from checkpoint_vault.protocol import UNPRINTABLE
 
 
 def emit_json(data: Any) -> None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from protocol import DEFAULT_DATA_DIR, DEFAULT_PORT
+from checkpoint_vault.protocol import DEFAULT_DATA_DIR, DEFAULT_PORT
 
 
 def register(sub: Any) -> None:
@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
 def show_config(args: argparse.Namespace) -> int:
     import json
 
-    from api.settings import SettingsError, effective_config, load_settings
+    from checkpoint_vault.api.settings import SettingsError, effective_config, load_settings
 
     try:
         settings = load_settings(args.config)
@@ -72,9 +72,10 @@ def show_config(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from api.serve import serve
-    from api.settings import SettingsError, load_settings
-    from vault import VaultError
+    from checkpoint_vault.node.serve import serve
+
+    from checkpoint_vault.api.settings import SettingsError, load_settings
+    from checkpoint_vault.vault import VaultError
 
     overrides: dict[tuple[str, str], object] = {}
     if args.data is not None:

@@ -1,6 +1,6 @@
 """What producers import to talk to a Checkpoint Vault server.
 
-    from client import VaultClient
+    from checkpoint_vault.client import VaultClient
     with VaultClient() as vault:                 # CKPT_URL / CKPT_TOKEN, or the defaults
         ckpt = vault.save("runs/exp1", "checkpoints/step-1000", metadata={"step": 1000})
         vault.load("runs/exp1", "latest-valid", dest="restore/")
@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from protocol import ERROR_CODES
+    from checkpoint_vault.protocol import ERROR_CODES
 
     from .aio import AsyncVaultClient
     from .errors import (

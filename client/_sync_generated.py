@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from protocol import (
+from checkpoint_vault.protocol import (
     AuditEntry,
     BulkDeleted,
     CatalogBackup,

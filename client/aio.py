@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, overload
 from urllib.parse import quote
 
-from protocol import (
+from checkpoint_vault.protocol import (
     BUNDLE_TYPE,
     CHUNK_BATCH_TYPE,
     DEFAULT_URL,

@@ -13,7 +13,7 @@ from typing import IO, Protocol
 
 import blake3
 
-from protocol import tensor_regions
+from checkpoint_vault.protocol import tensor_regions
 
 FileSpec = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]
 

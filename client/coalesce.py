@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from protocol import MAX_SAVES
+from checkpoint_vault.protocol import MAX_SAVES
 
 from .errors import ClientError, NotFound, TransportError, error_from
 from .transport import retryable

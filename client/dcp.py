@@ -1,7 +1,7 @@
 """torch.distributed.checkpoint storage in the vault: one checkpoint per `dcp.save`.
 
     import torch.distributed.checkpoint as dcp
-    from client.dcp import VaultReader, VaultWriter
+    from checkpoint_vault.client.dcp import VaultReader, VaultWriter
     dcp.save(state, storage_writer=VaultWriter(vault, "runs/exp1"))
     dcp.load(state, storage_reader=VaultReader(vault, "runs/exp1"))   # latest-valid
 
@@ -41,7 +41,7 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from protocol import CommitFile
+from checkpoint_vault.protocol import CommitFile
 
 from .aio import UploadSession
 from .errors import ClientError, IntegrityError

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from protocol import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_PORT, DEFAULT_URL
+from checkpoint_vault.protocol import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_PORT, DEFAULT_URL
 
 from .errors import InvalidName
 

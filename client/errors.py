@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import ERRORS, CodedError
+from checkpoint_vault.protocol import ERRORS, CodedError
 
 
 class ClientError(CodedError):

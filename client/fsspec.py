@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem  # type: ignore[import-untyped]
 
-from protocol import FileInfo
+from checkpoint_vault.protocol import FileInfo
 
 from .errors import Forbidden, NotFound, Unauthorized
 from .models import Checkpoint

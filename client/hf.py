@@ -1,7 +1,7 @@
 """Hugging Face `Trainer` runs into the vault: one callback to push, one call to resume.
 
-    from client import VaultClient
-    from client.hf import VaultCallback, resume_from_vault
+    from checkpoint_vault.client import VaultClient
+    from checkpoint_vault.client.hf import VaultCallback, resume_from_vault
     vault = VaultClient()
     trainer = Trainer(model, args, train_dataset=data,
                       callbacks=[VaultCallback(vault, "runs/gpt2-ft", keep_last=3)])

@@ -1,7 +1,7 @@
 """Lightning checkpoints into the vault: `VaultCheckpointIO`, a `CheckpointIO` plugin.
 
-    from client import VaultClient
-    from client.lightning import VaultCheckpointIO
+    from checkpoint_vault.client import VaultClient
+    from checkpoint_vault.client.lightning import VaultCheckpointIO
     vault = VaultClient()
     io = VaultCheckpointIO(vault, "runs/lit-exp1")
     trainer = Trainer(plugins=[io], callbacks=[ModelCheckpoint(dirpath="ckpt", save_top_k=2,

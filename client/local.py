@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from protocol import CONTINUE, DESCRIPTOR_TYPE
+from checkpoint_vault.protocol import CONTINUE, DESCRIPTOR_TYPE
 
 from .connections import Broken
 from .errors import IntegrityError

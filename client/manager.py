@@ -1,7 +1,7 @@
 """`CheckpointManager`: when to save, what to keep and what to resume from, for any loop.
 
-    from client import CheckpointManager, VaultClient
-    from client.manager import KeepBest
+    from checkpoint_vault.client import CheckpointManager, VaultClient
+    from checkpoint_vault.client.manager import KeepBest
     with VaultClient() as vault, CheckpointManager(
         vault, "runs/exp1", every_steps=100, keep_last=3, keep_best=KeepBest("loss", "min", 2)
     ) as manager:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol import (
+from checkpoint_vault.protocol import (
     FileInfo,
     JSONObject,
     LineageEntry,

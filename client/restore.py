@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from protocol import DEFAULT_URL, FileInfo
+from checkpoint_vault.protocol import DEFAULT_URL, FileInfo
 
 from . import local
 from .connections import Broken

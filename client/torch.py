@@ -2,8 +2,8 @@
 through range reads, a safetensors writer that cuts chunks at tensor boundaries, and
 background saves that block training only for a CPU copy.
 
-    from client import VaultClient
-    from client.torch import load_state_dict, save_state_dict
+    from checkpoint_vault.client import VaultClient
+    from checkpoint_vault.client.torch import load_state_dict, save_state_dict
     with VaultClient() as vault:
         save_state_dict(vault, "runs/exp1", {"model": model.state_dict()}, metadata={"step": 10})
         state = load_state_dict(vault, "runs/exp1")            # latest-valid, state.pt

@@ -6,7 +6,7 @@ to shards by a hash of their first segment (`shards.py`), the same hash HAProxy 
 primary of a shard claims its epoch with a conditional create (`lease.py`), the epoch its
 replication writes under, so a takeover is the standby's promotion plus the next claim.
 Tokens are the cluster's, mirrored through the store (`tokens.py`). Nothing here speaks
-HTTP: api/cluster.py is the glue.
+HTTP: api/cluster/context.py is the glue.
 """
 
 from __future__ import annotations

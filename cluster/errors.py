@@ -3,7 +3,7 @@ api/errors.py maps them like every other `VaultError`."""
 
 from __future__ import annotations
 
-from vault.errors import Fenced, Unavailable
+from checkpoint_vault.vault.errors import Fenced, Unavailable
 
 
 class NotOwner(Unavailable):

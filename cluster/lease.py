@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from vault.errors import ObjectExists
-from vault.tier import Tier
+from checkpoint_vault.vault.errors import ObjectExists
+from checkpoint_vault.vault.tier import Tier
 
 from .errors import ClusterConflict
 

@@ -15,8 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vault.errors import ObjectNotFound
-from vault.tier import Tier
+from checkpoint_vault.vault.errors import ObjectNotFound
+from checkpoint_vault.vault.tier import Tier
 
 MEMBERS = "members/"
 

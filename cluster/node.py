@@ -1,6 +1,6 @@
 """One process's part in the cluster: its beat, its lease, its view of the others.
 
-`ClusterNode` does blocking store calls only; api/cluster.py runs `beat` on a thread once
+`ClusterNode` does blocking store calls only; api/cluster/context.py runs `beat` on a thread once
 per beat interval and asks `route` on every request. What it needs of the vault comes as
 a `Local` snapshot each beat (role, epoch, lag), so nothing here reaches into the engine.
 """
@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from vault.errors import TierError
-from vault.tier import Tier
+from checkpoint_vault.vault.errors import TierError
+from checkpoint_vault.vault.tier import Tier
 
 from . import lease
 from .config import ClusterConfig

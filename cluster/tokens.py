@@ -16,9 +16,9 @@ import json
 from dataclasses import asdict, replace
 from typing import Any, Protocol
 
-from vault.errors import ObjectNotFound
-from vault.tier import Tier
-from vault.tokens import Token
+from checkpoint_vault.vault.errors import ObjectNotFound
+from checkpoint_vault.vault.tier import Tier
+from checkpoint_vault.vault.tokens import Token
 
 TOKENS = "tokens/"
 

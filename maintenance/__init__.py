@@ -18,7 +18,7 @@ service, which only adds the event loop: it submits to the queue and awaits the 
 and keeps the job log.
 """
 
-from vault.maintenance import MaintenanceLock
+from checkpoint_vault.vault.maintenance import MaintenanceLock
 
 from .queue import QUEUE_LIMIT, MaintenanceQueue
 from .run import Recorder, figures, run

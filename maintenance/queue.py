@@ -30,8 +30,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from vault import MaintenanceBusy, MaintenanceStopped, Vault
-from vault.runtime import Spawn
+from checkpoint_vault.vault import MaintenanceBusy, MaintenanceStopped, Vault
+from checkpoint_vault.vault.runtime import Spawn
 
 from .run import Recorder, run
 from .tasks import Report

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from protocol import TieringReport
-from vault import Vault
+from checkpoint_vault.protocol import TieringReport
+from checkpoint_vault.vault import Vault
 
 from .tasks import Report
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
-from protocol import (
+from checkpoint_vault.protocol import (
     CatalogBackup,
     CheckReport,
     CompactReport,
@@ -23,10 +23,10 @@ from protocol import (
     TieringReport,
     VerifyReport,
 )
-from tiering.repack import repack
-from tiering.runner import repack_threshold, run_tiering
-from vault import InvalidRequest, Vault
-from vault.samples import StorageSample
+from checkpoint_vault.tiering.repack import repack
+from checkpoint_vault.tiering.runner import repack_threshold, run_tiering
+from checkpoint_vault.vault import InvalidRequest, Vault
+from checkpoint_vault.vault.samples import StorageSample
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import IO, Any
 
 import pytest
 
-from client import VaultClient
-from client.errors import ClientError, TransportError
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.errors import ClientError, TransportError
 
 from .seaweed import SeaweedFS
 from .serverproc import ServerProcess, free_port
@@ -112,7 +112,7 @@ class HAProxy:
             [
                 sys.executable,
                 "-m",
-                "cli",
+                "checkpoint_vault.cli",
                 "--url",
                 node_url,
                 "--token",

@@ -16,10 +16,10 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from api import Settings, create_app
-from cluster import ClusterConfig
-from cluster.shards import upload_prefix
-from vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.cluster import ClusterConfig
+from checkpoint_vault.cluster.shards import upload_prefix
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 
 from .seaweed import SeaweedFS
 from .serverproc import ServerProcess, free_port

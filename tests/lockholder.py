@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vault import Vault
-from vault.maintenance import MaintenanceLock
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.maintenance import MaintenanceLock
 
 
 class LockHolder:

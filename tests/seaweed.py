@@ -138,8 +138,8 @@ class SeaweedFS:
 
     def _wait_ready(self) -> None:
         """Until a put into a fresh bucket succeeds (that also creates the bucket)."""
-        from tiering import open_tier
-        from vault.errors import TierError
+        from checkpoint_vault.tiering import open_tier
+        from checkpoint_vault.vault.errors import TierError
 
         tier = open_tier("probe", "s3://probe", self.options())
         last: Exception | None = None

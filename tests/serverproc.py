@@ -90,7 +90,7 @@ class ServerProcess:
             [
                 sys.executable,
                 "-m",
-                "cli",
+                "checkpoint_vault.cli",
                 "serve",
                 "--data",
                 str(self.data_dir),

@@ -51,7 +51,7 @@ FLOORS: dict[str, set[str]] = {
     "vault": {"protocol"},
     "tiering": {"protocol", "vault"},
     # A cluster's engine side (leases, members, shard map, tokens): no HTTP, no tiers
-    # opened here (api/cluster.py hands it one).
+    # opened here (api/cluster/context.py hands it one).
     "cluster": {"protocol", "vault"},
     "maintenance": {"protocol", "vault", "tiering"},
     "api": {"protocol", "vault", "tiering", "maintenance", "cluster"},
@@ -130,8 +130,8 @@ def server_error_classes() -> set[type]:
     """Every class whose `code` the server's one error middleware can put on the wire."""
     for package in ("vault", "tiering", "api"):
         _import_all(package)
-    from api.errors import ApiError
-    from vault.errors import VaultError
+    from checkpoint_vault.api.errors import ApiError
+    from checkpoint_vault.vault.errors import VaultError
 
     return {VaultError, ApiError} | _subclasses(VaultError) | _subclasses(ApiError)
 
@@ -139,7 +139,7 @@ def server_error_classes() -> set[type]:
 def server_codes() -> set[str]:
     """Every code api/ can emit: the error classes', aiohttp's HTTP errors as mapped, and the
     fallbacks for other 4xx/5xx and for bugs."""
-    from api import errors
+    from checkpoint_vault.api import errors
 
     return (
         {c.code for c in server_error_classes()}  # type: ignore[attr-defined]
@@ -149,7 +149,7 @@ def server_codes() -> set[str]:
 
 
 def test_every_server_error_class_is_in_the_table_with_its_status() -> None:
-    from protocol import ERROR_SPECS
+    from checkpoint_vault.protocol import ERROR_SPECS
 
     for cls in server_error_classes():
         spec = ERROR_SPECS.get(cls.code)  # type: ignore[attr-defined]
@@ -159,8 +159,8 @@ def test_every_server_error_class_is_in_the_table_with_its_status() -> None:
 
 
 def test_every_code_the_server_can_emit_maps_to_its_own_client_class() -> None:
-    from client.errors import _BY_CODE, ClientError
-    from protocol import ERROR_SPECS
+    from checkpoint_vault.client.errors import _BY_CODE, ClientError
+    from checkpoint_vault.protocol import ERROR_SPECS
 
     codes = server_codes()
     assert {"key_unavailable", "unauthorized", "forbidden", "internal"} <= codes
@@ -174,8 +174,8 @@ def test_every_code_the_server_can_emit_maps_to_its_own_client_class() -> None:
 
 
 def test_every_aiohttp_status_mapping_agrees_with_the_table() -> None:
-    from api.errors import HTTP_CODES
-    from protocol import ERROR_CODES
+    from checkpoint_vault.api.errors import HTTP_CODES
+    from checkpoint_vault.protocol import ERROR_CODES
 
     for status, code in HTTP_CODES.items():
         if status != 405:  # method not allowed is answered as a bad request, keeping 405
@@ -183,14 +183,14 @@ def test_every_aiohttp_status_mapping_agrees_with_the_table() -> None:
 
 
 def test_table_lists_no_code_the_server_cannot_emit() -> None:
-    from protocol import ERROR_CODES
+    from checkpoint_vault.protocol import ERROR_CODES
 
     assert set(ERROR_CODES) == server_codes()
 
 
 def test_docs_error_table_matches_the_protocol() -> None:
     """docs/API.md's "Errors" table has one row per code, with the table's status."""
-    from protocol import ERROR_CODES
+    from checkpoint_vault.protocol import ERROR_CODES
 
     text = (ROOT / "docs" / "API.md").read_text()
     section = text[text.index("## Errors") :]

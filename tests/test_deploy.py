@@ -33,7 +33,7 @@ def test_k8s_manifests_have_what_an_operator_relies_on() -> None:
 
 
 def test_example_config_is_valid() -> None:
-    from api.settings import load_settings
+    from checkpoint_vault.api.settings import load_settings
 
     settings = load_settings(DEPLOY / "ckpt.example.toml", environ={})
     assert settings.port == 8470
@@ -88,7 +88,7 @@ def test_systemd_unit_sandboxing() -> None:
 
 
 def test_compose_config_declares_the_cold_tier() -> None:
-    from api.settings import effective_config, load_settings
+    from checkpoint_vault.api.settings import effective_config, load_settings
 
     settings = load_settings(DEPLOY / "ckpt.compose.toml", environ={})
     assert settings.tiers["cold"]["url"].startswith("s3://")
@@ -123,12 +123,12 @@ def compose_cluster_state() -> dict[str, object]:
 def test_cluster_compose_proxy_config_is_the_generators() -> None:
     """haproxy.cfg beside the compose file is `ckpt cluster proxy-config`'s output for
     its six processes, and HAProxy accepts it when it is installed."""
-    from cluster.proxy import haproxy_config
+    from checkpoint_vault.cluster.proxy import haproxy_config
 
     path = DEPLOY / "cluster" / "haproxy.cfg"
     assert path.read_text() == haproxy_config(compose_cluster_state(), "*:8080")
     for k in range(3):  # each shard's processes: its primary and its standby's config
-        from api.settings import load_settings
+        from checkpoint_vault.api.settings import load_settings
 
         settings = load_settings(
             DEPLOY / "cluster" / f"shard-{k}.toml",
@@ -149,8 +149,8 @@ def test_k8s_cluster_manifests_and_proxy_config(tmp_path: Path) -> None:
     """deploy/k8s/cluster.yaml: a StatefulSet of primaries and one of standbys, each pod's
     config a valid shard's once its ordinal is in, and HAProxy's config the generator's
     (`--dns`) for those six pods."""
-    from api.settings import load_settings
-    from cluster.proxy import haproxy_config
+    from checkpoint_vault.api.settings import load_settings
+    from checkpoint_vault.cluster.proxy import haproxy_config
 
     docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "cluster.yaml").read_text()))
     sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "StatefulSet"}

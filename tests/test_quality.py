@@ -54,7 +54,7 @@ def test_mypy_strict() -> None:
         "client",
         "protocol",
         "cli",
-        "api.serve",
+        "node.serve",
         "api.routes",
         "client.torch",
         "client.dcp",
@@ -75,7 +75,7 @@ API_MODULES = sorted(
     ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
     for p in (ROOT / "api").rglob("*.py")
 )
-APP_IMPORTERS = {"api", "api.serve", "api.worker"}  # the entry points; others use api.keys
+APP_IMPORTERS = {"api", "node.serve", "node.worker"}  # the entry points; others use api.keys
 
 
 @pytest.mark.parametrize("module", API_MODULES)

@@ -6,7 +6,7 @@ with sub-actions counts as each sub-action: `token rotate`, `tier plan`), the me
 tests are read as source (ast), never run, so this test costs a second. The rules:
 
 - A command runs when a test passes its words as the leading string literals of a `ckpt`
-  argument list. An argument list is a list, tuple or call that holds `"-m", "cli"` (the
+  argument list. An argument list is a list, tuple or call that holds `"-m", "checkpoint_vault.cli"` (the
   words follow, after the global `--url`/`--token` options and their values); a list passed
   to `main(...)`; or the call, by its bare name, of a *runner*: a module-level function of a
   test module (not a test) whose body holds such a list or calls another runner
@@ -35,8 +35,8 @@ import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
-from cli import build_parser
-from client import AsyncVaultClient, VaultClient
+from checkpoint_vault.cli import build_parser
+from checkpoint_vault.client import AsyncVaultClient, VaultClient
 
 TESTS = Path(__file__).resolve().parent
 CLIENT_CLASSES = frozenset({"VaultClient", "AsyncVaultClient"})
@@ -79,7 +79,7 @@ def _literal(node: ast.expr) -> str | None:
 
 
 def _after_module_flag(elts: list[ast.expr]) -> list[ast.expr] | None:
-    """The elements after `"-m", "cli"`, or None if the sequence does not hold it."""
+    """The elements after `"-m", "checkpoint_vault.cli"`, or None if the sequence does not hold it."""
     texts = [_literal(e) for e in elts]
     for i in range(len(texts) - 1):
         if texts[i] == "-m" and texts[i + 1] == "cli":
@@ -306,7 +306,7 @@ def test_the_rules_see_what_they_claim() -> None:
     source = """
 import subprocess, sys
 def ckpt(server, *args):
-    return subprocess.run([sys.executable, "-m", "cli", *args])
+    return subprocess.run([sys.executable, "-m", "checkpoint_vault.cli", *args])
 def js(server, *args):
     return ckpt(server, *args, "--json")
 def helper(x, *args):
@@ -316,7 +316,7 @@ def test(server, vault: VaultClient, command):
     ckpt(server, command, "--data", "d")
     helper(server, "audit")
     tools.js(server, "audit")
-    subprocess.run([sys.executable, "-m", "cli", "--url", u, "--token", t, "key", "add"])
+    subprocess.run([sys.executable, "-m", "checkpoint_vault.cli", "--url", u, "--token", t, "key", "add"])
     main(["catalog", "backup"])
     vault.tag("ns", "id", [])
     with AsyncVaultClient(u) as other:

@@ -29,14 +29,14 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from protocol import HotBytes, PromotePlan, RepackSummary, TieringReport, TierPlan
-from vault import Vault
-from vault.content import Packed
-from vault.content.chunks import ChunkMeta
-from vault.errors import InvalidRequest
-from vault.manifest import distinct_chunks
-from vault.policy import Policy, parse_duration, parse_size
-from vault.snapshot import Snapshot
+from checkpoint_vault.protocol import HotBytes, PromotePlan, RepackSummary, TieringReport, TierPlan
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.content import Packed
+from checkpoint_vault.vault.content.chunks import ChunkMeta
+from checkpoint_vault.vault.errors import InvalidRequest
+from checkpoint_vault.vault.manifest import distinct_chunks
+from checkpoint_vault.vault.policy import Policy, parse_duration, parse_size
+from checkpoint_vault.vault.snapshot import Snapshot
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
-from vault.errors import InvalidRequest
-from vault.tier import Tier
+from checkpoint_vault.vault.errors import InvalidRequest
+from checkpoint_vault.vault.tier import Tier
 
 from .backends.local import LocalTier
 from .backends.memory import MemoryTier

@@ -24,8 +24,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from vault import Vault
-from vault.content import PACK_TARGET, Packed, PackUsage
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.content import PACK_TARGET, Packed, PackUsage
 
 DEFAULT_REPACK_BELOW = 0.5
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from protocol import MoveSummary, RepackSummary, TieringReport
-from vault import StoredCheckpoint, Vault
-from vault.content import MoveReport, Packed
-from vault.content.chunks import ChunkMeta
-from vault.manifest import distinct_chunks
-from vault.snapshot import Snapshot
+from checkpoint_vault.protocol import MoveSummary, RepackSummary, TieringReport
+from checkpoint_vault.vault import StoredCheckpoint, Vault
+from checkpoint_vault.vault.content import MoveReport, Packed
+from checkpoint_vault.vault.content.chunks import ChunkMeta
+from checkpoint_vault.vault.manifest import distinct_chunks
+from checkpoint_vault.vault.snapshot import Snapshot
 
 from . import repack
 from .policy import plan

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from vault.errors import TierUnavailable
-from vault.tier import Tier
+from checkpoint_vault.vault.errors import TierUnavailable
+from checkpoint_vault.vault.tier import Tier
 
 T = TypeVar("T")
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from protocol import AuditEntry
+from checkpoint_vault.protocol import AuditEntry
 
 from .errors import InvalidRequest
 

@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from protocol import CatalogBackup
+from checkpoint_vault.protocol import CatalogBackup
 
 from .content.chunks import settle_restored
 from .env import CATALOG_DBS, Env

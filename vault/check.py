@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from protocol import CheckReport, Drift, GcReport
+from checkpoint_vault.protocol import CheckReport, Drift, GcReport
 
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 
-from protocol import ChunkingProfile, StreamChunker, tensor_regions
+from checkpoint_vault.protocol import ChunkingProfile, StreamChunker, tensor_regions
 
 from .errors import InvalidRequest
 

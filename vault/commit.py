@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from protocol import CommitFile
+from checkpoint_vault.protocol import CommitFile
 
 from . import quotas
 from .config import VaultConfig

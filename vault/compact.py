@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from protocol import CompactReport
+from checkpoint_vault.protocol import CompactReport
 
 from .content.chunks import ChunkMeta
 from .content.location import HotFrame, Inline

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import blake3
 
-from protocol import JSON, decode_bundle, encode_bundle
+from checkpoint_vault.protocol import JSON, decode_bundle, encode_bundle
 
 from .chunking import ChunkingProfile, cut_whole
 from .create import Draft, create, ensure_namespace

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from protocol import TabledError
+from checkpoint_vault.protocol import TabledError
 
 
 class VaultError(TabledError):

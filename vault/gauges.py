@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from protocol import StatsReport
+from checkpoint_vault.protocol import StatsReport
 
 from .samples import NamespaceBytes
 from .writer import WriterStats

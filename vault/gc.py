@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Protocol
 
-from protocol import GcReport
+from checkpoint_vault.protocol import GcReport
 
 from .content.chunks import ChunkMeta
 from .idempotency import IdempotencyKeys

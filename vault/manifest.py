@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import starmap
 
-from protocol import ChunkSpan, ManifestFile
+from checkpoint_vault.protocol import ChunkSpan, ManifestFile
 
 _FILE_HEAD = struct.Struct("<Q32sI")
 _CHUNK = struct.Struct("<32sI")

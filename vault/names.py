@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from protocol import NOT_IN_NAMES
+from checkpoint_vault.protocol import NOT_IN_NAMES
 
 from .errors import InvalidName
 

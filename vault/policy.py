@@ -13,8 +13,8 @@ from typing import Any
 
 import lmdb
 
-import protocol as protocol
-from protocol import format_duration
+from checkpoint_vault import protocol as protocol
+from checkpoint_vault.protocol import format_duration
 
 from .errors import InvalidRequest
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from protocol import RetentionReport
+from checkpoint_vault.protocol import RetentionReport
 
 from .errors import CheckpointNotFound
 from .manifest import distinct_chunks

@@ -12,8 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import protocol
-from protocol import VALIDITY_STATES, JSONObject
+from checkpoint_vault import protocol
+from checkpoint_vault.protocol import VALIDITY_STATES, JSONObject
 
 from .chunking import ChunkingProfile
 from .clock import rfc3339

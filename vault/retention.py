@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from protocol import RetentionPlan
+from checkpoint_vault.protocol import RetentionPlan
 
 from .policy import Retention
 from .records import StoredCheckpoint

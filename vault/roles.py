@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from protocol import Promotion
+from checkpoint_vault.protocol import Promotion
 
 from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
 from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby

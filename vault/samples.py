@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from protocol import NamespaceBytes, StorageSample, Usage
+from checkpoint_vault.protocol import NamespaceBytes, StorageSample, Usage
 
 from .errors import InvalidRequest
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from protocol import VerifyReport
+from checkpoint_vault.protocol import VerifyReport
 
 from .content.chunks import ChunkMeta
 from .content.parts import ContentParts

@@ -49,7 +49,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from protocol import DiskSpace
+from checkpoint_vault.protocol import DiskSpace
 
 from .env import DATA_FILE, Env
 from .libc import punch_hole

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from protocol import TokenRecord
+from checkpoint_vault.protocol import TokenRecord
 
 from .errors import Conflict, InvalidName, InvalidRequest, NotFound
 from .writer import WriteTxn

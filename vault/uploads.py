@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import lmdb
 
-from protocol import UNPRINTABLE
+from checkpoint_vault.protocol import UNPRINTABLE
 
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
 from .content.parts import ContentParts

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from protocol import CodecShare, Usage
+from checkpoint_vault.protocol import CodecShare, Usage
 
 from .content.chunks import ChunkMeta, Chunks
 from .content.location import Packed

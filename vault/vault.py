@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from protocol import (
+from checkpoint_vault.protocol import (
     JSON,
     CatalogBackup,
     CheckReport,

@@ -18,12 +18,12 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-import maintenance
-from protocol import Health, TokenIssued
-from vault import InvalidRequest
-from vault.clock import rfc3339
-from vault.policy import parse_duration
-from vault.tokens import scope_warnings
+from checkpoint_vault import maintenance
+from checkpoint_vault.protocol import Health, TokenIssued
+from checkpoint_vault.vault import InvalidRequest
+from checkpoint_vault.vault.clock import rfc3339
+from checkpoint_vault.vault.policy import parse_duration
+from checkpoint_vault.vault.tokens import scope_warnings
 
 from .. import __version__
 from ..auth import principal, require_admin
@@ -32,7 +32,7 @@ from ..http import json_body, json_response, query_bool, query_int, query_size, 
 from ..jobs import run_job
 from ..keys import CALLS, INSTANCE, METRICS, QUEUE, SETTINGS, TOKENS, VAULT, WORKER
 from ..observability import merged_metrics
-from ..peers import same_user
+from ..transfer.peers import same_user
 
 
 async def health(request: web.Request) -> web.Response:

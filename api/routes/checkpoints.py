@@ -7,16 +7,16 @@ from typing import Any
 
 from aiohttp import web
 
-from protocol import BulkDeleted, Manifest, NamespaceEntry
-from vault.direct import SaveOptions
+from checkpoint_vault.protocol import BulkDeleted, Manifest, NamespaceEntry
+from checkpoint_vault.vault.direct import SaveOptions
 
 from .. import parse
 from ..audit import BULK_DELETED
 from ..auth import principal, require, visible_record
-from ..download import stream_file
 from ..http import bundle_body, json_body, json_response, query_int, run
 from ..keys import SAVES, VAULT
-from ..receive import expect_descriptor
+from ..transfer.download import stream_file
+from ..transfer.receive import expect_descriptor
 
 
 async def list_namespaces(request: web.Request) -> web.Response:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cluster import NotOwner
-from vault import InvalidRequest, NotFound, Unavailable
+from checkpoint_vault.cluster import NotOwner
+from checkpoint_vault.vault import InvalidRequest, NotFound, Unavailable
 
 from ..auth import require_admin
 from ..cluster import CLUSTER

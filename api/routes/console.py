@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from protocol import StorageSample
-from vault import InvalidRequest
+from checkpoint_vault.protocol import StorageSample
+from checkpoint_vault.vault import InvalidRequest
 
 from ..auth import principal, require_admin
 from ..http import json_response, query_int, run

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from vault import InvalidRequest
+from checkpoint_vault.vault import InvalidRequest
 
 from ..auth import principal, require, visible_record
 from ..errors import refusal

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from vault import NotFound
+from checkpoint_vault.vault import NotFound
 
 STATIC = Path(__file__).resolve().parent.parent / "static" / "ui"
 CONTENT_TYPES = {

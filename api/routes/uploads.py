@@ -8,12 +8,12 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from protocol import DESCRIPTOR_TYPE, FileStored, UploadOpened, decode_chunk_batch
-from vault import FileEntry, InvalidRequest, UploadSession, Vault
-from vault.clock import rfc3339
-from vault.domains import Domain
-from vault.frame import ROOM as FRAME_ROOM
-from vault.names import check_file_name
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE, FileStored, UploadOpened, decode_chunk_batch
+from checkpoint_vault.vault import FileEntry, InvalidRequest, UploadSession, Vault
+from checkpoint_vault.vault.clock import rfc3339
+from checkpoint_vault.vault.domains import Domain
+from checkpoint_vault.vault.frame import ROOM as FRAME_ROOM
+from checkpoint_vault.vault.names import check_file_name
 
 from .. import parse
 from ..auth import principal, require, visible_record
@@ -29,7 +29,7 @@ from ..http import (
     run,
 )
 from ..keys import SETTINGS, VAULT
-from ..receive import expect_descriptor, read_large_body, with_descriptor
+from ..transfer.receive import expect_descriptor, read_large_body, with_descriptor
 
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
 

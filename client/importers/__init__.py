@@ -1,7 +1,7 @@
 """Moving in and out: the checkpoints a team already has into the vault, and back out.
 
-    from client import VaultClient
-    from client.importers import export_series, import_series
+    from checkpoint_vault.client import VaultClient
+    from checkpoint_vault.client.importers import export_series, import_series
     with VaultClient() as vault:
         report = import_series(vault, "output/", "runs/gpt2-ft")   # checkpoint-N/ dirs
         export_series(vault, "runs/gpt2-ft", "restored/")          # the same tree back

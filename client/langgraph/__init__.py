@@ -1,6 +1,6 @@
 """LangGraph checkpointers backed by Checkpoint Vault (`pip install '.[langgraph]'`).
 
-    from client.langgraph import VaultSaver
+    from checkpoint_vault.client.langgraph import VaultSaver
     graph = builder.compile(checkpointer=VaultSaver())          # CKPT_URL / CKPT_TOKEN
 
 `VaultSaver` for sync programs, `AsyncVaultSaver(async_client)` for async ones. Each thread

@@ -22,8 +22,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-from client import VaultClient
-from client.dcp import VaultReader, VaultWriter
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.dcp import VaultReader, VaultWriter
 
 WORLD = 2
 TIMEOUT = timedelta(seconds=60)  # every collective; the test bounds the processes too

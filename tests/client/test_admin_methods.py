@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from client import VaultClient
-from client.errors import ClientError
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.errors import ClientError
 
 from ..serverproc import ServerProcess, free_port
 

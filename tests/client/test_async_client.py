@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from client import AsyncVaultClient, NotFound
+from checkpoint_vault.client import AsyncVaultClient, NotFound
 
 from ..serverproc import ServerProcess
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 
 from ..serverproc import ServerProcess
 
@@ -22,7 +22,7 @@ WORKERS = 2  # the default on this machine (one per CPU): the commands go throug
 def ckpt(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
     result = subprocess.run(
-        [sys.executable, "-m", "cli", *args],
+        [sys.executable, "-m", "checkpoint_vault.cli", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -125,7 +125,7 @@ def test_second_server_on_one_data_dir_is_refused(server: ServerProcess) -> None
         [
             sys.executable,
             "-m",
-            "cli",
+            "checkpoint_vault.cli",
             "serve",
             "--data",
             str(server.data_dir),
@@ -174,7 +174,7 @@ def test_retention_verify_and_check_commands(server: ServerProcess, tmp_path: Pa
 
 
 def test_offline_check_of_a_stopped_data_dir(server: ServerProcess, tmp_path: Path) -> None:
-    from vault import Vault
+    from checkpoint_vault.vault import Vault
 
     engine = Vault(tmp_path / "data" / "vault")
     session, _ = engine.open_upload("offline")
@@ -279,7 +279,7 @@ def test_local_admin_token_goes_only_to_the_local_server(
     (tmp_path / "ckpt-data" / "admin.token").write_text(server.token + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "--url", server.url, "ls", "--json"],
+        [sys.executable, "-m", "checkpoint_vault.cli", "--url", server.url, "ls", "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -288,7 +288,7 @@ def test_local_admin_token_goes_only_to_the_local_server(
     )
     assert result.returncode != 0  # the server is not the local default: no token sent
     assert "401" in result.stderr or "token" in result.stderr.lower()
-    from client.endpoint import PlainHttpWarning, default_token, is_local_default
+    from checkpoint_vault.client.endpoint import PlainHttpWarning, default_token, is_local_default
 
     assert is_local_default("http://127.0.0.1:8470")
     assert not is_local_default(server.url.replace("127.0.0.1", "203.0.113.9"))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vault.seal import BLOB_MAGIC
+from checkpoint_vault.vault.seal import BLOB_MAGIC
 
 from ..serverproc import ServerProcess, free_port
 from .test_cli import ckpt, js
@@ -165,7 +165,7 @@ def test_tier_plan_and_run_move_old_checkpoints(server: ServerProcess, tmp_path:
 
 
 def test_verify_finds_a_frame_damaged_on_disk(tmp_path: Path) -> None:
-    from vault import Vault
+    from checkpoint_vault.vault import Vault
 
     from ..unit.vault.helpers import flip_last_byte
 

@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from tiering import open_tier
-from tiering.runner import run_tiering
-from vault import FakeClock, Vault
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.tiering.runner import run_tiering
+from checkpoint_vault.vault import FakeClock, Vault
 
 from ..serverproc import ServerProcess
 from ..unit.vault.helpers import stream_save
@@ -22,7 +22,7 @@ from ..unit.vault.helpers import stream_save
 def ckpt(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
     return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
+        [sys.executable, "-m", "checkpoint_vault.cli", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.output import table
+from checkpoint_vault.cli.output import table
 
 from ..serverproc import ServerProcess
 from .test_cli import ckpt

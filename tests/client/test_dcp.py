@@ -15,8 +15,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.planner import LoadPlan
 
-from client import VaultClient
-from client.dcp import METADATA_FILE, CheckpointMoved, VaultReader, VaultWriter
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.dcp import METADATA_FILE, CheckpointMoved, VaultReader, VaultWriter
 
 from ..serverproc import ServerProcess, free_port
 from . import dcp_worker

@@ -10,13 +10,13 @@ import os
 import subprocess
 import sys
 
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 
 from ..serverproc import ServerProcess
 
 NEVER_CLOSED = """
 import sys
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 
 vault = VaultClient(progress=False)
 ckpt = vault.save("x/exit", {"a": b"saved"})

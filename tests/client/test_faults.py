@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from client import RetryPolicy, TransportError, VaultClient
+from checkpoint_vault.client import RetryPolicy, TransportError, VaultClient
 
 from ..serverproc import ServerProcess
 from .forkscript import run_fork_script
@@ -127,7 +127,7 @@ def test_save_survives_a_server_restart_between_missing_query_and_commit(
 
 CLIENT_FORK_SCRIPT = """
 import gc, multiprocessing, os, sys
-from client import ClientError, VaultClient
+from checkpoint_vault.client import ClientError, VaultClient
 
 held = [VaultClient(progress=False)]
 first = held[0].save("f/fork", {"a": b"before the fork"})  # a pooled connection now

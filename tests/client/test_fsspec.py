@@ -20,8 +20,8 @@ import pytest
 import safetensors.torch
 import torch
 
-from client import VaultClient
-from client.fsspec import InCheckpoint, TreeDir, VaultFileSystem, split_path
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.fsspec import InCheckpoint, TreeDir, VaultFileSystem, split_path
 
 from ..serverproc import ServerProcess
 from .forkscript import run_fork_script
@@ -379,7 +379,7 @@ def test_close_stops_the_client_and_a_later_call_reopens(fs: VaultFileSystem, sa
 # parent's client alive, which hides the failure this guards against.
 FORK_SCRIPT = """
 import gc, multiprocessing, sys
-from client.fsspec import VaultFileSystem
+from checkpoint_vault.client.fsspec import VaultFileSystem
 
 path, expected = sys.argv[1], sys.argv[2].encode()
 held = [VaultFileSystem(skip_instance_cache=True)]  # only this list refers to it

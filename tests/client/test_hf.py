@@ -24,8 +24,8 @@ from transformers import (
     TrainingArguments,
 )
 
-from client import CheckpointManager, Forbidden, VaultClient
-from client.hf import VaultCallback, resume_from_vault
+from checkpoint_vault.client import CheckpointManager, Forbidden, VaultClient
+from checkpoint_vault.client.hf import VaultCallback, resume_from_vault
 
 from ..serverproc import ServerProcess
 from .conftest import loaded_by

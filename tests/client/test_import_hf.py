@@ -16,8 +16,8 @@ import pytest
 import torch
 from transformers import Trainer, TrainingArguments
 
-from client import VaultClient
-from client.hf import resume_from_vault
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.hf import resume_from_vault
 
 from ..serverproc import ServerProcess
 from .test_hf import Tokens, tiny_gpt2

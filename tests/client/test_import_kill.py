@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 
 from ..serverproc import ServerProcess
 from .test_import_series import js
@@ -36,7 +36,7 @@ def kill_after(server: ServerProcess, vault: VaultClient, src: Path, at: int, ji
     `jitter` seconds (mid-save, mid-commit or between saves); answer how many it holds."""
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "import", str(src), "imp/killed", "--json"],
+        [sys.executable, "-m", "checkpoint_vault.cli", "import", str(src), "imp/killed", "--json"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

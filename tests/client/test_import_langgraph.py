@@ -29,9 +29,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from client import VaultClient
-from client.importers import BadSource, import_langgraph
-from client.langgraph import VaultSaver
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.importers import BadSource, import_langgraph
+from checkpoint_vault.client.langgraph import VaultSaver
 
 from ..serverproc import ServerProcess
 from .pgserver import PostgresServer
@@ -209,7 +209,7 @@ def test_an_import_killed_mid_thread_finishes_without_duplicate_or_gap(
     original = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
     run_graph(original, KILL_TURNS)
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
-    command = [sys.executable, "-m", "cli", "import", str(db), "killed", "--json"]
+    command = [sys.executable, "-m", "checkpoint_vault.cli", "import", str(db), "killed", "--json"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         end = time.monotonic() + KILL_DEADLINE

@@ -9,8 +9,8 @@ import pytest
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from client import VaultClient
-from client.importers import export_series
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.importers import export_series
 
 from ..serverproc import ServerProcess
 from .test_import_series import js, tree

@@ -17,8 +17,8 @@ import pytest
 import s3fs  # type: ignore[import-untyped]  # s3fs has no type hints
 import torch
 
-from client import VaultClient
-from client.importers import BadSource, export_series, import_series
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.importers import BadSource, export_series, import_series
 
 from ..seaweed import ACCESS_KEY, SECRET_KEY, SeaweedFS
 from ..serverproc import ServerProcess
@@ -34,7 +34,11 @@ def ckpt(
 ) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token, **env}
     result = subprocess.run(
-        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=full, timeout=120
+        [sys.executable, "-m", "checkpoint_vault.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
     )
     if ok:
         assert result.returncode == 0, result.stderr

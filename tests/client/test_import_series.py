@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from client import VaultClient
-from client.importers import BadSource, export_series, import_series
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.importers import BadSource, export_series, import_series
 
 from ..serverproc import ServerProcess
 from .conftest import loaded_by
@@ -25,7 +25,11 @@ from .conftest import loaded_by
 def ckpt(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
     result = subprocess.run(
-        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "checkpoint_vault.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     if ok:
         assert result.returncode == 0, result.stderr

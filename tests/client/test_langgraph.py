@@ -32,11 +32,11 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
-from client import AsyncVaultClient, VaultClient
-from client.langgraph import AsyncVaultSaver, VaultSaver
-from client.langgraph._layout import Layout, thread_segment
-from client.langgraph._retention import plan_prune
-from client.models import Checkpoint as Record
+from checkpoint_vault.client import AsyncVaultClient, VaultClient
+from checkpoint_vault.client.langgraph import AsyncVaultSaver, VaultSaver
+from checkpoint_vault.client.langgraph._layout import Layout, thread_segment
+from checkpoint_vault.client.langgraph._retention import plan_prune
+from checkpoint_vault.client.models import Checkpoint as Record
 
 from ..serverproc import ServerProcess
 from .forkscript import run_fork_script
@@ -596,7 +596,7 @@ def test_versions_increase_as_strings(saver: VaultSaver) -> None:
 
 SAVER_FORK_SCRIPT = """
 import gc, multiprocessing, sys
-from client.langgraph import VaultSaver
+from checkpoint_vault.client.langgraph import VaultSaver
 
 held = [VaultSaver(keep_last=None)]
 config = {"configurable": {"thread_id": "fork-thread", "checkpoint_ns": ""}}

@@ -14,8 +14,8 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.io import AsyncCheckpointIO, CheckpointIO
 
-from client import VaultClient
-from client.lightning import VaultCheckpointIO
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.lightning import VaultCheckpointIO
 
 from .conftest import loaded_by
 

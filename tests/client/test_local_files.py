@@ -13,9 +13,9 @@ from pathlib import Path
 
 import blake3
 
-from client import VaultClient
-from client import local as local_files
-from protocol import DESCRIPTOR_TYPE, ManifestFile
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client import local as local_files
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE, ManifestFile
 
 from ..serverproc import ServerProcess
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from client import RetryPolicy, VaultClient, aio, restore
-from client import local as local_files
-from client.errors import IntegrityError
-from protocol import DESCRIPTOR_TYPE, FileInfo
+from checkpoint_vault.client import RetryPolicy, VaultClient, aio, restore
+from checkpoint_vault.client import local as local_files
+from checkpoint_vault.client.errors import IntegrityError
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE, FileInfo
 
 from ..serverproc import ServerProcess, free_port
 
@@ -270,7 +270,14 @@ def test_ckpt_pull_leaves_what_it_cannot_do_here_to_the_client(
 ) -> None:
     """A ref that does not exist or a token refused: the client's answer, as everywhere."""
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
-    cmd = [sys.executable, "-m", "cli", "pull", "r/none", "01M8CVVY3DXSMGQPMK2Q6TXPVP"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "checkpoint_vault.cli",
+        "pull",
+        "r/none",
+        "01M8CVVY3DXSMGQPMK2Q6TXPVP",
+    ]
     missing = subprocess.run(
         [*cmd, str(tmp_path / "a")], capture_output=True, text=True, env=env, timeout=60
     )

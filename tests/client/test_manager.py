@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from client import CheckpointManager, NotFound, VaultClient
-from client.manager import KeepBest, finite_metrics
+from checkpoint_vault.client import CheckpointManager, NotFound, VaultClient
+from checkpoint_vault.client.manager import KeepBest, finite_metrics
 
 from ..serverproc import ServerProcess
 

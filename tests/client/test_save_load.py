@@ -12,9 +12,9 @@ from pathlib import Path
 import blake3
 import pytest
 
-import client.aio as client_aio
-from client import Checkpoint, IntegrityError, InvalidName, NotFound, VaultClient
-from protocol import FileInfo
+import checkpoint_vault.client.aio as client_aio
+from checkpoint_vault.client import Checkpoint, IntegrityError, InvalidName, NotFound, VaultClient
+from checkpoint_vault.protocol import FileInfo
 
 from ..serverproc import ServerProcess
 

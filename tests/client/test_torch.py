@@ -16,10 +16,10 @@ import pytest
 import safetensors.torch
 import torch
 
-from client import AsyncVaultClient, InvalidName, VaultClient
-from client.background import BackgroundSaveFailed
-from client.models import Checkpoint
-from client.torch import (
+from checkpoint_vault.client import AsyncVaultClient, InvalidName, VaultClient
+from checkpoint_vault.client.background import BackgroundSaveFailed
+from checkpoint_vault.client.models import Checkpoint
+from checkpoint_vault.client.torch import (
     load_safetensors,
     load_state_dict,
     safetensors_layout,
@@ -282,7 +282,7 @@ def test_send_file_ends_chunks_at_cuts_across_pieces(vault: VaultClient) -> None
 
 
 def test_the_torch_save_stream_starts_over_on_seek_zero() -> None:
-    from client.torch import _TorchSaveStream
+    from checkpoint_vault.client.torch import _TorchSaveStream
 
     state = {"w": torch.randn(1000)}
     stream = _TorchSaveStream(state)

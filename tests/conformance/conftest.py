@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tiering import open_tier
-from vault.tier import Tier
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.vault.tier import Tier
 
 from ..seaweed import SeaweedFS
 

@@ -9,11 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tiering.repack import repack
-from vault import ChunkCorrupt, FakeClock, InvalidRequest, Keyring, Vault, VaultConfig
-from vault.errors import KeyUnavailable
-from vault.seal import add_key
-from vault.tier import Tier
+from checkpoint_vault.tiering.repack import repack
+from checkpoint_vault.vault import (
+    ChunkCorrupt,
+    FakeClock,
+    InvalidRequest,
+    Keyring,
+    Vault,
+    VaultConfig,
+)
+from checkpoint_vault.vault.errors import KeyUnavailable
+from checkpoint_vault.vault.seal import add_key
+from checkpoint_vault.vault.tier import Tier
 
 from ..unit.vault.helpers import read_file, stream_save
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tiering import open_tier
-from vault import FakeClock, Vault, VaultConfig
-from vault.errors import TierUnavailable
-from vault.tier import Tier
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault.errors import TierUnavailable
+from checkpoint_vault.vault.tier import Tier
 
 from ..seaweed import SeaweedFS
 from ..unit.vault.helpers import read_file, stream_save

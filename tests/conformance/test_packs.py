@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from vault.content import Packed
-from vault.content.packs import (
+from checkpoint_vault.vault.content import Packed
+from checkpoint_vault.vault.content.packs import (
     PackBuilder,
     decode_index,
     delete_pack,
@@ -17,9 +17,9 @@ from vault.content.packs import (
     read_frames,
     upload,
 )
-from vault.errors import ObjectExists, ObjectNotFound, TierError
-from vault.frame import Decoder, Encoder, chunk_id
-from vault.tier import Tier
+from checkpoint_vault.vault.errors import ObjectExists, ObjectNotFound, TierError
+from checkpoint_vault.vault.frame import Decoder, Encoder, chunk_id
+from checkpoint_vault.vault.tier import Tier
 
 
 def test_pack_round_trip_by_range(tier: Tier) -> None:

@@ -7,9 +7,9 @@ import secrets
 
 import pytest
 
-from tiering import open_tier
-from vault.errors import InvalidName, ObjectExists, ObjectNotFound
-from vault.tier import Tier
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.vault.errors import InvalidName, ObjectExists, ObjectNotFound
+from checkpoint_vault.vault.tier import Tier
 
 from ..seaweed import SeaweedFS
 

@@ -31,10 +31,10 @@ from pathlib import Path
 import blake3
 import pytest
 
-from client import VaultClient
-from cluster import shard_of
-from protocol import BUNDLE_TYPE
-from protocol._bodies import encode_bundle
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.cluster import shard_of
+from checkpoint_vault.protocol import BUNDLE_TYPE
+from checkpoint_vault.protocol._bodies import encode_bundle
 
 from ..cluster import NAMESPACES, Cluster, Producers, call, wait_for
 from ..seaweed import SeaweedFS

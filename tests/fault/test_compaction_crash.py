@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save
 
-from client import VaultClient
-from client.errors import ClientError, TransportError
-from client.transport import RetryPolicy
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.errors import ClientError, TransportError
+from checkpoint_vault.client.transport import RetryPolicy
 
 from ..lockholder import holder_of
 from .conftest import ServerProcess

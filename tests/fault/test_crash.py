@@ -38,9 +38,9 @@ import blake3
 import pytest
 from pyfastcdc import FastCDC
 
-from client import local
-from client.connections import Broken
-from protocol import encode_bundle
+from checkpoint_vault.client import local
+from checkpoint_vault.client.connections import Broken
+from checkpoint_vault.protocol import encode_bundle
 
 from ..serverproc import ServerProcess
 

@@ -40,12 +40,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from protocol import BUNDLE_TYPE, encode_bundle
-from tiering import open_tier
-from vault import StoredCheckpoint, Vault
-from vault.errors import ReplicaNotFound
-from vault.replication import restore_replica
-from vault.tokens import verify
+from checkpoint_vault.protocol import BUNDLE_TYPE, encode_bundle
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.vault import StoredCheckpoint, Vault
+from checkpoint_vault.vault.errors import ReplicaNotFound
+from checkpoint_vault.vault.replication import restore_replica
+from checkpoint_vault.vault.tokens import verify
 
 from ..seaweed import SeaweedFS
 from ..serverproc import ServerProcess, free_port
@@ -287,7 +287,7 @@ def _cli_restore(data: Path, config: Path) -> None:
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "cli", "catalog", "restore", "replica:cold"]
+        [sys.executable, "-m", "checkpoint_vault.cli", "catalog", "restore", "replica:cold"]
         + ["--data", str(data), "--config", str(config), "--json"],
         capture_output=True,
         text=True,

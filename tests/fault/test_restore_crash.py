@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from client import RetryPolicy, VaultClient
+from checkpoint_vault.client import RetryPolicy, VaultClient
 
 from .conftest import ServerProcess
 
@@ -73,7 +73,7 @@ def test_ckpt_pull_killed_mid_file_leaves_nothing_behind(
     out = tmp_path / "out"
     partial = out / "weights.bin.ckpt-part"
     env = {**os.environ, "CKPT_URL": crash_server.url, "CKPT_TOKEN": crash_server.token}
-    pull = [sys.executable, "-m", "cli", "pull", "crash/pull", ckpt.id, str(out)]
+    pull = [sys.executable, "-m", "checkpoint_vault.cli", "pull", "crash/pull", ckpt.id, str(out)]
     pulling = subprocess.Popen(pull, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         for _ in range(2000):  # bounded: until the server has the file open to write it

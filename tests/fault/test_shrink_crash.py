@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 
 from ..unit.vault.helpers import client_save, read_file
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import aiohttp
 
-from client import local
-from client.connections import Broken
+from checkpoint_vault.client import local
+from checkpoint_vault.client.connections import Broken
 
 from ..serverproc import ServerProcess
 

@@ -37,11 +37,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from api.routes import setup_routes
-from protocol import BUNDLE_TYPE, encode_bundle
-from tiering import open_tier
-from vault import Vault
-from vault.replication import restore_replica
+from checkpoint_vault.api.routes import setup_routes
+from checkpoint_vault.protocol import BUNDLE_TYPE, encode_bundle
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.replication import restore_replica
 
 from ..seaweed import SeaweedFS
 from ..serverproc import ServerProcess, free_port
@@ -227,7 +227,7 @@ def _reads_follow(primary: ServerProcess, standby: ServerProcess, rng: random.Ra
 def _langgraph_reads_follow(primary: ServerProcess, standby: ServerProcess) -> None:
     from langgraph.checkpoint.base import empty_checkpoint
 
-    from client.langgraph import VaultSaver
+    from checkpoint_vault.client.langgraph import VaultSaver
 
     cfg: Any = {"configurable": {"thread_id": "standby-thread", "checkpoint_ns": ""}}
     ckpt = empty_checkpoint()
@@ -276,7 +276,7 @@ def _ckpt(server: ServerProcess, *args: str) -> tuple[int, Any]:
     """`ckpt ... --json` against `server`, as an operator runs it: (exit code, the JSON
     printed, or stderr)."""
     out = subprocess.run(
-        [sys.executable, "-m", "cli", "--url", server.url, "--token", server.token]
+        [sys.executable, "-m", "checkpoint_vault.cli", "--url", server.url, "--token", server.token]
         + [*args, "--json"],
         capture_output=True,
         text=True,

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from client import VaultClient
-from client.errors import ClientError
-from client.transport import RetryPolicy
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.errors import ClientError
+from checkpoint_vault.client.transport import RetryPolicy
 
 from ..serverproc import ServerProcess
 

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from api import Settings
-from api.keys import VAULT
-from api.settings import load_settings
-from vault import FakeClock
+from checkpoint_vault.api import Settings
+from checkpoint_vault.api.keys import VAULT
+from checkpoint_vault.api.settings import load_settings
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api, hexhash
 from .test_limits import started

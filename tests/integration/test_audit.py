@@ -11,10 +11,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from api import Settings, create_app
-from api.keys import VAULT
-from protocol import encode_bundle
-from vault import FakeClock
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.keys import VAULT
+from checkpoint_vault.protocol import encode_bundle
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api
 

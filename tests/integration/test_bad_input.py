@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from api import Settings
-from vault import FakeClock
+from checkpoint_vault.api import Settings
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api, hexhash
 

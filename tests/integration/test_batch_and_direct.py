@@ -6,7 +6,12 @@ import os
 
 import blake3
 
-from protocol import BUNDLE_TYPE, CHUNK_BATCH_TYPE, encode_bundle, encode_chunk_batch
+from checkpoint_vault.protocol import (
+    BUNDLE_TYPE,
+    CHUNK_BATCH_TYPE,
+    encode_bundle,
+    encode_chunk_batch,
+)
 
 from ..conftest import Api, hexhash
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from client import VaultClient
+from checkpoint_vault.client import VaultClient
 
 from ..serverproc import ServerProcess, free_port
 

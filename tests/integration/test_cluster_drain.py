@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from client import VaultClient
-from cluster import shard_of
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.cluster import shard_of
 
 from ..cluster import NAMESPACES, Cluster, Producers, wait_for
 from ..seaweed import SeaweedFS
@@ -39,7 +39,7 @@ def cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:
 
 def ckpt(cluster: Cluster, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "cli", "--url", cluster.nodes[1].url, "--token", cluster.token,
+        [sys.executable, "-m", "checkpoint_vault.cli", "--url", cluster.nodes[1].url, "--token", cluster.token,
          *args],
         capture_output=True,
         text=True,

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from client import AsyncVaultClient, VaultClient
-from cluster import shard_of
+from checkpoint_vault.client import AsyncVaultClient, VaultClient
+from checkpoint_vault.cluster import shard_of
 
 from ..cluster import Cluster, call, wait_for
 from ..seaweed import SeaweedFS
@@ -105,7 +105,7 @@ def test_coalesced_saves_cli_and_langgraph_through_the_proxy(
     (src / "w.bin").write_bytes(b"cli" * 1000)
     env_args = ["--url", cluster.proxy.url, "--token", cluster.token]
     done = subprocess.run(
-        [sys.executable, "-m", "cli", *env_args, "push", "cli/ns", str(src)],
+        [sys.executable, "-m", "checkpoint_vault.cli", *env_args, "push", "cli/ns", str(src)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -113,7 +113,16 @@ def test_coalesced_saves_cli_and_langgraph_through_the_proxy(
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "cli", *env_args, "pull", "cli/ns", "latest", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "checkpoint_vault.cli",
+            *env_args,
+            "pull",
+            "cli/ns",
+            "latest",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -123,7 +132,7 @@ def test_coalesced_saves_cli_and_langgraph_through_the_proxy(
 
     from langgraph.checkpoint.base import empty_checkpoint
 
-    from client.langgraph import VaultSaver
+    from checkpoint_vault.client.langgraph import VaultSaver
 
     with VaultSaver(cluster.proxy.url, cluster.token) as saver:
         for t in range(6):

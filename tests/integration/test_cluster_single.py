@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from api import Settings, create_app
-from cluster import ClusterConfig
-from cluster.shards import upload_prefix
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.cluster import ClusterConfig
+from checkpoint_vault.cluster.shards import upload_prefix
 
 from ..conftest import Api
 

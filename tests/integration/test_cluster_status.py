@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from client import VaultClient
-from cluster import shard_of
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.cluster import shard_of
 
 from ..cluster import TTL, Cluster, call, wait_for
 from ..seaweed import SeaweedFS
@@ -34,7 +34,7 @@ def cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:
 
 def ckpt(url: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli", "--url", url, "--token", token, *args],
+        [sys.executable, "-m", "checkpoint_vault.cli", "--url", url, "--token", token, *args],
         capture_output=True,
         text=True,
         timeout=60,

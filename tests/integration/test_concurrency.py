@@ -6,8 +6,8 @@ import asyncio
 import os
 import random
 
-from api import Settings
-from vault import FakeClock
+from checkpoint_vault.api import Settings
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api, hexhash
 

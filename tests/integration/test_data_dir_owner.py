@@ -59,7 +59,7 @@ def refused(data: Path, log: Path, workers: int = 1) -> str:
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             [
-                *(sys.executable, "-m", "cli", "serve", "--data", str(data)),
+                *(sys.executable, "-m", "checkpoint_vault.cli", "serve", "--data", str(data)),
                 *("--port", str(port), "--workers", str(workers)),
             ],
             stdin=subprocess.DEVNULL,
@@ -224,7 +224,7 @@ def test_offline_check_refuses_a_vault_dir_of_another_user(served: Path, tmp_pat
     os.chown(served / "vault", NOBODY, NOBODY)
     before = listing(served)
     done = subprocess.run(
-        [sys.executable, "-m", "cli", "check", "--data", str(served)],
+        [sys.executable, "-m", "checkpoint_vault.cli", "check", "--data", str(served)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from api import Settings, create_app
-from vault import FakeClock, VaultConfig
-from vault.seal import add_key
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.vault import FakeClock, VaultConfig
+from checkpoint_vault.vault.seal import add_key
 
 from ..conftest import Api
 from ..seaweed import SeaweedFS
@@ -88,7 +88,7 @@ async def test_catalog_backup_destroy_restore(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "cli",
+        "checkpoint_vault.cli",
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -110,6 +110,6 @@ async def test_catalog_backup_destroy_restore(
 
 
 def _bundle(state: bytes) -> bytes:
-    from protocol import encode_bundle
+    from checkpoint_vault.protocol import encode_bundle
 
     return encode_bundle({"chunking": "small"}, [("state.json", state)])

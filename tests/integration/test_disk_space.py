@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vault.samples import allocated_bytes
+from checkpoint_vault.vault.samples import allocated_bytes
 
 from ..serverproc import ServerProcess, free_port
 
@@ -40,7 +40,11 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 def ckpt(server: ServerProcess, *args: str) -> str:
     env = {**os.environ, "CKPT_URL": server.url, "CKPT_TOKEN": server.token}
     done = subprocess.run(
-        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "checkpoint_vault.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

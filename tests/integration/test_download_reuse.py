@@ -18,9 +18,9 @@ import socket
 import blake3
 import pytest
 
-from api import Settings, download
-from api.keys import VAULT
-from vault import FakeClock, Vault
+from checkpoint_vault.api import Settings, download
+from checkpoint_vault.api.keys import VAULT
+from checkpoint_vault.vault import FakeClock, Vault
 
 from ..conftest import Api
 

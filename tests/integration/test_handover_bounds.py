@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from client import VaultClient
-from client import local as local_files
-from protocol import DESCRIPTOR_TYPE
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client import local as local_files
+from checkpoint_vault.protocol import DESCRIPTOR_TYPE
 
 from ..serverproc import ServerProcess, free_port
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from api import Settings, create_app
-from vault import FakeClock
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api
 

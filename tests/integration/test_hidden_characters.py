@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from yarl import URL
 
-from protocol import BUNDLE_TYPE, encode_bundle
+from checkpoint_vault.protocol import BUNDLE_TYPE, encode_bundle
 
 from ..conftest import Api
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from client import local
+from checkpoint_vault.client import local
 
 from ..hungfs import HungFile
 from ..serverproc import ServerProcess, free_port

@@ -4,7 +4,7 @@ it; a retry by the same token still returns the first save's checkpoint."""
 
 from __future__ import annotations
 
-from protocol import BUNDLE_TYPE, encode_bundle
+from checkpoint_vault.protocol import BUNDLE_TYPE, encode_bundle
 
 from ..conftest import Api
 

@@ -9,9 +9,9 @@ import dataclasses
 import json
 from typing import Any
 
-from api import Settings, create_app
-from protocol import BUNDLE_HEAD, BUNDLE_MAGIC
-from vault import FakeClock
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.protocol import BUNDLE_HEAD, BUNDLE_MAGIC
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api
 

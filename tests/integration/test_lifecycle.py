@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from api import Settings, create_app
-from api.settings import Maintenance
-from vault import FakeClock, VaultConfig
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.settings import Maintenance
+from checkpoint_vault.vault import FakeClock, VaultConfig
 
 from ..conftest import Api
 

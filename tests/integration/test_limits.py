@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from api import Settings, create_app
-from api.settings import load_settings
-from vault import FakeClock
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.settings import load_settings
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api, hexhash
 

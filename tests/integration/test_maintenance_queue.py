@@ -20,11 +20,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from api import Settings, create_app
-from api.keys import QUEUE, VAULT
-from api.settings import Maintenance
-from client import VaultClient
-from vault import FakeClock, VaultConfig
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.keys import QUEUE, VAULT
+from checkpoint_vault.api.settings import Maintenance
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.vault import FakeClock, VaultConfig
 
 from ..conftest import Api
 from ..lockholder import holder_of

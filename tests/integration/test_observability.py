@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from protocol import encode_bundle
+from checkpoint_vault.protocol import encode_bundle
 
 from ..conftest import Api
 

@@ -8,7 +8,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vault.chunking import LARGE
+from checkpoint_vault.vault.chunking import LARGE
 
 from ..conftest import Api, hexhash
 

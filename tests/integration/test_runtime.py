@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from api import Settings, create_app
-from api.keys import RUNTIME
-from protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
-from tiering.backends.local import LocalTier
-from vault import FakeClock, Vault, VaultConfig
-from vault.frame import chunk_id
-from vault.replication import FollowConfig, ReplicationConfig
-from vault.runtime import THREADS, Runtime
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.keys import RUNTIME
+from checkpoint_vault.protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
+from checkpoint_vault.tiering.backends.local import LocalTier
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault.frame import chunk_id
+from checkpoint_vault.vault.replication import FollowConfig, ReplicationConfig
+from checkpoint_vault.vault.runtime import THREADS, Runtime
 
 from ..conftest import Api
 from ..unit.vault.helpers import client_save

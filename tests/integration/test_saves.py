@@ -9,11 +9,11 @@ import os
 import threading
 from typing import Any
 
-from api.http import PREPARE_ON_LOOP_MAX
-from api.keys import RUNTIME, SETTINGS
-from client import AsyncVaultClient
-from protocol import MAX_SAVES, SAVES_TYPE, encode_bundle
-from vault import FakeClock
+from checkpoint_vault.api.http import PREPARE_ON_LOOP_MAX
+from checkpoint_vault.api.keys import RUNTIME, SETTINGS
+from checkpoint_vault.client import AsyncVaultClient
+from checkpoint_vault.protocol import MAX_SAVES, SAVES_TYPE, encode_bundle
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api, hexhash
 from ..serverproc import ServerProcess

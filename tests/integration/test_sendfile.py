@@ -13,9 +13,9 @@ import random
 import aiohttp
 import pytest
 
-from api import download
-from api.keys import VAULT
-from vault import Vault
+from checkpoint_vault.api import download
+from checkpoint_vault.api.keys import VAULT
+from checkpoint_vault.vault import Vault
 
 from ..conftest import Api
 from ..unit.vault.helpers import flip_last_byte

@@ -13,11 +13,11 @@ import dataclasses
 import os
 from typing import Any
 
-from api import Settings, create_app
-from api.keys import BODY_READERS
-from protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
-from vault import FakeClock
-from vault.frame import chunk_id
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.keys import BODY_READERS
+from checkpoint_vault.protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
+from checkpoint_vault.vault import FakeClock
+from checkpoint_vault.vault.frame import chunk_id
 
 from ..conftest import Api
 

@@ -12,8 +12,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from api import Settings, create_app
-from vault import FakeClock
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api, hexhash
 

@@ -9,11 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from api import Settings, create_app
-from api.promotion import PROMOTIONS
-from tiering import open_tier
-from vault import FakeClock, VaultConfig
-from vault.seal import add_key
+from checkpoint_vault.api.transfer.promotion import PROMOTIONS
+
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.vault import FakeClock, VaultConfig
+from checkpoint_vault.vault.seal import add_key
 
 from ..conftest import Api
 from ..seaweed import SeaweedFS

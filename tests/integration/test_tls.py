@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import trustme
 
-from client import VaultClient
-from client.errors import ClientError
-from client.transport import RetryPolicy
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.errors import ClientError
+from checkpoint_vault.client.transport import RetryPolicy
 
 from ..serverproc import ServerProcess, free_port
 
@@ -93,7 +93,15 @@ def test_a_tls_key_other_users_may_read_is_refused_unless_shared_on_purpose(
     args = ["--tls-cert", str(key), "--tls-key", str(key)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
     refused = subprocess.run(
-        [sys.executable, "-m", "cli", "serve", "--data", str(tmp_path / "data"), *args],
+        [
+            sys.executable,
+            "-m",
+            "checkpoint_vault.cli",
+            "serve",
+            "--data",
+            str(tmp_path / "data"),
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from client import VaultClient
-from tiering import open_tier
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.tiering import open_tier
 
 from ..seaweed import SeaweedFS
 from ..serverproc import ServerProcess, free_port

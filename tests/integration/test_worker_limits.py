@@ -19,8 +19,8 @@ from typing import Any
 import blake3
 import pytest
 
-from client import VaultClient
-from client.errors import QuotaExceeded
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.errors import QuotaExceeded
 
 from ..serverproc import ServerProcess, free_port
 

@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from api import Settings, create_app
-from api.keys import TURNS, VAULT
-from vault import FakeClock
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.keys import TURNS, VAULT
+from checkpoint_vault.vault import FakeClock
 
 from ..conftest import Api
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from client import VaultClient
-from client.errors import Unauthorized
+from checkpoint_vault.client import VaultClient
+from checkpoint_vault.client.errors import Unauthorized
 
 from ..serverproc import ServerProcess, free_port
 
@@ -185,7 +185,7 @@ def test_sigterm_stops_every_process(two: ServerProcess) -> None:
 def test_a_port_in_use_is_still_refused(two: ServerProcess, tmp_path: Path) -> None:
     """SO_REUSEPORT would let a second server share the port unnoticed; it must fail."""
     other = subprocess.run(
-        [sys.executable, "-m", "cli", "serve", "--data", str(tmp_path / "other")]
+        [sys.executable, "-m", "checkpoint_vault.cli", "serve", "--data", str(tmp_path / "other")]
         + ["--port", str(two.port), "--workers", "2"],
         capture_output=True,
         text=True,
@@ -312,7 +312,7 @@ def test_sigterm_while_workers_start_stops_them(tmp_path: Path) -> None:
     """A SIGTERM before the workers are ready (the writing process waits for them) still
     stops each before the writing process exits, and the exit is clean."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--data", str(tmp_path / "d")]
+        [sys.executable, "-m", "checkpoint_vault.cli", "serve", "--data", str(tmp_path / "d")]
         + ["--port", str(free_port()), "--workers", "2"],
         stderr=subprocess.DEVNULL,
         env={k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from client import RetryPolicy, VaultClient
+from checkpoint_vault.client import RetryPolicy, VaultClient
 
 from ..serverproc import ServerProcess, free_port
 

@@ -14,9 +14,9 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from vault.errors import ObjectExists, ObjectNotFound, TierError, TierUnavailable
-from vault.files import fsync_dir
-from vault.tier import check_key
+from checkpoint_vault.vault.errors import ObjectExists, ObjectNotFound, TierError, TierUnavailable
+from checkpoint_vault.vault.files import fsync_dir
+from checkpoint_vault.vault.tier import check_key
 
 
 class LocalTier:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from vault.errors import ObjectExists, ObjectNotFound
-from vault.tier import check_key
+from checkpoint_vault.vault.errors import ObjectExists, ObjectNotFound
+from checkpoint_vault.vault.tier import check_key
 
 
 class MemoryTier:

@@ -24,8 +24,8 @@ from obstore.exceptions import (
     UnauthenticatedError,
 )
 
-from vault.errors import ObjectExists, ObjectNotFound, TierError, TierUnavailable
-from vault.tier import check_key
+from checkpoint_vault.vault.errors import ObjectExists, ObjectNotFound, TierError, TierUnavailable
+from checkpoint_vault.vault.tier import check_key
 
 log = logging.getLogger("ckpt.tiering")
 

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from protocol import Promotion, StandbyStatus
+from checkpoint_vault.protocol import Promotion, StandbyStatus
 
 from ..errors import PromotionConflict, ReplicaNotFound
 from ..ownership import open_private

@@ -26,7 +26,7 @@ from pathlib import Path
 import lmdb
 import zstandard
 
-from protocol import ReplicaRestored
+from checkpoint_vault.protocol import ReplicaRestored
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
 from ..errors import Conflict, ObjectNotFound

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import zstandard
 
-from protocol import ReplicationStatus
+from checkpoint_vault.protocol import ReplicationStatus
 
 from ..env import CATALOG_DBS, FRAME_DBS, Env
 from ..errors import Fenced, ObjectExists

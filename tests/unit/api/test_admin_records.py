@@ -15,9 +15,9 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-import protocol
-from api.openapi import RECORDS, _component_schemas
-from protocol import (
+from checkpoint_vault import protocol
+from checkpoint_vault.api.openapi import RECORDS, _component_schemas
+from checkpoint_vault.protocol import (
     CheckReport,
     CompactReport,
     Drift,

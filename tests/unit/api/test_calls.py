@@ -4,8 +4,7 @@ field by field and decoded strictly, errors coming back as the engine's own clas
 from __future__ import annotations
 
 import pytest
-
-from api.calls import (
+from checkpoint_vault.node.calls import (
     error_fields,
     error_of,
     outcomes_of,
@@ -13,10 +12,26 @@ from api.calls import (
     saved_message,
     saves_message,
 )
-from api.channel import HEAD, TO_WORKER, TO_WRITER, ChannelError, Kind, Message, decode, encode
-from vault import DEFAULT_PROFILE, FileEntry, PreparedSave, StoredCheckpoint
-from vault.direct import SaveRequest
-from vault.errors import CheckpointNotFound, MissingChunks, NotFound, QuotaExceeded, VaultError
+from checkpoint_vault.node.channel import (
+    HEAD,
+    TO_WORKER,
+    TO_WRITER,
+    ChannelError,
+    Kind,
+    Message,
+    decode,
+    encode,
+)
+
+from checkpoint_vault.vault import DEFAULT_PROFILE, FileEntry, PreparedSave, StoredCheckpoint
+from checkpoint_vault.vault.direct import SaveRequest
+from checkpoint_vault.vault.errors import (
+    CheckpointNotFound,
+    MissingChunks,
+    NotFound,
+    QuotaExceeded,
+    VaultError,
+)
 
 
 def _over(message: Message, accepted: frozenset[Kind]) -> Message:

@@ -7,8 +7,7 @@ import asyncio
 import struct
 
 import pytest
-
-from api.channel import (
+from checkpoint_vault.node.channel import (
     HEAD,
     MAX_FRAME,
     TO_WORKER,

@@ -6,8 +6,8 @@ from typing import Any
 
 from aiohttp import web
 
-from api.errors import error_middleware
-from vault.errors import TierUnavailable, TooManyUploads
+from checkpoint_vault.api.errors import error_middleware
+from checkpoint_vault.vault.errors import TierUnavailable, TooManyUploads
 
 
 def app_raising(exc: Exception) -> web.Application:

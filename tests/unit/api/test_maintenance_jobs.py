@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-import maintenance
-from api import Settings, create_app
-from api.jobs import run_job
-from api.keys import JOBS, VAULT
-from api.settings import Maintenance
-from protocol import GcReport
-from tiering import MemoryTier
-from tiering.runner import run_tiering
-from vault import FakeClock, MaintenanceBusy, Vault, VaultConfig
+from checkpoint_vault import maintenance
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.jobs import run_job
+from checkpoint_vault.api.keys import JOBS, VAULT
+from checkpoint_vault.api.settings import Maintenance
+from checkpoint_vault.protocol import GcReport
+from checkpoint_vault.tiering import MemoryTier
+from checkpoint_vault.tiering.runner import run_tiering
+from checkpoint_vault.vault import FakeClock, MaintenanceBusy, Vault, VaultConfig
 
 from ...conftest import Api
 from ..vault.helpers import stream_save

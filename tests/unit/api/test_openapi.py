@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from aiohttp import web
 
-from api.openapi import (
+from checkpoint_vault.api.openapi import (
     RECORDS,
     REQUESTS,
     RESPONSES,
@@ -15,7 +15,7 @@ from api.openapi import (
     _type_schema,
     build_openapi,
 )
-from api.routes import setup_routes
+from checkpoint_vault.api.routes import setup_routes
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda c: c.__name__)

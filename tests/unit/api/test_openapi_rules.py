@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from api import Settings, create_app
-from api.openapi import PATTERNS, build_openapi
-from protocol import UNPRINTABLE
+from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.api.openapi import PATTERNS, build_openapi
+from checkpoint_vault.protocol import UNPRINTABLE
 
 
 def test_the_tag_pattern_is_the_rule() -> None:

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-
-from api.peers import _listed_uid, peer_uid
+from checkpoint_vault.api.transfer.peers import _listed_uid, peer_uid
 
 
 @contextmanager

@@ -10,9 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from checkpoint_vault.node.serve import cannot_hold_socket
 
-from api.serve import cannot_hold_socket
-from api.settings import Settings, SettingsError, effective_config, load_settings
+from checkpoint_vault.api.settings import Settings, SettingsError, effective_config, load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -61,7 +61,16 @@ def test_bad_settings_name_the_key(
 def test_config_show_command(tmp_path: Path) -> None:
     cfg = write(tmp_path, '[storage]\nmax_chunk_size = "8MiB"\n')
     out = subprocess.run(
-        [sys.executable, "-m", "cli", "config", "show", "--config", str(cfg), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "checkpoint_vault.cli",
+            "config",
+            "show",
+            "--config",
+            str(cfg),
+            "--json",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -72,7 +81,7 @@ def test_config_show_command(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "cli",
+            "checkpoint_vault.cli",
             "config",
             "show",
             "--config",
@@ -129,7 +138,7 @@ def test_a_directory_that_cannot_hold_a_socket_is_told(tmp_path: Path) -> None:
 def test_processes_follow_the_usable_cpus_and_the_exceptions(tmp_path: Path) -> None:
     """`[server] workers` 0 means one process per usable CPU (a cgroup quota counts, as in
     a container), at most MAX_AUTO_WORKERS; a standby, TLS and an explicit count differ."""
-    from api.settings import MAX_AUTO_WORKERS, usable_cpus
+    from checkpoint_vault.api.settings import MAX_AUTO_WORKERS, usable_cpus
 
     quota = tmp_path / "cpu.max"
     quota.write_text("150000 100000\n")  # --cpus 1.5

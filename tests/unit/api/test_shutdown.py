@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from api.app import create_app
-from api.keys import VAULT
-from api.settings import Settings
+from checkpoint_vault.api.app import create_app
+from checkpoint_vault.api.keys import VAULT
+from checkpoint_vault.api.settings import Settings
 
 
 @pytest.mark.timeout(60)

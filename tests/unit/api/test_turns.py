@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from api.turns import Turns
+from checkpoint_vault.api.turns import Turns
 
 
 async def _hold(turns: Turns, name: str, entered: asyncio.Event, leave: asyncio.Event) -> None:

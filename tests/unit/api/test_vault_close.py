@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from api.app import _through_cancellation
-from vault.runtime import Runtime
+from checkpoint_vault.api.app import _through_cancellation
+from checkpoint_vault.vault.runtime import Runtime
 
 
 async def test_a_cancelled_waiter_still_waits_for_the_close_and_nothing_is_raised(

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import checkpoint_vault
-import client
+from checkpoint_vault import client
 
 
 def test_the_root_offers_every_client_name_as_the_same_object() -> None:

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save as save_safetensors
 
-from protocol import ChunkingProfile, StreamChunker, tensor_regions
-from vault.chunking import LARGE, cut_whole
+from checkpoint_vault.protocol import ChunkingProfile, StreamChunker, tensor_regions
+from checkpoint_vault.vault.chunking import LARGE, cut_whole
 
 PIECE = 4096
 PROFILE = ChunkingProfile("t", 512, 1024, 4096, tensor_pieces=PIECE)

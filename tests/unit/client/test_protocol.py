@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from client.models import Checkpoint
-from protocol import (
+from checkpoint_vault.client.models import Checkpoint
+from checkpoint_vault.protocol import (
     CheckpointRecord,
     ChunkingProfile,
     ChunkSpan,
@@ -23,7 +23,7 @@ from protocol import (
     parse_duration,
     parse_size,
 )
-from vault.chunking import PROFILES
+from checkpoint_vault.vault.chunking import PROFILES
 
 
 def test_checkpoint_round_trips() -> None:

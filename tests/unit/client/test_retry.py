@@ -12,10 +12,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from client import NotFound, RetryPolicy, ServerError, TransportError, Unavailable
-from client.connections import Broken
-from client.errors import error_from
-from client.transport import Transport, _retry_after, retryable
+from checkpoint_vault.client import NotFound, RetryPolicy, ServerError, TransportError, Unavailable
+from checkpoint_vault.client.connections import Broken
+from checkpoint_vault.client.errors import error_from
+from checkpoint_vault.client.transport import Transport, _retry_after, retryable
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 FAST = RetryPolicy(attempts=4, base=0.001, cap=0.002)

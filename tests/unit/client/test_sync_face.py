@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from client import AsyncVaultClient, SaveFields, SaveOptions, VaultClient
-from client._gen_sync import TARGET, generate
+from checkpoint_vault.client import AsyncVaultClient, SaveFields, SaveOptions, VaultClient
+from checkpoint_vault.client._gen_sync import TARGET, generate
 
 # Different by design: the blocking file object against the async one.
 RETURNS_DIFFER = {"open"}

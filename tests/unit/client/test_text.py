@@ -9,7 +9,7 @@ import unicodedata
 
 import pytest
 
-from protocol import NOT_IN_NAMES, UNPRINTABLE
+from checkpoint_vault.protocol import NOT_IN_NAMES, UNPRINTABLE
 
 _JOINERS = {0x200C, 0x200D}
 _NAMES = {"Cc", "Cf", "Zl", "Zp"}

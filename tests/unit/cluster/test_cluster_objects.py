@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from cluster import ClusterConflict, Member, Roster, shard_of, upload_shard
-from cluster.lease import Lease, check, claim, newest_epoch
-from cluster.proxy import haproxy_config
-from cluster.tokens import TokenMirror
-from tiering.backends.memory import MemoryTier
-from vault.tokens import Token
+from checkpoint_vault.cluster import ClusterConflict, Member, Roster, shard_of, upload_shard
+from checkpoint_vault.cluster.lease import Lease, check, claim, newest_epoch
+from checkpoint_vault.cluster.proxy import haproxy_config
+from checkpoint_vault.cluster.tokens import TokenMirror
+from checkpoint_vault.tiering.backends.memory import MemoryTier
+from checkpoint_vault.vault.tokens import Token
 
 
 def test_a_lease_is_claimed_once_per_epoch() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import maintenance
-from protocol import CheckReport
-from vault import (
+from checkpoint_vault import maintenance
+from checkpoint_vault.protocol import CheckReport
+from checkpoint_vault.vault import (
     FakeClock,
     InvalidRequest,
     MaintenanceBusy,
@@ -21,8 +21,8 @@ from vault import (
     Vault,
     VaultConfig,
 )
-from vault.pacing import Pacer
-from vault.runtime import Runtime
+from checkpoint_vault.vault.pacing import Pacer
+from checkpoint_vault.vault.runtime import Runtime
 
 WAIT = 30.0  # seconds: a bound on each wait below, never a pace
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import maintenance
-from protocol import GcReport
-from vault import FakeClock, MaintenanceBusy, Vault, VaultConfig
+from checkpoint_vault import maintenance
+from checkpoint_vault.protocol import GcReport
+from checkpoint_vault.vault import FakeClock, MaintenanceBusy, Vault, VaultConfig
 
 from ...lockholder import LockHolder, assert_waits_for_holder
 from ..vault.helpers import stream_save

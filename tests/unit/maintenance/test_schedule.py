@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from maintenance import Schedule
+from checkpoint_vault.maintenance import Schedule
 
 
 def test_each_task_is_due_one_interval_after_the_start_and_after_each_run() -> None:

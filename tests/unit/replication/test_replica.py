@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from protocol import ReplicationStatus
-from tiering.backends.local import LocalTier
-from tiering.wrappers import FaultyTier
-from vault import Conflict, Vault
-from vault.env import CATALOG_DBS, FRAME_DBS
-from vault.replication import ReplicationConfig, restore_replica
-from vault.tier import Tier
+from checkpoint_vault.protocol import ReplicationStatus
+from checkpoint_vault.tiering.backends.local import LocalTier
+from checkpoint_vault.tiering.wrappers import FaultyTier
+from checkpoint_vault.vault import Conflict, Vault
+from checkpoint_vault.vault.env import CATALOG_DBS, FRAME_DBS
+from checkpoint_vault.vault.replication import ReplicationConfig, restore_replica
+from checkpoint_vault.vault.tier import Tier
 
 from ..vault.helpers import client_save, read_file
 

@@ -14,16 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from protocol import ReplicationStatus, StandbyStatus
-from tiering.backends.local import LocalTier
-from tiering.wrappers import FaultyTier
-from vault import Conflict, Vault
-from vault.errors import Fenced, PromotionConflict, ReadOnlyStandby, ReplicaNotFound
-from vault.replication import FollowConfig, ReplicationConfig, restore_replica
-from vault.replication.apply import frame_runs
-from vault.replication.changes import CATALOG, DELETE, FRAMES, PUT, BatchLog
-from vault.replication.follow import POSITION
-from vault.replication.layout import (
+from checkpoint_vault.protocol import ReplicationStatus, StandbyStatus
+from checkpoint_vault.tiering.backends.local import LocalTier
+from checkpoint_vault.tiering.wrappers import FaultyTier
+from checkpoint_vault.vault import Conflict, Vault
+from checkpoint_vault.vault.errors import (
+    Fenced,
+    PromotionConflict,
+    ReadOnlyStandby,
+    ReplicaNotFound,
+)
+from checkpoint_vault.vault.replication import FollowConfig, ReplicationConfig, restore_replica
+from checkpoint_vault.vault.replication.apply import frame_runs
+from checkpoint_vault.vault.replication.changes import CATALOG, DELETE, FRAMES, PUT, BatchLog
+from checkpoint_vault.vault.replication.follow import POSITION
+from checkpoint_vault.vault.replication.layout import (
     EPOCH_FILE,
     Current,
     claim_epoch,
@@ -36,7 +41,7 @@ from vault.replication.layout import (
     segment_key,
     write_current,
 )
-from vault.tier import Tier
+from checkpoint_vault.vault.tier import Tier
 
 from ..vault.helpers import client_save, read_file
 

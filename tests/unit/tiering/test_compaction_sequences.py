@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save as save_safetensors
 
-from protocol import CommitFile, StreamChunker, tensor_regions
-from tiering import MemoryTier
-from tiering.runner import run_tiering
-from vault import FakeClock, Vault, VaultConfig
-from vault.chunking import ChunkingProfile
-from vault.frame import chunk_id
+from checkpoint_vault.protocol import CommitFile, StreamChunker, tensor_regions
+from checkpoint_vault.tiering import MemoryTier
+from checkpoint_vault.tiering.runner import run_tiering
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault.chunking import ChunkingProfile
+from checkpoint_vault.vault.frame import chunk_id
 
 from ..vault.helpers import read_file
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tiering import MemoryTier
-from tiering.runner import run_tiering
-from tiering.wrappers import FaultyTier
-from vault import FakeClock, MaintenanceStopped, Vault, VaultConfig
-from vault.content import moves
-from vault.errors import TierUnavailable
+from checkpoint_vault.tiering import MemoryTier
+from checkpoint_vault.tiering.runner import run_tiering
+from checkpoint_vault.tiering.wrappers import FaultyTier
+from checkpoint_vault.vault import FakeClock, MaintenanceStopped, Vault, VaultConfig
+from checkpoint_vault.vault.content import moves
+from checkpoint_vault.vault.errors import TierUnavailable
 
 from ..vault.helpers import StopAfter, read_file, stream_save
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-import maintenance
-from tiering import MemoryTier
-from tiering.repack import move_packed, repack
-from vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault import maintenance
+from checkpoint_vault.tiering import MemoryTier
+from checkpoint_vault.tiering.repack import move_packed, repack
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 
 from ...lockholder import assert_waits_for_holder
 from ..vault.helpers import stream_save

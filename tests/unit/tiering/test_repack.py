@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tiering import MemoryTier
-from tiering.repack import plan, repack
-from tiering.runner import run_tiering
-from vault import FakeClock, Vault, VaultConfig
-from vault.content.packs import PackBuilder, upload
-from vault.frame import Encoder, chunk_id
+from checkpoint_vault.tiering import MemoryTier
+from checkpoint_vault.tiering.repack import plan, repack
+from checkpoint_vault.tiering.runner import run_tiering
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault.content.packs import PackBuilder, upload
+from checkpoint_vault.vault.frame import Encoder, chunk_id
 
 from ..vault.helpers import read_file, stream_save
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tiering import MemoryTier
-from tiering.runner import run_tiering
-from vault import FakeClock, InvalidRequest, Vault, VaultConfig
+from checkpoint_vault.tiering import MemoryTier
+from checkpoint_vault.tiering.runner import run_tiering
+from checkpoint_vault.vault import FakeClock, InvalidRequest, Vault, VaultConfig
 
 from ..vault.helpers import read_file, stream_save
 

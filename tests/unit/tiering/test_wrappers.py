@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from tiering import MemoryTier
-from tiering.wrappers import FaultyTier, RetryingTier
-from vault.errors import ObjectNotFound, TierUnavailable
+from checkpoint_vault.tiering import MemoryTier
+from checkpoint_vault.tiering.wrappers import FaultyTier, RetryingTier
+from checkpoint_vault.vault.errors import ObjectNotFound, TierUnavailable
 
 
 def test_retries_only_what_can_succeed_on_retry() -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from protocol import CommitFile
-from vault import StoredCheckpoint, Vault
-from vault.content import HotFrame
-from vault.content.chunks import seq_key
-from vault.frame import chunk_id
-from vault.writer import WriteTxn
+from checkpoint_vault.protocol import CommitFile
+from checkpoint_vault.vault import StoredCheckpoint, Vault
+from checkpoint_vault.vault.content import HotFrame
+from checkpoint_vault.vault.content.chunks import seq_key
+from checkpoint_vault.vault.frame import chunk_id
+from checkpoint_vault.vault.writer import WriteTxn
 
 
 def client_save(

@@ -20,7 +20,7 @@ _PREAMBLE = """
 import json, os, shutil, threading
 from pathlib import Path
 import vault.syncer
-from vault import Vault
+from checkpoint_vault.vault import Vault
 
 def state(i):
     return json.dumps([{"role": "user", "content": "turn " * 40 + str(k)}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vault import Vault
-from vault.audit import BYTES_BY, INDEXED
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.audit import BYTES_BY, INDEXED
 
 
 def test_a_log_written_before_the_index_is_indexed_at_open(tmp_path: Path) -> None:

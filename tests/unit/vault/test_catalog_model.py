@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from vault import Conflict, FakeClock, NotFound, Vault, VaultConfig
+from checkpoint_vault.vault import Conflict, FakeClock, NotFound, Vault, VaultConfig
 
 from .helpers import client_save, read_file, stream_save
 

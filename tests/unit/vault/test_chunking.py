@@ -5,7 +5,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vault.chunking import LARGE, SMALL, ChunkingProfile, StreamChunker
+from checkpoint_vault.vault.chunking import LARGE, SMALL, ChunkingProfile, StreamChunker
 
 
 def whole(profile: ChunkingProfile, data: bytes) -> list[bytes]:

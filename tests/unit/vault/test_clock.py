@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from vault.clock import rfc3339
+from checkpoint_vault.vault.clock import rfc3339
 
 
 def _by_datetime(ts: float) -> str:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol import CommitFile
-from vault import (
+from checkpoint_vault.protocol import CommitFile
+from checkpoint_vault.vault import (
     CheckpointNotFound,
     Conflict,
     HashMismatch,
@@ -18,9 +18,9 @@ from vault import (
     Vault,
     VaultConfig,
 )
-from vault.clock import FakeClock
-from vault.frame import chunk_id
-from vault.writer import WriteTxn
+from checkpoint_vault.vault.clock import FakeClock
+from checkpoint_vault.vault.frame import chunk_id
+from checkpoint_vault.vault.writer import WriteTxn
 
 from .helpers import client_save, read_file, stream_save
 

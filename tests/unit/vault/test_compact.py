@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vault import Vault
-from vault.clock import FakeClock
-from vault.content import HotFrame
-from vault.content.chunks import seq_key
-from vault.content.reader import MAX_CHAIN
-from vault.frame import chunk_id
-from vault.writer import WriteTxn
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.clock import FakeClock
+from checkpoint_vault.vault.content import HotFrame
+from checkpoint_vault.vault.content.chunks import seq_key
+from checkpoint_vault.vault.content.reader import MAX_CHAIN
+from checkpoint_vault.vault.frame import chunk_id
+from checkpoint_vault.vault.writer import WriteTxn
 
 from .helpers import client_save, read_file
 

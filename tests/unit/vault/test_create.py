@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from protocol import CommitFile
-from vault import CheckpointNotFound, Conflict, FakeClock, MissingChunks, Vault
+from checkpoint_vault.protocol import CommitFile
+from checkpoint_vault.vault import CheckpointNotFound, Conflict, FakeClock, MissingChunks, Vault
 
 from .helpers import read_file, stream_save
 

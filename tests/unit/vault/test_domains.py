@@ -3,8 +3,8 @@ through every way checkpoints come and go, and decides presence per caller."""
 
 from __future__ import annotations
 
-from vault import Vault
-from vault.frame import chunk_id
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.frame import chunk_id
 
 from .helpers import client_save, stream_save
 

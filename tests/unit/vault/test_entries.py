@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from protocol import Drift
-from vault import FakeClock, Vault, entries
-from vault.entries import COPY, MAX_DEPTH, OWN, Body, diff, entry_digest
-from vault.manifest import FileEntry, distinct_chunks, encode_manifest
-from vault.writer import WriteTxn
+from checkpoint_vault.protocol import Drift
+from checkpoint_vault.vault import FakeClock, Vault, entries
+from checkpoint_vault.vault.entries import COPY, MAX_DEPTH, OWN, Body, diff, entry_digest
+from checkpoint_vault.vault.manifest import FileEntry, distinct_chunks, encode_manifest
+from checkpoint_vault.vault.writer import WriteTxn
 
 from .helpers import read_file
 

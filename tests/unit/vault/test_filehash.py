@@ -8,12 +8,12 @@ import os
 import blake3
 import pytest
 
-from protocol import CommitFile
-from vault import Vault
-from vault import uploads as vault_uploads
-from vault.errors import InvalidRequest
-from vault.filehash import MAX_FILES, RunningHashes
-from vault.frame import chunk_id
+from checkpoint_vault.protocol import CommitFile
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault import uploads as vault_uploads
+from checkpoint_vault.vault.errors import InvalidRequest
+from checkpoint_vault.vault.filehash import MAX_FILES, RunningHashes
+from checkpoint_vault.vault.frame import chunk_id
 
 from .helpers import read_file
 

@@ -4,14 +4,22 @@ import os
 
 import pytest
 
-from protocol import (
+from checkpoint_vault.protocol import (
     CHUNK_RECORD_HEAD,
     CHUNK_REFERENCE,
     decode_chunk_batch,
     encode_chunk_batch,
 )
-from vault import ChunkCorrupt
-from vault.frame import CODEC_RAW, CODEC_ZSTD, HEADER, ROOM, Decoder, Encoder, chunk_id
+from checkpoint_vault.vault import ChunkCorrupt
+from checkpoint_vault.vault.frame import (
+    CODEC_RAW,
+    CODEC_ZSTD,
+    HEADER,
+    ROOM,
+    Decoder,
+    Encoder,
+    chunk_id,
+)
 
 
 def codec_of(frame: bytes) -> int:

@@ -5,13 +5,13 @@ import random
 
 import pytest
 
-from protocol import CommitFile, Drift
-from vault import ChunkCorrupt, MissingChunks, Vault
-from vault.clock import FakeClock
-from vault.content.chunks import seq_key
-from vault.content.location import Inline
-from vault.frame import chunk_id
-from vault.writer import WriteTxn
+from checkpoint_vault.protocol import CommitFile, Drift
+from checkpoint_vault.vault import ChunkCorrupt, MissingChunks, Vault
+from checkpoint_vault.vault.clock import FakeClock
+from checkpoint_vault.vault.content.chunks import seq_key
+from checkpoint_vault.vault.content.location import Inline
+from checkpoint_vault.vault.frame import chunk_id
+from checkpoint_vault.vault.writer import WriteTxn
 
 from .helpers import client_save, flip_last_byte, read_file, stream_save
 
@@ -221,7 +221,7 @@ def test_gc_stops_before_its_next_batch_when_the_server_stops(
     what it committed, and the next run collects the rest."""
     import threading
 
-    from vault import MaintenanceStopped
+    from checkpoint_vault.vault import MaintenanceStopped
 
     rec = stream_save(vault, "ns", {"f": os.urandom(200_000)})
     vault.lifecycle.delete("ns", rec.id)
@@ -241,7 +241,7 @@ def test_check_stops_mid_scan_and_repairs_nothing(
 ) -> None:
     """SIGTERM during `check --repair`: the recount stops between manifests and nothing
     is repaired; the next check repairs what drifted."""
-    from vault import MaintenanceStopped, catalog
+    from checkpoint_vault.vault import MaintenanceStopped, catalog
 
     from .helpers import StopAfter
 

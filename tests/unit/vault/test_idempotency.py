@@ -8,7 +8,7 @@ import struct
 import blake3
 import pytest
 
-from vault import Conflict, FakeClock, Vault
+from checkpoint_vault.vault import Conflict, FakeClock, Vault
 
 
 def test_the_same_key_is_each_tokens_own(vault: Vault) -> None:

@@ -25,15 +25,15 @@ from typing import Any
 import blake3
 import pytest
 
-from protocol import decode_bundle, encode_bundle
-from vault import Vault
-from vault.direct import RECORD_OF_CHUNKS
-from vault.frame import chunk_id
-from vault.ids import IdGenerator
-from vault.journal import _HEAD, ALLOC_STEP, SHRINK_ABOVE, Journal
-from vault.manifest import FileEntry
-from vault.syncer import Syncer
-from vault.writer import Writer
+from checkpoint_vault.protocol import decode_bundle, encode_bundle
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.direct import RECORD_OF_CHUNKS
+from checkpoint_vault.vault.frame import chunk_id
+from checkpoint_vault.vault.ids import IdGenerator
+from checkpoint_vault.vault.journal import _HEAD, ALLOC_STEP, SHRINK_ABOVE, Journal
+from checkpoint_vault.vault.manifest import FileEntry
+from checkpoint_vault.vault.syncer import Syncer
+from checkpoint_vault.vault.writer import Writer
 
 from .powerloss import DATA_FILES, mix, overwrite, run_child
 

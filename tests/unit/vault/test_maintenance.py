@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vault import FakeClock, MaintenanceBusy, MaintenanceLock, Vault, VaultConfig
-from vault.backup import restore
+from checkpoint_vault.vault import FakeClock, MaintenanceBusy, MaintenanceLock, Vault, VaultConfig
+from checkpoint_vault.vault.backup import restore
 
 from ...lockholder import LockHolder
 from .helpers import stream_save

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vault import UnsafePath
-from vault.env import Env
-from vault.ownership import check_ancestors, open_private, prepare_data_dir
+from checkpoint_vault.vault import UnsafePath
+from checkpoint_vault.vault.env import Env
+from checkpoint_vault.vault.ownership import check_ancestors, open_private, prepare_data_dir
 
 NOBODY = 65534
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import lmdb
 
-from vault.pages import read_free_list
+from checkpoint_vault.vault.pages import read_free_list
 
 # The layout read at fixed offsets is LMDB 0.9's (64-bit); py-lmdb 3.0 bundles 0.9.36.
 # pyproject.toml bounds `lmdb` below the next major release for the same reason.

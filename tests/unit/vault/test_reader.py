@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vault import Vault
+from checkpoint_vault.vault import Vault
 
 
 def _read(vault: Vault, ns: str, cid: str) -> bytes:

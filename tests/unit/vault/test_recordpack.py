@@ -3,7 +3,7 @@ still read, and a catalog mixing both lists, patches and deletes alike."""
 
 from __future__ import annotations
 
-from vault import Vault, recordpack
+from checkpoint_vault.vault import Vault, recordpack
 
 
 def test_pack_round_trips_and_shrinks_a_record() -> None:

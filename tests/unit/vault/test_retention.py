@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from vault import Vault
-from vault.clock import FakeClock
-from vault.policy import KeepBest, Retention
-from vault.records import StoredCheckpoint, Validity
-from vault.retention import plan_namespace
+from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.clock import FakeClock
+from checkpoint_vault.vault.policy import KeepBest, Retention
+from checkpoint_vault.vault.records import StoredCheckpoint, Validity
+from checkpoint_vault.vault.retention import plan_namespace
 
 from .helpers import stream_save
 

@@ -7,9 +7,14 @@ from pathlib import Path
 
 import pytest
 
-import maintenance
-from vault import FakeClock, InvalidRequest, Vault, VaultConfig
-from vault.samples import NamespaceBytes, StorageSample, StorageSamples, allocated_bytes
+from checkpoint_vault import maintenance
+from checkpoint_vault.vault import FakeClock, InvalidRequest, Vault, VaultConfig
+from checkpoint_vault.vault.samples import (
+    NamespaceBytes,
+    StorageSample,
+    StorageSamples,
+    allocated_bytes,
+)
 
 from .helpers import stream_save
 

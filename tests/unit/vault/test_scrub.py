@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from vault import Vault, VaultConfig
-from vault.clock import FakeClock
+from checkpoint_vault.vault import Vault, VaultConfig
+from checkpoint_vault.vault.clock import FakeClock
 
 from .helpers import read_file, stream_save
 

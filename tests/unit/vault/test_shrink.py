@@ -11,11 +11,11 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from vault import FakeClock, Vault, VaultConfig
-from vault.env import DATA_FILE
-from vault.pages import oldest_reader, read_free_list
-from vault.samples import allocated_bytes
-from vault.shrink import shrink
+from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault.env import DATA_FILE
+from checkpoint_vault.vault.pages import oldest_reader, read_free_list
+from checkpoint_vault.vault.samples import allocated_bytes
+from checkpoint_vault.vault.shrink import shrink
 
 from .helpers import client_save, read_file
 

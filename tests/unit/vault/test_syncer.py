@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from vault import Conflict, Unavailable, Vault
-from vault.config import VaultConfig
-from vault.syncer import DURABLE_FILE
-from vault.writer import Writer, WriteTxn
+from checkpoint_vault.vault import Conflict, Unavailable, Vault
+from checkpoint_vault.vault.config import VaultConfig
+from checkpoint_vault.vault.syncer import DURABLE_FILE
+from checkpoint_vault.vault.writer import Writer, WriteTxn
 
 from .powerloss import DATA_FILES, PAGE, mix, overwrite, run_child
 
@@ -285,7 +285,7 @@ def test_a_batch_the_syncer_cannot_take_fails_its_callers_not_the_writer(
     error and the writer goes on."""
     import lmdb
 
-    from vault.syncer import Syncer
+    from checkpoint_vault.vault.syncer import Syncer
 
     v = Vault(tmp_path / "v", VaultConfig(save_journal=False))  # the journal would answer
     try:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from vault import VaultError
-from vault.env import FRAME_DBS, Env
-from vault.runtime import Runtime
-from vault.syncer import Syncer
-from vault.writer import Writer, WriteTxn
+from checkpoint_vault.vault import VaultError
+from checkpoint_vault.vault.env import FRAME_DBS, Env
+from checkpoint_vault.vault.runtime import Runtime
+from checkpoint_vault.vault.syncer import Syncer
+from checkpoint_vault.vault.writer import Writer, WriteTxn
 
 
 @pytest.fixture

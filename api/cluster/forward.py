@@ -13,7 +13,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
-from cluster import NotOwner
+from checkpoint_vault.cluster import NotOwner
 
 FORWARDED = "X-Ckpt-Forwarded"
 # Headers of one connection, not of the request (RFC 9110 7.6.1), and the ones aiohttp

@@ -4,7 +4,7 @@
   (so a primary holds its lease before it answers), then one beat per interval on a
   thread of its own, and the token table reloaded when another node's tokens arrived.
 - `cluster_middleware`: a request whose namespace (or upload id) is another shard's is
-  forwarded to that shard's owner (api/cluster_forward.py); one for this process's shard
+  forwarded to that shard's owner (api/cluster/forward.py); one for this process's shard
   it no longer owns is refused 409 (`ClusterConflict`) or, with no owner known, 503.
 - `ShardedSink`: a `POST /v1/saves` entry for another shard is answered 503, which the
   client sends again alone on its namespace's own route, where the proxy routes it.
@@ -28,17 +28,17 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from cluster import ClusterConflict, ClusterNode, NotOwner, upload_shard
-from cluster.node import Local
-from tiering import open_tier
-from tiering.wrappers import RetryingTier
-from vault import Vault, VaultError
-from vault.direct import SaveOptions
+from checkpoint_vault.cluster import ClusterConflict, ClusterNode, NotOwner, upload_shard
+from checkpoint_vault.cluster.node import Local
+from checkpoint_vault.tiering import open_tier
+from checkpoint_vault.tiering.wrappers import RetryingTier
+from checkpoint_vault.vault import Vault, VaultError
+from checkpoint_vault.vault.direct import SaveOptions
 
-from .cluster_forward import FORWARDED, forward, new_session
-from .http import json_response
-from .keys import SAVES, SETTINGS, TOKENS, VAULT, WORKER
-from .saving import PendingSave, Saved, SaveSink
+from ..http import json_response
+from ..keys import SAVES, SETTINGS, TOKENS, VAULT, WORKER
+from ..saving import PendingSave, Saved, SaveSink
+from .forward import FORWARDED, forward, new_session
 
 log = logging.getLogger("ckpt.cluster")
 
