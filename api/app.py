@@ -27,6 +27,7 @@ from checkpoint_vault.vault.runtime import PoolSizes, Runtime
 
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
+from .cluster import cluster_context, cluster_middleware
 from .engine import no_readers, open_vault
 from .errors import error_middleware
 from .heads import Unheaded, headed_middleware
@@ -202,6 +203,7 @@ class Alone:
         return [
             *first,
             auth_middleware(TOKENS, LIMITER),
+            cluster_middleware(),
             read_only_middleware(),
             audit_middleware(),
         ]
@@ -254,6 +256,11 @@ def create_app(
         app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
         app.cleanup_ctx.append(maintenance_context)
         app.cleanup_ctx.append(s3_context)  # [s3] port: the S3 endpoint (api/s3/), off unset
-    role.install(app)
+    if role.reader:  # its sink (the channel) first: the cluster's wraps it
+        role.install(app)
+        app.cleanup_ctx.append(cluster_context)
+    else:  # its first beat before workers may accept (api/cluster/context.py)
+        app.cleanup_ctx.append(cluster_context)
+        role.install(app)
     setup_routes(app)
     return app

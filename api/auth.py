@@ -22,7 +22,7 @@ from checkpoint_vault.vault.tokens import verify
 from .errors import ApiError, Forbidden, Handler, Unauthorized
 from .ratelimit import RateLimiter
 
-PUBLIC_PATHS = frozenset({"/v1/health", "/ui"})
+PUBLIC_PATHS = frozenset({"/v1/health", "/v1/cluster/primary", "/ui"})
 # The web console's page and static files (api/routes/ui.py; `/ui` redirects to `/ui/`):
 # they hold no data, and a browser fetching a script cannot add a token; every API call
 # the page makes carries one.

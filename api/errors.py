@@ -113,7 +113,9 @@ def refusal(request: web.Request, e: Exception) -> Refusal:
     """What `e` answers: engine and service errors by their code, aiohttp's by status,
     anything else a bug (logged with the request id; 500 with no detail)."""
     if isinstance(e, VaultError):
-        after = str(RETRY_AFTER_SECONDS) if e.status in (429, 503) else None
+        # an error may say how soon (a cluster's shard changing hands: cluster/errors.py)
+        wait = getattr(e, "retry_after", RETRY_AFTER_SECONDS)
+        after = str(wait) if e.status in (429, 503) else None
         return Refusal(e.status, {"code": e.code, "message": e.message, **e.details()}, after)
     if isinstance(e, ApiError):
         retry_after = getattr(e, "retry_after", None)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from checkpoint_vault.cluster import ClusterConfig
+from checkpoint_vault.cluster.shards import upload_prefix
 from checkpoint_vault.maintenance import MIN_RATE
 from checkpoint_vault.protocol import (
     DEFAULT_DATA_DIR,
@@ -243,6 +245,14 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("maintenance", "compact_interval"): ("maintenance.compact_interval", parse_duration),
     ("maintenance", "compact_rate"): ("maintenance.compact_rate", _rate),
     ("maintenance", "sample_interval"): ("maintenance.sample_interval", parse_duration),
+    ("cluster", "node"): ("cluster.node", str),
+    ("cluster", "url"): ("cluster.url", str),
+    ("cluster", "shard"): ("cluster.shard", int),
+    ("cluster", "shards"): ("cluster.shards", int),
+    ("cluster", "store"): ("cluster.store", str),
+    ("cluster", "tier"): ("cluster.tier", str),
+    ("cluster", "beat_interval"): ("cluster.beat_interval", parse_duration),
+    ("cluster", "lease_ttl"): ("cluster.lease_ttl", parse_duration),
     ("replication", "tier"): ("replication.tier", str),
     ("replication", "mode"): ("replication.mode", _replication_mode),
     ("replication", "lag_budget"): ("replication.lag_budget", parse_duration),
@@ -354,6 +364,8 @@ class Settings:
     # replica in that tier, until promoted. A tier of "" (only poll_interval set, say in a
     # file the primary shares): not a standby; see `following`.
     follow: FollowConfig | None = None
+    # [cluster]: this process serves one shard of a cluster (cluster/, api/cluster/context.py).
+    cluster: ClusterConfig | None = None
 
     @property
     def socket_path(self) -> Path | None:
@@ -422,6 +434,7 @@ class Settings:
         jobs: dict[str, Any] = {}
         repl: dict[str, Any] = {}
         follow: dict[str, Any] = {}
+        clustered: dict[str, Any] = {}
         for (section, key), raw in values.items():
             if (section, key) not in _KEYS:
                 raise SettingsError(f"{origin}: unknown setting [{section}] {key}")
@@ -438,6 +451,8 @@ class Settings:
                 repl[attr[12:]] = value
             elif attr.startswith("follow."):
                 follow[attr[7:]] = value
+            elif attr.startswith("cluster."):
+                clustered[attr[8:]] = value
             else:
                 top[attr] = value
         replication = self.replication
@@ -448,12 +463,35 @@ class Settings:
             standby = replace(standby or FollowConfig(tier=""), **follow)
         return replace(
             self,
+            cluster=_cluster(self.cluster, clustered),
             vault=replace(self.vault, **inner),
             maintenance=replace(self.maintenance, **jobs),
             replication=replication,
             follow=standby,
             **top,
         )
+
+
+def _cluster(current: ClusterConfig | None, values: dict[str, Any]) -> ClusterConfig | None:
+    """[cluster] with `values` set (checked once every source is in: `_with_cluster`)."""
+    if not values:
+        return current
+    return replace(current or ClusterConfig(), **values)
+
+
+def _with_cluster(settings: Settings) -> Settings:
+    """A cluster's tier must exist, and its uploads name their shard (cluster/shards.py)."""
+    cluster = settings.cluster
+    if cluster is None:
+        return settings
+    try:
+        cluster.check()
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
+    if cluster.tier not in ("", *settings.tiers):
+        raise SettingsError(f"[cluster] tier {cluster.tier!r}: no such [tiers.<name>]")
+    prefix = upload_prefix(cluster.shard)
+    return replace(settings, vault=replace(settings.vault, upload_id_prefix=prefix))
 
 
 REDACTED_KEYS = frozenset({"token", "secret", "password", "key", "credentials"})
@@ -487,6 +525,8 @@ def effective_config(settings: Settings) -> dict[str, dict[str, Any]]:
         if section == "replication" and settings.replication is None:
             continue
         if section == "standby" and settings.follow is None:
+            continue
+        if section == "cluster" and settings.cluster is None:
             continue
         holder: Any = settings
         for part in attr.split("."):
@@ -570,4 +610,4 @@ def load_settings(
             f"[standby] follow {follow.tier!r} and [replication] tier {repl.tier!r} differ: "
             "a promoted standby replicates to the replica it followed"
         )
-    return settings
+    return _with_cluster(settings)

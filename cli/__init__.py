@@ -13,7 +13,7 @@ import sys
 
 from checkpoint_vault.client.errors import ClientError
 
-from . import admin, catalog, checkpoints, keys, lifecycle, moving, serve, standby
+from . import admin, catalog, checkpoints, cluster, keys, lifecycle, moving, serve, standby
 from .output import printable
 
 # What `pip install '.[server]'` adds: a command that needs one of these runs the engine here.
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys.register(sub)
     standby.register(sub)
     moving.register(sub)
+    cluster.register(sub)
     return parser
 
 

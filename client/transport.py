@@ -382,8 +382,10 @@ def _refusal(status: int, headers: Mapping[str, str], payload: bytes) -> ClientE
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Retry-After in seconds (it may be a number or an HTTP date); None if absent."""
-    value = headers.get("Retry-After")
+    """Retry-After in seconds (it may be a number or an HTTP date); None if absent. Header
+    names are matched without case: a proxy in front (HAProxy 2, any HTTP/2 hop) sends
+    them lower-cased, and the client ignored the server's Retry-After behind one."""
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
     if value is None:
         return None
     try:

@@ -22,6 +22,7 @@ from prometheus_client import generate_latest
 
 from checkpoint_vault.api.app import create_app
 from checkpoint_vault.api.auth import auth_middleware
+from checkpoint_vault.api.cluster import cluster_middleware
 from checkpoint_vault.api.engine import hold_shared
 from checkpoint_vault.api.keys import LIMITER, METRICS, SAVES, SETTINGS, TOKENS, UNHEADED, VAULT
 from checkpoint_vault.api.observability import AccessLogger, configure_logging
@@ -51,7 +52,12 @@ class Worker:
     def middlewares(self, first: list[Middleware]) -> list[Middleware]:
         """It authenticates (and charges the token's rate) before it forwards or hands over
         anything: the process that writes then holds nothing for a caller without a token."""
-        return [*first, auth_middleware(TOKENS, LIMITER), forward_middleware(FORWARDER)]
+        return [
+            *first,
+            auth_middleware(TOKENS, LIMITER),
+            cluster_middleware(),
+            forward_middleware(FORWARDER),
+        ]
 
     def install(self, app: web.Application) -> None:
         app.cleanup_ctx.append(_writer_context)

@@ -18,6 +18,7 @@ from aiohttp.typedefs import Middleware
 
 from checkpoint_vault.api.audit import audit_middleware
 from checkpoint_vault.api.auth import auth_middleware
+from checkpoint_vault.api.cluster import cluster_middleware
 from checkpoint_vault.api.keys import LIMITER, SETTINGS, TOKENS, VAULT
 from checkpoint_vault.api.roles import read_only_middleware
 from checkpoint_vault.api.settings import Settings
@@ -53,6 +54,7 @@ class Writer:
             self.adopted.marking(),
             auth_middleware(TOKENS, LIMITER, functools.partial(_charged, self._engine)),
             self.adopted.counting(),
+            cluster_middleware(),
             read_only_middleware(),
             audit_middleware(),
         ]

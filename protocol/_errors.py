@@ -91,9 +91,9 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "fenced",
         409,
         "Fenced",
-        ("Fenced",),
-        "this server was a primary and a standby has been promoted past it: it takes no "
-        "more writes (write to the new primary)",
+        ("Fenced", "ClusterConflict"),
+        "this server was a primary and a standby has been promoted past it, or another node "
+        "of the cluster holds its shard: it takes no more writes (write to the new primary)",
     ),
     ErrorSpec(
         "upload_expired", 410, "UploadExpired", ("UploadExpired",), "the upload session expired"
@@ -130,9 +130,17 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "unavailable",
         503,
         "Unavailable",
-        ("Unavailable", "TierUnavailable", "MaintenanceStopped", "NotTheWriter", "Busy"),
-        "a tier or the store is down, the server is stopping, or one of its processes passes "
-        "as many requests to the one that writes as it may: retry later (Retry-After)",
+        (
+            "Unavailable",
+            "TierUnavailable",
+            "MaintenanceStopped",
+            "NotTheWriter",
+            "Busy",
+            "NotOwner",
+        ),
+        "a tier or the store is down, the server is stopping, one of its processes passes "
+        "as many requests to the one that writes as it may, or a cluster's shard has no live "
+        "owner for a moment: retry later (Retry-After)",
     ),
     ErrorSpec(
         "key_unavailable",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
 from checkpoint_vault.api import Settings, create_app
+from checkpoint_vault.cluster import ClusterConfig
+from checkpoint_vault.cluster.shards import upload_prefix
 from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 
 from .seaweed import SeaweedFS
@@ -140,9 +143,19 @@ class Api:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
+    """A server's settings for in-process tests; with CKPT_TEST_CLUSTER=1, a 1-node cluster
+    (one shard, its objects in a local directory): the suite run against what a cluster's
+    process adds (issue 43)."""
+    vault = VaultConfig(map_size=4 << 20, gc_grace=0.0, max_chunk_size=1 << 20)
+    if not os.environ.get("CKPT_TEST_CLUSTER"):
+        return Settings(data_dir=tmp_path / "data", vault=vault)
+    cluster = ClusterConfig(
+        node="solo", url="http://127.0.0.1:9", shards=1, store=(tmp_path / "cluster").as_uri()
+    )
     return Settings(
         data_dir=tmp_path / "data",
-        vault=VaultConfig(map_size=4 << 20, gc_grace=0.0, max_chunk_size=1 << 20),
+        vault=replace(vault, upload_id_prefix=upload_prefix(0)),
+        cluster=cluster,
     )
 
 

@@ -64,12 +64,15 @@ FLOORS: dict[str, set[str]] = {
     "protocol": set(),
     "vault": {"protocol"},
     "tiering": {"protocol", "vault"},
+    # A cluster's engine side (leases, members, shard map, tokens): no HTTP, no tiers
+    # opened here (api/cluster/context.py hands it one).
+    "cluster": {"protocol", "vault"},
     "maintenance": {"protocol", "vault", "tiering"},
-    "api": {"protocol", "vault", "tiering", "maintenance"},
+    "api": {"protocol", "vault", "tiering", "maintenance", "cluster"},
     # The process floor (issue 42): the roles of a node's processes, on the HTTP core.
-    "node": {"protocol", "vault", "tiering", "maintenance", "api"},
+    "node": {"protocol", "vault", "tiering", "maintenance", "cluster", "api"},
     "client": {"protocol"},
-    "cli": {"protocol", "vault", "tiering", "maintenance", "api", "node", "client"},
+    "cli": {"protocol", "vault", "tiering", "maintenance", "cluster", "api", "node", "client"},
     # The import root (issue 42): today the client's names only, so a producer's install
     # (no server extra) can import it.
     "checkpoint_vault": {"client"},

@@ -22,8 +22,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 OURS = {
-    "checkpoint_vault", "protocol", "vault", "tiering", "maintenance", "api", "client", "cli",
-    "tests", "bench",
+    "checkpoint_vault", "protocol", "vault", "tiering", "maintenance", "cluster", "api",
+    "client", "cli", "tests", "bench",
 }  # fmt: skip
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SELF = re.compile(r"checkpoint-vault\[([^\]]+)\]")

@@ -96,3 +96,85 @@ def test_compose_config_declares_the_cold_tier() -> None:
     assert shown["tiers.cold"]["secret_access_key"] == "<redacted>"
     services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
     assert {"vault", "seaweedfs"} <= set(services)
+
+
+def compose_cluster_state() -> dict[str, object]:
+    """deploy/cluster/compose.yaml's processes as `GET /v1/cluster` would list them."""
+    compose = yaml.safe_load((DEPLOY / "cluster" / "compose.yaml").read_text())
+    members = []
+    for service in compose["services"].values():
+        env = service.get("environment") or {}
+        if "CKPT_CLUSTER_NODE" not in env:
+            continue
+        config = next(v for v in service["volumes"] if v.endswith(":/etc/ckpt/ckpt.toml:ro"))
+        shard = int(config.split("shard-")[1].split(".toml")[0])
+        standby = "CKPT_STANDBY_FOLLOW" in env
+        members.append(
+            {
+                "node": env["CKPT_CLUSTER_NODE"],
+                "shard": shard,
+                "url": env["CKPT_CLUSTER_URL"],
+                "role": "standby" if standby else "primary",
+            }
+        )
+    return {"shards": 3, "members": members}
+
+
+def test_cluster_compose_proxy_config_is_the_generators() -> None:
+    """haproxy.cfg beside the compose file is `ckpt cluster proxy-config`'s output for
+    its six processes, and HAProxy accepts it when it is installed."""
+    from checkpoint_vault.cluster.proxy import haproxy_config
+
+    path = DEPLOY / "cluster" / "haproxy.cfg"
+    assert path.read_text() == haproxy_config(compose_cluster_state(), "*:8080")
+    for k in range(3):  # each shard's processes: its primary and its standby's config
+        from checkpoint_vault.api.settings import load_settings
+
+        settings = load_settings(
+            DEPLOY / "cluster" / f"shard-{k}.toml",
+            environ={"CKPT_CLUSTER_NODE": "n", "CKPT_CLUSTER_URL": "http://n:8470"},
+        )
+        assert settings.cluster is not None
+        assert settings.cluster.shard == k
+    haproxy = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+    if haproxy is None:
+        pytest.skip("haproxy not installed: its config compared with the generator's only")
+    out = subprocess.run(
+        [haproxy, "-c", "-f", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_k8s_cluster_manifests_and_proxy_config(tmp_path: Path) -> None:
+    """deploy/k8s/cluster.yaml: a StatefulSet of primaries and one of standbys, each pod's
+    config a valid shard's once its ordinal is in, and HAProxy's config the generator's
+    (`--dns`) for those six pods."""
+    from checkpoint_vault.api.settings import load_settings
+    from checkpoint_vault.cluster.proxy import haproxy_config
+
+    docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "cluster.yaml").read_text()))
+    sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "StatefulSet"}
+    assert set(sets) == {"ckpt-shard", "ckpt-standby"}
+    assert {s["spec"]["replicas"] for s in sets.values()} == {3}
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    for k in range(3):
+        path = tmp_path / f"shard-{k}.toml"
+        path.write_text(config["ckpt.toml.in"].replace("@SHARD@", str(k)))
+        env = {"CKPT_CLUSTER_NODE": f"ckpt-shard-{k}", "CKPT_CLUSTER_URL": "http://x:8470"}
+        settings = load_settings(path, environ=env)
+        assert settings.cluster is not None
+        assert (settings.cluster.shard, settings.cluster.shards) == (k, 3)
+    members = [
+        {"node": f"ckpt-{kind}-{k}", "shard": k, "url": f"http://ckpt-{kind}-{k}.ckpt-{kind}s:8470"}
+        for kind in ("shard", "standby")
+        for k in range(3)
+    ]
+    expected = haproxy_config({"shards": 3, "members": members}, "*:8080", dns=True)
+    assert config["haproxy.cfg"] == expected
+    haproxy = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+    if haproxy is None:
+        pytest.skip("haproxy not installed: its config compared with the generator's only")
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(expected)
+    out = subprocess.run([haproxy, "-c", "-f", str(cfg)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

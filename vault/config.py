@@ -13,6 +13,9 @@ class VaultConfig:
     # query, or uploaded) cannot be collected before it expires. A retried commit within
     # this window returns the same checkpoint.
     upload_ttl: float = 6 * 3600.0
+    # Put before every upload id: a cluster's node names its shard there (`<shard>-`), so
+    # a proxy routes `/v1/uploads/{id}` without a namespace in the path (cluster/shards.py).
+    upload_id_prefix: str = ""
     # How long a chunk whose reference count reached zero waits before GC may delete it.
     # Covers producers that learned "present" from a missing query answered before the
     # delete and commit after it, with margin for clock steps.

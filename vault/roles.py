@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +22,7 @@ from .errors import Conflict, InvalidRequest, PromotionConflict, ReadOnlyStandby
 from .replication import FollowConfig, Follower, ReplicationConfig, Replicator, is_standby
 from .replication.follow import FollowParts
 from .replication.shipper import ShipperParts
+from .writer import WriteTxn
 
 if TYPE_CHECKING:
     from .tier import Tier
@@ -114,6 +116,23 @@ class Roles:
             self._s.writer.refuse(None)
         return replace(out, role=self.role)
 
+    def step_down(self, error: Callable[[], Exception], timeout: float) -> bool:
+        """Hand the replica over, planned (a cluster's shard moving to its standby): refuse
+        changes from now on with `error()`, let those already queued commit, and wait until
+        the replica has every one of them, so the standby's promotion loses nothing. False
+        if that took longer than `timeout` (the refusal stays until `step_up`)."""
+        self._s.writer.refuse(error)
+        try:
+            self._s.writer.submit(_nothing, replicated=True).result(timeout)
+        except FutureTimeout:
+            return False
+        return self.replication is None or self.replication.wait_restorable(timeout)
+
+    def step_up(self) -> None:
+        """Take changes again after `step_down`, if this vault is still the primary."""
+        if self.role == "primary":
+            self._s.writer.refuse(None)
+
     def close(self) -> None:
         """Stop following; with replication, let the writer finish first so every commit
         is recorded before the replica's last ship."""
@@ -122,3 +141,7 @@ class Roles:
         if self.replication is not None:
             self._s.writer.close()
             self.replication.close()
+
+
+def _nothing(w: WriteTxn) -> None:
+    """A batch that changes nothing: once it committed, so had everything queued before."""

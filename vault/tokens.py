@@ -199,6 +199,26 @@ class Tokens:
         token = self._s.writer.run(op)
         return token, f"ckpt_{token.key_id}_{secret}"
 
+    def adopt(self, token: Token) -> None:
+        """Store `token` as another node made or changed it (a cluster's tokens are mirrored
+        through its object store, cluster/tokens.py): by key id, whatever its name."""
+
+        def op(w: WriteTxn) -> None:
+            w.catalog.put(token.key_id.encode(), _encode(token), db=self._db)
+            self._changed(w)
+
+        self._s.writer.run(op)
+
+    def forget(self, key_id: str) -> None:
+        """Drop the secret `key_id` (revoked on another node of a cluster); no error if
+        it is not here."""
+
+        def op(w: WriteTxn) -> None:
+            if w.catalog.delete(key_id.encode(), db=self._db):
+                self._changed(w)
+
+        self._s.writer.run(op)
+
     def changes(self) -> int:
         """How many times the token table changed (created, revoked, rotated): a process
         that reads the data dir beside the one that writes it (a worker) reloads its copy

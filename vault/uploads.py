@@ -283,7 +283,7 @@ class Uploads:
             if parent is not None:
                 parent_id = self._s.catalog.resolve(txn, ns, parent).id
             session = UploadSession(
-                id=new_upload_id(),
+                id=self._s.config.upload_id_prefix + new_upload_id(),
                 namespace=ns,
                 parent=parent_id,
                 inherit=bool(inherit),

@@ -1,5 +1,6 @@
-// Operations (admin): tiers and their usage, the server's role and replication lag,
-// maintenance runs since start, and the audit log's recent entries.
+// Operations (admin): a cluster's nodes and shards (when the server is part of one), tiers
+// and their usage, the server's role and replication lag, maintenance runs since start,
+// and the audit log's recent entries.
 
 import { get } from "./api.js";
 import { add, h } from "./dom.js";
@@ -35,11 +36,40 @@ function replication(stats) {
   return h("dl", { class: "kv" }, rows.filter(Boolean).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))]));
 }
 
+// GET /v1/cluster: nodes up or down (a beat within the lease TTL), each shard's owner,
+// epoch, replica lag and standbys. Every server answers; {"cluster": false} draws nothing.
+function cluster(state) {
+  if (!state.cluster) return [];
+  const nodes = state.nodes.map((n) =>
+    h("tr", { "data-node": n.node, "data-up": String(n.up) },
+      h("td", {}, n.node),
+      h("td", {}, n.up ? "up" : "down"),
+      h("td", { class: "num" }, n.processes),
+      h("td", {}, ago(n.beat_age_seconds))));
+  const shards = state.shard_owners.map((s) =>
+    h("tr", { "data-shard": String(s.shard) },
+      h("td", { class: "num" }, s.shard),
+      h("td", {}, s.owner ?? "none"),
+      h("td", { class: "num" }, s.epoch ?? "—"),
+      h("td", {}, s.lag_seconds === null ? "—" : ago(s.lag_seconds)),
+      h("td", { class: "num" }, s.checkpoints ?? "—"),
+      h("td", { class: "num" }, s.stored_bytes === null ? "—" : bytes(s.stored_bytes)),
+      h("td", {}, s.standbys.join(", ") || "—")));
+  const t = state.totals;
+  return [
+    h("h2", {}, `Cluster: ${state.nodes.length} nodes, ${state.shards} shards`),
+    h("p", {}, `${t.checkpoints} checkpoints, ${bytes(t.logical_bytes)} logical, ${bytes(t.stored_bytes)} stored in all shards.`),
+    table("cluster-nodes", ["node", "state", "processes", "last beat"], nodes),
+    table("cluster-shards", ["shard", "owner", "epoch", "replica lag", "checkpoints", "stored", "standbys"], shards),
+  ];
+}
+
 export async function opsView(view) {
-  const [stats, jobs, audit] = await Promise.all([
+  const [stats, jobs, audit, clustered] = await Promise.all([
     get("/v1/stats"),
     get("/v1/admin/jobs"),
     get("/v1/admin/audit?limit=50"),
+    get("/v1/cluster"),
   ]);
   const tiers = Object.entries(stats.tiers).map(([name, t]) =>
     h("tr", {}, h("td", {}, name), h("td", { class: "num" }, t.chunks), h("td", { class: "num" }, bytes(t.bytes))));
@@ -64,6 +94,7 @@ export async function opsView(view) {
     h("p", {},
       `${stats.checkpoints} checkpoints in ${stats.namespaces} namespaces: ${bytes(stats.logical_bytes)} logical, ` +
       `${bytes(stats.stored_bytes)} stored (dedup ×${stats.dedup_ratio ?? "—"}), ${stats.chunks} chunks.`),
+    ...cluster(clustered),
     h("h2", {}, "Tiers"),
     table("tiers", ["tier", "chunks", "bytes"], tiers),
     h("h2", {}, "Role and replication"),

@@ -74,6 +74,13 @@ def test_retry_after_reads_seconds_and_dates() -> None:
     assert 25 < (_retry_after({"Retry-After": later}) or 0) <= 30
 
 
+def test_retry_after_behind_a_proxy_that_lowercases_header_names() -> None:
+    """HAProxy 2 (and any HTTP/2 hop) sends `retry-after`: a cluster's 503s while a shard
+    changes hands must still pace the client's retries (tests/fault/test_cluster_*)."""
+    assert _retry_after({"retry-after": "2"}) == 2.0
+    assert _retry_after({"RETRY-AFTER": "1"}) == 1.0
+
+
 async def _serve(
     aiohttp_server: ServerFactory, answers: list[tuple[int, dict[str, str]]]
 ) -> tuple[TestServer, list[int]]:

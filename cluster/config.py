@@ -1,0 +1,40 @@
+"""`[cluster]`: which shard this process serves, and where the cluster's objects are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A shard's holder beats every second; observers count it gone after `lease_ttl` of their
+# own clock without a new beat (Patroni's rule: clocks are never compared across nodes).
+# With HAProxy checking every second, a dead primary's shard answers again within
+# lease_ttl + promotion + one check: docs/DESIGN.md states the bound.
+BEAT_INTERVAL = 1.0
+LEASE_TTL = 6.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Every field has a default so that a file, the environment (`CKPT_CLUSTER_*`: a pod
+    names its node, URL and shard) and flags can each give part; `check` runs once all
+    are in."""
+
+    node: str = ""  # this machine's name in the cluster (several processes may share it)
+    url: str = ""  # where other nodes and the proxy reach this process
+    shard: int = 0  # the shard this process's data dir holds
+    shards: int = 1  # how many shards the cluster has (fixed when it is made)
+    store: str = ""  # URL of the cluster's objects (beats, leases, tokens): s3://bucket/prefix
+    tier: str = ""  # the [tiers.<name>] whose options (endpoint, keys) reach `store`
+    beat_interval: float = BEAT_INTERVAL
+    lease_ttl: float = LEASE_TTL
+
+    def check(self) -> None:
+        """Raise ValueError for a configuration a cluster cannot run with."""
+        for name in ("node", "url", "store"):
+            if not getattr(self, name):
+                raise ValueError(f"[cluster] {name} is required")
+        if self.shards < 1 or not 0 <= self.shard < self.shards:
+            raise ValueError(f"[cluster] shard {self.shard} is not one of 0..{self.shards - 1}")
+        if not self.node or "/" in self.node or "." in self.node:
+            raise ValueError("[cluster] node must be a name without '/' or '.'")
+        if self.lease_ttl < 3 * self.beat_interval:
+            raise ValueError("[cluster] lease_ttl must be at least 3 beat intervals")

@@ -1,0 +1,59 @@
+"""The console's Operations view of a cluster (issue 43): three nodes and their shards,
+seen through the proxy; a node SIGKILLed shows down within 10 s."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from ..cluster import Cluster
+from ..seaweed import SeaweedFS
+from .conftest import Watched, screenshot
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, seaweed, secrets.token_hex(4))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def _operations_again(page: Page) -> None:
+    """The Operations view drawn anew (a reload: the view reads the cluster once)."""
+    page.reload()
+    expect(page.locator("#cluster-nodes")).to_be_visible()
+
+
+def test_operations_show_the_clusters_nodes_and_shards(cluster: Cluster, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{cluster.proxy.url}/ui/")
+    page.fill("input[name=token]", cluster.token)
+    page.click("form#signin button[type=submit]")
+    expect(page.locator("[data-token-name]")).to_be_visible()
+    page.get_by_role("link", name="Operations").click()
+    for k in range(3):
+        expect(page.locator(f"#cluster-nodes [data-node=n{k}]")).to_have_attribute(
+            "data-up", "true"
+        )
+        expect(page.locator(f"#cluster-shards [data-shard='{k}']")).to_contain_text(f"n{k}")
+    screenshot(page, "operations-cluster")
+
+    cluster.nodes[2].kill()
+    killed = time.monotonic()
+    down = page.locator("#cluster-nodes [data-node=n2]")
+    while time.monotonic() - killed < 10:
+        _operations_again(page)
+        if down.get_attribute("data-up") == "false":
+            break
+    expect(down).to_have_attribute("data-up", "false")
+    assert time.monotonic() - killed < 10
+    expect(page.locator("#cluster-shards [data-shard='2']")).to_contain_text("none")
+    assert watched.errors == []
