@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 ROOT_PACKAGE = "checkpoint_vault"  # the one import root: its subpackages are the folders
 
@@ -88,6 +90,7 @@ def package_graph() -> dict[str, set[str]]:
     return graph
 
 
+@pytest.mark.slow
 def test_every_import_of_ours_goes_through_the_root() -> None:
     """`import vault` works in a checkout (the folders are on the path) but not installed,
     where only `checkpoint_vault` is: each import of ours names the root."""

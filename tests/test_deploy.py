@@ -120,6 +120,7 @@ def compose_cluster_state() -> dict[str, object]:
     return {"shards": 3, "members": members}
 
 
+@pytest.mark.slow
 def test_cluster_compose_proxy_config_is_the_generators() -> None:
     """haproxy.cfg beside the compose file is `ckpt cluster proxy-config`'s output for
     its six processes, and HAProxy accepts it when it is installed."""
@@ -145,6 +146,7 @@ def test_cluster_compose_proxy_config_is_the_generators() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_k8s_cluster_manifests_and_proxy_config(tmp_path: Path) -> None:
     """deploy/k8s/cluster.yaml: a StatefulSet of primaries and one of standbys, each pod's
     config a valid shard's once its ordinal is in, and HAProxy's config the generator's

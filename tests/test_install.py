@@ -12,10 +12,13 @@ import subprocess
 import venv
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_ONLY = {"lmdb", "obstore", "cryptography", "numcodecs", "numpy", "aiohttp", "zstandard"}
 
 
+@pytest.mark.slow
 def test_pip_install_dot_is_the_client_only(tmp_path: Path) -> None:
     src = tmp_path / "src"  # a copy, so the build leaves nothing in the work tree
     shutil.copytree(

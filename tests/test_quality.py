@@ -54,6 +54,7 @@ def test_mypy_strict() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module",
     [
@@ -156,6 +157,7 @@ def test_client_does_not_import_server_dependencies() -> None:
     assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module",
     ["client.torch", "client.dcp", "client.langgraph", "client.fsspec", "client.importers"],

@@ -35,6 +35,8 @@ import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from checkpoint_vault.cli import build_parser
 from checkpoint_vault.client import AsyncVaultClient, VaultClient
 
@@ -287,6 +289,7 @@ def _test_modules() -> list[ast.Module]:
     ]
 
 
+@pytest.mark.slow
 def test_every_ckpt_command_is_run_by_a_test() -> None:
     trees = _test_modules()
     runners = cli_runners(trees)
@@ -295,6 +298,7 @@ def test_every_ckpt_command_is_run_by_a_test() -> None:
     assert missing == [], f"ckpt commands no test runs: {missing}"
 
 
+@pytest.mark.slow
 def test_every_public_client_method_is_called_by_a_test() -> None:
     called = set().union(*(called_methods(tree) for tree in _test_modules()))
     surface = public_methods(VaultClient) | public_methods(AsyncVaultClient)

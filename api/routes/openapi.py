@@ -18,6 +18,7 @@ from aiohttp import web
 from checkpoint_vault import protocol as protocol
 
 from .. import __version__
+from ..auth import PUBLIC_PATHS, PUBLIC_PREFIXES
 
 _PARAM = re.compile(r"\{(\w+)(?::[^}]*)?\}")
 
@@ -478,7 +479,7 @@ def build_openapi(app: web.Application) -> dict[str, Any]:
         raw = route.resource.canonical
         path = _PARAM.sub(r"{\1}", raw)
         op = _operation(route, raw)
-        if path in ("/v1/health", "/ui") or path.startswith("/ui/"):  # no token needed
+        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):  # no token needed
             op["security"] = []
         paths.setdefault(path, {})[route.method.lower()] = op
     return {

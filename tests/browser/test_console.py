@@ -73,6 +73,7 @@ def test_page_and_assets_need_no_token_and_carry_a_strict_policy(demo: Demo) -> 
     )
 
 
+@pytest.mark.slow
 def test_read_only_token_sees_lineage_and_chart_but_no_action(demo: Demo, watched: Watched) -> None:
     page = watched.page
     sign_in(page, demo, demo.reader)
@@ -149,6 +150,7 @@ def test_admin_sees_operations(demo: Demo, watched: Watched) -> None:
     assert watched.errors == []
 
 
+@pytest.mark.slow
 def test_admin_tags_pins_and_deletes_after_confirming(demo: Demo, watched: Watched) -> None:
     page = watched.page
     sign_in(page, demo, demo.admin)
@@ -193,6 +195,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
         server.stop()
 
 
+@pytest.mark.slow
 def test_the_console_works_over_https(tls_server: ServerProcess, browser: Browser) -> None:
     """Same origin over TLS: the page, its modules and its API calls all come over https
     (a private CA the browser is told to accept), nothing from another host."""

@@ -32,6 +32,7 @@ def _operations_again(page: Page) -> None:
     expect(page.locator("#cluster-nodes")).to_be_visible()
 
 
+@pytest.mark.slow
 def test_operations_show_the_clusters_nodes_and_shards(cluster: Cluster, watched: Watched) -> None:
     page = watched.page
     page.goto(f"{cluster.proxy.url}/ui/")

@@ -37,6 +37,7 @@ def js(server: ServerProcess, *args: str) -> Any:
     return json.loads(ckpt(server, *args, "--json").stdout)
 
 
+@pytest.mark.slow
 def test_push_pull_and_catalog_commands(server: ServerProcess, tmp_path: Path) -> None:
     src = tmp_path / "run"
     (src / "opt").mkdir(parents=True)
@@ -105,6 +106,7 @@ def test_push_hands_a_file_over_when_the_server_offers_its_socket(
     assert (tmp_path / "out" / "big.bin").read_bytes() == big.read_bytes()
 
 
+@pytest.mark.slow
 def test_operator_commands(server: ServerProcess, tmp_path: Path) -> None:
     stats = js(server, "stats")
     assert {"chunks", "stored_bytes", "logical_bytes", "dedup_ratio"} <= set(stats)
@@ -150,6 +152,7 @@ def test_errors_are_one_line_and_nonzero(server: ServerProcess) -> None:
     assert usage.returncode == 2
 
 
+@pytest.mark.slow
 def test_retention_verify_and_check_commands(server: ServerProcess, tmp_path: Path) -> None:
     ids = [js(server, "push", "cli/ret", str(_file(tmp_path, f"f{i}", i)))["id"] for i in range(3)]
     policy = js(
@@ -196,6 +199,7 @@ def _file(root: Path, name: str, i: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_tier_commands(server: ServerProcess, tmp_path: Path) -> None:
     js(server, "push", "cli/tier", str(_file(tmp_path, "t", 1)))
     settings = js(
@@ -230,6 +234,7 @@ def test_tier_commands(server: ServerProcess, tmp_path: Path) -> None:
         vault.set_policy("cli/tier", {"tiering": {"stages": None}})
 
 
+@pytest.mark.slow
 def test_compact_stores_older_tensor_checkpoints_as_deltas(
     server: ServerProcess, tmp_path: Path
 ) -> None:

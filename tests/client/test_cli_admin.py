@@ -65,6 +65,7 @@ def as_token(server: ServerProcess, token: str) -> ServerProcess:
     return other
 
 
+@pytest.mark.slow
 def test_token_rotate_and_audit(server: ServerProcess) -> None:
     old = ckpt(server, "token", "create", "rotor", "--scope", "read:cli/*").stdout.strip()
     new = js(server, "token", "rotate", "rotor", "--grace", "1h")["token"]
@@ -93,6 +94,7 @@ def test_token_rotate_and_audit(server: ServerProcess) -> None:
     assert "/v1/admin/gc?dry_run=true" in ckpt(server, "audit", "--limit", "1").stdout
 
 
+@pytest.mark.slow
 def test_catalog_backup_into_backup_dir_and_the_tier(server: ServerProcess, tmp_path: Path) -> None:
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(50_000))
@@ -130,6 +132,7 @@ def _file(root: Path, name: str, size: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_tier_plan_and_run_move_old_checkpoints(server: ServerProcess, tmp_path: Path) -> None:
     files = [_file(tmp_path, f"w{i}", 400_000) for i in range(3)]
     ids = [js(server, "push", "cli/tiered", str(f))["id"] for f in files]
@@ -164,6 +167,7 @@ def test_tier_plan_and_run_move_old_checkpoints(server: ServerProcess, tmp_path:
     assert js(server, "check")["ok"] is True
 
 
+@pytest.mark.slow
 def test_verify_finds_a_frame_damaged_on_disk(tmp_path: Path) -> None:
     from checkpoint_vault.vault import Vault
 
@@ -206,6 +210,7 @@ def _sealing_key(blob: bytes) -> int:
     return int(key_id)
 
 
+@pytest.mark.slow
 def test_key_add_rotates_the_sealing_key(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     server = configured_server(tmp_path, f'[encryption]\nkey_file = "{keys}"\n')

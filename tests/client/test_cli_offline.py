@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from checkpoint_vault.tiering import open_tier
 from checkpoint_vault.tiering.runner import run_tiering
 from checkpoint_vault.vault import FakeClock, Vault
@@ -30,6 +32,7 @@ def ckpt(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_offline_gc_refuses_a_data_dir_a_server_holds(server: ServerProcess) -> None:
     for command in ("gc", "check"):
         busy = ckpt(command, "--data", str(server.data_dir))

@@ -163,6 +163,7 @@ def run_ranks(
     return outputs
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_commit_one_checkpoint_that_loads_anywhere(
     vault: VaultClient, server: ServerProcess
 ) -> None:

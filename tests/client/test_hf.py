@@ -99,6 +99,7 @@ def trainer(
     )
 
 
+@pytest.mark.slow
 def test_a_run_pushes_a_chain_and_a_resumed_run_ends_identical(
     vault: VaultClient, tmp_path: Path
 ) -> None:

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from checkpoint_vault.client import VaultClient
 
 from ..serverproc import ServerProcess
@@ -56,6 +58,7 @@ def kill_after(server: ServerProcess, vault: VaultClient, src: Path, at: int, ji
     return count(vault, "imp/killed")
 
 
+@pytest.mark.slow
 def test_an_import_killed_at_random_moments_finishes_without_duplicate_or_gap(
     server: ServerProcess, vault: VaultClient, tmp_path: Path
 ) -> None:

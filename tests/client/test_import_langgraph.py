@@ -38,11 +38,13 @@ from .pgserver import PostgresServer
 from .test_import_series import js
 
 THREADS = ["alpha", "beta", "user 7/chat"]  # the last is not a plain namespace segment
-# The issue's size, 100 turns on each of the 3 threads, for both databases: 2,100
-# checkpoints and 1,800 tasks' writes each (109 MiB of SQLite: every checkpoint holds the
-# whole message history); each original is read once and compared with the import and
-# the export.
-TURNS = 100
+# 30 turns on each of the 3 threads by default (630 checkpoints and 540 tasks' writes per
+# database); CKPT_LANGGRAPH_TURNS=100 runs issue 47's size (2,100 checkpoints and 1,800
+# writes each, 109 MiB of SQLite: every checkpoint holds the whole message history), which
+# passed in 162 s (SQLite) and 137 s (PostgreSQL) and took the suite past its 15 minutes
+# once the cluster's and the S3 endpoint's tests joined it. Each original is read once
+# and compared with the import and the export.
+TURNS = int(os.environ.get("CKPT_LANGGRAPH_TURNS", "30"))
 KILL_TURNS = 4  # the kill test's: it needs the kill to land inside the first thread only
 # a turn: 4 checkpoints of the graph (input, start, the fan-out, the join) and 3 of the
 # subgraph run by the join (its input, start, its node)
@@ -200,6 +202,7 @@ def test_unknown_databases_are_refused(
         import_langgraph(vault, empty, "moved/other")
 
 
+@pytest.mark.slow
 def test_an_import_killed_mid_thread_finishes_without_duplicate_or_gap(
     server: ServerProcess, vault: VaultClient, tmp_path: Path
 ) -> None:

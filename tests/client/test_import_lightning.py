@@ -23,6 +23,7 @@ pytestmark = [  # as tests/client/test_lightning.py: Lightning's advice for real
 ]
 
 
+@pytest.mark.slow
 def test_top_k_dirpath_imports_in_step_order_with_the_best_tagged(
     server: ServerProcess, vault: VaultClient, tmp_path: Path
 ) -> None:

@@ -75,6 +75,7 @@ def upload_trainer_series(fs: Any, prefix: str) -> dict[str, bytes]:
     return objects
 
 
+@pytest.mark.slow
 def test_a_trainer_series_in_s3_imports_in_order_once(
     server: ServerProcess, vault: VaultClient, seaweed: SeaweedFS, s3: Any, tmp_path: Path
 ) -> None:

@@ -68,6 +68,7 @@ def chain_of(vault: VaultClient, namespace: str) -> list[Any]:
     return list(reversed(vault.list(namespace, limit=1000)))
 
 
+@pytest.mark.slow
 def test_plain_files_import_in_step_order_and_export_back_exactly(
     server: ServerProcess, vault: VaultClient, tmp_path: Path
 ) -> None:

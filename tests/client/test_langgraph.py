@@ -178,6 +178,7 @@ def record_reference_run(cfg: RunnableConfig) -> Recorder:
     return ref
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reader", ["same saver", "cold saver"])
 def test_replayed_calls_read_back_exactly_as_the_in_memory_saver(
     server: ServerProcess, reader: str
@@ -514,6 +515,7 @@ def test_keep_last_bounds_a_thread_and_it_still_resumes(
         assert graph.get_state(cfg).values["turns"] == 5
 
 
+@pytest.mark.slow
 def test_a_hundred_chat_turns_dedup_to_under_two_megabytes(
     saver: VaultSaver, vault: VaultClient
 ) -> None:

@@ -145,6 +145,7 @@ def test_importing_client_lightning_loads_neither_lightning_nor_torch() -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_program_on_lightning_pytorch_gets_a_plugin_of_that_package() -> None:
     """`lightning.pytorch` and `pytorch_lightning` hold distinct CheckpointIO classes: the
     plugin subclasses the one the program imported."""

@@ -21,6 +21,8 @@ from checkpoint_vault.vault.tier import Tier
 from ..seaweed import SeaweedFS
 from ..unit.vault.helpers import read_file, stream_save
 
+pytestmark = pytest.mark.slow  # every test here takes over a second (the quick loop skips them)
+
 
 def test_outage_is_unavailable_then_recovers(seaweed: SeaweedFS) -> None:
     server = seaweed  # the shared one, killed and restarted: two at once do not start cleanly

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 from safetensors.numpy import save
 
 from checkpoint_vault.client import VaultClient
@@ -87,6 +88,7 @@ def read_all(server: ServerProcess, saved: dict[str, bytes]) -> None:
     assert report.ok, report
 
 
+@pytest.mark.slow
 def test_sigkill_during_compaction_loses_nothing(crash_server: ServerProcess) -> None:
     rng = random.Random(SEED)
     files = versions(ROUNDS + 2, SEED)

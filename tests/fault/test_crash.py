@@ -555,6 +555,7 @@ async def drive(run: Run) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.timeout(180)
 async def test_sigkill_during_uploads_loses_no_acknowledged_checkpoint(

@@ -50,6 +50,8 @@ from checkpoint_vault.vault.tokens import verify
 from ..seaweed import SeaweedFS
 from ..serverproc import ServerProcess, free_port
 
+pytestmark = pytest.mark.slow  # every test here takes over a second (the quick loop skips them)
+
 SEED = int(os.environ.get("REPLICA_SEED", "1515"))
 ROUNDS = 10  # per mode: 20 kill-and-restore rounds in all
 PRODUCERS = 2

@@ -11,9 +11,13 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from checkpoint_vault.client import RetryPolicy, VaultClient
 
 from .conftest import ServerProcess
+
+pytestmark = pytest.mark.slow  # every test here takes over a second (the quick loop skips them)
 
 MiB = 1 << 20
 

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 
@@ -99,6 +100,7 @@ def run_round(path: Path, first: int, rng: random.Random) -> list[str]:
     return lines + [w.decode() for w in buffered.split(b"\n") if w]
 
 
+@pytest.mark.slow
 def test_sigkill_during_shrink_loses_nothing(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     path = tmp_path / "vault"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from checkpoint_vault.client import local
 from checkpoint_vault.client.connections import Broken
@@ -18,6 +19,7 @@ from checkpoint_vault.client.connections import Broken
 from ..serverproc import ServerProcess
 
 
+@pytest.mark.slow
 async def test_sigterm_exits_zero_and_keeps_committed_data(crash_server: ServerProcess) -> None:
     headers = {"Authorization": f"Bearer {crash_server.token}"}
     data = os.urandom(3 << 20)
@@ -78,6 +80,7 @@ async def test_log_lines_are_json_with_request_ids(crash_server: ServerProcess) 
     assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)
 
 
+@pytest.mark.slow
 async def test_sigterm_stops_a_file_being_handed_over(
     crash_server: ServerProcess, tmp_path: Path
 ) -> None:

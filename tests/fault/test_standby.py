@@ -152,6 +152,7 @@ def pair(tmp_path: Path, seaweed: SeaweedFS, request: pytest.FixtureRequest) -> 
         primary.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", ["async", "sync"], indirect=True)
 def test_standby_follows_takes_over_and_fences_the_old_primary(
     pair: Pair, seaweed: SeaweedFS, tmp_path: Path

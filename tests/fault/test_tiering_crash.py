@@ -11,6 +11,7 @@ import secrets
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from ..seaweed import SeaweedFS
 from ..serverproc import ServerProcess, free_port
@@ -28,6 +29,7 @@ def config_for(path: Path, seaweed: SeaweedFS) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_sigkill_during_tiering_run(tmp_path: Path, seaweed: SeaweedFS) -> None:
     server = ServerProcess(
         tmp_path / "data",

@@ -157,6 +157,7 @@ def _every_id(c: VaultClient, ns: str) -> list[str]:
     return ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["worker", "writer", "both"])
 def test_sigkill_among_processes_loses_no_acknowledged_save(
     two_processes: ServerProcess, victim: str

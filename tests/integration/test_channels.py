@@ -27,6 +27,8 @@ from checkpoint_vault.client import VaultClient
 
 from ..serverproc import ServerProcess, free_port
 
+pytestmark = pytest.mark.slow  # every test here takes over a second (the quick loop skips them)
+
 SOCKETS = ("ckpt-engine.sock", "ckpt-calls.sock", "ckpt-handoff.sock")
 FORGED = "203.0.113.77"  # TEST-NET-3: no caller of this test has that address
 

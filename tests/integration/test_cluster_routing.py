@@ -27,6 +27,8 @@ from checkpoint_vault.cluster import shard_of
 from ..cluster import Cluster, call, wait_for
 from ..seaweed import SeaweedFS
 
+pytestmark = pytest.mark.slow  # every test here takes over a second (the quick loop skips them)
+
 
 @pytest.fixture
 def cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:

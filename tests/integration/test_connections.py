@@ -39,6 +39,7 @@ def quick_heads(tmp_path: Path) -> Iterator[ServerProcess]:
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_request_head_that_never_finishes_is_closed(quick_heads: ServerProcess) -> None:
     with socket.create_connection((quick_heads.host, quick_heads.port), timeout=WAIT) as sock:
         sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")  # no blank line: unfinished

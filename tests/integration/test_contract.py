@@ -17,12 +17,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..fault.conftest import crash_server  # noqa: F401 - the fixture: a fresh `ckpt serve`
 from ..serverproc import ServerProcess
 
 CONFIG = Path(__file__).parent.parent / "schemathesis.toml"
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_nothing(crash_server: ServerProcess, tmp_path: Path) -> None:  # noqa: F811
     server = crash_server
     result = subprocess.run(

@@ -121,6 +121,7 @@ def test_data_dir_another_user_made_is_refused(tmp_path: Path) -> None:
     assert token.read_bytes() == b""  # no admin token for its owner to read
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "entry", ["vault", "vault/catalog", "vault/catalog/data.mdb", "admin.token", "ckpt-limits"]
 )
@@ -136,6 +137,7 @@ def test_an_entry_of_another_user_in_the_data_dir_is_refused(
     assert listing(served) == before
 
 
+@pytest.mark.slow
 def test_a_limits_symlink_is_refused_and_its_target_untouched(served: Path, tmp_path: Path) -> None:
     """`ckpt-limits` is opened O_TRUNC and resized: through a link, another file is."""
     victim = tmp_path / "precious"
@@ -205,6 +207,7 @@ def test_a_data_dir_in_a_directory_another_user_owns_is_refused(tmp_path: Path) 
     assert listing(parent) == before
 
 
+@pytest.mark.slow
 def test_the_servers_own_data_dir_still_serves(served: Path, tmp_path: Path) -> None:
     """What the checks accept: a data dir of its own, made under umask 022 (0755, files
     0644), is tightened and served, its sockets from the last run bound afresh."""

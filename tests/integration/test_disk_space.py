@@ -54,6 +54,7 @@ def stats(server: ServerProcess) -> Any:
     return json.loads(ckpt(server, "stats", "--json"))
 
 
+@pytest.mark.slow
 def test_stats_show_the_disk_and_gc_gives_it_back(server: ServerProcess, tmp_path: Path) -> None:
     ids = []
     for i in range(5):

@@ -113,6 +113,7 @@ def _tally(read: bytes, mine: bytes, theirs: set[bytes]) -> tuple[int, int]:
     return wrong, foreign
 
 
+@pytest.mark.slow
 async def test_a_stalled_download_never_reads_pages_reused_for_another_tenant(
     api: Api, clock: FakeClock, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

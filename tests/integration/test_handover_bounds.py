@@ -65,6 +65,7 @@ def _hand(server: ServerProcess, upload: str, fd: int) -> tuple[int, dict[str, o
     return status, json.loads(payload)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server", ['body_timeout = "1s"'], indirect=True)
 def test_a_sparse_file_is_read_for_its_allocated_bytes_only(
     server: ServerProcess, tmp_path: Path

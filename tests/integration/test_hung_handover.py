@@ -55,6 +55,7 @@ def _open_upload(server: ServerProcess) -> str:
         conn.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_hung_read_is_answered_408_request_timeout(
     server: ServerProcess, tmp_path: Path

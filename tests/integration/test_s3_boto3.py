@@ -42,6 +42,7 @@ def _keys(client: Any, bucket: str, **kw: Any) -> list[str]:
     return [o["Key"] for o in client.list_objects_v2(Bucket=bucket, **kw).get("Contents", [])]
 
 
+@pytest.mark.slow
 def test_put_get_range_list_delete(s3: S3Server) -> None:
     c = s3.boto3()
     data = os.urandom(300_000)
@@ -255,6 +256,7 @@ def _ckpt(s3: S3Server, *args: str, token: str | None = None) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_ckpt_prints_credentials_that_sign(s3: S3Server) -> None:
     token = _token(s3, "producer", ["read:flink-*", "write:flink-*"])
     creds = json.loads(_ckpt(s3, "token", "s3", "--json", token=token))

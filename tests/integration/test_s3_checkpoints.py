@@ -96,6 +96,7 @@ def test_deleting_a_checkpoint_directory_deletes_that_checkpoint(s3: S3Server) -
         assert fourth.parent == third.id
 
 
+@pytest.mark.slow
 def test_idle_rule_and_policy_markers(s3: S3Server) -> None:
     c = s3.boto3()
     with _vault(s3) as v:
@@ -109,6 +110,7 @@ def test_idle_rule_and_policy_markers(s3: S3Server) -> None:
         assert both[1].parent == both[0].id
 
 
+@pytest.mark.slow
 def test_restart_keeps_the_open_checkpoint(s3: S3Server) -> None:
     c = s3.boto3()
     c.put_object(Bucket="tfjob", Key="ckpts/ckpt-1.data-00000-of-00001", Body=b"d" * 4096)

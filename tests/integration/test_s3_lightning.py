@@ -100,6 +100,7 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
         srv.server.stop()
 
 
+@pytest.mark.slow
 def test_lightning_through_s3fs_resumes_and_stores_no_more(s3: S3Server, tmp_path: Path) -> None:
     with VaultClient(s3.server.url, s3.server.token) as vault:
         # Lightning writes one file per checkpoint: that file is the completion marker.

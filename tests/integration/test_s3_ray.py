@@ -78,6 +78,7 @@ def _fit(s3: S3Server) -> Any:
     return trainer.fit()
 
 
+@pytest.mark.slow
 def test_ray_train_checkpoints_into_the_vault_and_resumes(s3: S3Server) -> None:
     first = _fit(s3)
     assert first.metrics["counter"] == REPORTS

@@ -9,6 +9,8 @@ import os
 import threading
 from typing import Any
 
+import pytest
+
 from checkpoint_vault.api.http import PREPARE_ON_LOOP_MAX
 from checkpoint_vault.api.keys import RUNTIME, SETTINGS
 from checkpoint_vault.client import AsyncVaultClient
@@ -115,6 +117,7 @@ async def test_every_save_is_charged_to_the_rate_limit(
     assert (await admin.json("GET", "/v1/stats"))["checkpoints"] == 3
 
 
+@pytest.mark.slow
 async def test_the_client_sends_saves_that_wait_together(two_processes: ServerProcess) -> None:
     """Forty agents saving at once through one client with one request in flight: they
     travel in a few requests, through either process, and each is its own checkpoint with

@@ -101,6 +101,7 @@ async def test_a_client_gone_mid_download_lets_go_of_the_pages(api: Api) -> None
     assert await api.read("gone", rec["id"], "w") == data  # and the grown map still serves
 
 
+@pytest.mark.slow
 async def test_a_client_that_stops_reading_is_cut_off(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,8 @@ import dataclasses
 import os
 from typing import Any
 
+import pytest
+
 from checkpoint_vault.api import Settings, create_app
 from checkpoint_vault.api.keys import BODY_READERS
 from checkpoint_vault.protocol import CHUNK_BATCH_TYPE, encode_chunk_batch
@@ -42,6 +44,7 @@ async def _dripped(api: Api, upload_id: str, length: int) -> Any:
     return await api.raw("POST", path, b"\0" * 100, {"Content-Type": CHUNK_BATCH_TYPE}, length)
 
 
+@pytest.mark.slow
 async def test_a_body_below_the_minimum_rate_is_cut_with_408(
     aiohttp_client: Any, settings: Settings, clock: FakeClock
 ) -> None:

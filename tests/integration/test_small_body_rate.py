@@ -37,6 +37,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerPro
         proc.stop()
 
 
+@pytest.mark.slow
 def test_a_small_body_slower_than_the_minimum_rate_is_cut(server: ServerProcess) -> None:
     with VaultClient(server.url, server.token, retry=RetryPolicy(attempts=1)) as admin:
         token = admin.create_token("drip", ["write:drip"]).token

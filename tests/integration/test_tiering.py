@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from checkpoint_vault.api import Settings, create_app
 from checkpoint_vault.api.transfer.promotion import PROMOTIONS
 from checkpoint_vault.tiering import open_tier
@@ -61,6 +63,7 @@ async def test_demote_to_seaweedfs_and_stream_back(
     assert (await api.json("POST", "/v1/admin/verify"))["corrupt"] == []
 
 
+@pytest.mark.slow
 async def test_cold_reads_during_an_outage_are_503_then_recover(
     aiohttp_client: Any, tmp_path: Path, clock: FakeClock, seaweed: SeaweedFS
 ) -> None:

@@ -81,6 +81,7 @@ def test_https_with_a_private_ca_and_client_certificates(
         vault.health()
 
 
+@pytest.mark.slow
 def test_a_tls_key_other_users_may_read_is_refused_unless_shared_on_purpose(
     tmp_path: Path,
 ) -> None:

@@ -53,6 +53,7 @@ def nodes(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[list[tuple[ServerProce
             proc.stop()
 
 
+@pytest.mark.slow
 def test_shared_object_store_no_cross_node_dedup(
     nodes: list[tuple[ServerProcess, str]], seaweed: SeaweedFS
 ) -> None:

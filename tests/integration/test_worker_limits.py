@@ -85,6 +85,7 @@ def _token(server: ServerProcess, name: str, scope: str) -> str:
         return admin.create_token(name, [scope]).token
 
 
+@pytest.mark.slow
 def test_a_quota_holds_for_saves_a_worker_prepares_and_commits_it_forwards(
     service: ServerProcess,
 ) -> None:

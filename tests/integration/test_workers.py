@@ -91,6 +91,7 @@ def _listening(port: int) -> int:
     return sum(r[1] == f"0100007F:{port:04X}" and r[3] == "0A" for r in rows)
 
 
+@pytest.mark.slow
 def test_both_workers_answer_health_with_one_instance(two: ServerProcess) -> None:
     """`--workers 2`: two workers answer on the port, both from the first answer on (the
     first one ready would otherwise take every connection made until the other is); the
@@ -103,6 +104,7 @@ def test_both_workers_answer_health_with_one_instance(two: ServerProcess) -> Non
     assert {a[1]["role"] for a in answers.values()} == {"primary"}
 
 
+@pytest.mark.slow
 def test_saves_through_either_process_read_back_through_either(two: ServerProcess) -> None:
     saved: dict[str, bytes] = {}
     for i in range(12):  # a new client each: its connections land on either process
@@ -133,6 +135,7 @@ def test_saves_through_either_process_read_back_through_either(two: ServerProces
             assert (out / "w.bin").read_bytes() == big
 
 
+@pytest.mark.slow
 def test_revoked_token_is_refused_by_every_process(two: ServerProcess) -> None:
     with VaultClient(two.url, two.token) as admin:
         secret = admin.create_token("reader", ["read:*"]).token
@@ -146,6 +149,7 @@ def test_revoked_token_is_refused_by_every_process(two: ServerProcess) -> None:
         c.namespaces()
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two: ServerProcess) -> None:
     worker, _ = two.worker_pids()
     os.kill(worker, signal.SIGKILL)
@@ -159,6 +163,7 @@ def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two: ServerProc
     assert {len(b["checkpoints"]) for _, b in answers.values()} == {1}
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_writer_takes_its_workers_and_a_restart_recovers(
     two: ServerProcess,
 ) -> None:
@@ -176,12 +181,14 @@ def test_sigkill_of_the_writer_takes_its_workers_and_a_restart_recovers(
         assert sorted(x["id"] for x in body["checkpoints"]) == sorted(ids)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_process(two: ServerProcess) -> None:
     workers = two.worker_pids()
     assert two.terminate() == 0
     assert all(_gone(w) for w in workers), "the writing process exited before its workers"
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_still_refused(two: ServerProcess, tmp_path: Path) -> None:
     """SO_REUSEPORT would let a second server share the port unnoticed; it must fail."""
     other = subprocess.run(
@@ -213,6 +220,7 @@ def _on_worker(server: ServerProcess, path: str, token: str) -> int:
     pytest.fail(f"the worker answered no connection in {RESPAWN_WAIT:.0f} s")
 
 
+@pytest.mark.slow
 def test_a_token_seen_only_by_the_worker_has_its_last_use_stored(two: ServerProcess) -> None:
     with VaultClient(two.url, two.token) as admin:
         secret = admin.create_token("seen", ["read:*"]).token
@@ -224,6 +232,7 @@ def test_a_token_seen_only_by_the_worker_has_its_last_use_stored(two: ServerProc
     assert seen.last_used is not None
 
 
+@pytest.mark.slow
 def test_metrics_count_the_requests_of_every_process(two: ServerProcess) -> None:
     answered = sum(_on_worker(two, "/v1/namespaces", two.token) == 200 for _ in range(7))
     assert answered == 7
@@ -241,6 +250,7 @@ def test_metrics_count_the_requests_of_every_process(two: ServerProcess) -> None
     assert "ckpt_disk_bytes" in text or "ckpt_chunks" in text  # the engine's own gauges too
 
 
+@pytest.mark.slow
 def test_a_tokens_rate_is_the_services_not_each_processes(tmp_path: Path) -> None:
     """With buckets per process, two processes let a token make twice its burst."""
     config = tmp_path / "limits.toml"
@@ -273,6 +283,7 @@ def test_a_tokens_rate_is_the_services_not_each_processes(tmp_path: Path) -> Non
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_large_body_hands_the_connection_to_the_writing_process(two: ServerProcess) -> None:
     """A 3 MiB file PUT on a connection the worker holds is not forwarded byte by byte:
     the connection itself moves to the writing process, which answers it and every later

@@ -37,6 +37,8 @@ from checkpoint_vault.client import RetryPolicy, VaultClient
 
 from ..serverproc import ServerProcess, free_port
 
+pytestmark = pytest.mark.slow  # every test here takes over a second (the quick loop skips them)
+
 NOFILE = 1024  # the server's descriptor limit
 SPARE = 320  # `server.spare_descriptors`'s default: the writer's bound is NOFILE - SPARE
 FORWARDS_PER_TOKEN = 32  # `server.forwards_per_token`'s default

@@ -83,6 +83,7 @@ def test_restore_reads_back_everything_committed(tmp_path: Path) -> None:
         restored.close()
 
 
+@pytest.mark.slow
 def test_outage_grows_lag_then_catches_up(tmp_path: Path) -> None:
     tier = FaultyTier(LocalTier(str(tmp_path / "tier"), "cold"))
     vault = _open(tmp_path / "primary", tier)

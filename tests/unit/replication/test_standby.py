@@ -308,6 +308,7 @@ def test_new_generation_rebuilds_the_standby(pair: tuple[Vault, Vault], tier: Lo
         assert s.check().ok
 
 
+@pytest.mark.slow
 def test_overflow_on_the_primary_rebuilds_the_standby(tmp_path: Path, tier: LocalTier) -> None:
     faulty = FaultyTier(tier)
     config = ReplicationConfig("cold", max_backlog=20_000)

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -73,6 +74,7 @@ class Model:
         return buf.getvalue()
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(ops=st.lists(st.sampled_from(OPS), min_size=4, max_size=22), seed=st.integers(0, 2**16))
 def test_every_checkpoint_reads_back_after_any_sequence(ops: list[str], seed: int) -> None:
