@@ -99,6 +99,11 @@ class HAProxy:
     @staticmethod
     def binary() -> str:
         found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+        if found is None:  # a fresh machine: Debian's package, as pgserver.py and chromium.py do
+            subprocess.run(
+                ["apt-get", "install", "-y", "haproxy"], capture_output=True, timeout=600
+            )
+            found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
         if found is None:
             pytest.fail(
                 "haproxy not found: the cluster tests need HAProxy 2.6 or later "
