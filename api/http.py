@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -147,7 +147,13 @@ class TimedBody(MinRateBody):
         super().__init__(request.content, settings.body_timeout, settings.body_min_rate)
 
 
-async def read_up_to(body: TimedBody, n: int) -> bytes:
+class Readable(Protocol):
+    """A body read piece by piece: `TimedBody`, or aiohttp's own stream."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+async def read_up_to(body: Readable, n: int) -> bytes:
     """Up to `n` bytes of a streamed body: fewer only at its end. A socket read returns
     whatever has arrived, so pieces are gathered until `n` (one piece is returned as is)."""
     parts: list[bytes] = []

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import StreamReader
 
+from ..http import read_up_to
 from .errors import S3Error, invalid_argument
 from .sigv4 import STREAMING, STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, Signed, chunk_signature
 
@@ -60,7 +61,7 @@ class Body:
             return
         hasher = hashlib.sha256() if self._digest is not None else None
         while True:
-            piece = await _read_up_to(self._content, PIECE)
+            piece = await read_up_to(self._content, PIECE)
             if hasher is not None:
                 hasher.update(piece)
             if piece:
@@ -117,16 +118,3 @@ class Body:
         if expected != given:
             raise _bad_signature()
         return expected
-
-
-async def _read_up_to(content: StreamReader, n: int) -> bytes:
-    """Up to `n` bytes: fewer only at the end of the body."""
-    parts: list[bytes] = []
-    got = 0
-    while got < n:
-        part = await content.read(n - got)
-        if not part:
-            break
-        parts.append(part)
-        got += len(part)
-    return b"".join(parts)
