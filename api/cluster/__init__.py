@@ -3,6 +3,6 @@ process's membership, leases and takeover (context.py) and requests for another 
 forwarded to its owner (forward.py), and answers about the whole vault gathered from
 every shard's owner (whole.py)."""
 
-from .context import CLUSTER, cluster_context, cluster_middleware
+from .context import CLUSTER, cluster_context, cluster_middleware, passed_on
 
-__all__ = ["CLUSTER", "cluster_context", "cluster_middleware"]
+__all__ = ["CLUSTER", "cluster_context", "cluster_middleware", "passed_on"]

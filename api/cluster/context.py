@@ -136,6 +136,18 @@ def _shard(request: web.Request, node: ClusterNode) -> int | None:
     return None
 
 
+def passed_on(request: web.Request) -> bool:
+    """Whether `cluster_middleware` will hand this request to another shard's owner, whose
+    own authentication charges the token's rate: charged here as well, a request that
+    takes a hop would count twice. (Not a header the caller could set: this process's own
+    view of the shards decides.)"""
+    node = request.app.get(CLUSTER)
+    if node is None:
+        return False
+    shard = _shard(request, node)
+    return shard is not None and not (shard == node.shard and node.owns())
+
+
 def cluster_middleware() -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:

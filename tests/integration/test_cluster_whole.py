@@ -17,11 +17,12 @@ import pytest
 from checkpoint_vault.client import VaultClient
 from checkpoint_vault.cluster import shard_of
 
-from ..cluster import Cluster, call
+from ..cluster import Cluster, call, wait_for
 from ..seaweed import SeaweedFS
 
 pytestmark = pytest.mark.slow  # a cluster takes seconds to start (the quick loop skips it)
 
+BURST = 20  # a token's requests per node before 429 (refilled at 0.01 per second)
 OWN = {"X-Ckpt-Forwarded": "test"}  # what processes send each other: one's own answer
 # two namespaces on each of the three shards, of different sizes
 NAMESPACES = [
@@ -33,8 +34,11 @@ NAMESPACES = [
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, seaweed: SeaweedFS) -> Iterator[Cluster]:
-    quota = '[quotas]\n"whole-*" = "1GiB"\n'  # enforced by each shard over its own namespaces
-    c = Cluster(tmp_path_factory.mktemp("whole"), seaweed, secrets.token_hex(4), extra=quota)
+    extra = (
+        '[quotas]\n"whole-*" = "1GiB"\n'  # enforced by each shard over its own namespaces
+        f"[limits]\nrequests_per_second = 0.01\nburst = {BURST}\n"  # admins are exempt
+    )
+    c = Cluster(tmp_path_factory.mktemp("whole"), seaweed, secrets.token_hex(4), extra=extra)
     try:
         c.start()
         with VaultClient(c.proxy.url, c.token, progress=False) as client:
@@ -125,3 +129,30 @@ def test_policies_are_the_clusters(cluster: Cluster) -> None:
         assert done.returncode == 0, done.stderr
         for k in range(3):
             assert own(cluster, k, "/v1/policy/default")["retention"]["keep_last"] == 7 + n, k
+
+
+def test_a_forwarded_request_is_charged_once(cluster: Cluster) -> None:
+    """By the shard's owner only: the node that passes it on does not charge the token."""
+    with VaultClient(cluster.nodes[0].url, cluster.token, progress=False) as client:
+        secret = client.create_token("limited", ["read:*"]).token
+    wait_for(  # asked with the admin token: polling with `secret` would spend its allowance
+        "the token on every node",
+        lambda: all(
+            "limited" in json.dumps(call(n.url, cluster.token, "GET", "/v1/admin/tokens")[1])
+            for n in cluster.nodes
+        ),
+        timeout=5,
+    )
+    here, there = NAMESPACES[0], NAMESPACES[2]  # shards 0 and 1
+    a, b = cluster.nodes[0], cluster.nodes[1]
+
+    def ok(url: str, ns: str) -> bool:
+        status, body = call(url, secret, "GET", f"/v1/namespaces/{ns}/checkpoints")
+        assert status in (200, 429), body
+        return status == 200
+
+    assert all(ok(a.url, here) for _ in range(BURST // 2))  # half of n0's allowance
+    # through n0 to shard 1's owner: n1's allowance, not n0's half left
+    assert all(ok(a.url, there) for _ in range(BURST))
+    assert not ok(b.url, there)  # n1's allowance is spent: charged once each, there
+    assert ok(a.url, here)  # and n0 still has what the forwarded requests did not take
