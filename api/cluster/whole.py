@@ -78,7 +78,9 @@ async def _ask(
 
 
 def _local(response: web.StreamResponse) -> Any | None:
-    """This process's own JSON answer, or None when it is not a 200 to merge."""
+    """This process's own JSON answer, or None when it is not a 200 to merge. A streamed
+    answer is another process's: a worker's request forwarded to its writing process
+    (node/forward.py), which gathered the whole itself; passed on as it is."""
     if not isinstance(response, web.Response) or response.status != 200:
         return None
     assert response.body is not None
