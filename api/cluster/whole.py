@@ -11,6 +11,10 @@ namespace, gathered from every shard's owner and merged.
   default is the cluster's; refused (503) before anything changes while a shard has no
   live owner.
 
+A process that does not own its shard (a standby, or one released by a move) holds a copy
+of what its shard's owner holds: it asks that owner too and adds nothing of its own, and
+a default policy it is sent goes to every owner (the standbys get it with the replica).
+
 Each other owner is asked with the caller's token and `X-Ckpt-Forwarded`, which gets one
 process's own answer. Shards share no chunks, so a sum counts no chunk twice. While a shard
 has no live owner the answer is 503: a total that silently missed a shard would read as
@@ -38,7 +42,8 @@ from checkpoint_vault.protocol import (
     TierTotals,
 )
 
-from ..http import JSON_BODY, json_response
+from ..auth import require_admin
+from ..http import JSON_BODY, json_body, json_response
 from .forward import FORWARDED, SESSION
 
 C = TypeVar("C", TierTotals, CodecShare, DiskSpace)  # records of counters only
@@ -95,7 +100,7 @@ async def all_namespaces(
     if mine is None:
         return local
     urls = _owners(request, node)
-    merged = list(mine["namespaces"])
+    merged = list(mine["namespaces"]) if node.owns() else []
     for other in await _ask(request, urls):
         merged += other["namespaces"]
     merged.sort(key=lambda n: str(n["name"]))
@@ -110,8 +115,15 @@ async def stats(request: web.Request, handler: Handler, node: ClusterNode) -> we
     urls = _owners(request, node)
     answers = await _ask(request, urls)
     others = [(k, StatsReport.from_wire(o)) for (k, _), o in zip(urls, answers, strict=True)]
-    whole = merge_stats((node.shard, StatsReport.from_wire(mine)), others)
-    return json_response(whole.to_wire())
+    here = StatsReport.from_wire(mine)
+    if node.owns():
+        return json_response(merge_stats((node.shard, here), others).to_wire())
+    # a standby's or a released process's data is a copy of its shard's owner's, asked
+    # above: only its role, replication and standby are its own
+    whole = merge_stats(others[0], others[1:])
+    return json_response(
+        replace(whole, role=here.role, replication=here.replication, standby=here.standby).to_wire()
+    )
 
 
 async def history(request: web.Request, handler: Handler, node: ClusterNode) -> web.StreamResponse:
@@ -120,9 +132,10 @@ async def history(request: web.Request, handler: Handler, node: ClusterNode) -> 
     if mine is None:
         return local
     urls = _owners(request, node)
+    answers = [mine] if node.owns() else []  # else its shard's owner's is among the others
     series = [
         [StorageSample.from_wire(x) for x in answer["samples"]]
-        for answer in [mine, *await _ask(request, urls)]
+        for answer in [*answers, *await _ask(request, urls)]
     ]
     limit = int(request.query.get("limit", "1000"))  # the handler has checked it
     samples = [x.to_wire() for x in merge_samples(series)[-limit:]]
@@ -133,6 +146,10 @@ async def default_policy(
     request: web.Request, handler: Handler, node: ClusterNode
 ) -> web.StreamResponse:
     urls = _owners(request, node)  # before the change: none, rather than some shards'
+    if not node.owns():  # a standby's or a released process's policy is its owner's
+        require_admin(request)
+        answers = await _ask(request, urls, "PUT", await json_body(request))
+        return json_response(answers[[k for k, _ in urls].index(node.shard)])
     local = await handler(request)
     if _local(local) is None:
         return local
