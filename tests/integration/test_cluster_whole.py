@@ -9,6 +9,7 @@ import json
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,6 +108,18 @@ def test_stats_usage_and_history_are_the_sums_over_shards(cluster: Cluster) -> N
             assert point[key] == sum(s[key] for s in newest), key
         assert point["logical_bytes"] == sum(s["logical_bytes"] for s in shards)
         assert sorted(point["namespaces"]) == sorted(NAMESPACES)
+
+    # what gathering costs: one node's own stats against the whole from that node
+    took = {}
+    for name, headers in (("own", OWN), ("whole", None)):
+        start = time.perf_counter()
+        for _ in range(20):
+            assert (
+                call(cluster.nodes[0].url, cluster.token, "GET", "/v1/stats", None, headers)[0]
+                == 200
+            )
+        took[name] = (time.perf_counter() - start) / 20 * 1000
+    print(f"GET /v1/stats: {took['own']:.1f} ms one shard, {took['whole']:.1f} ms the whole of 3")
 
     # and the CLI's `ckpt stats` through the proxy reads the same whole
     done = ckpt(cluster.proxy.url, cluster.token, "stats", "--json")
