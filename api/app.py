@@ -27,7 +27,7 @@ from checkpoint_vault.vault.runtime import PoolSizes, Runtime
 
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
-from .cluster import cluster_context, cluster_middleware
+from .cluster import cluster_context, cluster_middleware, passed_on
 from .engine import no_readers, open_vault
 from .errors import error_middleware
 from .heads import Unheaded, headed_middleware
@@ -202,7 +202,7 @@ class Alone:
     def middlewares(self, first: list[Middleware]) -> list[Middleware]:
         return [
             *first,
-            auth_middleware(TOKENS, LIMITER),
+            auth_middleware(TOKENS, LIMITER, passed_on),
             cluster_middleware(),
             read_only_middleware(),
             audit_middleware(),

@@ -18,7 +18,7 @@ from aiohttp.typedefs import Middleware
 
 from checkpoint_vault.api.audit import audit_middleware
 from checkpoint_vault.api.auth import auth_middleware
-from checkpoint_vault.api.cluster import cluster_middleware
+from checkpoint_vault.api.cluster import cluster_middleware, passed_on
 from checkpoint_vault.api.keys import LIMITER, SETTINGS, TOKENS, VAULT
 from checkpoint_vault.api.roles import read_only_middleware
 from checkpoint_vault.api.settings import Settings
@@ -71,10 +71,11 @@ class Writer:
 
 def _charged(engine_socket: str, request: web.Request) -> bool:
     """Whether a worker charged this request's token already: it forwarded it (it came on
-    the engine socket) or handed its connection over (its first request)."""
+    the engine socket) or handed its connection over (its first request); or another
+    node's owner will (this process passes it on there)."""
     transport = request.transport
     on_engine = transport is not None and transport.get_extra_info("sockname") == engine_socket
-    return on_engine or bool(request.get(FIRST, False))
+    return on_engine or bool(request.get(FIRST, False)) or passed_on(request)
 
 
 async def _calls_context(app: web.Application) -> AsyncIterator[None]:

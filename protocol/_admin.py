@@ -162,11 +162,12 @@ class DiskSpace(Record):
 @dataclass(frozen=True)
 class QuotaUse(Record):
     """A configured quota: the namespaces it covers (a glob), its limit and the logical
-    bytes they hold."""
+    bytes they hold; in a cluster, the shard that enforces it over its own namespaces."""
 
     glob: str
     limit: int
     used: int
+    shard: int | None = optional()  # a cluster's stats only
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ def shard_config(
     shards: int,
     port: int,
     standby: bool = False,
+    extra: str = "",
 ) -> Path:
     o = seaweed.options()
     path.write_text(
@@ -83,6 +84,7 @@ def shard_config(
         f'shards = {shards}\nstore = "s3://vault/{run}/cluster"\ntier = "cold"\n'
         f"beat_interval = {BEAT}\nlease_ttl = {TTL}\n"
         + ('[standby]\nfollow = "replica:cold"\n' if standby else "")
+        + extra
     )
     return path
 
@@ -183,8 +185,10 @@ class Cluster:
         shards: int = 3,
         standbys: bool = False,
         workers: int = 1,
+        extra: str = "",
     ) -> None:
         self.root = root
+        self.extra = extra  # more TOML for every process's config
         self.workers = workers
         self.seaweed = seaweed
         self.run = run
@@ -203,7 +207,7 @@ class Cluster:
         port = free_port()
         config = shard_config(
             self.root / f"{name}.toml", self.seaweed, self.run, node, shard, self.shards, port,
-            standby,
+            standby, self.extra,
         )  # fmt: skip
         return ServerProcess(
             self.root / name, port, self.root / f"{name}.log", config, workers=self.workers
@@ -220,8 +224,9 @@ class Cluster:
         assert proc.config is not None
         node, shard = proc.data_dir.name.split("-s")
         shard_config(
-            proc.config, self.seaweed, self.run, node, int(shard), self.shards, proc.port, standby
-        )
+            proc.config, self.seaweed, self.run, node, int(shard), self.shards, proc.port, standby,
+            self.extra,
+        )  # fmt: skip
 
     def processes(self) -> list[ServerProcess]:
         return [*self.nodes, *self.standbys]

@@ -5,7 +5,9 @@
   thread of its own, and the token table reloaded when another node's tokens arrived.
 - `cluster_middleware`: a request whose namespace (or upload id) is another shard's is
   forwarded to that shard's owner (api/cluster/forward.py); one for this process's shard
-  it no longer owns is refused 409 (`ClusterConflict`) or, with no owner known, 503.
+  it no longer owns is refused 409 (`ClusterConflict`) or, with no owner known, 503;
+  one about the whole vault (namespaces, stats, the default policy) is gathered from
+  every shard's owner (api/cluster/whole.py).
 - `ShardedSink`: a `POST /v1/saves` entry for another shard is answered 503, which the
   client sends again alone on its namespace's own route, where the proxy routes it.
 
@@ -18,13 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
@@ -35,15 +35,14 @@ from checkpoint_vault.tiering.wrappers import RetryingTier
 from checkpoint_vault.vault import Vault, VaultError
 from checkpoint_vault.vault.direct import SaveOptions
 
-from ..http import json_response
 from ..keys import ROLE, SAVES, SETTINGS, TOKENS, VAULT
 from ..saving import PendingSave, Saved, SaveSink
-from .forward import FORWARDED, forward, new_session
+from .forward import FORWARDED, SESSION, forward, new_session
+from .whole import GATHERED
 
 log = logging.getLogger("ckpt.cluster")
 
 CLUSTER = web.AppKey("cluster", ClusterNode)
-SESSION = web.AppKey("cluster_session", aiohttp.ClientSession)
 
 
 def _local(vault: Vault) -> Local:
@@ -137,12 +136,25 @@ def _shard(request: web.Request, node: ClusterNode) -> int | None:
     return None
 
 
+def passed_on(request: web.Request) -> bool:
+    """Whether `cluster_middleware` will hand this request to another shard's owner, whose
+    own authentication charges the token's rate: charged here as well, a request that
+    takes a hop would count twice. (Not a header the caller could set: this process's own
+    view of the shards decides.)"""
+    node = request.app.get(CLUSTER)
+    if node is None:
+        return False
+    shard = _shard(request, node)
+    return shard is not None and not (shard == node.shard and node.owns())
+
+
 def cluster_middleware() -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         node = request.app.get(CLUSTER)
-        if node is not None and request.path == "/v1/namespaces" and request.method == "GET":
-            return await _all_namespaces(request, handler, node)
+        gathered = None if node is None else GATHERED.get((request.method, request.path))
+        if gathered is not None and node is not None and FORWARDED not in request.headers:
+            return await gathered(request, handler, node)  # api/cluster/whole.py
         shard = None if node is None else _shard(request, node)
         if node is None or shard is None:
             return await handler(request)
@@ -162,38 +174,6 @@ def cluster_middleware() -> Middleware:
         return await forward(request, request.app[SESSION], owner.url, node.config.node)
 
     return middleware
-
-
-async def _all_namespaces(
-    request: web.Request, handler: Handler, node: ClusterNode
-) -> web.StreamResponse:
-    """`GET /v1/namespaces` from any process names every shard's namespaces: this one's
-    own listing merged with each other shard owner's (asked with `X-Ckpt-Forwarded`, which
-    gets a process's own only), by name. 503 while a shard has no live owner: a listing
-    that silently missed a shard would read as namespaces gone."""
-    local = await handler(request)
-    if FORWARDED in request.headers or not isinstance(local, web.Response) or local.status != 200:
-        return local
-    assert local.body is not None
-    merged = list(json.loads(bytes(local.body))["namespaces"])  # type: ignore[arg-type]
-    headers = {"Authorization": request.headers.get("Authorization", ""), FORWARDED: "1"}
-    for shard in range(node.config.shards):
-        if shard == node.shard and node.owns():
-            continue
-        owner = node.roster.owner(shard)
-        if owner is None or owner.url == node.config.url:
-            raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
-        try:
-            async with request.app[SESSION].get(
-                owner.url.rstrip("/") + "/v1/namespaces", headers=headers
-            ) as r:
-                if r.status != 200:
-                    raise NotOwner(f"shard {shard}'s owner answered {r.status}; retry shortly")
-                merged += (await r.json())["namespaces"]
-        except aiohttp.ClientError:
-            raise NotOwner(f"shard {shard}'s owner did not answer; retry shortly") from None
-    merged.sort(key=lambda n: str(n["name"]))
-    return json_response({"namespaces": merged})
 
 
 class ShardedSink:

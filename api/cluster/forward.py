@@ -16,6 +16,7 @@ from aiohttp import web
 from checkpoint_vault.cluster import NotOwner
 
 FORWARDED = "X-Ckpt-Forwarded"
+SESSION = web.AppKey("cluster_session", aiohttp.ClientSession)  # new_session(), one per app
 # Headers of one connection, not of the request (RFC 9110 7.6.1), and the ones aiohttp
 # sets itself for the next hop.
 _HOP = frozenset(

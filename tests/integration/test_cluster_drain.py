@@ -23,7 +23,7 @@ import pytest
 from checkpoint_vault.client import VaultClient
 from checkpoint_vault.cluster import shard_of
 
-from ..cluster import NAMESPACES, Cluster, Producers, wait_for
+from ..cluster import NAMESPACES, Cluster, Producers, call, wait_for
 from ..seaweed import SeaweedFS
 
 
@@ -83,3 +83,30 @@ def test_drain_and_move_under_load_lose_nothing(cluster: Cluster) -> None:
     with VaultClient(old.url, cluster.token, progress=False) as client:
         made = client.save(ns, {"late.json": b"{}"})
         assert client.get(ns, made.id).id == made.id
+
+    # the whole from every process, released ones too (the proxy's `any` backend sends
+    # them admin requests): each shard counted once, from its owner
+    own = {"X-Ckpt-Forwarded": "test"}
+    owners = [
+        p for p in cluster.processes() if call(p.url, "", "GET", "/v1/cluster/primary")[0] == 200
+    ]
+    assert len(owners) == 3
+    shards = [call(p.url, cluster.token, "GET", "/v1/stats", headers=own)[1] for p in owners]
+    names = sorted(
+        n["name"]
+        for p in owners
+        for n in call(p.url, cluster.token, "GET", "/v1/namespaces", headers=own)[1]["namespaces"]
+    )
+    for proc in cluster.processes():
+        status, whole = call(proc.url, cluster.token, "GET", "/v1/stats")
+        assert status == 200, whole
+        assert whole["checkpoints"] == sum(s["checkpoints"] for s in shards), proc.url
+        status, listed = call(proc.url, cluster.token, "GET", "/v1/namespaces")
+        assert [n["name"] for n in listed["namespaces"]] == names, proc.url
+    keep = {"retention": {"keep_last": 11}}
+    status, body = call(old.url, cluster.token, "PUT", "/v1/policy/default", keep)
+    assert status == 200, body
+    assert body["retention"]["keep_last"] == 11
+    for p in owners:
+        status, body = call(p.url, cluster.token, "GET", "/v1/policy/default", headers=own)
+        assert body["retention"]["keep_last"] == 11, p.url

@@ -168,5 +168,16 @@ def test_shard_processes_with_workers(tmp_path: Path, seaweed: SeaweedFS) -> Non
                 for ns, ckpt_id in made:
                     assert client.get(ns, ckpt_id).id == ckpt_id
                 assert client.read_range(namespaces[3], big_id, "model.bin", 0, len(big)) == big
+        # the whole's stats, gathered once (by the worker or the writer that answers)
+        own = [
+            call(n.url, cluster.token, "GET", "/v1/stats", headers={"X-Ckpt-Forwarded": "t"})[1]
+            for n in cluster.nodes
+        ]
+        assert sum(s["checkpoints"] for s in own) == 41
+        for url in [cluster.proxy.url] * 4 + [n.url for n in cluster.nodes] * 2:
+            status, whole = call(url, cluster.token, "GET", "/v1/stats")
+            assert (status, whole["checkpoints"]) == (200, 41), whole
+            status, history = call(url, cluster.token, "GET", "/v1/stats/history")
+            assert status == 200, history
     finally:
         cluster.stop()

@@ -83,6 +83,18 @@ def test_status_from_any_node_and_through_the_proxy(cluster: Cluster) -> None:
         cluster.nodes[0].url, cluster.token, "GET", f"/v1/namespaces/{lost}/checkpoints"
     )
     assert (status, body["error"]["code"]) == (503, "unavailable")  # retried, never wrong
+    # the whole is refused rather than short of a shard, and a default policy changes
+    # nowhere rather than on some shards
+    status, body = call(cluster.nodes[0].url, cluster.token, "GET", "/v1/stats")
+    assert (status, body["error"]["code"]) == (503, "unavailable")
+    keep = {"retention": {"keep_last": 9}}
+    status, body = call(cluster.nodes[0].url, cluster.token, "PUT", "/v1/policy/default", keep)
+    assert (status, body["error"]["code"]) == (503, "unavailable")
+    own = {"X-Ckpt-Forwarded": "test"}
+    for node in cluster.nodes[:2]:
+        status, body = call(node.url, cluster.token, "GET", "/v1/policy/default", headers=own)
+        assert status == 200, body
+        assert body["retention"]["keep_last"] != 9
 
 
 def test_tokens_are_the_clusters(cluster: Cluster) -> None:
