@@ -69,8 +69,14 @@ def shard_config(
     shards: int,
     port: int,
     standby: bool = False,
+    shared: bool = False,
 ) -> Path:
     o = seaweed.options()
+    creds = (
+        f'endpoint = "{o["endpoint"]}"\nregion = "{o["region"]}"\n'
+        f'access_key_id = "{o["access_key_id"]}"\n'
+        f'secret_access_key = "{o["secret_access_key"]}"\nallow_http = true\n'
+    )
     path.write_text(
         "[maintenance]\ntiering_interval = 0\nbackup_interval = 0\n"
         "[tiers.cold]\n"
@@ -82,7 +88,9 @@ def shard_config(
         f'node = "{node}"\nurl = "http://127.0.0.1:{port}"\nshard = {shard}\n'
         f'shards = {shards}\nstore = "s3://vault/{run}/cluster"\ntier = "cold"\n'
         f"beat_interval = {BEAT}\nlease_ttl = {TTL}\n"
+        + ('shared_tier = "shared"\n' if shared else "")
         + ('[standby]\nfollow = "replica:cold"\n' if standby else "")
+        + (f'[tiers.shared]\nurl = "s3://vault/{run}/shared"\n{creds}' if shared else "")
     )
     return path
 
@@ -183,12 +191,14 @@ class Cluster:
         shards: int = 3,
         standbys: bool = False,
         workers: int = 1,
+        shared: bool = False,
     ) -> None:
         self.root = root
         self.workers = workers
         self.seaweed = seaweed
         self.run = run
         self.shards = shards
+        self.shared = shared  # one tier and chunk index for every node (issue 44)
         self.nodes: list[ServerProcess] = []
         self.standbys: list[ServerProcess] = []
         for k in range(shards):
@@ -203,7 +213,7 @@ class Cluster:
         port = free_port()
         config = shard_config(
             self.root / f"{name}.toml", self.seaweed, self.run, node, shard, self.shards, port,
-            standby,
+            standby, self.shared,
         )  # fmt: skip
         return ServerProcess(
             self.root / name, port, self.root / f"{name}.log", config, workers=self.workers
@@ -220,8 +230,9 @@ class Cluster:
         assert proc.config is not None
         node, shard = proc.data_dir.name.split("-s")
         shard_config(
-            proc.config, self.seaweed, self.run, node, int(shard), self.shards, proc.port, standby
-        )
+            proc.config, self.seaweed, self.run, node, int(shard), self.shards, proc.port, standby,
+            self.shared,
+        )  # fmt: skip
 
     def processes(self) -> list[ServerProcess]:
         return [*self.nodes, *self.standbys]
