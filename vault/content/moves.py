@@ -126,6 +126,8 @@ class Mover:
         shared = self._s.shared
         if shared is not None and shared.tier_name != tier_name:
             shared = None
+        if shared is not None and from_hot:
+            shared.refresh()  # one list a run: what others shipped a moment ago is reused
         pack = self._builder(pack_target, shared)
         sources: dict[bytes, Location] = {}  # chunk -> where it was when copied
         listed: dict[bytes, tuple[int, int]] = {}  # chunk -> (size, flags) for the index
