@@ -15,6 +15,7 @@ from checkpoint_vault.tiering import MemoryTier
 from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 from checkpoint_vault.vault.content.packs import PackBuilder, pack_key, upload
 from checkpoint_vault.vault.content.shared import decode_segment, encode_segment
+from checkpoint_vault.vault.errors import Conflict
 from checkpoint_vault.vault.frame import chunk_id
 
 from ..vault.helpers import client_save, read_file
@@ -115,3 +116,12 @@ def test_a_segment_round_trips_and_refuses_damage() -> None:
     assert decode_segment(raw) == ("packs/n0-s0-ab", rows)
     with pytest.raises(Exception, match="damaged"):
         decode_segment(raw[:-1])
+
+
+def test_a_catalog_backup_never_goes_to_the_shared_tier_by_default(
+    pair: tuple[Vault, Vault], tier: MemoryTier
+) -> None:
+    a, _ = pair
+    with pytest.raises(Conflict):  # every node's catalog/latest would be one object
+        a.catalog_backup()
+    assert a.catalog_backup("shared").tier == "shared"  # asked for by name: as asked
