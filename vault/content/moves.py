@@ -278,16 +278,20 @@ class Mover:
         return report
 
     def pack_usage(self) -> list[PackUsage]:
-        """Every pack in every tier with the chunks the catalog places in it."""
+        """Every pack in every tier with the chunks the catalog places in it; in a shared
+        tier, only the packs this process wrote."""
         live: dict[tuple[str, str], dict[bytes, Packed]] = defaultdict(dict)
         with self._s.catalog_env.read() as txn:
             for cid, where in self._s.chunks.packed_locations(txn):
                 live[(where.tier, where.key)][cid] = where
         out = []
+        shared = self._s.shared
         for name, tier in self._s.tiers.items():
             for key in tier.list(PACK_PREFIX):
                 if key.endswith(".idx"):
                     continue
+                if shared is not None and name == shared.tier_name and not shared.owns(key):
+                    continue  # another writer's: never this process's to rewrite or delete
                 size = tier.head(key) or 0
                 out.append(PackUsage(name, key, size, live.get((name, key), {})))
         return out
