@@ -85,10 +85,9 @@ def repack(
     for p in packs:
         if sparse(p, below):
             by_tier[p.tier].append(p)
-    shared = vault.store.shared
     for tier_name, group in by_tier.items():
         live = [item for p in group if p.live for item in sorted(p.live.items(), key=_offset)]
-        if shared is not None and tier_name == shared.tier_name:
+        if tier_name == vault.content.shared_tier:
             live = []  # other nodes may name any frame: a copy would only store it twice
         move_packed(vault, tier_name, live, pack_target, report, stop)
         for p in group:

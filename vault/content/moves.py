@@ -277,6 +277,12 @@ class Mover:
         report.seconds = time.monotonic() - started
         return report
 
+    @property
+    def shared_tier(self) -> str | None:
+        """The cluster's shared tier (vault/content/shared.py), if any: never repacked."""
+        shared = self._s.shared
+        return shared.tier_name if shared is not None else None
+
     def pack_usage(self) -> list[PackUsage]:
         """Every pack in every tier with the chunks the catalog places in it; in a shared
         tier, only the packs this process wrote."""
