@@ -251,6 +251,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("cluster", "shards"): ("cluster.shards", int),
     ("cluster", "store"): ("cluster.store", str),
     ("cluster", "tier"): ("cluster.tier", str),
+    ("cluster", "shared_tier"): ("cluster.shared_tier", str),
     ("cluster", "beat_interval"): ("cluster.beat_interval", parse_duration),
     ("cluster", "lease_ttl"): ("cluster.lease_ttl", parse_duration),
     ("replication", "tier"): ("replication.tier", str),
@@ -490,8 +491,16 @@ def _with_cluster(settings: Settings) -> Settings:
         raise SettingsError(str(e)) from None
     if cluster.tier not in ("", *settings.tiers):
         raise SettingsError(f"[cluster] tier {cluster.tier!r}: no such [tiers.<name>]")
+    if cluster.shared_tier and cluster.shared_tier not in settings.tiers:
+        raise SettingsError(
+            f"[cluster] shared_tier {cluster.shared_tier!r}: no such [tiers.<name>]"
+        )
     prefix = upload_prefix(cluster.shard)
-    return replace(settings, vault=replace(settings.vault, upload_id_prefix=prefix))
+    vault = replace(settings.vault, upload_id_prefix=prefix)
+    if cluster.shared_tier:
+        writer = f"{cluster.node}-s{cluster.shard}"
+        vault = replace(vault, shared_tier=cluster.shared_tier, shared_writer=writer)
+    return replace(settings, vault=vault)
 
 
 REDACTED_KEYS = frozenset({"token", "secret", "password", "key", "credentials"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # A shard's holder beats every second; observers count it gone after `lease_ttl` of their
@@ -24,6 +25,9 @@ class ClusterConfig:
     shards: int = 1  # how many shards the cluster has (fixed when it is made)
     store: str = ""  # URL of the cluster's objects (beats, leases, tokens): s3://bucket/prefix
     tier: str = ""  # the [tiers.<name>] whose options (endpoint, keys) reach `store`
+    # The [tiers.<name>] every node packs into, one prefix for the whole cluster, with the
+    # shared chunk index beside the packs (vault/content/shared.py); "": each node its own.
+    shared_tier: str = ""
     beat_interval: float = BEAT_INTERVAL
     lease_ttl: float = LEASE_TTL
 
@@ -36,5 +40,7 @@ class ClusterConfig:
             raise ValueError(f"[cluster] shard {self.shard} is not one of 0..{self.shards - 1}")
         if not self.node or "/" in self.node or "." in self.node:
             raise ValueError("[cluster] node must be a name without '/' or '.'")
+        if self.shared_tier and not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", self.node):
+            raise ValueError("[cluster] node: with a shared tier, lowercase letters, digits, _ -")
         if self.lease_ttl < 3 * self.beat_interval:
             raise ValueError("[cluster] lease_ttl must be at least 3 beat intervals")

@@ -70,8 +70,14 @@ def shard_config(
     port: int,
     standby: bool = False,
     extra: str = "",
+    shared: bool = False,
 ) -> Path:
     o = seaweed.options()
+    creds = (
+        f'endpoint = "{o["endpoint"]}"\nregion = "{o["region"]}"\n'
+        f'access_key_id = "{o["access_key_id"]}"\n'
+        f'secret_access_key = "{o["secret_access_key"]}"\nallow_http = true\n'
+    )
     path.write_text(
         "[maintenance]\ntiering_interval = 0\nbackup_interval = 0\n"
         "[tiers.cold]\n"
@@ -83,8 +89,10 @@ def shard_config(
         f'node = "{node}"\nurl = "http://127.0.0.1:{port}"\nshard = {shard}\n'
         f'shards = {shards}\nstore = "s3://vault/{run}/cluster"\ntier = "cold"\n'
         f"beat_interval = {BEAT}\nlease_ttl = {TTL}\n"
+        + ('shared_tier = "shared"\n' if shared else "")
         + ('[standby]\nfollow = "replica:cold"\n' if standby else "")
         + extra
+        + (f'[tiers.shared]\nurl = "s3://vault/{run}/shared"\n{creds}' if shared else "")
     )
     return path
 
@@ -186,6 +194,7 @@ class Cluster:
         standbys: bool = False,
         workers: int = 1,
         extra: str = "",
+        shared: bool = False,
     ) -> None:
         self.root = root
         self.extra = extra  # more TOML for every process's config
@@ -193,6 +202,7 @@ class Cluster:
         self.seaweed = seaweed
         self.run = run
         self.shards = shards
+        self.shared = shared  # one tier and chunk index for every node (issue 44)
         self.nodes: list[ServerProcess] = []
         self.standbys: list[ServerProcess] = []
         for k in range(shards):
@@ -207,7 +217,7 @@ class Cluster:
         port = free_port()
         config = shard_config(
             self.root / f"{name}.toml", self.seaweed, self.run, node, shard, self.shards, port,
-            standby, self.extra,
+            standby, self.extra, self.shared,
         )  # fmt: skip
         return ServerProcess(
             self.root / name, port, self.root / f"{name}.log", config, workers=self.workers
@@ -226,6 +236,7 @@ class Cluster:
         shard_config(
             proc.config, self.seaweed, self.run, node, int(shard), self.shards, proc.port, standby,
             self.extra,
+            self.shared,
         )  # fmt: skip
 
     def processes(self) -> list[ServerProcess]:

@@ -87,6 +87,8 @@ def repack(
             by_tier[p.tier].append(p)
     for tier_name, group in by_tier.items():
         live = [item for p in group if p.live for item in sorted(p.live.items(), key=_offset)]
+        if tier_name == vault.content.shared_tier:
+            live = []  # other nodes may name any frame: a copy would only store it twice
         move_packed(vault, tier_name, live, pack_target, report, stop)
         for p in group:
             if vault.content.delete_unreferenced_pack(p):

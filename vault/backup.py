@@ -40,6 +40,7 @@ from .syncer import DURABLE_FILE
 from .tier import Tier
 
 if TYPE_CHECKING:
+    from .content.shared import SharedIndex
     from .env import Env
     from .seal import Keyring
     from .tier import Tier
@@ -54,6 +55,8 @@ class BackupParts(Protocol):
     def keyring(self) -> Keyring | None: ...
     @property
     def tiers(self) -> Mapping[str, Tier]: ...
+    @property
+    def shared(self) -> SharedIndex | None: ...
 
 
 LATEST = "catalog/latest"  # in a tier: names the newest backup's key
@@ -82,7 +85,9 @@ def backup_to(store: BackupParts, scratch: Path, to: str | None) -> CatalogBacku
     """
     started = time.monotonic()
     tiers = store.tiers
-    target = to if to is not None else (list(tiers)[-1] if tiers else None)
+    # never a cluster's shared tier by default: every node's `catalog/latest` would be one
+    own = [n for n in tiers if store.shared is None or n != store.shared.tier_name]
+    target = to if to is not None else (own[-1] if own else None)
     if target is None:  # the request is fine; the server's configuration lacks a place
         raise Conflict("no tier is configured: give `to`, a tier name or a server path")
     if target not in tiers and not os.path.isabs(target):

@@ -16,6 +16,11 @@ class VaultConfig:
     # Put before every upload id: a cluster's node names its shard there (`<shard>-`), so
     # a proxy routes `/v1/uploads/{id}` without a namespace in the path (cluster/shards.py).
     upload_id_prefix: str = ""
+    # The tier every node of a cluster packs into, with the shared chunk index beside the
+    # packs (vault/content/shared.py); "": none. `shared_writer` names this process in
+    # that tier's object names (`<node>-s<shard>`, from [cluster]).
+    shared_tier: str = ""
+    shared_writer: str = ""
     # How long a chunk whose reference count reached zero waits before GC may delete it.
     # Covers producers that learned "present" from a missing query answered before the
     # delete and commit after it, with margin for clock steps.

@@ -16,6 +16,7 @@ from .catalog import TAG_INDEX_BUILT, Catalog
 from .clock import Clock
 from .config import VaultConfig
 from .content.chunks import Chunks
+from .content.shared import SharedIndex
 from .counters import Counters
 from .domains import NSREFS_BUILT
 from .env import CATALOG_DBS, FRAME_DBS, Env
@@ -49,6 +50,9 @@ class Store:
     # change committed so far; False on timeout. Pack deletion waits on it (no replica may
     # name a deleted pack). None: no replica to wait for.
     replica_barrier: Callable[[float], bool] | None = None
+    # In a cluster with a shared tier: the chunks every node has shipped there
+    # (vault/content/shared.py). None: dedup stops at this vault's own catalog.
+    shared: SharedIndex | None = None
 
     @classmethod
     def open(

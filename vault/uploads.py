@@ -24,6 +24,7 @@ from checkpoint_vault.protocol import UNPRINTABLE
 from .chunking import PROFILES, ChunkingProfile, profile_from_wire
 from .content.parts import ContentParts
 from .content.reader import Reader
+from .content.shared import SharedEntry
 from .create import CreateParts, ensure_namespace
 from .domains import Domain, cached
 from .errors import (
@@ -313,18 +314,38 @@ class Uploads:
             session = self.live(txn, upload_id)
             here = [self.present(txn, upload_id, c, domain) for c in raw_ids]
         until_ms = int(session.expires_at * 1000)
-        missing = [i for i, ok in zip(ids, here, strict=True) if not ok]
+        shared = self._shared(raw_ids, here, domain)
+        missing = [
+            i for i, c, ok in zip(ids, raw_ids, here, strict=True) if not ok and c not in shared
+        ]
         to_reserve = [c for c, ok in zip(raw_ids, here, strict=True) if ok]
-        if to_reserve:
+        if to_reserve or shared:
+            prefix = _file_key(upload_id)
+            now_ms = self._s.now_ms()
 
             def op(w: WriteTxn) -> None:
                 for c in to_reserve:
                     meta = self._s.chunks.meta(w.catalog, c)
                     if meta is not None:
                         self._s.chunks.reserve(w.catalog, c, meta, until_ms)
+                for c, e in shared.items():
+                    self._s.chunks.adopt(w, c, e.where, e.size, e.flags, now_ms, until_ms)
+                    w.catalog.put(prefix + c, b"", db=self._sent)  # counts as sent
 
-            self._s.writer.run(op, size=len(to_reserve) * 64)
+            self._s.writer.run(op, size=(len(to_reserve) + len(shared)) * 64)
         return missing
+
+    def _shared(
+        self, ids: list[bytes], here: list[bool], domain: Domain
+    ) -> dict[bytes, SharedEntry]:
+        """Chunks absent here that another node shipped to the shared tier. Only for
+        callers without a dedup domain: the shared index knows no namespaces, so a tenant
+        confined to some must prove it holds the bytes by sending them (vault/domains.py)."""
+        index = self._s.shared
+        absent = [c for c, ok in zip(ids, here, strict=True) if not ok]
+        if index is None or domain is not None or not absent:
+            return {}
+        return index.lookup(absent)
 
     def _placed(
         self,

@@ -56,6 +56,7 @@ from .commit import Committer
 from .config import VaultConfig
 from .content.moves import Mover
 from .content.reader import Reader
+from .content.shared import SharedIndex
 from .deliver import deliver_descriptor
 from .direct import Chunking, DirectSaver, PreparedSave, SaveOptions
 from .domains import Domain
@@ -145,6 +146,7 @@ class Vault:
             runtime,
             refuse=_not_the_writer if reader else None,
         )
+        self.store.shared = _shared_index(self.store, self.config)
         self.maintenance = MaintenanceLock.of(self.path)
         if not reader:
             make_private(self.path)
@@ -526,3 +528,13 @@ class Vault:
             reclaimable_bytes=sum(e.reclaimable_bytes for e in environments.values()),
             environments=environments,
         )
+
+
+def _shared_index(store: Store, config: VaultConfig) -> SharedIndex | None:
+    if not config.shared_tier:
+        return None
+    tier = store.tiers.get(config.shared_tier)
+    if tier is None or not config.shared_writer:
+        store.close()
+        raise InvalidRequest(f"shared tier {config.shared_tier!r} is not configured")
+    return SharedIndex(tier, config.shared_tier, config.shared_writer, store.keyring)

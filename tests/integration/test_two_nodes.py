@@ -1,4 +1,5 @@
-"""Two service nodes over one SeaweedFS: the object store is shared, the catalogs are not.
+"""Two service nodes over one SeaweedFS: the object store is shared, the catalogs are not
+(no `[cluster] shared_tier`: with one, tests/integration/test_cluster_shared.py).
 
 Each node tiers the same checkpoint into its own prefix of one bucket. Both read back; the
 bucket holds the bytes twice. That is what stops cross-node dedup today: a node finds a

@@ -9,12 +9,14 @@ the engine through `Chunks` and `Reader`, never through the tables behind a loca
 | `packs.py` | pack objects and their indexes: build, upload, ranged reads, delete |
 | `reader.py` | the one read path: find, fetch (coalesced pack reads), verify, flag damaged |
 | `moves.py` | demote, promote, move between packs, pack usage, deleting unreferenced packs |
+| `shared.py` | the cluster's shared chunk index: immutable segments in the shared tier |
 | `parts.py` | what this package needs of the store (a Protocol; the store is never imported) |
 """
 
 from .location import HotFrame, Inline, Location, Packed
 from .moves import Mover, MoveReport, PackUsage
 from .packs import PACK_TARGET
+from .shared import SharedEntry, SharedIndex
 
 __all__ = [
     "PACK_TARGET",
@@ -25,4 +27,6 @@ __all__ = [
     "Mover",
     "PackUsage",
     "Packed",
+    "SharedEntry",
+    "SharedIndex",
 ]

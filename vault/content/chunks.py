@@ -379,6 +379,30 @@ class Chunks:
             self._count_codec(txn, meta, 1)
         self.set_meta(txn, cid, meta)
 
+    def adopt(
+        self,
+        w: WriteTxn,
+        cid: bytes,
+        where: Packed,
+        size: int,
+        flags: int,
+        now_ms: int,
+        reserve_until_ms: int,
+    ) -> bool:
+        """Name a chunk another node shipped to the shared tier (vault/content/shared.py):
+        metadata pointing at its pack, unreferenced and reserved like a chunk a session
+        sent. False if the catalog has it already (it keeps its own copy)."""
+        if self.meta(w.catalog, cid) is not None:
+            return False
+        meta = ChunkMeta(0, size, where.length, now_ms, reserve_until_ms, flags, where)
+        self._place(w, cid, None, where)
+        self._count_tier(w.catalog, where, 1, where.length)
+        self._count_codec(w.catalog, meta, 1)
+        self.set_meta(w.catalog, cid, meta)
+        self.counters.add(w.catalog, "chunks", 1)
+        self.counters.add(w.catalog, "stored_bytes", where.length)
+        return True
+
     def reserve(self, txn: lmdb.Transaction, cid: bytes, meta: ChunkMeta, until_ms: int) -> None:
         if meta.reserved_until_ms < until_ms:
             self.set_meta(txn, cid, meta._replace(reserved_until_ms=until_ms))

@@ -34,10 +34,12 @@ from ..errors import InvalidRequest
 from ..frame import seal_frame
 from ..pacing import Pacer
 from ..writer import WriteTxn
+from .chunks import FLAG_DAMAGED
 from .location import Location, Packed
 from .packs import PACK_PREFIX, PACK_TARGET, PackBuilder, delete_pack, pack_key, upload
 from .parts import ContentParts
 from .reader import Reader
+from .shared import SharedIndex
 
 READ_BATCH = 256
 REPLICA_WAIT = 30.0  # seconds a pack deletion waits for the replica to pass its switch
@@ -49,6 +51,7 @@ class MoveReport:
     bytes_moved: int = 0
     packs: int = 0
     skipped: int = 0
+    deduplicated: int = 0  # hot chunks pointed at a copy another node shipped (shared tier)
     seconds: float = 0.0
     checkpoints_retiered: list[str] = field(default_factory=list)
 
@@ -120,11 +123,19 @@ class Mover:
         report = MoveReport()
         started = time.monotonic()
         keyring = self._s.keyring
-        pack = PackBuilder(pack_target)
+        shared = self._s.shared
+        if shared is not None and shared.tier_name != tier_name:
+            shared = None
+        if shared is not None and from_hot:
+            shared.refresh()  # one list a run: what others shipped a moment ago is reused
+        pack = self._builder(pack_target, shared)
         sources: dict[bytes, Location] = {}  # chunk -> where it was when copied
+        listed: dict[bytes, tuple[int, int]] = {}  # chunk -> (size, flags) for the index
         for i in range(0, len(todo), READ_BATCH):
             pacer.check()
             batch = todo[i : i + READ_BATCH]
+            if shared is not None and from_hot:
+                batch = self._reuse(shared, batch, report)
             cids = [cid for cid, _ in batch]
             metas, frames = self._reader.frames(cids)
             sound, _ = self._reader.decoded(cids, metas, frames)
@@ -140,13 +151,53 @@ class Mover:
                     continue
                 pack.add(cid, seal_frame(keyring, frame, cid) if keyring is not None else frame)
                 sources[cid] = meta.where
+                if not meta.delta:  # a delta needs its base in the same catalog
+                    listed[cid] = (meta.size, meta.flags & ~FLAG_DAMAGED)
                 if pack.full:
-                    self._ship(tier_name, pack, sources, report)
-                    pack, sources = PackBuilder(pack_target), {}
+                    self._ship(tier_name, pack, sources, report, listed)
+                    pack, sources, listed = self._builder(pack_target, shared), {}, {}
         if pack.entries:
-            self._ship(tier_name, pack, sources, report)
+            self._ship(tier_name, pack, sources, report, listed)
         report.seconds = time.monotonic() - started
         return report
+
+    @staticmethod
+    def _builder(target: int, shared: SharedIndex | None) -> PackBuilder:
+        return PackBuilder(target) if shared is None else PackBuilder(target, shared.new_pack_id())
+
+    def _reuse(
+        self,
+        shared: SharedIndex,
+        batch: list[tuple[bytes, Packed | None]],
+        report: MoveReport,
+    ) -> list[tuple[bytes, Packed | None]]:
+        """Point hot chunks another node already shipped at its copy instead of packing
+        them again; returns the rest of the batch. Same order as a move: the switch only
+        for chunks still hot where they were, the hot frames dropped after it commits."""
+        known = shared.lookup(cid for cid, _ in batch)
+        if not known:
+            return batch
+        chunks = self._s.chunks
+
+        def switch(w: WriteTxn) -> dict[bytes, Location]:
+            left: dict[bytes, Location] = {}
+            for cid, entry in known.items():
+                meta = chunks.meta(w.catalog, cid)
+                if meta is None or not meta.hot or meta.where is None:
+                    continue  # gone or moved since: the pass below skips it as before
+                if meta.flags != entry.flags or meta.size != entry.size:
+                    continue  # damaged, or encoded otherwise here: packed as usual
+                left[cid] = meta.where
+                chunks.move(w, cid, meta, entry.where)
+            return left
+
+        left = self._s.writer.run(switch, size=len(known) * 64)
+        if left:
+            frames = list(left.values())
+            self._s.writer.run(lambda w: chunks.drop_hot_frames(w.frames, frames))
+        report.chunks_moved += len(left)
+        report.deduplicated += len(left)
+        return [(cid, seen) for cid, seen in batch if cid not in left]
 
     def _ship(
         self,
@@ -154,10 +205,20 @@ class Mover:
         pack: PackBuilder,
         sources: dict[bytes, Location],
         report: MoveReport,
+        listed: dict[bytes, tuple[int, int]],
     ) -> None:
         upload(self._s.tiers[tier_name], pack, self._s.keyring)
         key = pack_key(pack.pack_id)
         chunks = self._s.chunks
+        shared = self._s.shared
+        if shared is not None and shared.tier_name == tier_name:
+            # after the pack is whole, before any pointer names it (shared.py, invariant 1)
+            rows = [
+                (e.chunk, e.offset, e.length, *listed[e.chunk])
+                for e in pack.entries
+                if e.chunk in listed
+            ]
+            shared.publish(key, rows)
 
         def switch(w: WriteTxn) -> list[Location]:
             left: list[Location] = []
@@ -216,24 +277,44 @@ class Mover:
         report.seconds = time.monotonic() - started
         return report
 
+    @property
+    def shared_tier(self) -> str | None:
+        """The cluster's shared tier (vault/content/shared.py), if any: never repacked."""
+        shared = self._s.shared
+        return shared.tier_name if shared is not None else None
+
     def pack_usage(self) -> list[PackUsage]:
-        """Every pack in every tier with the chunks the catalog places in it."""
+        """Every pack in every tier with the chunks the catalog places in it; in a shared
+        tier, only the packs this process wrote."""
         live: dict[tuple[str, str], dict[bytes, Packed]] = defaultdict(dict)
         with self._s.catalog_env.read() as txn:
             for cid, where in self._s.chunks.packed_locations(txn):
                 live[(where.tier, where.key)][cid] = where
         out = []
+        shared = self._s.shared
         for name, tier in self._s.tiers.items():
             for key in tier.list(PACK_PREFIX):
                 if key.endswith(".idx"):
                     continue
+                if shared is not None and name == shared.tier_name and not shared.owns(key):
+                    continue  # another writer's: never this process's to rewrite or delete
                 size = tier.head(key) or 0
                 out.append(PackUsage(name, key, size, live.get((name, key), {})))
         return out
 
     def delete_unreferenced_pack(self, usage: PackUsage) -> bool:
         """Delete a pack (index first) if nothing in the catalog points at it any more;
-        callers hold the maintenance lock, so no move is between its upload and switch."""
+        callers hold the maintenance lock, so no move is between its upload and switch.
+        In the shared tier, only a pack this process wrote and no index segment lists:
+        another node may name any listed chunk, or be between its upload and its publish
+        (vault/content/shared.py, invariants 2 and 3)."""
+        shared = self._s.shared
+        if (
+            shared is not None
+            and shared.tier_name == usage.tier
+            and (not shared.owns(usage.key) or shared.lists(usage.key))
+        ):
+            return False
         with self._s.catalog_env.read() as txn:
             for cid in usage.live:
                 meta = self._s.chunks.meta(txn, cid)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..tier import Tier
     from ..writer import Writer
     from .chunks import Chunks
+    from .shared import SharedIndex
 
 
 class ContentParts(Protocol):
@@ -37,3 +38,5 @@ class ContentParts(Protocol):
     def runtime(self) -> Runtime: ...
     @property
     def replica_barrier(self) -> Callable[[float], bool] | None: ...
+    @property
+    def shared(self) -> SharedIndex | None: ...

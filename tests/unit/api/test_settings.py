@@ -158,3 +158,18 @@ def test_processes_follow_the_usable_cpus_and_the_exceptions(tmp_path: Path) -> 
     assert tls.processes == 1
     deep = Settings(data_dir=tmp_path / ("x" * 120), workers=3)
     assert deep.processes == 1  # no room for the engine sockets' paths
+
+
+def test_a_shared_tier_names_a_tier_and_gives_the_writer_its_name(tmp_path: Path) -> None:
+    base = (
+        '[cluster]\nnode = "{node}"\nurl = "http://n:1"\nshard = 1\nshards = 2\n'
+        'store = "file:///tmp/c"\nshared_tier = "{tier}"\n'
+        '[tiers.shared]\nurl = "file:///tmp/s"\n'
+    )
+    settings = load_settings(write(tmp_path, base.format(node="n0", tier="shared")), environ={})
+    assert settings.vault.shared_tier == "shared"
+    assert settings.vault.shared_writer == "n0-s1"  # object names in the shared tier
+    with pytest.raises(SettingsError, match="shared_tier"):
+        load_settings(write(tmp_path, base.format(node="n0", tier="nope")), environ={})
+    with pytest.raises(SettingsError, match="node"):
+        load_settings(write(tmp_path, base.format(node="Node A", tier="shared")), environ={})
