@@ -57,4 +57,12 @@ def test_operations_show_the_clusters_nodes_and_shards(cluster: Cluster, watched
     expect(down).to_have_attribute("data-up", "false")
     assert time.monotonic() - killed < 10
     expect(page.locator("#cluster-shards [data-shard='2']")).to_contain_text("none")
-    assert watched.errors == []
+    # The cluster's totals are 503 while shard 2 has no owner (a short sum would mislead):
+    # the view says so and draws the rest; nothing else went wrong in the page.
+    expect(page.locator("#totals-unavailable")).to_be_visible()
+    stats_503 = {
+        f"503 GET {cluster.proxy.url}/v1/stats",
+        "console: Failed to load resource: the server responded with a status of 503 "
+        "(Service Unavailable)",
+    }
+    assert [e for e in watched.errors if e not in stats_503] == []

@@ -34,6 +34,9 @@ pytestmark = pytest.mark.slow
 
 # 64 MiB by default; CKPT_SHARED_MIB=256 is issue 44's size (90 s of the suite at 256).
 SIZE = int(os.environ.get("CKPT_SHARED_MIB", "64")) << 20
+# The kills' window: 2 s at the issue's 256 MiB, where a tiering run takes longer than that;
+# shrunk with the size, so at 64 MiB a kill still lands inside the run.
+KILL_WITHIN = 2.0 * SIZE / (256 << 20)
 EXTRA = 48 << 20
 
 
@@ -145,7 +148,7 @@ def test_the_same_checkpoint_on_two_owners_is_stored_and_sent_once(
     rng = random.Random(4)
     cut = 0
     for _ in range(3):
-        cut += _killed_during_maintenance(node_a, cluster.token, rng.uniform(0.05, 2.0))
+        cut += _killed_during_maintenance(node_a, cluster.token, rng.uniform(0.05, KILL_WITHIN))
         node_a.start()
         with VaultClient(node_a.url, cluster.token, progress=False) as a:
             wait_for("A's checkpoint answering", lambda: a.get(ns_a, third).id == third, 60)

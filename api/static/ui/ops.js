@@ -65,13 +65,16 @@ function cluster(state) {
 }
 
 export async function opsView(view) {
+  // A cluster's totals are 503 while a shard has no live owner (the whole would be short):
+  // the view is drawn without them, so the nodes' states show what is down.
   const [stats, jobs, audit, clustered] = await Promise.all([
-    get("/v1/stats"),
+    get("/v1/stats").catch((err) => err),
     get("/v1/admin/jobs"),
     get("/v1/admin/audit?limit=50"),
     get("/v1/cluster"),
   ]);
-  const tiers = Object.entries(stats.tiers).map(([name, t]) =>
+  const whole = !(stats instanceof Error);
+  const tiers = !whole ? [] : Object.entries(stats.tiers).map(([name, t]) =>
     h("tr", {}, h("td", {}, name), h("td", { class: "num" }, t.chunks), h("td", { class: "num" }, bytes(t.bytes))));
   const runs = Object.entries(jobs.jobs).map(([name, j]) =>
     h("tr", {},
@@ -91,14 +94,18 @@ export async function opsView(view) {
       h("td", {}, h("code", {}, JSON.stringify(e.details)))));
   add(view, 
     h("h1", {}, "Operations"),
-    h("p", {},
-      `${stats.checkpoints} checkpoints in ${stats.namespaces} namespaces: ${bytes(stats.logical_bytes)} logical, ` +
-      `${bytes(stats.stored_bytes)} stored (dedup ×${stats.dedup_ratio ?? "—"}), ${stats.chunks} chunks.`),
+    whole
+      ? h("p", {},
+        `${stats.checkpoints} checkpoints in ${stats.namespaces} namespaces: ${bytes(stats.logical_bytes)} logical, ` +
+        `${bytes(stats.stored_bytes)} stored (dedup ×${stats.dedup_ratio ?? "—"}), ${stats.chunks} chunks.`)
+      : h("p", { class: "muted", id: "totals-unavailable" }, `Totals unavailable: ${stats.message}`),
     ...cluster(clustered),
-    h("h2", {}, "Tiers"),
-    table("tiers", ["tier", "chunks", "bytes"], tiers),
-    h("h2", {}, "Role and replication"),
-    replication(stats),
+    ...(whole ? [
+      h("h2", {}, "Tiers"),
+      table("tiers", ["tier", "chunks", "bytes"], tiers),
+      h("h2", {}, "Role and replication"),
+      replication(stats),
+    ] : []),
     h("h2", {}, "Maintenance runs since the server started"),
     runs.length
       ? table("jobs", ["job", "ok", "failed", "last ended", "took", "totals"], runs)
