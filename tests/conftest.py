@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import secrets
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ from checkpoint_vault.cluster import ClusterConfig
 from checkpoint_vault.cluster.shards import upload_prefix
 from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
 
+from .cluster import Cluster
 from .seaweed import SeaweedFS
 from .serverproc import ServerProcess, free_port
 
@@ -175,6 +177,18 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:
+    """Three shard processes behind HAProxy over the session's SeaweedFS (tests/cluster.py);
+    a test module that needs another shape (standbys, extra settings) defines its own."""
+    c = Cluster(tmp_path, seaweed, secrets.token_hex(4))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
 
 
 @pytest.fixture

@@ -3,27 +3,13 @@ seen through the proxy; a node SIGKILLed shows down within 10 s."""
 
 from __future__ import annotations
 
-import secrets
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from ..cluster import Cluster
-from ..seaweed import SeaweedFS
 from .conftest import Watched, screenshot
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, seaweed, secrets.token_hex(4))
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def _operations_again(page: Page) -> None:

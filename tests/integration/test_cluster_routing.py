@@ -15,7 +15,6 @@ import random
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ from ..cluster import Cluster, call, wait_for
 from ..seaweed import SeaweedFS
 
 pytestmark = pytest.mark.slow  # every test here takes over a second (the quick loop skips them)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, seaweed, secrets.token_hex(4))
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def _forwarded(cluster: Cluster) -> list[int]:

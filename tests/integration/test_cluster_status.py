@@ -6,11 +6,8 @@ works on all, a revoked one fails on all within 5 s; a killed node shows down wi
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,19 +16,8 @@ from checkpoint_vault.client import VaultClient
 from checkpoint_vault.cluster import shard_of
 
 from ..cluster import TTL, Cluster, call, wait_for
-from ..seaweed import SeaweedFS
 
 pytestmark = pytest.mark.slow  # every test here takes over a second (the quick loop skips them)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, seaweed, secrets.token_hex(4))
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def ckpt(url: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:

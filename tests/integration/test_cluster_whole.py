@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +18,7 @@ from checkpoint_vault.cluster import shard_of
 
 from ..cluster import Cluster, call, wait_for
 from ..seaweed import SeaweedFS
+from .test_cluster_status import ckpt
 
 pytestmark = pytest.mark.slow  # a cluster takes seconds to start (the quick loop skips it)
 
@@ -49,15 +48,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, seaweed: SeaweedFS) -> Ite
         yield c
     finally:
         c.stop()
-
-
-def ckpt(url: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "checkpoint_vault.cli", "--url", url, "--token", token, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def own(cluster: Cluster, k: int, path: str) -> Any:
