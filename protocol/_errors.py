@@ -77,6 +77,8 @@ ERRORS: tuple[ErrorSpec, ...] = (
             "VaultInUse",
             "PromotionConflict",
             "UnsafePath",
+            "UploadPrepared",
+            "TransactionAborted",
         ),
         "contradicts current state (pinned, committed, maintenance busy, ...)",
     ),
