@@ -89,6 +89,8 @@ class TransactionAborted(Conflict):
     stayed undecided past its timeout): none of its checkpoints exists; its uploads are
     open again, for a commit in a new transaction."""
 
+    code = "transaction_aborted"
+
 
 class MissingChunks(Conflict):
     code = "missing_chunks"

@@ -4,8 +4,9 @@
   transaction (vault/txn.py `commit_all`), here or asked with the same body.
 - Several shards: two-phase commit, presumed abort, decided in the store (cluster/txn.py):
   1. each owner prepares its upload (`POST /v1/uploads/{id}/prepare`, or the engine here
-     for this process's own shard), all at once; a refusal or an owner that does not
-     answer decides `abort` and the refusal is the answer;
+     for this process's own shard), all at once; a refusal decides `abort` and is the
+     answer; an owner that does not answer leaves the transaction undecided (503): a
+     retry of it may still commit, else the resolvers abort it after their timeout;
   2. `txn/<id>` = `commit` by conditional create: if an owner's resolver aborted first
      (past its timeout) that is the decision, and the answer `TransactionAborted`;
   3. each owner applies (`POST /v1/uploads/{id}/resolve`: it reads the decision from the
@@ -65,6 +66,7 @@ _BY_CODE: dict[str, type[VaultError] | type[Forbidden] | type[Unauthorized]] = {
     "hash_mismatch": HashMismatch,
     "too_large": TooLarge,
     "conflict": Conflict,
+    "transaction_aborted": TransactionAborted,
     "upload_expired": UploadExpired,
     "quota_exceeded": QuotaExceeded,
     "too_many_uploads": TooManyUploads,
@@ -130,6 +132,8 @@ async def _two_phase(
     refusal = next((r for r in prepared if isinstance(r, BaseException)), None)
     if refusal is not None and not isinstance(refusal, Exception):
         raise refusal  # cancelled: the client went away; the resolver aborts it
+    if isinstance(refusal, Unavailable):  # an owner away: undecided, so a retry of this
+        raise refusal  # transaction within the timeout may still commit (presumed abort after)
     decision = await service.call(decisions.decide, transaction, ABORT if refusal else COMMIT)
     if decision == ABORT:
         await asyncio.gather(
@@ -137,8 +141,8 @@ async def _two_phase(
             return_exceptions=True,  # best effort: each owner's resolver drops its own
         )
         raise refusal or TransactionAborted(
-            f"transaction {transaction} was aborted: an upload stayed prepared past its "
-            "timeout before the commit was decided; nothing of it is visible, and its "
+            f"transaction {transaction} was aborted (an owner refused its upload, or one "
+            "stayed prepared past its timeout undecided): nothing of it is visible, and its "
             "uploads are open again (commit them in a new transaction)"
         )
     made = await asyncio.gather(

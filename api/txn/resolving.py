@@ -32,6 +32,7 @@ from checkpoint_vault.cluster.txn import ABORT, COMMIT, Decisions, resolve
 from checkpoint_vault.tiering import open_tier
 from checkpoint_vault.tiering.wrappers import RetryingTier
 from checkpoint_vault.vault import VaultError
+from checkpoint_vault.vault.clock import Clock
 from checkpoint_vault.vault.errors import Conflict, TransactionAborted, Unavailable
 from checkpoint_vault.vault.records import StoredCheckpoint
 from checkpoint_vault.vault.txn import PreparedUpload, Transactions
@@ -54,13 +55,14 @@ class TxnService:
     timeout: float  # [cluster] txn_timeout
     writes: bool  # this process writes the vault (else: a worker, which waits)
     pool: ThreadPoolExecutor  # the store's and the engine's blocking calls
+    clock: Clock  # the vault's: prepared uploads are timed by it
 
     async def call(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     def resolve_one(self, upload: PreparedUpload) -> str | None:
         assert self.decisions is not None
-        return resolve(self.txns, self.decisions, upload, time.time(), self.timeout)
+        return resolve(self.txns, self.decisions, upload, self.clock.now(), self.timeout)
 
     def settle_upload(self, transaction: str, upload_id: str) -> tuple[StoredCheckpoint, bool]:
         """The coordinator's apply (blocking): the upload's checkpoint if `transaction` is
@@ -115,7 +117,7 @@ async def txn_context(app: web.Application) -> AsyncIterator[None]:
         decisions = Decisions(tier, f"{config.node}-s{config.shard}")
     txns = Transactions(vault.store, vault.uploads, vault.committer)
     timeout = config.txn_timeout if config is not None else 0.0
-    service = TxnService(txns, decisions, timeout, writes, pool)
+    service = TxnService(txns, decisions, timeout, writes, pool, vault.clock)
     app[TXN] = service
     task = None
     if decisions is not None and writes:
