@@ -128,6 +128,7 @@ class Plan:
     how: Counter[str]
     transaction: str | None = None
     done: StoredCheckpoint | None = None
+    quota: bool = True  # False: a decided transaction's apply (its prepare checked it)
 
     @property
     def size(self) -> int:
@@ -179,11 +180,13 @@ class Committer:
         files: Mapping[str, CommitFile] | None = None,
         domain: Domain = None,
         transaction: str | None = None,
+        quota: bool = True,
     ) -> Plan:
         """Everything a commit checks before its writer transaction (files proven, sizes
         and quota), or the checkpoint an earlier commit made. `transaction`: the cross-
         namespace commit (vault/txn.py) this upload was prepared for; a prepared upload
-        commits only through it."""
+        commits only through it, and `quota` False once it is decided: a quota filled
+        since its prepare must not split a transaction already committed."""
         listed = _parse_listed(files, self._s.config)
         self._uploads.settle(upload_id)
         with self._s.catalog_env.read() as txn:
@@ -191,7 +194,7 @@ class Committer:
             if session.committed:
                 return Plan(upload_id, {}, Counter(), transaction, self._existing(txn, session))
             _check_prepared(session, transaction)
-            self._check_size(txn, session, listed)
+            self._check_size(txn, session, listed, quota)
             claimed = self._entries(txn, upload_id, listed, cached(domain))
             proven = list(self._parent_files(txn, session).values())
             latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
@@ -199,7 +202,7 @@ class Committer:
                 proven.extend(self._s.catalog.manifest(txn, latest.id).values())
         known = {(e.size, e.chunks): e.hash for e in proven}
         entries, how = self._prove(upload_id, claimed, known, session.created_by or "")
-        return Plan(upload_id, entries, how, transaction)
+        return Plan(upload_id, entries, how, transaction, quota=quota)
 
     def finish(self, plan: Plan, created: bool) -> None:
         """After the plan's transaction committed: running hashes forgotten, counted."""
@@ -296,6 +299,7 @@ class Committer:
         txn: lmdb.Transaction,
         session: UploadSession,
         listed: dict[str, tuple[int, bytes | None, list[bytes]]],
+        quota: bool = True,
     ) -> None:
         """The checkpoint's logical size (files added to the session and inherited ones
         too) against the per-checkpoint limit and the quota, before any chunk is looked up
@@ -312,7 +316,7 @@ class Committer:
                 f"this checkpoint would hold {logical} bytes of files; this server's limit is "
                 f"{limit} per checkpoint (uploads.max_checkpoint_bytes)"
             )
-        if self._s.config.quotas:
+        if quota and self._s.config.quotas:
             quotas.check(txn, self._s.catalog, self._s.config.quotas, session.namespace, logical)
 
     def _check_read_back(
@@ -400,7 +404,7 @@ class Committer:
             files,
             session.created_by,
         )
-        rec = create(self._s, txn, draft, now)
+        rec = create(self._s, txn, draft, now, quota=plan.quota)
         session.committed = rec.id
         self._uploads.count(txn, session, -1)
         self._uploads.put(txn, session)

@@ -205,7 +205,7 @@ class Transactions:
     def apply(self, transaction: str, upload_id: str) -> tuple[StoredCheckpoint, bool]:
         """Commit a prepared upload (its transaction was decided `commit`); a retry
         returns the checkpoint the first made."""
-        plan = self._c.plan(upload_id, None, None, transaction)
+        plan = self._c.plan(upload_id, None, None, transaction, quota=False)
         if plan.done is not None:
             self._s.writer.wait_durable()
             return plan.done, False
