@@ -87,6 +87,7 @@ def check_transaction(transaction: object) -> str:
 
 
 def check_entries(entries: Sequence[Entry]) -> None:
+    """Called once every upload was found (an unknown one is a 404 first)."""
     if not 0 < len(entries) <= MAX_ENTRIES:
         raise InvalidRequest(f"a commit across namespaces takes 1-{MAX_ENTRIES} uploads")
     if len({e.upload_id for e in entries}) != len(entries):
@@ -122,11 +123,15 @@ class Transactions:
     ) -> list[tuple[StoredCheckpoint, bool]]:
         """Commit every upload in one writer transaction; (record, created) per entry, in
         order. A retry returns what the first made."""
+        if len(entries) > MAX_ENTRIES:
+            check_entries(entries)
+        for e in entries:
+            with naming(e):
+                self._check_namespace(self._uploads.session(e.upload_id), e)
         check_entries(entries)
         plans: list[Plan] = []
         for e in entries:
             with naming(e):
-                self._check_namespace(self._uploads.session(e.upload_id), e)
                 plans.append(self._c.plan(e.upload_id, e.files, domain))
         if all(p.done is not None for p in plans):
             self._s.writer.wait_durable()  # as a retried commit: visible before durable
@@ -257,4 +262,4 @@ class Transactions:
     @staticmethod
     def _check_namespace(session: UploadSession, entry: Entry) -> None:
         if session.namespace != entry.namespace:
-            raise InvalidRequest(f"upload {session.id} is not an upload of this namespace")
+            raise Conflict(f"upload {session.id} is not an upload of {entry.namespace!r}")

@@ -8,7 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
-from checkpoint_vault.vault import InvalidRequest
+from checkpoint_vault.vault import Conflict, InvalidRequest
+from checkpoint_vault.vault.names import check_namespace
 from checkpoint_vault.vault.txn import Entry, check_transaction
 
 from .. import parse
@@ -28,9 +29,9 @@ def _entry(item: Any) -> Entry:
     if not isinstance(item, dict):
         raise InvalidRequest("each commit is an object {namespace, upload_id, files}")
     ns, upload = item.get("namespace"), item.get("upload_id")
-    if not isinstance(ns, str) or not isinstance(upload, str):
+    if not isinstance(ns, str) or not isinstance(upload, str) or not 0 < len(upload) <= 64:
         raise InvalidRequest("each commit names its namespace and upload_id")
-    return Entry(ns, upload, parse.commit_files(item.get("files")))
+    return Entry(check_namespace(ns), upload, parse.commit_files(item.get("files")))
 
 
 async def commit_all(request: web.Request) -> web.Response:
@@ -61,7 +62,7 @@ async def prepare(request: web.Request) -> web.Response:
     body = await json_body(request)
     transaction = check_transaction(body.get("transaction"))
     if body.get("namespace") != ns:
-        raise InvalidRequest(f"upload is not an upload of {body.get('namespace')!r}")
+        raise Conflict(f"upload is not an upload of {str(body.get('namespace'))[:200]!r}")
     entry = Entry(ns, request.match_info["upload_id"], parse.commit_files(body.get("files")))
     domain = principal(request).domain()
     await run(request, request.app[TXN].txns.prepare, transaction, entry, domain)

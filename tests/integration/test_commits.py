@@ -76,5 +76,5 @@ async def test_token_must_write_every_namespace(api: Api) -> None:
     # an upload named under a namespace it does not belong to is refused too
     commits[1]["namespace"] = "mine/b"
     resp = await api.call("POST", "/v1/commits", json={"commits": commits}, token=token)
-    assert resp.status == 400, await resp.text()
+    assert resp.status == 409, await resp.text()
     assert await _latest(api, "mine/a") == 404
