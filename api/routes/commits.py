@@ -64,8 +64,11 @@ async def prepare(request: web.Request) -> web.Response:
     if body.get("namespace") != ns:
         raise Conflict(f"upload is not an upload of {str(body.get('namespace'))[:200]!r}")
     entry = Entry(ns, request.match_info["upload_id"], parse.commit_files(body.get("files")))
+    service = request.app[TXN]
+    if service.decisions is None:  # nothing here would ever decide it
+        raise Conflict("this server is not part of a cluster: POST /v1/commits")
     domain = principal(request).domain()
-    await run(request, request.app[TXN].txns.prepare, transaction, entry, domain)
+    await run(request, service.txns.prepare, transaction, entry, domain)
     return json_response({"transaction": transaction, "upload_id": entry.upload_id})
 
 
