@@ -110,6 +110,8 @@ async def commit_across(
         (shard,) = shards
         if shard == node.shard and node.owns():
             return _made(request, await run(request, service.txns.commit_all, entries, domain))
+        if FORWARDED in request.headers:  # two views of the shard's owner: never bounce
+            raise NotOwner(f"shard {shard} moved while this commit was passed on; retry")
         body = {"transaction": transaction, "commits": [_wire(e) for e in entries]}
         status, answer = await _ask(request, node, shard, "/v1/commits", body)
         return Outcome(list(answer["checkpoints"]), status == 201)
