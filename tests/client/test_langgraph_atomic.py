@@ -12,8 +12,8 @@ from typing import Any, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from checkpoint_vault.client import Forbidden, VaultClient
-from checkpoint_vault.client.langgraph import VaultSaver
+from checkpoint_vault.client import AsyncVaultClient, Forbidden, VaultClient
+from checkpoint_vault.client.langgraph import AsyncVaultSaver, VaultSaver
 
 from ..serverproc import ServerProcess
 
@@ -26,7 +26,7 @@ def _step(name: str) -> Any:
     return lambda state: {"steps": [*state.get("steps", []), name]}
 
 
-def system(saver: VaultSaver) -> Any:
+def system(saver: AsyncVaultSaver) -> Any:
     """plan -> inner (a subgraph: check -> fix) -> done."""
     inner = StateGraph(State)
     inner.add_node("check", _step("check"))
@@ -105,3 +105,18 @@ def test_a_refused_commit_leaves_nothing_of_any_thread(server: ServerProcess) ->
                 both()
             for thread_id in (ok, other):
                 assert _records(admin, saver.layout.namespace(thread_id)) == []
+
+
+async def test_the_async_saver_commits_an_atomic_block(server: ServerProcess) -> None:
+    async with AsyncVaultClient(server.url, server.token, progress=False) as client:
+        saver = AsyncVaultSaver(client)
+        graph = system(saver)
+        first, second = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
+        async with saver.aatomic():
+            await graph.ainvoke({"steps": []}, _config(first))
+            await graph.ainvoke({"steps": []}, _config(second))
+            assert await saver.aget_tuple(_config(first)) is None  # held until the end
+        for thread_id in (first, second):
+            found = await saver.aget_tuple(_config(thread_id))
+            assert found is not None
+            assert found.checkpoint["channel_values"]["steps"][-1] == "done"
