@@ -141,7 +141,12 @@ async def _resolving(app: web.Application, service: TxnService) -> None:
         try:
             if node.owns():
                 for upload in service.txns.pending():
-                    await service.call(service.resolve_one, upload)
+                    decision = await service.call(service.resolve_one, upload)
+                    if decision is not None:  # what a coordinator or owner left behind
+                        log.info(
+                            "resolver: %s of transaction %s in %s: %s",
+                            upload.upload_id, upload.transaction, upload.namespace, decision,
+                        )  # fmt: skip
         except VaultError as e:  # the store or the writer for a moment: the next pass
             log.warning("resolving prepared uploads: %s", e.message)
         except Exception:  # a bug: keep resolving, transactions depend on it

@@ -4,7 +4,9 @@ SIGKILLed at random moments (issue 44, "a commit across namespaces").
 Three shard processes over SeaweedFS behind HAProxy (tests/cluster.py). A producer makes
 `CKPT_TXN_ROUNDS` (20) commits through the proxy with `VaultClient.commit_all`, each one
 file per namespace, while the owner of the first namespace is SIGKILLed `CKPT_TXN_KILLS`
-(2) times at random moments and restarted on its disk. Then every commit is checked:
+(2) times at random moments and restarted on its disk (`CKPT_TXN_WORKERS=2`: every shard
+process with a worker, whose reads wait for its writing process to apply a decided
+transaction). Then every commit is checked:
 - acknowledged: the three checkpoints it answered exist, with its bytes;
 - not acknowledged: once prepared uploads are resolved (decided ones applied, undecided
   ones aborted after `txn_timeout`), all three namespaces hold its checkpoint or none does.
@@ -31,12 +33,14 @@ from ..seaweed import SeaweedFS
 
 ROUNDS = int(os.environ.get("CKPT_TXN_ROUNDS", "20"))
 KILLS = int(os.environ.get("CKPT_TXN_KILLS", "2"))
+WORKERS = int(os.environ.get("CKPT_TXN_WORKERS", "1"))  # 2: reads answered by workers too
 TIMEOUT = 2.0  # seconds: [cluster] txn_timeout here (an undecided upload is aborted after)
 
 
 @pytest.fixture
 def txn_cluster(tmp_path: Path, seaweed: SeaweedFS) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, seaweed, secrets.token_hex(4), extra=f'txn_timeout = "{TIMEOUT}s"\n')
+    extra = f'txn_timeout = "{TIMEOUT}s"\n'
+    c = Cluster(tmp_path, seaweed, secrets.token_hex(4), workers=WORKERS, extra=extra)
     try:
         c.start()
         yield c
