@@ -10,6 +10,9 @@ transaction). Then every commit is checked:
 - acknowledged: the three checkpoints it answered exist, with its bytes;
 - not acknowledged: once prepared uploads are resolved (decided ones applied, undecided
   ones aborted after `txn_timeout`), all three namespaces hold its checkpoint or none does.
+Meanwhile a reader reads the three namespaces' latest checkpoints in turn, over and over:
+once it saw commit i in the first, the next two must show i or later (a commit is visible
+in one namespace only once decided, and a read of another applies its part first).
 """
 
 from __future__ import annotations
@@ -83,6 +86,39 @@ class Producer(threading.Thread):
                 self.acked[i] = {ns: c.id for ns, c in done.items()}
 
 
+class Reader(threading.Thread):
+    """Reads the namespaces' latest checkpoints one after the other until stopped."""
+
+    def __init__(self, url: str, token: str, names: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.url, self.token, self.names = url, token, names
+        self.stop = threading.Event()
+        self.rounds = 0
+        self.violations: list[list[int]] = []
+
+    def latest(self, ns: str) -> int | None:
+        """The attempt of `ns`'s latest checkpoint (-1: none), None if it did not answer."""
+        try:
+            status, body = call(
+                self.url, self.token, "GET", f"/v1/namespaces/{ns}/checkpoints/latest"
+            )
+        except (OSError, ValueError):  # the proxy's own page while no server is up
+            return None
+        if status == 404 and body["error"]["code"] == "not_found":
+            return -1
+        return int(body["metadata"]["attempt"]) if status == 200 else None
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            seen = [self.latest(ns) for ns in self.names]
+            if any(s is None for s in seen):
+                continue  # an owner down: this round says nothing
+            self.rounds += 1
+            first, *later = (s for s in seen if s is not None)
+            if any(s < first for s in later):
+                self.violations.append([s for s in seen if s is not None])
+
+
 def _attempts(cluster: Cluster, ns: str) -> dict[int, str] | None:
     """Attempt -> checkpoint id of every checkpoint of `ns`, through the proxy (None while
     its shard does not answer)."""
@@ -103,6 +139,8 @@ def test_commit_across_shards_is_all_or_nothing_through_owner_kills(
     victim = cluster.nodes[shard_of(names[0], cluster.shards)]
     rng = random.Random(int(os.environ.get("CKPT_TXN_SEED", "44")))
     producer = Producer(cluster.proxy.url, cluster.token, names)
+    reader = Reader(cluster.proxy.url, cluster.token, names)
+    reader.start()
     producer.start()
     moments = sorted(rng.sample(range(1, max(ROUNDS - 2, KILLS + 1)), KILLS))
     for moment in moments:
@@ -111,8 +149,12 @@ def test_commit_across_shards_is_all_or_nothing_through_owner_kills(
         victim.kill()
         victim.start()  # on its disk: it resumes as its shard's owner
     producer.join(timeout=300)
+    reader.stop.set()
+    reader.join(timeout=60)
     assert not producer.is_alive()
     print(f"\n{len(producer.acked)} of {ROUNDS} acknowledged; failed: {producer.failed}")
+    print(f"reader: {reader.rounds} rounds of three reads, {len(reader.violations)} partial")
+    assert not reader.violations, reader.violations[:5]
     assert len(producer.acked) >= ROUNDS - 2 * KILLS - 2, producer.failed
 
     seen: dict[str, dict[int, str]] = {}
