@@ -69,6 +69,7 @@ from .transfer.bodies import BodyReaders
 from .transfer.promotion import promotion_context
 from .transfer.receive import close_taken
 from .turns import Turns
+from .txn import txn_context, txn_middleware
 
 log = logging.getLogger("ckpt.api")
 
@@ -204,6 +205,7 @@ class Alone:
             *first,
             auth_middleware(TOKENS, LIMITER, passed_on),
             cluster_middleware(),
+            txn_middleware(),  # after it: only the namespace's owner settles (api/txn/)
             read_only_middleware(),
             audit_middleware(),
         ]
@@ -262,5 +264,6 @@ def create_app(
     else:  # its first beat before workers may accept (api/cluster/context.py)
         app.cleanup_ctx.append(cluster_context)
         role.install(app)
+    app.cleanup_ctx.append(txn_context)  # commits across namespaces (api/txn/)
     setup_routes(app)
     return app

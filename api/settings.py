@@ -254,6 +254,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("cluster", "shared_tier"): ("cluster.shared_tier", str),
     ("cluster", "beat_interval"): ("cluster.beat_interval", parse_duration),
     ("cluster", "lease_ttl"): ("cluster.lease_ttl", parse_duration),
+    ("cluster", "txn_timeout"): ("cluster.txn_timeout", parse_duration),
     ("replication", "tier"): ("replication.tier", str),
     ("replication", "mode"): ("replication.mode", _replication_mode),
     ("replication", "lag_budget"): ("replication.lag_budget", parse_duration),

@@ -162,6 +162,32 @@ class VaultClient(BlockingClient):
     def abort(self, upload: UploadSession) -> None:
         self._run(self.aio.abort(upload))
 
+    def commit_all(
+        self,
+        saves: Mapping[str, FileSpec | Mapping[str, FileSpec]],
+        *,
+        transaction: str | None = None,
+        **options: Unpack[SaveFields],
+    ) -> dict[str, Checkpoint]:
+        """Save files into several namespaces (namespace -> files, as `save` takes them)
+        as one commit: every one becomes a checkpoint, or none does, across a cluster's
+        shards too (`POST /v1/commits`). `options` apply to each. Returns namespace ->
+        checkpoint. `transaction`: its id (default: a new one), which makes retries of
+        the call return what the first made. A `missing_chunks` or `transaction_aborted`
+        refusal leaves the uploads open: they are committed once more, in a new
+        transaction (the lost chunks sent again first)."""
+        return self._run(self.aio.commit_all(saves, transaction=transaction, **options))
+
+    def commit_uploads(
+        self,
+        commits: Sequence[tuple[UploadSession, Mapping[str, CommitFile]]],
+        *,
+        transaction: str | None = None,
+    ) -> list[Checkpoint]:
+        """Commit uploads of several namespaces (from `begin_upload` and `send_file`, each
+        with its own options) all or nothing; checkpoints in the order given."""
+        return self._run(self.aio.commit_uploads(commits, transaction=transaction))
+
     def load(
         self, namespace: str, ref: str = "latest-valid", dest: str | os.PathLike[str] = "."
     ) -> Checkpoint:

@@ -59,7 +59,7 @@ from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
 from .chunking import FileSpec, Reader, Source, chunk_ids, collect_sources, tensor_layout
 from .coalesce import Coalescer
 from .endpoint import default_token, file_path, ns_path, tls_from_env, warn_plain_http
-from .errors import IntegrityError, MissingChunks, NotFound
+from .errors import IntegrityError, MissingChunks, NotFound, TransactionAborted
 from .filesink import FileSink
 from .models import Checkpoint, Transfer
 from .options import SaveFields, SaveOptions
@@ -88,6 +88,17 @@ NOVEL_STREAK = 2
 # goes without its place (the server hashes at most vault.uploads.MAX_REFERENCED_BYTES of
 # references per batch).
 MAX_HELD_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """An upload whose files are all sent or handed over, and its commit listing."""
+
+    upload: UploadSession
+    sender: _Sender
+    listing: dict[str, dict[str, Any]]
+    socket: str | None
+    handed: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -222,6 +233,13 @@ class AsyncVaultClient:
     ) -> Checkpoint:
         if self._fits_one_request(sources):
             return await self._save_small(namespace, sources, opts)
+        staged = await self._stage(namespace, sources, opts)
+        return await self._commit(
+            staged.sender, sources, staged.listing, staged.socket, staged.handed
+        )
+
+    async def _stage(self, namespace: str, sources: list[Source], opts: SaveOptions) -> _Staged:
+        """An upload holding `sources`, each sent or handed over, not committed yet."""
         sizes = [s.size for s in sources]
         up = await self._open_upload(namespace, opts)
         socket = await self._t.local_socket() if self.local_files else None
@@ -245,7 +263,7 @@ class AsyncVaultClient:
             finally:
                 handing.cancel()
                 await asyncio.gather(handing, return_exceptions=True)
-            return await self._commit(sender, sources, listing, socket, handed)
+        return _Staged(up, sender, listing, socket, frozenset(handed))
 
     async def _hand_over(self, socket: str, upload_id: str, source: Source) -> None:
         """Give the server on this machine the file itself; it becomes part of the upload
@@ -303,6 +321,66 @@ class AsyncVaultClient:
     async def abort(self, upload: UploadSession) -> None:
         await self._t.request("DELETE", f"/v1/uploads/{upload.id}")
 
+    # -- several namespaces, one commit ----------------------------------------------
+    async def commit_all(
+        self,
+        saves: Mapping[str, FileSpec | Mapping[str, FileSpec]],
+        *,
+        transaction: str | None = None,
+        **options: Unpack[SaveFields],
+    ) -> dict[str, Checkpoint]:
+        """Save files into several namespaces (namespace -> files, as `save` takes them)
+        as one commit: every one becomes a checkpoint, or none does, across a cluster's
+        shards too (`POST /v1/commits`). `options` apply to each. Returns namespace ->
+        checkpoint. `transaction`: its id (default: a new one), which makes retries of
+        the call return what the first made. A `missing_chunks` or `transaction_aborted`
+        refusal leaves the uploads open: they are committed once more, in a new
+        transaction (the lost chunks sent again first)."""
+        opts = SaveOptions.of(options)
+        sources = [collect_sources(files) for files in saves.values()]
+        staged = await asyncio.gather(
+            *(self._stage(ns, src, opts) for ns, src in zip(saves, sources, strict=True))
+        )
+        commits = [(s.upload, s.listing) for s in staged]
+        try:
+            done = await self._commit_uploads(commits, transaction)
+        except (MissingChunks, TransactionAborted) as e:
+            # The refusal aborted that transaction and opened its uploads again: once more
+            # in a new one, the lost chunks sent again first (as `save` does), or after
+            # an owner away past the timeout made its resolvers abort.
+            if isinstance(e, MissingChunks):
+                for one, src in zip(staged, sources, strict=True):
+                    lost = set(e.missing)
+                    await self._resend(one.sender, src, one.listing, lost, one.socket, one.handed)
+            done = await self._commit_uploads(commits, None)
+        return {c.namespace: c for c in done}
+
+    async def commit_uploads(
+        self,
+        commits: Sequence[tuple[UploadSession, Mapping[str, CommitFile]]],
+        *,
+        transaction: str | None = None,
+    ) -> list[Checkpoint]:
+        """Commit uploads of several namespaces (from `begin_upload` and `send_file`, each
+        with its own options) all or nothing; checkpoints in the order given."""
+        listed = [(up, {name: f.to_wire() for name, f in files.items()}) for up, files in commits]
+        return await self._commit_uploads(listed, transaction)
+
+    async def _commit_uploads(
+        self,
+        commits: Sequence[tuple[UploadSession, Mapping[str, dict[str, Any]]]],
+        transaction: str | None,
+    ) -> list[Checkpoint]:
+        body = {
+            "transaction": transaction or secrets.token_hex(16),  # one id for every retry
+            "commits": [
+                {"namespace": up.namespace, "upload_id": up.id, "files": dict(files)}
+                for up, files in commits
+            ],
+        }
+        answer = await self._t.json("POST", "/v1/commits", json_body=body)
+        return [Checkpoint.from_wire(rec) for rec in answer["checkpoints"]]
+
     async def _open_upload(self, namespace: str, opts: SaveOptions) -> UploadSession:
         up = await self._t.json(
             "POST", f"/v1/namespaces/{ns_path(namespace)}/uploads", json_body=opts.wire()
@@ -353,16 +431,28 @@ class AsyncVaultClient:
             rec = await self._t.json("POST", path, json_body={"files": listing})
         except MissingChunks as e:
             # Chunks went missing between our query and the commit (collected, or found
-            # damaged): send those again from the files, once, and commit again. Files
-            # handed over are handed over again (their chunk lists are the server's).
-            lost = set(e.missing)
-            for s in sources:
-                if s.name in listing and lost & set(listing[s.name]["chunks"]):
-                    await sender.send(s, force=lost)
-                elif s.name in handed and socket is not None:
-                    await self._hand_over(socket, sender.upload_id, s)
+            # damaged, or lost with a server's crash before they were durable): send those
+            # again from the files, once, and commit again.
+            await self._resend(sender, sources, listing, set(e.missing), socket, handed)
             rec = await self._t.json("POST", path, json_body={"files": listing})
         return Checkpoint.from_wire(rec)
+
+    async def _resend(
+        self,
+        sender: _Sender,
+        sources: list[Source],
+        listing: dict[str, dict[str, Any]],
+        lost: set[str],
+        socket: str | None,
+        handed: Collection[str],
+    ) -> None:
+        """Send the `lost` chunks of an upload's files again; files handed over are handed
+        over again (their chunk lists are the server's)."""
+        for s in sources:
+            if s.name in listing and lost & set(listing[s.name]["chunks"]):
+                await sender.send(s, force=lost)
+            elif s.name in handed and socket is not None:
+                await self._hand_over(socket, sender.upload_id, s)
 
     # -- loading ----------------------------------------------------------------------
     async def load(

@@ -89,6 +89,13 @@ class Fenced(Conflict):
     code = "fenced"
 
 
+class TransactionAborted(Conflict):
+    """A commit across namespaces was aborted: nothing of it is visible, and its uploads
+    are open again, for a commit in a new transaction."""
+
+    code = "transaction_aborted"
+
+
 class ReadOnlyStandby(Conflict):
     """The server is a read-only standby: write to the primary (or promote this one)."""
 

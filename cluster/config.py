@@ -30,6 +30,9 @@ class ClusterConfig:
     shared_tier: str = ""
     beat_interval: float = BEAT_INTERVAL
     lease_ttl: float = LEASE_TTL
+    # Seconds an upload prepared for a commit across namespaces waits for its decision
+    # before it is aborted (cluster/txn.py, TXN_TIMEOUT).
+    txn_timeout: float = 30.0
 
     def check(self) -> None:
         """Raise ValueError for a configuration a cluster cannot run with."""

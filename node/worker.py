@@ -26,6 +26,7 @@ from checkpoint_vault.api.cluster import cluster_middleware, passed_on
 from checkpoint_vault.api.engine import hold_shared
 from checkpoint_vault.api.keys import LIMITER, METRICS, SAVES, SETTINGS, TOKENS, UNHEADED, VAULT
 from checkpoint_vault.api.observability import AccessLogger, configure_logging
+from checkpoint_vault.api.txn import txn_middleware
 from checkpoint_vault.vault import VaultError
 from checkpoint_vault.vault.runtime import os_name
 
@@ -56,6 +57,7 @@ class Worker:
             *first,
             auth_middleware(TOKENS, LIMITER, passed_on),  # another node's owner charges it
             cluster_middleware(),
+            txn_middleware(),  # reads wait for decided transactions (api/txn/)
             forward_middleware(FORWARDER),
         ]
 

@@ -22,6 +22,7 @@ from checkpoint_vault.api.cluster import cluster_middleware, passed_on
 from checkpoint_vault.api.keys import LIMITER, SETTINGS, TOKENS, VAULT
 from checkpoint_vault.api.roles import read_only_middleware
 from checkpoint_vault.api.settings import Settings
+from checkpoint_vault.api.txn import txn_middleware
 
 from .calls import CHANNEL_BUFFER, CallServer
 from .forward import trusted_forwards
@@ -55,6 +56,7 @@ class Writer:
             auth_middleware(TOKENS, LIMITER, functools.partial(_charged, self._engine)),
             self.adopted.counting(),
             cluster_middleware(),
+            txn_middleware(),
             read_only_middleware(),
             audit_middleware(),
         ]

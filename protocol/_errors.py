@@ -77,8 +77,17 @@ ERRORS: tuple[ErrorSpec, ...] = (
             "VaultInUse",
             "PromotionConflict",
             "UnsafePath",
+            "UploadPrepared",
         ),
         "contradicts current state (pinned, committed, maintenance busy, ...)",
+    ),
+    ErrorSpec(
+        "transaction_aborted",
+        409,
+        "TransactionAborted",
+        ("TransactionAborted",),
+        "a commit across namespaces was aborted (an upload refused, or one stayed prepared "
+        "past its timeout undecided): nothing of it is visible, its uploads are open again",
     ),
     ErrorSpec(
         "read_only",

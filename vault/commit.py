@@ -19,6 +19,7 @@ import contextlib
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import lmdb
@@ -38,6 +39,7 @@ from .errors import (
     TooLarge,
     TooManyUploads,
     UploadExpired,
+    UploadPrepared,
 )
 from .manifest import FileEntry
 from .names import check_chunk_id, check_file_name
@@ -116,6 +118,33 @@ def _parse_listed(
     return out
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A commit checked and its files proven, ready for its writer transaction; or,
+    `done`, the checkpoint an earlier commit of the upload made."""
+
+    upload_id: str
+    entries: dict[str, FileEntry]
+    how: Counter[str]
+    transaction: str | None = None
+    done: StoredCheckpoint | None = None
+    quota: bool = True  # False: a decided transaction's apply (its prepare checked it)
+
+    @property
+    def size(self) -> int:
+        """The writer's estimate of the transaction's bytes."""
+        return sum(len(e.chunks) for e in self.entries.values()) * 64
+
+
+def _check_prepared(session: UploadSession, transaction: str | None) -> None:
+    """A prepared upload belongs to its transaction: only that one commits it."""
+    if session.prepared is not None and session.prepared != transaction:
+        raise UploadPrepared(
+            f"upload {session.id} is prepared in transaction {session.prepared}: "
+            "it is committed or aborted with it (POST /v1/commits)"
+        )
+
+
 class Committer:
     def __init__(self, store: CommitParts, uploads: Uploads, reader: Reader) -> None:
         self._s = store
@@ -137,33 +166,50 @@ class Committer:
         chunks count only if stored inside the caller's `domain` or sent by this session
         (vault/domains.py); others are `missing_chunks`, and no size or hash of them is
         ever computed into an answer."""
+        plan = self.plan(upload_id, files, domain)
+        if plan.done is not None:  # a retry: the first commit may be visible before it is
+            self._s.writer.wait_durable()  # durable (outside the read: growing the map waits)
+            return plan.done, False
+        made = self._s.writer.run(lambda w: self.apply(w.catalog, plan), size=plan.size)
+        self.finish(plan, made[1])
+        return made
+
+    def plan(
+        self,
+        upload_id: str,
+        files: Mapping[str, CommitFile] | None = None,
+        domain: Domain = None,
+        transaction: str | None = None,
+        quota: bool = True,
+    ) -> Plan:
+        """Everything a commit checks before its writer transaction (files proven, sizes
+        and quota), or the checkpoint an earlier commit made. `transaction`: the cross-
+        namespace commit (vault/txn.py) this upload was prepared for; a prepared upload
+        commits only through it, and `quota` False once it is decided: a quota filled
+        since its prepare must not split a transaction already committed."""
         listed = _parse_listed(files, self._s.config)
         self._uploads.settle(upload_id)
         with self._s.catalog_env.read() as txn:
             session = self._uploads.get(txn, upload_id)
             if session.committed:
-                done = self._existing(txn, session)
-            else:
-                self._check_size(txn, session, listed)
-                claimed = self._entries(txn, upload_id, listed, cached(domain))
-                proven = list(self._parent_files(txn, session).values())
-                latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
-                if latest is not None and latest.id != session.parent:
-                    proven.extend(self._s.catalog.manifest(txn, latest.id).values())
-        if session.committed:  # a retry: the first commit may be visible before it is durable
-            self._s.writer.wait_durable()  # (outside the read: growing the map waits for it)
-            return done, False
+                return Plan(upload_id, {}, Counter(), transaction, self._existing(txn, session))
+            _check_prepared(session, transaction)
+            self._check_size(txn, session, listed, quota)
+            claimed = self._entries(txn, upload_id, listed, cached(domain))
+            proven = list(self._parent_files(txn, session).values())
+            latest = self._s.catalog.latest(txn, session.namespace, valid_only=False)
+            if latest is not None and latest.id != session.parent:
+                proven.extend(self._s.catalog.manifest(txn, latest.id).values())
         known = {(e.size, e.chunks): e.hash for e in proven}
         entries, how = self._prove(upload_id, claimed, known, session.created_by or "")
-        made = self._s.writer.run(
-            lambda w: self._apply(w.catalog, upload_id, entries),
-            size=sum(len(e.chunks) for e in entries.values()) * 64,
-        )
-        self._uploads.running.forget(upload_id)
-        if made[1]:
+        return Plan(upload_id, entries, how, transaction, quota=quota)
+
+    def finish(self, plan: Plan, created: bool) -> None:
+        """After the plan's transaction committed: running hashes forgotten, counted."""
+        self._uploads.running.forget(plan.upload_id)
+        if created:
             with self._hashed_lock:
-                self._hashed.update(how)
-        return made
+                self._hashed.update(plan.how)
 
     def _prove(
         self,
@@ -253,6 +299,7 @@ class Committer:
         txn: lmdb.Transaction,
         session: UploadSession,
         listed: dict[str, tuple[int, bytes | None, list[bytes]]],
+        quota: bool = True,
     ) -> None:
         """The checkpoint's logical size (files added to the session and inherited ones
         too) against the per-checkpoint limit and the quota, before any chunk is looked up
@@ -269,7 +316,7 @@ class Committer:
                 f"this checkpoint would hold {logical} bytes of files; this server's limit is "
                 f"{limit} per checkpoint (uploads.max_checkpoint_bytes)"
             )
-        if self._s.config.quotas:
+        if quota and self._s.config.quotas:
             quotas.check(txn, self._s.catalog, self._s.config.quotas, session.namespace, logical)
 
     def _check_read_back(
@@ -335,12 +382,14 @@ class Committer:
             return {}
         return self._s.catalog.manifest(txn, parent.id)
 
-    def _apply(
-        self, txn: lmdb.Transaction, upload_id: str, listed: dict[str, FileEntry]
-    ) -> tuple[StoredCheckpoint, bool]:
+    def apply(self, txn: lmdb.Transaction, plan: Plan) -> tuple[StoredCheckpoint, bool]:
+        """The commit transaction of `plan` (writer thread, inside the caller's
+        transaction: several plans in one make a commit across namespaces)."""
+        upload_id, listed = plan.upload_id, plan.entries
         session = self._uploads.get(txn, upload_id)
         if session.committed:
             return self._existing(txn, session), False
+        _check_prepared(session, plan.transaction)
         now = self._s.clock.now()
         if session.expires_at <= now:
             raise UploadExpired(f"upload {upload_id} expired before commit; open a new one")
@@ -355,7 +404,7 @@ class Committer:
             files,
             session.created_by,
         )
-        rec = create(self._s, txn, draft, now)
+        rec = create(self._s, txn, draft, now, quota=plan.quota)
         session.committed = rec.id
         self._uploads.count(txn, session, -1)
         self._uploads.put(txn, session)

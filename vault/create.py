@@ -84,10 +84,12 @@ def create(
     draft: Draft,
     now: float,
     sound: Container[bytes] = (),
+    quota: bool = True,
 ) -> StoredCheckpoint:
     """Make the checkpoint visible (writer thread, inside the caller's transaction).
     `sound`: chunks this same transaction found usable or stored already (a one-request
-    save's), which need no second look."""
+    save's), which need no second look. `quota` False: checked already (a commit across
+    namespaces checks it at prepare, vault/txn.py)."""
     files = dict(draft.files)
     if draft.inherit:
         for name, entry in inherited(store, txn, draft.parent).items():
@@ -96,7 +98,7 @@ def create(
     missing = [c.hex() for c in distinct_chunks(files) if c not in sound and not usable(txn, c)]
     if missing:
         raise MissingChunks(missing)
-    if store.config.quotas:
+    if quota and store.config.quotas:
         size = sum(e.size for e in files.values())
         quotas.check(txn, store.catalog, store.config.quotas, draft.namespace, size)
     if draft.id is not None:

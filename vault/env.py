@@ -61,6 +61,7 @@ CATALOG_DBS = (
     b"inline_frames",  # sequence number (u64 BE) -> frame, for chunks of one-request saves
     b"samples",  # time (ms, u64 BE) -> storage sample JSON (vault/samples.py)
     b"auditby",  # token name \0 audit key -> b"": each token's entries (vault/audit.py)
+    b"prepared",  # namespace \0 upload id -> transaction id: prepared uploads (vault/txn.py)
     # new tables go last: replication logs name a table by its place in this list
 )
 MIN_MAP_SIZE = 1 << 20

@@ -79,6 +79,19 @@ class Conflict(VaultError):
     code = "conflict"
 
 
+class UploadPrepared(Conflict):
+    """The upload is prepared in a commit across namespaces (vault/txn.py): only that
+    transaction's decision commits or aborts it; nothing may be added to it."""
+
+
+class TransactionAborted(Conflict):
+    """A commit across namespaces was decided `abort` (a participant refused, or one
+    stayed undecided past its timeout): none of its checkpoints exists; its uploads are
+    open again, for a commit in a new transaction."""
+
+    code = "transaction_aborted"
+
+
 class MissingChunks(Conflict):
     code = "missing_chunks"
 

@@ -150,6 +150,8 @@ class UploadSession:
     committed: str | None = None  # checkpoint id once committed
     created_by: str | None = None  # token name that opened it (per-token limits, ownership)
     sent_bytes: int = 0  # bytes of new chunks it stored, pending until it ends
+    prepared: str | None = None  # the cross-namespace commit holding it (vault/txn.py)
+    prepared_at: float | None = None  # when it was prepared (the resolver's timeout)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -36,6 +36,7 @@ from .errors import (
     TooManyUploads,
     UploadExpired,
     UploadNotFound,
+    UploadPrepared,
 )
 from .filehash import RunningHashes
 from .frame import ROOM, Encoder, chunk_id
@@ -167,6 +168,8 @@ class Uploads:
         session = self.get(txn, upload_id)
         if session.committed:
             raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
+        if session.prepared is not None:
+            raise UploadPrepared(f"upload {upload_id} is prepared in {session.prepared}")
         if session.expires_at <= self._s.clock.now():
             raise UploadExpired(f"upload {upload_id} expired; open a new one")
         return session
@@ -184,6 +187,10 @@ class Uploads:
             out[name] = FileEntry.from_view(memoryview(bytes(cur.value())))[0]
             ok = cur.next()
         return out
+
+    def put_file(self, txn: lmdb.Transaction, upload_id: str, name: str, entry: FileEntry) -> None:
+        """Make `entry` the upload's file `name` (writer thread; a prepare, vault/txn.py)."""
+        txn.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
 
     def sent(self, txn: lmdb.Transaction, upload_id: str, cid: bytes) -> bool:
         """Did this session send the bytes of `cid` (chunk PUT or batch)?"""
@@ -493,6 +500,8 @@ class Uploads:
             session = self.get(w.catalog, upload_id)
             if session.committed:
                 raise Conflict(f"upload {upload_id} is already committed as {session.committed}")
+            if session.prepared is not None:  # its transaction's decision ends it
+                raise UploadPrepared(f"upload {upload_id} is prepared in {session.prepared}")
             self.drop(w.catalog, upload_id, keep_session=False)
             self.count(w.catalog, session, -1)
 
@@ -522,6 +531,8 @@ class Uploads:
                     session = self.get(txn, upload_id)
                 except UploadNotFound:
                     continue
+                if session.prepared is not None and not session.committed:
+                    continue  # only its transaction's decision ends it (vault/txn.py)
                 if session.expires_at <= now:
                     self.drop(txn, upload_id, keep_session=False)
                     if not session.committed:

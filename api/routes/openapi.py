@@ -184,6 +184,11 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "open_upload": ("201", _ref("UploadOpened")),
     "put_file": ("201", _ref("FileStored")),
     "commit": ("2XX", _ref("Written")),
+    "commit_all": (  # api/routes/commits.py: records in the order of the commits
+        "2XX",
+        _listing("checkpoints", _ref("Written"), transaction={"type": "string"}),
+    ),
+    "resolve": ("2XX", _ref("Written")),
     "gc": ("200", _ref("GcReport")),
     "compact": ("200", _ref("CompactReport")),
     "check": ("200", _ref("CheckReport")),
@@ -262,7 +267,10 @@ BINARY_STRUCTURED: dict[str, str] = {
     ),
 }
 # JSON bodies a request must carry (the others may be empty, meaning {}).
-REQUIRED_BODY = frozenset({"missing", "create_token", "fork_checkpoint", "delete_checkpoints"})
+REQUIRED_BODY = frozenset(
+    {"missing", "create_token", "fork_checkpoint", "delete_checkpoints"}
+    | {"commit_all", "prepare", "resolve"}
+)
 # JSON request bodies, by handler name: what the handler reads (fields beyond these are
 # ignored), so a fuzzer's schema-valid bodies are ones the service can accept.
 _COMMIT_FILE = {
@@ -321,6 +329,45 @@ REQUESTS: dict[str, dict[str, Any]] = {
         "required": ["namespace"],
         "properties": {"namespace": {"$ref": _REF + "Namespace"}, "tags": _TAGS},
     },
+    # Commits across namespaces (api/routes/commits.py).
+    "commit_all": {
+        "type": "object",
+        "required": ["commits"],
+        "properties": {
+            "transaction": {"$ref": _REF + "TransactionId"},
+            "commits": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 64,
+                "items": {
+                    "type": "object",
+                    "required": ["namespace", "upload_id"],
+                    "properties": {
+                        "namespace": {"$ref": _REF + "Namespace"},
+                        "upload_id": {"type": "string", "minLength": 1, "maxLength": 64},
+                        "files": {
+                            "type": ["object", "null"],
+                            "propertyNames": {"$ref": _REF + "FileName"},
+                            "additionalProperties": _COMMIT_FILE,
+                        },
+                    },
+                },
+            },
+        },
+    },
+    "prepare": {
+        "type": "object",
+        "required": ["transaction", "namespace"],
+        "properties": {
+            "transaction": {"$ref": _REF + "TransactionId"},
+            "namespace": {"$ref": _REF + "Namespace"},
+        },
+    },
+    "resolve": {
+        "type": "object",
+        "required": ["transaction"],
+        "properties": {"transaction": {"$ref": _REF + "TransactionId"}},
+    },
 }
 # Path parameters by name (file and token names share `name`: told apart by the path).
 # Narrower than what the service accepts where the full rule is not a regular language
@@ -337,6 +384,7 @@ _NAMES_HIDE = protocol.character_class(protocol.HIDDEN_IN_NAMES, schema=True)
 PATTERNS: dict[str, dict[str, Any]] = {
     "Namespace": {"type": "string", "pattern": f"^{_SEGMENT}$"},
     "ChunkId": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+    "TransactionId": {"type": "string", "pattern": "^[0-9a-f]{16,64}$"},
     "TokenName": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
     # Relative, '/'-separated, no empty, '.' or '..' segment, no control, format or
     # line-separator character (the 1024-byte bound is kept by 255 characters of at most 4

@@ -90,12 +90,13 @@ class VaultSaver(AsyncVaultSaver):
         self._vault = vault
 
     def _put_blocking(self, put: Put) -> None:
-        steps.run_here(self._put_steps(put), self._vault)
-        if self.keep_last is not None:  # a listing and a delete now and then: on the loop
+        steps.run_here(self._put_steps(put), self._vault, self._staging)
+        # a listing and a delete now and then, on the loop; not inside an atomic block
+        if self.keep_last is not None and self._staging is None:
             self._block(self._prune_now_and_then(put.key[0], self.keep_last))
 
     def _writes_blocking(self, req: Writes) -> None:
-        steps.run_here(self._writes_steps(req), self._vault)
+        steps.run_here(self._writes_steps(req), self._vault, self._staging)
 
     def close(self) -> None:
         """Close the connections and stop the loop thread (unless they are a shared

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence
@@ -53,6 +54,7 @@ from ..aio import AsyncVaultClient
 from ..errors import Conflict, IntegrityError, NotFound
 from ..models import Checkpoint as Record
 from ..options import SaveFields
+from . import _atomic
 from . import _maintenance as threads
 from . import _steps as steps
 from ._calls import Found, Put, Value, Where, Writes, close, config_of, next_found, wanted
@@ -111,6 +113,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         except RuntimeError:
             loop = None  # bound by the first async call
         self._memo = Memo(loop, cache_bytes)
+        self._staging: steps.Staging | None = None  # an atomic block's saves (`_atomic.py`)
 
     # -- running on the saver's loop --------------------------------------------------
     async def _here(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -147,6 +150,36 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             None if ns is None and any_ns else str(ns or ""),
             conf.get("checkpoint_id") or None,
         )
+
+    # -- atomic blocks ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Every checkpoint and pending write put inside the block (a graph's, its
+        subgraphs', any thread's) is committed when it ends, all of them or none, also
+        across a cluster's shards (`_atomic.py`); an exception inside commits nothing.
+        From sync code (`VaultSaver`, or a thread outside this saver's loop)."""
+        staging = self._begin_atomic()
+        try:
+            yield
+        finally:
+            self._staging = None
+        self._block(_atomic.commit(self.client, self._memo, staging.saves()))
+
+    @contextlib.asynccontextmanager
+    async def aatomic(self) -> AsyncIterator[None]:
+        """`atomic` for async code: `async with saver.aatomic(): await graph.ainvoke(...)`."""
+        staging = self._begin_atomic()
+        try:
+            yield
+        finally:
+            self._staging = None
+        await self._here(_atomic.commit(self.client, self._memo, staging.saves()))
+
+    def _begin_atomic(self) -> steps.Staging:
+        if self._staging is not None:
+            raise RuntimeError("an atomic block of this saver is open already")
+        self._staging = steps.Staging()
+        return self._staging
 
     # -- get --------------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -300,8 +333,8 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         return [(name, *self.serde.dumps_typed(value)) for name, value in channels.items()]
 
     async def _store_checkpoint(self, put: Put) -> None:
-        await steps.run(self._put_steps(put), self.client)
-        if self.keep_last is not None:
+        await steps.run(self._put_steps(put), self.client, self._staging)
+        if self.keep_last is not None and self._staging is None:  # held saves inherit
             await self._prune_now_and_then(put.key[0], self.keep_last)
 
     def _put_steps(self, put: Put) -> steps.Steps[None]:
@@ -314,14 +347,17 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             own = encode(Contents(early, put.document))
             parent = memo.committed.get(put.parent) if put.parent else None
             rec = yield from self._save_checkpoint(put, own, parent)
-            memo.committed.put(put.key, rec)
+            if rec is not None:  # else held by an atomic block, remembered at its commit
+                memo.committed.put(put.key, rec)
             memo.files.put(blake3.blake3(own).hexdigest(), own)
             for value in put.values:
                 memo.files.put(value.digest, value.data)
         finally:
             memo.end_put(put.key)
 
-    def _save_checkpoint(self, put: Put, own: bytes, parent: Record | None) -> steps.Steps[Record]:
+    def _save_checkpoint(
+        self, put: Put, own: bytes, parent: Record | None
+    ) -> steps.Steps[Record | None]:
         """With the parent's record known: inherit its files, send what differs. Else, or
         if that record was pruned meanwhile, send every value (the vault dedups chunks)."""
         files = {CHECKPOINT_FILE: own}
@@ -340,7 +376,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                 chunking=CHUNKING,
             )
             try:
-                rec: Record = yield steps.Save(put.key[0], files, inheriting)
+                rec: Record | None = yield steps.Save(put.key[0], files, inheriting, put.key)
             except (NotFound, Conflict):
                 pass  # the parent's record is gone: fall through and send everything
             else:
@@ -351,7 +387,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             put.metadata["channels"][name] = kind
         files.update({v.file: v.data for v in put.values})
         whole = SaveFields(metadata=put.metadata, tags=put.tags, chunking=CHUNKING)
-        rec = yield steps.Save(put.key[0], files, whole)
+        rec = yield steps.Save(put.key[0], files, whole, put.key)
         return rec
 
     # -- put_writes -------------------------------------------------------------------
@@ -372,11 +408,11 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         req = self._encode_writes(config, writes, task_id, task_path)
-        await self._here(steps.run(self._writes_steps(req), self.client))
+        await self._here(steps.run(self._writes_steps(req), self.client, self._staging))
 
     def _writes_blocking(self, req: Writes) -> None:
         """A put_writes from a thread outside the saver's loop (`VaultSaver` runs it here)."""
-        self._block(steps.run(self._writes_steps(req), self.client))
+        self._block(steps.run(self._writes_steps(req), self.client, self._staging))
 
     def _encode_writes(
         self,

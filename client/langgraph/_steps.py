@@ -8,11 +8,14 @@ So the logic is a generator that yields what it needs done and gets each outcome
 (sans-IO): `Save` (a checkpoint saved, its record sent back, or its error thrown in),
 `Offload` (blocking work kept off an event loop: serializing values) and `Wait` (a put this
 one must commit after). `run` and `run_here` are the two drivers; nothing else differs.
+Inside a saver's atomic block a `Save` is held in its `Staging` instead (answered None),
+and the block's end commits every held save at once (the saver's `atomic`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ class Save:
     namespace: str
     files: dict[str, bytes]
     options: SaveFields
+    key: tuple[str, str, str] | None = None  # the checkpoint it stores (its Put.key)
 
 
 @dataclass(frozen=True)
@@ -54,23 +58,40 @@ Step = Save | Offload | Wait
 Steps = Generator[Step, Any, T]
 
 
-async def run(steps: Steps[T], client: AsyncVaultClient) -> T:
-    """Run `steps` on this event loop."""
+class Staging:
+    """Saves held back by an atomic block, in the order they were made (several threads
+    of a sync program add to it)."""
+
+    def __init__(self) -> None:
+        self._saves: list[Save] = []
+        self._lock = threading.Lock()
+
+    def add(self, save: Save) -> None:
+        with self._lock:
+            self._saves.append(save)
+
+    def saves(self) -> list[Save]:
+        with self._lock:
+            return list(self._saves)
+
+
+async def run(steps: Steps[T], client: AsyncVaultClient, staging: Staging | None = None) -> T:
+    """Run `steps` on this event loop (saves held in `staging` when given)."""
     with _Stepper(steps) as stepper:
         while (step := stepper.next()) is not None:
             try:
-                stepper.answer(await _do(step, client))
+                stepper.answer(await _do(step, client, staging))
             except Exception as e:  # noqa: BLE001 - the steps decide: handled or raised there
                 stepper.fail(e)
         return stepper.result
 
 
-def run_here(steps: Steps[T], client: VaultClient) -> T:
+def run_here(steps: Steps[T], client: VaultClient, staging: Staging | None = None) -> T:
     """Run `steps` on this thread, blocking it (a small save goes out from here)."""
     with _Stepper(steps) as stepper:
         while (step := stepper.next()) is not None:
             try:
-                stepper.answer(_do_here(step, client))
+                stepper.answer(_do_here(step, client, staging))
             except Exception as e:  # noqa: BLE001 - the steps decide: handled or raised there
                 stepper.fail(e)
         return stepper.result
@@ -109,7 +130,10 @@ class _Stepper(Generic[T]):
         self._steps.close()
 
 
-async def _do(step: Step, client: AsyncVaultClient) -> Any:
+async def _do(step: Step, client: AsyncVaultClient, staging: Staging | None) -> Any:
+    if isinstance(step, Save) and staging is not None:
+        staging.add(step)
+        return None
     if isinstance(step, Save):
         return await client.save(step.namespace, step.files, **step.options)
     if isinstance(step, Offload):
@@ -118,7 +142,10 @@ async def _do(step: Step, client: AsyncVaultClient) -> Any:
     return None
 
 
-def _do_here(step: Step, client: VaultClient) -> Any:
+def _do_here(step: Step, client: VaultClient, staging: Staging | None) -> Any:
+    if isinstance(step, Save) and staging is not None:
+        staging.add(step)
+        return None
     if isinstance(step, Save):
         return client.save(step.namespace, step.files, **step.options)
     if isinstance(step, Offload):
