@@ -15,6 +15,7 @@ from checkpoint_vault.client.background import Prepare, SaveHandle
 from checkpoint_vault.client.chunking import FileSpec
 from checkpoint_vault.client.models import Checkpoint
 from checkpoint_vault.client.options import SaveFields
+from checkpoint_vault.client.parts import Part
 from checkpoint_vault.client.transport import RetryPolicy
 from checkpoint_vault.protocol import (
     AuditEntry,
@@ -161,6 +162,39 @@ class VaultClient(BlockingClient):
 
     def abort(self, upload: UploadSession) -> None:
         self._run(self.aio.abort(upload))
+
+    def save_part(self, namespace: str, files: FileSpec | Mapping[str, FileSpec]) -> Part:
+        """Save files on this client's node (a node near the caller: on its own host,
+        files go by descriptor) as a *part* of a checkpoint of `namespace` that
+        `commit_parts` makes, with other hosts' parts, through any node. The part is held
+        on its node for its TTL ([uploads] part_ttl) unless a commit adopts it first."""
+        return self._run(self.aio.save_part(namespace, files))
+
+    def begin_part(self, namespace: str) -> UploadSession:
+        """Open a part's upload on this client's node: `send_file` fills it (from any
+        process on this host), `commit_part` closes it."""
+        return self._run(self.aio.begin_part(namespace))
+
+    def commit_part(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Part:
+        """Commit a part's upload of exactly `files` (as `commit`) and answer the part."""
+        return self._run(self.aio.commit_part(upload, files))
+
+    def commit_parts(
+        self,
+        namespace: str,
+        parts: Sequence[Part],
+        *,
+        ship_timeout: float | None = None,
+        **options: Unpack[SaveFields],
+    ) -> Checkpoint:
+        """One checkpoint of `namespace` holding every part's files, committed by the
+        namespace's owner (ask through the proxy or any node): visible all or nothing.
+        `PartUnavailable`: a part's node is down or the part is not shipped yet (retry);
+        `PartGone`: a part is no longer held (save it again). `ship_timeout`: seconds
+        the owner waits for part nodes to ship (server default 600)."""
+        return self._run(
+            self.aio.commit_parts(namespace, parts, ship_timeout=ship_timeout, **options)
+        )
 
     def load(
         self, namespace: str, ref: str = "latest-valid", dest: str | os.PathLike[str] = "."

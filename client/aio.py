@@ -63,6 +63,7 @@ from .errors import IntegrityError, MissingChunks, NotFound
 from .filesink import FileSink
 from .models import Checkpoint, Transfer
 from .options import SaveFields, SaveOptions
+from .parts import Part
 from .progress import Progress
 from .remotefile import AsyncRemoteFile, OpeningFile, RangeReader, fetch_range
 from .restore import FILES_IN_FLIGHT, part_of, restore_targets
@@ -222,11 +223,18 @@ class AsyncVaultClient:
     ) -> Checkpoint:
         if self._fits_one_request(sources):
             return await self._save_small(namespace, sources, opts)
-        sizes = [s.size for s in sources]
         up = await self._open_upload(namespace, opts)
+        return Checkpoint.from_wire(await self._fill(up, sources, f"save {namespace}"))
+
+    async def _fill(
+        self, up: UploadSession, sources: list[Source], what: str, verb: str = "commit"
+    ) -> Any:
+        """Every source into the upload (handed over or sent), then `POST .../<verb>`:
+        its answer (a checkpoint's record; a part's, client/parts.py)."""
+        sizes = [s.size for s in sources]
         socket = await self._t.local_socket() if self.local_files else None
         handed = {s.name for s in sources if socket is not None and s.path is not None}
-        with Progress(self.progress, sum(n for n in sizes if n > 0), f"save {namespace}") as bar:
+        with Progress(self.progress, sum(n for n in sizes if n > 0), what) as bar:
             sender = _Sender(self._t, up.id, up.chunking, bar)
             gate = asyncio.Semaphore(FILES_IN_FLIGHT)
 
@@ -245,7 +253,7 @@ class AsyncVaultClient:
             finally:
                 handing.cancel()
                 await asyncio.gather(handing, return_exceptions=True)
-            return await self._commit(sender, sources, listing, socket, handed)
+            return await self._commit(sender, sources, listing, socket, handed, verb)
 
     async def _hand_over(self, socket: str, upload_id: str, source: Source) -> None:
         """Give the server on this machine the file itself; it becomes part of the upload
@@ -303,6 +311,52 @@ class AsyncVaultClient:
     async def abort(self, upload: UploadSession) -> None:
         await self._t.request("DELETE", f"/v1/uploads/{upload.id}")
 
+    # -- saving on many hosts, one commit (client/parts.py) ---------------------------
+    async def save_part(self, namespace: str, files: FileSpec | Mapping[str, FileSpec]) -> Part:
+        """Save files on this client's node (a node near the caller: on its own host,
+        files go by descriptor) as a *part* of a checkpoint of `namespace` that
+        `commit_parts` makes, with other hosts' parts, through any node. The part is held
+        on its node for its TTL ([uploads] part_ttl) unless a commit adopts it first."""
+        sources = collect_sources(files)
+        up = await self.begin_part(namespace)
+        return Part.from_wire(await self._fill(up, sources, f"part of {namespace}", "part"))
+
+    async def begin_part(self, namespace: str) -> UploadSession:
+        """Open a part's upload on this client's node: `send_file` fills it (from any
+        process on this host), `commit_part` closes it."""
+        opened = UploadOpened.from_wire(
+            await self._t.json("POST", "/v1/parts", json_body={"namespace": namespace})
+        )
+        return UploadSession(opened.upload_id, opened.namespace, opened.chunking)
+
+    async def commit_part(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Part:
+        """Commit a part's upload of exactly `files` (as `commit`) and answer the part."""
+        listing = {name: f.to_wire() for name, f in files.items()}
+        rec = await self._t.json(
+            "POST", f"/v1/uploads/{upload.id}/part", json_body={"files": listing}
+        )
+        return Part.from_wire(rec)
+
+    async def commit_parts(
+        self,
+        namespace: str,
+        parts: Sequence[Part],
+        *,
+        ship_timeout: float | None = None,
+        **options: Unpack[SaveFields],
+    ) -> Checkpoint:
+        """One checkpoint of `namespace` holding every part's files, committed by the
+        namespace's owner (ask through the proxy or any node): visible all or nothing.
+        `PartUnavailable`: a part's node is down or the part is not shipped yet (retry);
+        `PartGone`: a part is no longer held (save it again). `ship_timeout`: seconds
+        the owner waits for part nodes to ship (server default 600)."""
+        body = SaveOptions.of(options).wire()
+        body["parts"] = [p.ref() for p in parts]
+        if ship_timeout is not None:
+            body["ship_timeout"] = ship_timeout
+        path = f"/v1/namespaces/{ns_path(namespace)}/checkpoints/parts"
+        return Checkpoint.from_wire(await self._t.json("POST", path, json_body=body))
+
     async def _open_upload(self, namespace: str, opts: SaveOptions) -> UploadSession:
         up = await self._t.json(
             "POST", f"/v1/namespaces/{ns_path(namespace)}/uploads", json_body=opts.wire()
@@ -347,8 +401,9 @@ class AsyncVaultClient:
         listing: dict[str, dict[str, Any]],
         socket: str | None = None,
         handed: Collection[str] = (),
-    ) -> Checkpoint:
-        path = f"/v1/uploads/{sender.upload_id}/commit"
+        verb: str = "commit",
+    ) -> Any:
+        path = f"/v1/uploads/{sender.upload_id}/{verb}"
         try:
             rec = await self._t.json("POST", path, json_body={"files": listing})
         except MissingChunks as e:
@@ -362,7 +417,7 @@ class AsyncVaultClient:
                 elif s.name in handed and socket is not None:
                     await self._hand_over(socket, sender.upload_id, s)
             rec = await self._t.json("POST", path, json_body={"files": listing})
-        return Checkpoint.from_wire(rec)
+        return rec
 
     # -- loading ----------------------------------------------------------------------
     async def load(

@@ -14,6 +14,7 @@ from checkpoint_vault.vault.clock import rfc3339
 from checkpoint_vault.vault.domains import Domain
 from checkpoint_vault.vault.frame import ROOM as FRAME_ROOM
 from checkpoint_vault.vault.names import check_file_name
+from checkpoint_vault.vault.parts import part_target
 
 from .. import parse
 from ..auth import principal, require, visible_record
@@ -39,7 +40,7 @@ async def _session(request: web.Request) -> UploadSession:
     session = await run(
         request, request.app[VAULT].uploads.session, request.match_info["upload_id"]
     )
-    require(request, "write", session.namespace)
+    require(request, "write", part_target(session) or session.namespace)  # a part's: its target
     return session
 
 

@@ -1,0 +1,323 @@
+"""Parts: a checkpoint written on many hosts and committed once (issue 44).
+
+A *part* is a set of files one host saved on its own node, before the namespace's owner
+commits them together. On the node that takes it, a part is an ordinary upload and then an
+ordinary checkpoint of the reserved namespace `_parts` (a name `check_namespace` refuses,
+so no route reaches it and listings leave it out): refcounts, GC, tiering and restore
+apply to it unchanged. Its record's metadata names the namespace it is for; its creator is
+the token that saved it. A part is held for `ttl` seconds after it was committed unless
+released; `expire` deletes what is older, and GC then collects its chunks.
+
+Shipping (`ship`) demotes the part's hot chunks into the cluster's shared tier, which
+publishes them in the shared chunk index (vault/content/shared.py), so any node can name
+them without a copy.
+
+The owner's side (`commit_parts`) makes one checkpoint of every part's files: an upload of
+the namespace opened on the owner, every chunk asked for with `missing` (which adopts what
+the shared index lists, and reserves what the owner holds), each file added with the hash
+its part node proved, then the upload's commit: one writer transaction, visible all or
+nothing, one id, one lineage. A chunk that is neither here nor listed fails it
+(`PartNotShipped`, nothing visible) and the upload is aborted.
+
+Trust: the part manifests come from nodes of the cluster (api/cluster/parts.py checks the
+URL against the live members), asked with the caller's own token, and a part counts only
+for the namespace and token that saved it; the part node enforced the token's dedup domain
+when its chunks arrived, so the owner adopts without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from checkpoint_vault.protocol import CommitFile
+
+from .bulk import delete_many
+from .chunking import PROFILES, ChunkingProfile
+from .commit import Committer
+from .content.moves import Mover
+from .create import ensure_namespace
+from .domains import Domain
+from .errors import InvalidRequest, PartGone, PartNotShipped, VaultError
+from .ids import new_upload_id
+from .manifest import FileEntry, distinct_chunks
+from .names import PARTS, check_file_name, check_namespace
+from .records import StoredCheckpoint, UploadSession
+from .store import Store
+from .uploads import MAX_MISSING_QUERY, Uploads, check_metadata, check_tags
+from .writer import WriteTxn
+
+PART_TTL = 3600.0  # seconds a committed part is held unless an owner releases it first
+
+
+@dataclass(frozen=True)
+class PartManifest:
+    """A committed part as its node describes it to an owner."""
+
+    id: str  # the part's checkpoint id on its node
+    namespace: str  # the namespace it is for
+    created_by: str | None
+    created_at: float
+    expires_at: float
+    files: dict[str, FileEntry]
+    shipped: bool  # every chunk is in the shared tier (or no shared tier: never)
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.files.values())
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "namespace": self.namespace,
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "shipped": self.shipped,
+            "size": self.size,
+            "files": {
+                name: {
+                    "size": e.size,
+                    "hash": e.hash.hex(),
+                    "chunks": [[cid.hex(), n] for cid, n in e.chunks],
+                }
+                for name, e in self.files.items()
+            },
+        }
+
+    @staticmethod
+    def from_wire(d: Mapping[str, Any]) -> PartManifest:
+        """A manifest another node answered; malformed: `InvalidRequest`."""
+        try:
+            files = {
+                check_file_name(str(name)): FileEntry(
+                    int(f["size"]),
+                    bytes.fromhex(str(f["hash"])),
+                    tuple((bytes.fromhex(str(c)), int(n)) for c, n in f["chunks"]),
+                )
+                for name, f in d["files"].items()
+            }
+            by = d.get("created_by")
+            return PartManifest(
+                str(d["id"]),
+                check_namespace(str(d["namespace"])),
+                None if by is None else str(by),
+                float(d["created_at"]),
+                float(d["expires_at"]),
+                files,
+                bool(d["shipped"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InvalidRequest(f"a part node answered a malformed manifest ({e})") from None
+
+
+@dataclass(frozen=True)
+class PartsCommit:
+    """What the owner commits: the parts' manifests and the checkpoint's own fields."""
+
+    namespace: str
+    parts: Sequence[PartManifest]
+    by: str | None
+    parent: str | None = None
+    metadata: Mapping[str, Any] | None = None
+    tags: Sequence[str] | None = None
+
+
+class Parts:
+    """Both sides of a commit across hosts, on one node's engine."""
+
+    def __init__(
+        self,
+        store: Store,
+        uploads: Uploads,
+        committer: Committer,
+        mover: Mover,
+        ttl: float = PART_TTL,
+    ) -> None:
+        self._s = store
+        self._uploads = uploads
+        self._committer = committer
+        self._mover = mover
+        self.ttl = ttl
+        self._shipping = threading.Lock()  # one shipping run at a time on this node
+
+    # -- the part's node ---------------------------------------------------------------
+    def open(
+        self, namespace: str, by: str | None, chunking: ChunkingProfile | None = None
+    ) -> tuple[UploadSession, ChunkingProfile]:
+        """An upload that becomes a part for `namespace` (routes use it as any upload)."""
+        check_namespace(namespace)
+        wanted = chunking or PROFILES[self._s.config.default_profile]
+
+        def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
+            now = self._s.clock.now()
+            self._uploads._check_limits(w.catalog, by)  # as any upload's
+            ns_rec = ensure_namespace(self._s, w.catalog, PARTS, asdict(wanted), now)
+            session = UploadSession(
+                id=self._s.config.upload_id_prefix + new_upload_id(),
+                namespace=PARTS,
+                parent=None,
+                inherit=False,
+                metadata={"namespace": namespace},
+                tags=[],
+                created_at=now,
+                expires_at=now + self._s.config.upload_ttl,
+                created_by=by,
+            )
+            self._uploads.put(w.catalog, session)
+            self._uploads.count(w.catalog, session, +1)
+            return session, ns_rec.chunking()
+
+        return self._s.writer.run(op)
+
+    def commit(
+        self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
+    ) -> PartManifest:
+        """Commit a part's upload (a retry answers the same part)."""
+        if part_target(self._uploads.session(upload_id)) is None:
+            raise InvalidRequest(f"upload {upload_id} is not a part: commit it as an upload")
+        rec, _ = self._committer.commit(upload_id, files, domain)
+        return self.manifest(rec.id)
+
+    def manifest(self, part_id: str) -> PartManifest:
+        """A live part; `PartGone` if released, expired or never made here."""
+        with self._s.catalog_env.read() as txn:
+            rec = self._s.catalog.record(txn, part_id) if len(part_id) <= 64 else None
+            if rec is None or rec.is_tombstone or rec.namespace != PARTS:
+                raise PartGone(f"part {part_id[:64]!r} is not held on this node")
+            files = self._s.catalog.manifest(txn, rec.id)
+            shipped = self._shipped(txn, files)
+        target = rec.metadata.get("namespace")
+        if not isinstance(target, str) or self.expired(rec):
+            raise PartGone(f"part {part_id} expired")
+        return PartManifest(
+            rec.id,
+            target,
+            rec.created_by,
+            rec.created_at,
+            rec.created_at + self.ttl,
+            files,
+            shipped,
+        )
+
+    def _shipped(self, txn: Any, files: Mapping[str, FileEntry]) -> bool:
+        shared = self._s.shared
+        if shared is None:
+            return False
+        for cid in distinct_chunks(files):
+            meta = self._s.chunks.meta(txn, cid)
+            where = None if meta is None else meta.where
+            if getattr(where, "tier", None) != shared.tier_name:
+                return False
+        return True
+
+    def ship(self, part_id: str, stop: threading.Event | None = None) -> PartManifest:
+        """Demote the part's hot chunks into the shared tier (published in the shared
+        index as each pack lands). Chunks packed in another tier stay: they are not the
+        part's own (it never demotes), and a commit then fails on them as not shipped."""
+        shared = self._s.shared
+        if shared is None:
+            raise PartNotShipped("this node has no shared tier: its parts cannot be adopted")
+        part = self.manifest(part_id)
+        with self._shipping:
+            with self._s.catalog_env.read() as txn:
+                hot = []
+                for cid in distinct_chunks(part.files):
+                    meta = self._s.chunks.meta(txn, cid)
+                    if meta is not None and meta.hot and not meta.damaged:
+                        hot.append(cid)
+            if hot:
+                self._mover.demote(shared.tier_name, sorted(hot), stop=stop)
+        return self.manifest(part_id)
+
+    def release(self, part_id: str) -> bool:
+        """Delete a part (its owner adopted it); False if it was not held."""
+        try:
+            self.manifest(part_id)
+        except PartGone:
+            return False
+        return bool(delete_many(self._s, PARTS, [part_id]).deleted)
+
+    def expired(self, rec: StoredCheckpoint) -> bool:
+        return rec.created_at + self.ttl <= self._s.clock.now()
+
+    def expire(self) -> int:
+        """Delete the parts held past their TTL; GC collects their chunks."""
+        with self._s.catalog_env.read() as txn:
+            if self._s.catalog.namespace(txn, PARTS) is None:
+                return 0
+            old = []
+            for cid in self._s.catalog.ids(txn, PARTS):
+                rec = self._s.catalog.record(txn, cid)
+                if rec is not None and self.expired(rec):
+                    old.append(cid)
+        return len(delete_many(self._s, PARTS, old).deleted) if old else 0
+
+    # -- the namespace's owner ---------------------------------------------------------
+    def commit_parts(self, c: PartsCommit) -> StoredCheckpoint:
+        """One checkpoint of every part's files (see the module's docstring)."""
+        files = _check_parts(c)
+        session, _ = self._uploads.open(
+            c.namespace,
+            c.parent,
+            False,
+            check_metadata(dict(c.metadata or {})),
+            check_tags(list(c.tags or [])),
+            None,
+            c.by,
+        )
+        try:
+            self._adopt(session.id, files)
+            for name, entry in files.items():
+                self._uploads.add_file(session.id, name, entry)
+            rec, _ = self._committer.commit(session.id)
+        except BaseException:
+            with contextlib.suppress(VaultError):
+                self._uploads.abort(session.id)
+            raise
+        return rec
+
+    def _adopt(self, upload_id: str, files: Mapping[str, FileEntry]) -> None:
+        """Every chunk reserved here or adopted from the shared index, or `PartNotShipped`."""
+        if self._s.shared is not None:
+            self._s.shared.refresh()  # what the part nodes shipped a moment ago
+        ids = [cid.hex() for cid in distinct_chunks(files)]
+        missing: list[str] = []
+        for i in range(0, len(ids), MAX_MISSING_QUERY):
+            missing += self._uploads.missing(upload_id, ids[i : i + MAX_MISSING_QUERY], None)
+        if missing:
+            raise PartNotShipped(
+                f"{len(missing)} chunk(s) of the parts are neither on this node nor in the "
+                "shared tier yet: ship the parts first, or retry"
+            )
+
+
+def part_target(session: UploadSession) -> str | None:
+    """The namespace a part's upload is for (its scope governs it); None: not a part."""
+    if session.namespace != PARTS:
+        return None
+    target = session.metadata.get("namespace")
+    return target if isinstance(target, str) else None
+
+
+def _check_parts(c: PartsCommit) -> dict[str, FileEntry]:
+    """The files of every part, each part saved for this namespace by this token."""
+    if not c.parts:
+        raise InvalidRequest("a commit of parts needs at least one part")
+    files: dict[str, FileEntry] = {}
+    for part in c.parts:
+        if part.namespace != c.namespace:
+            raise InvalidRequest(f"part {part.id} was saved for {part.namespace!r}")
+        if part.created_by != c.by:
+            raise InvalidRequest(f"part {part.id} was saved by another token")
+        for name, entry in part.files.items():
+            if name in files:
+                raise InvalidRequest(f"file {name!r} is in more than one part")
+            files[name] = entry
+    return files
+
+
+__all__ = ["PARTS", "PART_TTL", "PartManifest", "Parts", "PartsCommit", "part_target"]
