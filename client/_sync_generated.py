@@ -163,17 +163,20 @@ class VaultClient(BlockingClient):
     def abort(self, upload: UploadSession) -> None:
         self._run(self.aio.abort(upload))
 
-    def save_part(self, namespace: str, files: FileSpec | Mapping[str, FileSpec]) -> Part:
+    def save_part(
+        self, namespace: str, files: FileSpec | Mapping[str, FileSpec], *, ttl: float | None = None
+    ) -> Part:
         """Save files on this client's node (a node near the caller: on its own host,
         files go by descriptor) as a *part* of a checkpoint of `namespace` that
         `commit_parts` makes, with other hosts' parts, through any node. The part is held
-        on its node for its TTL ([uploads] part_ttl) unless a commit adopts it first."""
-        return self._run(self.aio.save_part(namespace, files))
+        on its node for its TTL ([uploads] part_ttl, or `ttl` seconds if shorter) unless
+        a commit adopts it first."""
+        return self._run(self.aio.save_part(namespace, files, ttl=ttl))
 
-    def begin_part(self, namespace: str) -> UploadSession:
+    def begin_part(self, namespace: str, *, ttl: float | None = None) -> UploadSession:
         """Open a part's upload on this client's node: `send_file` fills it (from any
-        process on this host), `commit_part` closes it."""
-        return self._run(self.aio.begin_part(namespace))
+        process on this host), `commit_part` closes it. `ttl` as for `save_part`."""
+        return self._run(self.aio.begin_part(namespace, ttl=ttl))
 
     def commit_part(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Part:
         """Commit a part's upload of exactly `files` (as `commit`) and answer the part."""

@@ -312,21 +312,29 @@ class AsyncVaultClient:
         await self._t.request("DELETE", f"/v1/uploads/{upload.id}")
 
     # -- saving on many hosts, one commit (client/parts.py) ---------------------------
-    async def save_part(self, namespace: str, files: FileSpec | Mapping[str, FileSpec]) -> Part:
+    async def save_part(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
+        ttl: float | None = None,
+    ) -> Part:
         """Save files on this client's node (a node near the caller: on its own host,
         files go by descriptor) as a *part* of a checkpoint of `namespace` that
         `commit_parts` makes, with other hosts' parts, through any node. The part is held
-        on its node for its TTL ([uploads] part_ttl) unless a commit adopts it first."""
+        on its node for its TTL ([uploads] part_ttl, or `ttl` seconds if shorter) unless
+        a commit adopts it first."""
         sources = collect_sources(files)
-        up = await self.begin_part(namespace)
+        up = await self.begin_part(namespace, ttl=ttl)
         return Part.from_wire(await self._fill(up, sources, f"part of {namespace}", "part"))
 
-    async def begin_part(self, namespace: str) -> UploadSession:
+    async def begin_part(self, namespace: str, *, ttl: float | None = None) -> UploadSession:
         """Open a part's upload on this client's node: `send_file` fills it (from any
-        process on this host), `commit_part` closes it."""
-        opened = UploadOpened.from_wire(
-            await self._t.json("POST", "/v1/parts", json_body={"namespace": namespace})
-        )
+        process on this host), `commit_part` closes it. `ttl` as for `save_part`."""
+        body: dict[str, Any] = {"namespace": namespace}
+        if ttl is not None:
+            body["ttl"] = ttl
+        opened = UploadOpened.from_wire(await self._t.json("POST", "/v1/parts", json_body=body))
         return UploadSession(opened.upload_id, opened.namespace, opened.chunking)
 
     async def commit_part(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Part:

@@ -4,9 +4,10 @@ A *part* is a set of files one host saved on its own node, before the namespace'
 commits them together. On the node that takes it, a part is an ordinary upload and then an
 ordinary checkpoint of the reserved namespace `_parts` (a name `check_namespace` refuses,
 so no route reaches it and listings leave it out): refcounts, GC, tiering and restore
-apply to it unchanged. Its record's metadata names the namespace it is for; its creator is
-the token that saved it. A part is held for `ttl` seconds after it was committed unless
-released; `expire` deletes what is older, and GC then collects its chunks.
+apply to it unchanged. Its record's metadata names the namespace it is for and when it
+expires; its creator is the token that saved it. A part lives `ttl` seconds from its open
+(upload, hold and its chunks' reservations share that one deadline) unless released
+first; `expire` deletes what is past it, and GC then collects its chunks.
 
 Shipping (`ship`) demotes the part's hot chunks into the cluster's shared tier, which
 publishes them in the shared chunk index (vault/content/shared.py), so any node can name
@@ -146,14 +147,25 @@ class Parts:
 
     # -- the part's node ---------------------------------------------------------------
     def open(
-        self, namespace: str, by: str | None, chunking: ChunkingProfile | None = None
+        self,
+        namespace: str,
+        by: str | None,
+        ttl: float | None = None,
+        chunking: ChunkingProfile | None = None,
     ) -> tuple[UploadSession, ChunkingProfile]:
-        """An upload that becomes a part for `namespace` (routes use it as any upload)."""
+        """An upload that becomes a part for `namespace` (routes use it as any upload).
+        `ttl`: hold the part at most this long (never past this node's own TTL)."""
         check_namespace(namespace)
+        if ttl is not None and ttl <= 0:
+            raise InvalidRequest("a part's ttl must be a positive number of seconds")
+        life = min(self.ttl if ttl is None else ttl, self.ttl, self._s.config.upload_ttl)
         wanted = chunking or PROFILES[self._s.config.default_profile]
 
         def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
             now = self._s.clock.now()
+            # One deadline for the upload, the part and its chunks' reservations: a part
+            # abandoned is collectable as soon as it expires.
+            expires = now + life
             self._uploads._check_limits(w.catalog, by)  # as any upload's
             ns_rec = ensure_namespace(self._s, w.catalog, PARTS, asdict(wanted), now)
             session = UploadSession(
@@ -161,10 +173,10 @@ class Parts:
                 namespace=PARTS,
                 parent=None,
                 inherit=False,
-                metadata={"namespace": namespace},
+                metadata={"namespace": namespace, "expires_at": expires},
                 tags=[],
                 created_at=now,
-                expires_at=now + self._s.config.upload_ttl,
+                expires_at=expires,
                 created_by=by,
             )
             self._uploads.put(w.catalog, session)
@@ -184,6 +196,13 @@ class Parts:
 
     def manifest(self, part_id: str) -> PartManifest:
         """A live part; `PartGone` if released, expired or never made here."""
+        part = self._read(part_id)
+        if part.expires_at <= self._s.clock.now():
+            raise PartGone(f"part {part_id} expired")
+        return part
+
+    def _read(self, part_id: str) -> PartManifest:
+        """A part held here, expired or not (`expire` deletes those)."""
         with self._s.catalog_env.read() as txn:
             rec = self._s.catalog.record(txn, part_id) if len(part_id) <= 64 else None
             if rec is None or rec.is_tombstone or rec.namespace != PARTS:
@@ -191,17 +210,34 @@ class Parts:
             files = self._s.catalog.manifest(txn, rec.id)
             shipped = self._shipped(txn, files)
         target = rec.metadata.get("namespace")
-        if not isinstance(target, str) or self.expired(rec):
-            raise PartGone(f"part {part_id} expired")
+        if not isinstance(target, str):
+            raise PartGone(f"part {part_id} is not a part")
         return PartManifest(
             rec.id,
             target,
             rec.created_by,
             rec.created_at,
-            rec.created_at + self.ttl,
+            self._expires(rec),
             files,
             shipped,
         )
+
+    def held(self) -> list[PartManifest]:
+        """Every part this node holds, oldest first, expired ones until `expire` deleted
+        them (for operators)."""
+        with self._s.catalog_env.read() as txn:
+            if self._s.catalog.namespace(txn, PARTS) is None:
+                return []
+            ids = list(self._s.catalog.ids(txn, PARTS))
+        out = []
+        for part_id in reversed(ids):
+            with contextlib.suppress(PartGone):  # released meanwhile
+                out.append(self._read(part_id))
+        return out
+
+    def _expires(self, rec: StoredCheckpoint) -> float:
+        at = rec.metadata.get("expires_at")
+        return float(at) if isinstance(at, (int, float)) else rec.created_at + self.ttl
 
     def _shipped(self, txn: Any, files: Mapping[str, FileEntry]) -> bool:
         shared = self._s.shared
@@ -242,7 +278,7 @@ class Parts:
         return bool(delete_many(self._s, PARTS, [part_id]).deleted)
 
     def expired(self, rec: StoredCheckpoint) -> bool:
-        return rec.created_at + self.ttl <= self._s.clock.now()
+        return self._expires(rec) <= self._s.clock.now()
 
     def expire(self) -> int:
         """Delete the parts held past their TTL; GC collects their chunks."""

@@ -39,7 +39,9 @@ log = logging.getLogger("ckpt.parts")
 SHIP_TIMEOUT = 600.0  # seconds an owner waits by default for the part nodes to ship
 FETCH_TIMEOUT = 30.0  # seconds for a manifest or a release from a part node
 MAX_PARTS = 4096  # parts in one commit: a rank each, on the largest jobs
-EXPIRE_EVERY = 60.0  # seconds between expiry passes (shorter with a shorter TTL)
+# Seconds between expiry passes: one read of the parts' records (few: one per rank of the
+# saves in flight), so a part asked to live a few seconds goes within one more.
+EXPIRE_EVERY = 1.0
 
 
 @dataclass(frozen=True)
@@ -104,11 +106,10 @@ async def parts_context(app: web.Application) -> AsyncIterator[None]:
 
     app[SHIPPER] = Shipper(ship)
     app[RELEASING] = set()
-    every = min(EXPIRE_EVERY, max(vault.parts.ttl / 4, 0.25))
 
     async def expiring() -> None:
         while True:
-            await asyncio.sleep(every)  # the pass's period, not a wait on work
+            await asyncio.sleep(EXPIRE_EVERY)  # the pass's period, not a wait on work
             try:
                 if await loop.run_in_executor(app[RUNTIME].io, vault.parts.expire):
                     log.info("expired parts held past %.0f s", vault.parts.ttl)

@@ -20,7 +20,7 @@ from checkpoint_vault.vault.clock import rfc3339
 from checkpoint_vault.vault.parts import PartManifest, PartsCommit, part_target
 
 from .. import parse
-from ..auth import principal, require, visible_record
+from ..auth import principal, require, require_admin, visible_record
 from ..cluster.parts import SHIP_TIMEOUT, SHIPPER, gather, own_url, part_refs, release
 from ..http import json_body, json_response, large_json_response, run
 from ..keys import VAULT
@@ -33,9 +33,11 @@ async def open_part(request: web.Request) -> web.Response:
     if not isinstance(ns, str):
         raise InvalidRequest("namespace is required: the namespace the part is for")
     require(request, "write", ns)
-    session, profile = await run(
-        request, request.app[VAULT].parts.open, ns, principal(request).name
-    )
+    ttl = body.get("ttl")
+    if ttl is not None and (not isinstance(ttl, (int, float)) or isinstance(ttl, bool)):
+        raise InvalidRequest("ttl must be a number of seconds")
+    vault = request.app[VAULT]
+    session, profile = await run(request, vault.parts.open, ns, principal(request).name, ttl)
     opened = UploadOpened(session.id, ns, None, rfc3339(session.expires_at), profile.to_wire())
     return json_response(opened.to_wire(), status=201)
 
@@ -69,6 +71,28 @@ async def _part(request: web.Request) -> PartManifest:
     part = await run(request, request.app[VAULT].parts.manifest, request.match_info["part"])
     require(request, "write", part.namespace)
     return part
+
+
+async def list_parts(request: web.Request) -> web.Response:
+    """Admin: the parts this node holds (id, namespace, size, expiry, shipped)."""
+    require_admin(request)
+    held = await run(request, request.app[VAULT].parts.held)
+    return json_response(
+        {
+            "parts": [
+                {
+                    "id": p.id,
+                    "namespace": p.namespace,
+                    "size": p.size,
+                    "files": len(p.files),
+                    "created_by": p.created_by,
+                    "expires_at": rfc3339(p.expires_at),
+                    "shipped": p.shipped,
+                }
+                for p in held
+            ]
+        }
+    )
 
 
 async def get_part(request: web.Request) -> web.Response:
@@ -120,6 +144,7 @@ async def commit_parts(request: web.Request) -> web.Response:
 def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_post("/v1/parts", open_part)
     app.router.add_post("/v1/uploads/{upload_id}/part", commit_part)
+    app.router.add_get("/v1/parts", list_parts)
     app.router.add_get("/v1/parts/{part}", get_part)
     app.router.add_post("/v1/parts/{part}/ship", ship_part)
     app.router.add_delete("/v1/parts/{part}", release_part)
