@@ -161,7 +161,8 @@ async def _call(
     body = _json(raw)
     if status in (200, 201, 204):
         return body
-    err = body.get("error") if isinstance(body.get("error"), dict) else {}
+    found = body.get("error")
+    err: dict[str, Any] = found if isinstance(found, dict) else {}
     if status in (404, 409, 410):
         raise PartGone(f"part {ref.id} on {ref.node}: {err.get('message', status)}")
     raise PartUnavailable(f"part {ref.id}'s node {ref.node} answered {status} {err.get('code')}")
