@@ -32,12 +32,14 @@ import contextlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
-from checkpoint_vault.protocol import CommitFile
+from checkpoint_vault.protocol import CommitFile, PartFile, PartRecord
 
 from .bulk import delete_many
 from .chunking import PROFILES, ChunkingProfile
+from .clock import rfc3339
 from .commit import Committer
 from .content.moves import Mover
 from .create import ensure_namespace
@@ -70,49 +72,50 @@ class PartManifest:
     def size(self) -> int:
         return sum(e.size for e in self.files.values())
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "namespace": self.namespace,
-            "created_by": self.created_by,
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "shipped": self.shipped,
-            "size": self.size,
-            "files": {
-                name: {
-                    "size": e.size,
-                    "hash": e.hash.hex(),
-                    "chunks": [[cid.hex(), n] for cid, n in e.chunks],
-                }
-                for name, e in self.files.items()
-            },
+    def to_record(self) -> PartRecord:
+        files = {
+            name: PartFile(
+                e.size, e.hash.hex(), [cid.hex() for cid, _ in e.chunks], [n for _, n in e.chunks]
+            )
+            for name, e in self.files.items()
         }
+        return PartRecord(
+            self.id,
+            self.namespace,
+            self.created_by,
+            rfc3339(self.created_at),
+            rfc3339(self.expires_at),
+            self.shipped,
+            files,
+        )
 
     @staticmethod
-    def from_wire(d: Mapping[str, Any]) -> PartManifest:
+    def from_record(r: PartRecord) -> PartManifest:
         """A manifest another node answered; malformed: `InvalidRequest`."""
         try:
             files = {
-                check_file_name(str(name)): FileEntry(
-                    int(f["size"]),
-                    bytes.fromhex(str(f["hash"])),
-                    tuple((bytes.fromhex(str(c)), int(n)) for c, n in f["chunks"]),
+                check_file_name(name): FileEntry(
+                    f.size,
+                    bytes.fromhex(f.hash),
+                    tuple(zip(map(bytes.fromhex, f.chunks), f.sizes, strict=True)),
                 )
-                for name, f in d["files"].items()
+                for name, f in r.files.items()
             }
-            by = d.get("created_by")
             return PartManifest(
-                str(d["id"]),
-                check_namespace(str(d["namespace"])),
-                None if by is None else str(by),
-                float(d["created_at"]),
-                float(d["expires_at"]),
+                r.id,
+                check_namespace(r.namespace),
+                r.created_by,
+                _seconds(r.created_at),
+                _seconds(r.expires_at),
                 files,
-                bool(d["shipped"]),
+                r.shipped,
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except ValueError as e:
             raise InvalidRequest(f"a part node answered a malformed manifest ({e})") from None
+
+
+def _seconds(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from checkpoint_vault.protocol import PartRecord
 from checkpoint_vault.vault import InvalidRequest
 from checkpoint_vault.vault.errors import PartGone, PartUnavailable
 from checkpoint_vault.vault.parts import PartManifest
@@ -193,12 +194,20 @@ async def _one(request: web.Request, ref: PartRef, here: str, ship_timeout: floa
     loop = asyncio.get_running_loop()
     if ref.node in ("", here):  # held by this process: adopted without shipping
         return await loop.run_in_executor(request.app[RUNTIME].io, vault.parts.manifest, ref.id)
-    part = PartManifest.from_wire(await _call(request, ref, "GET", "", FETCH_TIMEOUT))
+    part = _manifest(await _call(request, ref, "GET", "", FETCH_TIMEOUT))
     if part.id != ref.id:
         raise PartUnavailable(f"part {ref.id}'s node answered another part")
     if not part.shipped:
-        part = PartManifest.from_wire(await _call(request, ref, "POST", "/ship", ship_timeout))
+        part = _manifest(await _call(request, ref, "POST", "/ship", ship_timeout))
     return part
+
+
+def _manifest(body: dict[str, Any]) -> PartManifest:
+    try:
+        record = PartRecord.from_wire(body)
+    except ValueError as e:
+        raise PartUnavailable(f"a part node answered a malformed manifest ({e})") from None
+    return PartManifest.from_record(record)
 
 
 def release(request: web.Request, refs: Iterable[PartRef]) -> None:

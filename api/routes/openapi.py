@@ -71,6 +71,9 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.CheckpointWritten,
     protocol.NamespaceBytes,
     protocol.StorageSample,
+    protocol.PartSaved,
+    protocol.PartRecord,
+    protocol.PartFile,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -184,6 +187,12 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "open_upload": ("201", _ref("UploadOpened")),
     "put_file": ("201", _ref("FileStored")),
     "commit": ("2XX", _ref("Written")),
+    "open_part": ("201", _ref("UploadOpened")),
+    "commit_part": ("201", _ref("PartSaved")),
+    "list_parts": ("200", _listing("parts", _ref("PartSaved"))),
+    "get_part": ("200", _ref("PartRecord")),
+    "ship_part": ("200", _ref("PartRecord")),
+    "commit_parts": ("201", _ref("Written")),
     "gc": ("200", _ref("GcReport")),
     "compact": ("200", _ref("CompactReport")),
     "check": ("200", _ref("CheckReport")),
@@ -223,7 +232,9 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 # Routes answering 204 and no body, by handler name.
-NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})
+NO_CONTENT = frozenset(
+    {"abort", "abort_upload", "revoke_token", "delete_checkpoint", "release_part"}
+)
 _OBJECT: dict[str, Any] = {"type": "object"}
 # Raw (non-JSON) request bodies, by handler name: what they hold (docs/API.md has the
 # formats). The service reads the bytes whatever the Content-Type says, but for one.

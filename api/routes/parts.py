@@ -14,7 +14,7 @@ import asyncio
 
 from aiohttp import web
 
-from checkpoint_vault.protocol import UploadOpened
+from checkpoint_vault.protocol import PartSaved, UploadOpened
 from checkpoint_vault.vault import InvalidRequest
 from checkpoint_vault.vault.clock import rfc3339
 from checkpoint_vault.vault.parts import PartManifest, PartsCommit, part_target
@@ -42,16 +42,17 @@ async def open_part(request: web.Request) -> web.Response:
     return json_response(opened.to_wire(), status=201)
 
 
-def _part_answer(request: web.Request, part: PartManifest) -> dict[str, object]:
+def _saved(request: web.Request, part: PartManifest) -> PartSaved:
     """What a writer keeps of a part to name it in a commit."""
-    return {
-        "node": own_url(request.app),
-        "id": part.id,
-        "namespace": part.namespace,
-        "size": part.size,
-        "files": sorted(part.files),
-        "expires_at": rfc3339(part.expires_at),
-    }
+    return PartSaved(
+        own_url(request.app),
+        part.id,
+        part.namespace,
+        part.size,
+        sorted(part.files),
+        rfc3339(part.expires_at),
+        part.shipped,
+    )
 
 
 async def commit_part(request: web.Request) -> web.Response:
@@ -64,7 +65,7 @@ async def commit_part(request: web.Request) -> web.Response:
     part = await run(request, vault.parts.commit, session.id, files, principal(request).domain())
     if vault.store.shared is not None:
         request.app[SHIPPER].ship(part.id)  # behind the answer; the owner waits for it
-    return json_response(_part_answer(request, part), status=201)
+    return json_response(_saved(request, part).to_wire(), status=201)
 
 
 async def _part(request: web.Request) -> PartManifest:
@@ -74,31 +75,16 @@ async def _part(request: web.Request) -> PartManifest:
 
 
 async def list_parts(request: web.Request) -> web.Response:
-    """Admin: the parts this node holds (id, namespace, size, expiry, shipped)."""
+    """Admin: the parts this node holds, expired ones until the next expiry pass."""
     require_admin(request)
     held = await run(request, request.app[VAULT].parts.held)
-    return json_response(
-        {
-            "parts": [
-                {
-                    "id": p.id,
-                    "namespace": p.namespace,
-                    "size": p.size,
-                    "files": len(p.files),
-                    "created_by": p.created_by,
-                    "expires_at": rfc3339(p.expires_at),
-                    "shipped": p.shipped,
-                }
-                for p in held
-            ]
-        }
-    )
+    return json_response({"parts": [_saved(request, p).to_wire() for p in held]})
 
 
 async def get_part(request: web.Request) -> web.Response:
     """A part's manifest, for the owner that commits it."""
     part = await _part(request)
-    return await large_json_response(request, part.to_wire())
+    return await large_json_response(request, part.to_record().to_wire())
 
 
 async def ship_part(request: web.Request) -> web.Response:
@@ -107,7 +93,7 @@ async def ship_part(request: web.Request) -> web.Response:
     part = await _part(request)
     if not part.shipped:
         part = await asyncio.shield(request.app[SHIPPER].ship(part.id))
-    return await large_json_response(request, part.to_wire())
+    return await large_json_response(request, part.to_record().to_wire())
 
 
 async def release_part(request: web.Request) -> web.Response:

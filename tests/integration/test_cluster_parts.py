@@ -202,7 +202,13 @@ def test_plain_files_in_parts_on_two_nodes_commit_once_and_fail_cleanly(
         _once(cluster.proxy.url, cluster.token) as proxy,
     ):
         on_a = near_a.save_part(ns, {"x.bin": tmp_path / "x.bin"})
-        on_b = near_b.save_part(ns, {"y.bin": tmp_path / "y.bin", "z.json": b'{"step": 1}'})
+        # B's part in steps, as several processes of one host would write it
+        upload = near_b.begin_part(ns)
+        files = {
+            "y.bin": near_b.send_file(upload, "y.bin", tmp_path / "y.bin"),
+            "z.json": near_b.send_file(upload, "z.json", b'{"step": 1}'),
+        }
+        on_b = near_b.commit_part(upload, files)
         assert (on_a.node, on_b.node) == (a.url, b.url)
         assert on_b.files == ("y.bin", "z.json")
 
