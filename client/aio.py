@@ -362,7 +362,7 @@ class AsyncVaultClient:
         body["parts"] = [p.ref() for p in parts]
         if ship_timeout is not None:
             body["ship_timeout"] = ship_timeout
-        path = f"/v1/namespaces/{ns_path(namespace)}/checkpoints/parts"
+        path = f"/v1/namespaces/{ns_path(namespace)}/parts"
         return Checkpoint.from_wire(await self._t.json("POST", path, json_body=body))
 
     async def _open_upload(self, namespace: str, opts: SaveOptions) -> UploadSession:

@@ -44,7 +44,7 @@ from .commit import Committer
 from .content.moves import Mover
 from .create import ensure_namespace
 from .domains import Domain
-from .errors import InvalidRequest, PartGone, PartNotShipped, VaultError
+from .errors import Conflict, InvalidRequest, PartGone, PartNotShipped, VaultError
 from .ids import new_upload_id
 from .manifest import FileEntry, distinct_chunks
 from .names import PARTS, check_file_name, check_namespace
@@ -193,7 +193,7 @@ class Parts:
     ) -> PartManifest:
         """Commit a part's upload (a retry answers the same part)."""
         if part_target(self._uploads.session(upload_id)) is None:
-            raise InvalidRequest(f"upload {upload_id} is not a part: commit it as an upload")
+            raise Conflict(f"upload {upload_id} is not a part: commit it as an upload")
         rec, _ = self._committer.commit(upload_id, files, domain)
         return self.manifest(rec.id)
 
@@ -207,7 +207,7 @@ class Parts:
     def _read(self, part_id: str) -> PartManifest:
         """A part held here, expired or not (`expire` deletes those)."""
         with self._s.catalog_env.read() as txn:
-            rec = self._s.catalog.record(txn, part_id) if len(part_id) <= 64 else None
+            rec = self._s.catalog.record(txn, part_id) if 0 < len(part_id) <= 64 else None
             if rec is None or rec.is_tombstone or rec.namespace != PARTS:
                 raise PartGone(f"part {part_id[:64]!r} is not held on this node")
             files = self._s.catalog.manifest(txn, rec.id)
@@ -258,8 +258,8 @@ class Parts:
         index as each pack lands). Chunks packed in another tier stay: they are not the
         part's own (it never demotes), and a commit then fails on them as not shipped."""
         shared = self._s.shared
-        if shared is None:
-            raise PartNotShipped("this node has no shared tier: its parts cannot be adopted")
+        if shared is None:  # configuration, not a moment: retrying cannot help
+            raise Conflict("this node has no shared tier: its parts cannot be shipped")
         part = self.manifest(part_id)
         with self._shipping:
             with self._s.catalog_env.read() as txn:

@@ -184,6 +184,8 @@ async def gather(
     refs = list(refs)
     here, live = own_url(request.app), _live_urls(request.app)
     for ref in refs:
+        if ref.node not in ("", here) and request.app.get(CLUSTER) is None:
+            raise PartGone(f"part {ref.id}: outside a cluster only this server holds parts")
         if ref.node not in ("", here) and ref.node not in live:
             raise PartUnavailable(f"part {ref.id}: {ref.node or '?'} is not a live cluster node")
     return list(await asyncio.gather(*(_one(request, r, here, ship_timeout) for r in refs)))

@@ -273,7 +273,16 @@ BINARY_STRUCTURED: dict[str, str] = {
     ),
 }
 # JSON bodies a request must carry (the others may be empty, meaning {}).
-REQUIRED_BODY = frozenset({"missing", "create_token", "fork_checkpoint", "delete_checkpoints"})
+REQUIRED_BODY = frozenset(
+    {
+        "missing",
+        "create_token",
+        "fork_checkpoint",
+        "delete_checkpoints",
+        "open_part",
+        "commit_parts",
+    }
+)
 # JSON request bodies, by handler name: what the handler reads (fields beyond these are
 # ignored), so a fuzzer's schema-valid bodies are ones the service can accept.
 _COMMIT_FILE = {
@@ -327,12 +336,43 @@ REQUESTS: dict[str, dict[str, Any]] = {
             "scopes": {"type": "array", "minItems": 1, "items": {"enum": ["admin", "read:*"]}},
         },
     },
+    "open_part": {
+        "type": "object",
+        "required": ["namespace"],
+        "properties": {
+            "namespace": {"$ref": _REF + "Namespace"},
+            "ttl": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        },
+    },
+    "commit_parts": {
+        "type": "object",
+        "required": ["parts"],
+        "properties": {
+            "parts": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 16,
+                "items": {
+                    "type": "object",
+                    "required": ["node", "id"],
+                    "properties": {
+                        "node": {"type": "string", "description": "a node's [cluster] url"},
+                        "id": {"type": "string", "maxLength": 64},
+                    },
+                },
+            },
+            "metadata": {"type": ["object", "null"]},
+            "tags": _TAGS,
+            "ship_timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        },
+    },
     "fork_checkpoint": {
         "type": "object",
         "required": ["namespace"],
         "properties": {"namespace": {"$ref": _REF + "Namespace"}, "tags": _TAGS},
     },
 }
+REQUESTS["commit_part"] = REQUESTS["commit"]  # a part's upload commits like any
 # Path parameters by name (file and token names share `name`: told apart by the path).
 # Narrower than what the service accepts where the full rule is not a regular language
 # (namespaces of up to 8 '/'-separated segments, file paths): one segment here.
@@ -341,6 +381,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "ns": {"$ref": _REF + "Namespace"},
     "ref": {"type": "string", "pattern": "^(latest|latest-valid|[0-9A-HJKMNP-TV-Z]{26})$"},
     "upload_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+    "part": {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{26}$"},
     "chunk_id": {"$ref": _REF + "ChunkId"},
     "name": {"$ref": _REF + "FileName"},
 }
@@ -377,6 +418,10 @@ PATTERNS: dict[str, dict[str, Any]] = {
 _UPLOAD = {"upload_id": "$response.body#/upload_id"}
 _CKPT = {"ns": "$response.body#/namespace", "ref": "$response.body#/id"}
 LINKS: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
+    "open_part": {
+        "PutFile": ("put_file", _UPLOAD),
+        "CommitPart": ("commit_part", _UPLOAD),
+    },
     "open_upload": {
         "Missing": ("missing", _UPLOAD),
         "PutChunk": ("put_chunk", _UPLOAD),

@@ -4,7 +4,7 @@ On a node near the writer: `POST /v1/parts` opens a part's upload (filled with t
 routes, descriptors handed over included), `POST /v1/uploads/{id}/part` commits it as a
 part and starts shipping it; `GET`, `POST .../ship` and `DELETE /v1/parts/{id}` are how an
 owner reads, completes and releases it. On the namespace's owner (any node forwards it
-there): `POST /v1/namespaces/{ns}/checkpoints/parts` commits every part as one checkpoint.
+there): `POST /v1/namespaces/{ns}/parts` commits every part as one checkpoint.
 Whatever token may write the namespace may save and commit its parts.
 """
 
@@ -134,4 +134,4 @@ def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_get("/v1/parts/{part}", get_part)
     app.router.add_post("/v1/parts/{part}/ship", ship_part)
     app.router.add_delete("/v1/parts/{part}", release_part)
-    app.router.add_post(f"/v1/namespaces/{ns}/checkpoints/parts", commit_parts)
+    app.router.add_post(f"/v1/namespaces/{ns}/parts", commit_parts)

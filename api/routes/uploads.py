@@ -9,7 +9,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from checkpoint_vault.protocol import DESCRIPTOR_TYPE, FileStored, UploadOpened, decode_chunk_batch
-from checkpoint_vault.vault import FileEntry, InvalidRequest, UploadSession, Vault
+from checkpoint_vault.vault import Conflict, FileEntry, InvalidRequest, UploadSession, Vault
 from checkpoint_vault.vault.clock import rfc3339
 from checkpoint_vault.vault.domains import Domain
 from checkpoint_vault.vault.frame import ROOM as FRAME_ROOM
@@ -181,6 +181,8 @@ async def _ingest_descriptor(
 async def commit(request: web.Request) -> web.Response:
     """Atomically create the checkpoint; a retry returns the same one with 200."""
     session = await _session(request)
+    if part_target(session) is not None:
+        raise Conflict(f"upload {session.id} is a part: commit it with POST .../part")
     body = await json_body(request)
     files = parse.commit_files(body.get("files"))
     domain = principal(request).domain()
