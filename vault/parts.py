@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+import blake3
+
 from checkpoint_vault.protocol import CommitFile, PartFile, PartRecord
 
 from .bulk import delete_many
@@ -44,13 +46,19 @@ from .commit import Committer
 from .content.moves import Mover
 from .create import ensure_namespace
 from .domains import Domain
-from .errors import Conflict, InvalidRequest, PartGone, PartNotShipped, VaultError
+from .errors import Conflict, InvalidRequest, PartGone, PartNotShipped, UploadNotFound, VaultError
 from .ids import new_upload_id
 from .manifest import FileEntry, distinct_chunks
 from .names import PARTS, check_file_name, check_namespace
 from .records import StoredCheckpoint, UploadSession
 from .store import Store
-from .uploads import MAX_MISSING_QUERY, Uploads, check_metadata, check_tags
+from .uploads import (
+    MAX_MISSING_QUERY,
+    Uploads,
+    check_metadata,
+    check_new_checkpoint,
+    check_tags,
+)
 from .writer import WriteTxn
 
 PART_TTL = 3600.0  # seconds a committed part is held unless an owner releases it first
@@ -120,14 +128,25 @@ def _seconds(text: str) -> float:
 
 @dataclass(frozen=True)
 class PartsCommit:
-    """What the owner commits: the parts' manifests and the checkpoint's own fields."""
+    """What the owner commits: the parts' manifests and the checkpoint's own fields.
+    `refs`: how the caller named the parts, (node, id) each: with the namespace and the
+    token they name the commit's upload, so a retry finds what the first attempt did."""
 
     namespace: str
     parts: Sequence[PartManifest]
     by: str | None
+    refs: Sequence[tuple[str, str]] = ()
     parent: str | None = None
     metadata: Mapping[str, Any] | None = None
     tags: Sequence[str] | None = None
+
+
+def commit_upload_id(prefix: str, ns: str, by: str | None, refs: Sequence[tuple[str, str]]) -> str:
+    """The owner's upload for a commit of these parts: the same for every attempt, so a
+    retry after a lost answer (or a crash after the commit) returns the first checkpoint
+    instead of making a second, and one after a crash before it carries on in its upload."""
+    text = "\0".join([ns, by or "", *sorted(f"{node}\0{pid}" for node, pid in refs)])
+    return prefix + blake3.blake3(text.encode()).hexdigest()[:32]
 
 
 class Parts:
@@ -296,18 +315,27 @@ class Parts:
         return len(delete_many(self._s, PARTS, old).deleted) if old else 0
 
     # -- the namespace's owner ---------------------------------------------------------
+    def replayed(
+        self, ns: str, by: str | None, refs: Sequence[tuple[str, str]]
+    ) -> StoredCheckpoint | None:
+        """The checkpoint an earlier commit of these parts made, if its upload lives."""
+        upload_id = commit_upload_id(self._s.config.upload_id_prefix, ns, by, refs)
+        with self._s.catalog_env.read() as txn:
+            try:
+                session = self._uploads.get(txn, upload_id)
+            except UploadNotFound:
+                return None
+            if not session.committed or session.namespace != ns:
+                return None
+            return self._s.catalog.record(txn, session.committed)
+
     def commit_parts(self, c: PartsCommit) -> StoredCheckpoint:
         """One checkpoint of every part's files (see the module's docstring)."""
         files = _check_parts(c)
-        session, _ = self._uploads.open(
-            c.namespace,
-            c.parent,
-            False,
-            check_metadata(dict(c.metadata or {})),
-            check_tags(list(c.tags or [])),
-            None,
-            c.by,
-        )
+        session = self._commit_session(c)
+        if session.committed:
+            rec, _ = self._committer.commit(session.id)  # the first attempt's
+            return rec
         try:
             self._adopt(session.id, files)
             for name, entry in files.items():
@@ -318,6 +346,46 @@ class Parts:
                 self._uploads.abort(session.id)
             raise
         return rec
+
+    def _commit_session(self, c: PartsCommit) -> UploadSession:
+        """The commit's upload on this owner: the live one an earlier attempt opened, or a
+        new one (as `Uploads.open` makes, under the id `commit_upload_id` gives)."""
+        check_new_checkpoint(self._s, c.namespace, c.parent, False, None)
+        metadata = check_metadata(dict(c.metadata or {}))
+        tags = check_tags(list(c.tags or []))
+        upload_id = commit_upload_id(self._s.config.upload_id_prefix, c.namespace, c.by, c.refs)
+
+        def op(w: WriteTxn) -> UploadSession:
+            now = self._s.clock.now()
+            with contextlib.suppress(UploadNotFound):
+                found = self._uploads.get(w.catalog, upload_id)
+                if found.expires_at > now and found.namespace == c.namespace:
+                    return found
+                self._uploads.drop(w.catalog, upload_id, keep_session=False)
+                if not found.committed:
+                    self._uploads.count(w.catalog, found, -1)
+            self._uploads._check_limits(w.catalog, c.by)  # as any upload's
+            wanted = PROFILES[self._s.config.default_profile]
+            ensure_namespace(self._s, w.catalog, c.namespace, asdict(wanted), now)
+            parent = None
+            if c.parent is not None:
+                parent = self._s.catalog.resolve(w.catalog, c.namespace, c.parent).id
+            session = UploadSession(
+                id=upload_id,
+                namespace=c.namespace,
+                parent=parent,
+                inherit=False,
+                metadata=metadata,
+                tags=tags,
+                created_at=now,
+                expires_at=now + self._s.config.upload_ttl,
+                created_by=c.by,
+            )
+            self._uploads.put(w.catalog, session)
+            self._uploads.count(w.catalog, session, +1)
+            return session
+
+        return self._s.writer.run(op)
 
     def _adopt(self, upload_id: str, files: Mapping[str, FileEntry]) -> None:
         """Every chunk reserved here or adopted from the shared index, or `PartNotShipped`."""
@@ -359,4 +427,12 @@ def _check_parts(c: PartsCommit) -> dict[str, FileEntry]:
     return files
 
 
-__all__ = ["PARTS", "PART_TTL", "PartManifest", "Parts", "PartsCommit", "part_target"]
+__all__ = [
+    "PARTS",
+    "PART_TTL",
+    "PartManifest",
+    "Parts",
+    "PartsCommit",
+    "commit_upload_id",
+    "part_target",
+]

@@ -105,7 +105,8 @@ async def release_part(request: web.Request) -> web.Response:
 
 async def commit_parts(request: web.Request) -> web.Response:
     """One checkpoint of every part named, on this namespace's owner: visible all or
-    nothing; a part that cannot be had fails it (503 part_unavailable, 409 part_gone)."""
+    nothing; a part that cannot be had fails it (503 part_unavailable, 409 part_gone). A
+    retry of a commit that was made answers its checkpoint (200), whatever the parts."""
     ns = request.match_info["ns"]
     require(request, "write", ns)
     body = await json_body(request)
@@ -113,16 +114,23 @@ async def commit_parts(request: web.Request) -> web.Response:
     ship_timeout = body.get("ship_timeout", SHIP_TIMEOUT)
     if not isinstance(ship_timeout, (int, float)) or not 0 < ship_timeout <= 3600:
         raise InvalidRequest("ship_timeout must be a number of seconds in (0, 3600]")
+    by = principal(request).name
+    named = [(r.node, r.id) for r in refs]
+    vault = request.app[VAULT]
+    done = await run(request, vault.parts.replayed, ns, by, named)
+    if done is not None:  # a retry of a commit that was made: its checkpoint, once
+        return json_response(visible_record(request, done).to_wire(), status=200)
     parts = await gather(request, refs, float(ship_timeout))
     commit = PartsCommit(
         ns,
         parts,
-        principal(request).name,
+        by,
+        named,
         parent=parse.parent(body.get("parent")),
         metadata=parse.metadata(body.get("metadata")),
         tags=parse.tags(body.get("tags")),
     )
-    rec = await run(request, request.app[VAULT].parts.commit_parts, commit)
+    rec = await run(request, vault.parts.commit_parts, commit)
     release(request, refs)
     return json_response(visible_record(request, rec).to_wire(), status=201)
 
