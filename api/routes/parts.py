@@ -119,6 +119,7 @@ async def commit_parts(request: web.Request) -> web.Response:
     vault = request.app[VAULT]
     done = await run(request, vault.parts.replayed, ns, by, named)
     if done is not None:  # a retry of a commit that was made: its checkpoint, once
+        release(request, refs)  # in case the first attempt died before it released them
         return json_response(visible_record(request, done).to_wire(), status=200)
     parts = await gather(request, refs, float(ship_timeout))
     commit = PartsCommit(
