@@ -168,6 +168,11 @@ def one_round(
         ckpt = proxy.commit_parts(ns, parts, metadata={"bench": True})
         out["commit_s"] = time.perf_counter() - started
     assert len(ckpt.files) == len(parts)
+    owner_log = cluster.nodes[0].log_path.read_text(errors="replace")
+    lines = [ln for ln in owner_log.splitlines() if f"as {ckpt.id}:" in ln]
+    if lines:  # the owner's own split of the commit's time
+        msg = json.loads(lines[-1]).get("msg", "") if lines[-1].startswith("{") else lines[-1]
+        out["owner_says"] = msg.split(": ", 1)[-1]
     return out
 
 
@@ -206,6 +211,8 @@ def main() -> None:
             )
         wait = f", shipping waited {r['ship_wait_s']:.2f} s before it" if "ship_wait_s" in r else ""
         print(f"  {name:15s} commit across hosts {r['commit_s']:.3f} s{wait}")
+        if "owner_says" in r:
+            print(f"  {name:15s} on the owner: {r['owner_says']}")
     if args.json:
         print(json.dumps(rounds))
 

@@ -11,6 +11,8 @@ Whatever token may write the namespace may save and commit its parts.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 
 from aiohttp import web
 
@@ -24,6 +26,8 @@ from ..auth import principal, require, require_admin, visible_record
 from ..cluster.parts import SHIP_TIMEOUT, SHIPPER, gather, own_url, part_refs, release
 from ..http import json_body, json_response, large_json_response, run
 from ..keys import VAULT
+
+log = logging.getLogger("ckpt.parts")
 
 
 async def open_part(request: web.Request) -> web.Response:
@@ -121,7 +125,9 @@ async def commit_parts(request: web.Request) -> web.Response:
     if done is not None:  # a retry of a commit that was made: its checkpoint, once
         release(request, refs)  # in case the first attempt died before it released them
         return json_response(visible_record(request, done).to_wire(), status=200)
+    started = time.perf_counter()
     parts = await gather(request, refs, float(ship_timeout))
+    gathered = time.perf_counter()
     commit = PartsCommit(
         ns,
         parts,
@@ -132,6 +138,11 @@ async def commit_parts(request: web.Request) -> web.Response:
         tags=parse.tags(body.get("tags")),
     )
     rec = await run(request, vault.parts.commit_parts, commit)
+    log.info(
+        "committed %d parts of %s as %s: manifests and shipping %.3f s, adoption and "
+        "commit %.3f s",
+        len(parts), ns, rec.id, gathered - started, time.perf_counter() - gathered,
+    )  # fmt: skip
     release(request, refs)
     return json_response(visible_record(request, rec).to_wire(), status=201)
 
