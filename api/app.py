@@ -28,6 +28,7 @@ from checkpoint_vault.vault.runtime import PoolSizes, Runtime
 from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .cluster import cluster_context, cluster_middleware, passed_on
+from .cluster.parts import parts_context
 from .engine import no_readers, open_vault
 from .errors import error_middleware
 from .heads import Unheaded, headed_middleware
@@ -254,6 +255,7 @@ def create_app(
     app.on_shutdown.append(stop_jobs)  # before aiohttp waits for the handlers
     app.cleanup_ctx.append(_vault_context)
     app.cleanup_ctx.append(promotion_context)  # a reader's never runs (it cannot write)
+    app.cleanup_ctx.append(parts_context)  # parts' shipping and expiry (vault/parts.py)
     if not role.reader:
         app.cleanup_ctx.append(jobs_context)  # after the vault opens, before it closes
         app.cleanup_ctx.append(maintenance_context)

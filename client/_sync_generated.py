@@ -15,6 +15,7 @@ from checkpoint_vault.client.background import Prepare, SaveHandle
 from checkpoint_vault.client.chunking import FileSpec
 from checkpoint_vault.client.models import Checkpoint
 from checkpoint_vault.client.options import SaveFields
+from checkpoint_vault.client.parts import Part
 from checkpoint_vault.client.transport import RetryPolicy
 from checkpoint_vault.protocol import (
     AuditEntry,
@@ -187,6 +188,42 @@ class VaultClient(BlockingClient):
         """Commit uploads of several namespaces (from `begin_upload` and `send_file`, each
         with its own options) all or nothing; checkpoints in the order given."""
         return self._run(self.aio.commit_uploads(commits, transaction=transaction))
+
+    def save_part(
+        self, namespace: str, files: FileSpec | Mapping[str, FileSpec], *, ttl: float | None = None
+    ) -> Part:
+        """Save files on this client's node (a node near the caller: on its own host,
+        files go by descriptor) as a *part* of a checkpoint of `namespace` that
+        `commit_parts` makes, with other hosts' parts, through any node. The part is held
+        on its node for its TTL ([uploads] part_ttl, or `ttl` seconds if shorter) unless
+        a commit adopts it first."""
+        return self._run(self.aio.save_part(namespace, files, ttl=ttl))
+
+    def begin_part(self, namespace: str, *, ttl: float | None = None) -> UploadSession:
+        """Open a part's upload on this client's node: `send_file` fills it (from any
+        process on this host), `commit_part` closes it. `ttl` as for `save_part`."""
+        return self._run(self.aio.begin_part(namespace, ttl=ttl))
+
+    def commit_part(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Part:
+        """Commit a part's upload of exactly `files` (as `commit`) and answer the part."""
+        return self._run(self.aio.commit_part(upload, files))
+
+    def commit_parts(
+        self,
+        namespace: str,
+        parts: Sequence[Part],
+        *,
+        ship_timeout: float | None = None,
+        **options: Unpack[SaveFields],
+    ) -> Checkpoint:
+        """One checkpoint of `namespace` holding every part's files, committed by the
+        namespace's owner (ask through the proxy or any node): visible all or nothing.
+        `PartUnavailable`: a part's node is down or the part is not shipped yet (retry);
+        `PartGone`: a part is no longer held (save it again). `ship_timeout`: seconds
+        the owner waits for part nodes to ship (server default 600)."""
+        return self._run(
+            self.aio.commit_parts(namespace, parts, ship_timeout=ship_timeout, **options)
+        )
 
     def load(
         self, namespace: str, ref: str = "latest-valid", dest: str | os.PathLike[str] = "."

@@ -63,6 +63,7 @@ from .errors import IntegrityError, MissingChunks, NotFound, TransactionAborted
 from .filesink import FileSink
 from .models import Checkpoint, Transfer
 from .options import SaveFields, SaveOptions
+from .parts import Part
 from .progress import Progress
 from .remotefile import AsyncRemoteFile, OpeningFile, RangeReader, fetch_range
 from .restore import FILES_IN_FLIGHT, part_of, restore_targets
@@ -233,18 +234,16 @@ class AsyncVaultClient:
     ) -> Checkpoint:
         if self._fits_one_request(sources):
             return await self._save_small(namespace, sources, opts)
-        staged = await self._stage(namespace, sources, opts)
-        return await self._commit(
-            staged.sender, sources, staged.listing, staged.socket, staged.handed
-        )
-
-    async def _stage(self, namespace: str, sources: list[Source], opts: SaveOptions) -> _Staged:
-        """An upload holding `sources`, each sent or handed over, not committed yet."""
-        sizes = [s.size for s in sources]
         up = await self._open_upload(namespace, opts)
+        staged = await self._stage(up, sources, f"save {namespace}")
+        return Checkpoint.from_wire(await self._commit(staged, sources))
+
+    async def _stage(self, up: UploadSession, sources: list[Source], what: str) -> _Staged:
+        """Every source into the upload (handed over or sent), not committed yet."""
+        sizes = [s.size for s in sources]
         socket = await self._t.local_socket() if self.local_files else None
         handed = {s.name for s in sources if socket is not None and s.path is not None}
-        with Progress(self.progress, sum(n for n in sizes if n > 0), f"save {namespace}") as bar:
+        with Progress(self.progress, sum(n for n in sizes if n > 0), what) as bar:
             sender = _Sender(self._t, up.id, up.chunking, bar)
             gate = asyncio.Semaphore(FILES_IN_FLIGHT)
 
@@ -338,8 +337,13 @@ class AsyncVaultClient:
         transaction (the lost chunks sent again first)."""
         opts = SaveOptions.of(options)
         sources = [collect_sources(files) for files in saves.values()]
+
+        async def stage(namespace: str, src: list[Source]) -> _Staged:
+            up = await self._open_upload(namespace, opts)
+            return await self._stage(up, src, f"save {namespace}")
+
         staged = await asyncio.gather(
-            *(self._stage(ns, src, opts) for ns, src in zip(saves, sources, strict=True))
+            *(stage(ns, src) for ns, src in zip(saves, sources, strict=True))
         )
         commits = [(s.upload, s.listing) for s in staged]
         try:
@@ -381,6 +385,61 @@ class AsyncVaultClient:
         answer = await self._t.json("POST", "/v1/commits", json_body=body)
         return [Checkpoint.from_wire(rec) for rec in answer["checkpoints"]]
 
+    # -- saving on many hosts, one commit (client/parts.py) ---------------------------
+    async def save_part(
+        self,
+        namespace: str,
+        files: FileSpec | Mapping[str, FileSpec],
+        *,
+        ttl: float | None = None,
+    ) -> Part:
+        """Save files on this client's node (a node near the caller: on its own host,
+        files go by descriptor) as a *part* of a checkpoint of `namespace` that
+        `commit_parts` makes, with other hosts' parts, through any node. The part is held
+        on its node for its TTL ([uploads] part_ttl, or `ttl` seconds if shorter) unless
+        a commit adopts it first."""
+        sources = collect_sources(files)
+        up = await self.begin_part(namespace, ttl=ttl)
+        staged = await self._stage(up, sources, f"part of {namespace}")
+        return Part.from_wire(await self._commit(staged, sources, "part"))
+
+    async def begin_part(self, namespace: str, *, ttl: float | None = None) -> UploadSession:
+        """Open a part's upload on this client's node: `send_file` fills it (from any
+        process on this host), `commit_part` closes it. `ttl` as for `save_part`."""
+        body: dict[str, Any] = {"namespace": namespace}
+        if ttl is not None:
+            body["ttl"] = ttl
+        opened = UploadOpened.from_wire(await self._t.json("POST", "/v1/parts", json_body=body))
+        return UploadSession(opened.upload_id, opened.namespace, opened.chunking)
+
+    async def commit_part(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Part:
+        """Commit a part's upload of exactly `files` (as `commit`) and answer the part."""
+        listing = {name: f.to_wire() for name, f in files.items()}
+        rec = await self._t.json(
+            "POST", f"/v1/uploads/{upload.id}/part", json_body={"files": listing}
+        )
+        return Part.from_wire(rec)
+
+    async def commit_parts(
+        self,
+        namespace: str,
+        parts: Sequence[Part],
+        *,
+        ship_timeout: float | None = None,
+        **options: Unpack[SaveFields],
+    ) -> Checkpoint:
+        """One checkpoint of `namespace` holding every part's files, committed by the
+        namespace's owner (ask through the proxy or any node): visible all or nothing.
+        `PartUnavailable`: a part's node is down or the part is not shipped yet (retry);
+        `PartGone`: a part is no longer held (save it again). `ship_timeout`: seconds
+        the owner waits for part nodes to ship (server default 600)."""
+        body = SaveOptions.of(options).wire()
+        body["parts"] = [p.ref() for p in parts]
+        if ship_timeout is not None:
+            body["ship_timeout"] = ship_timeout
+        path = f"/v1/namespaces/{ns_path(namespace)}/parts"
+        return Checkpoint.from_wire(await self._t.json("POST", path, json_body=body))
+
     async def _open_upload(self, namespace: str, opts: SaveOptions) -> UploadSession:
         up = await self._t.json(
             "POST", f"/v1/namespaces/{ns_path(namespace)}/uploads", json_body=opts.wire()
@@ -418,24 +477,21 @@ class AsyncVaultClient:
         )
         return Checkpoint.from_wire(rec)
 
-    async def _commit(
-        self,
-        sender: _Sender,
-        sources: list[Source],
-        listing: dict[str, dict[str, Any]],
-        socket: str | None = None,
-        handed: Collection[str] = (),
-    ) -> Checkpoint:
-        path = f"/v1/uploads/{sender.upload_id}/commit"
+    async def _commit(self, staged: _Staged, sources: list[Source], verb: str = "commit") -> Any:
+        """`POST .../<verb>` of a staged upload: its answer (a checkpoint's record; a
+        part's, client/parts.py)."""
+        path = f"/v1/uploads/{staged.upload.id}/{verb}"
         try:
-            rec = await self._t.json("POST", path, json_body={"files": listing})
+            return await self._t.json("POST", path, json_body={"files": staged.listing})
         except MissingChunks as e:
             # Chunks went missing between our query and the commit (collected, or found
             # damaged, or lost with a server's crash before they were durable): send those
             # again from the files, once, and commit again.
-            await self._resend(sender, sources, listing, set(e.missing), socket, handed)
-            rec = await self._t.json("POST", path, json_body={"files": listing})
-        return Checkpoint.from_wire(rec)
+            lost = set(e.missing)
+            await self._resend(
+                staged.sender, sources, staged.listing, lost, staged.socket, staged.handed
+            )
+            return await self._t.json("POST", path, json_body={"files": staged.listing})
 
     async def _resend(
         self,

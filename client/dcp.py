@@ -13,6 +13,12 @@ file's commit entry; the coordinator, in `finish`, adds the pickled DCP `Metadat
 `.metadata` and commits every rank's file at once. Until then nothing is visible; a rank
 that fails leaves an uncommitted upload that expires.
 
+Across hosts (`nearby=`, a client of a node on the rank's own host): each rank saves its
+file as a *part* on its own node instead (client/parts.py), so no node takes every rank's
+bytes; the coordinator saves `.metadata` as a part too and commits every part as one
+checkpoint through `client` (the namespace's owner fetches the parts from their nodes).
+Until that commit nothing is visible; parts of a save that failed expire on their nodes.
+
 Loading pins one checkpoint id: each rank resolves the ref, and the coordinator refuses
 to go on if the ranks saw different checkpoints (a save landed in between).
 `.metadata` is a pickle, as in torch's FileSystemReader: load only from a vault you trust.
@@ -47,6 +53,7 @@ from .aio import UploadSession
 from .errors import ClientError, IntegrityError
 from .models import Checkpoint
 from .options import SaveFields
+from .parts import Part
 from .sync import VaultClient
 from .torch import _as_file, _read_into, safetensors_layout, tensor_bytes
 
@@ -73,6 +80,13 @@ class _RankTarget:
 
 
 @dataclass(frozen=True)
+class _PartTarget:
+    """Across hosts: each rank saves its file as a part on its own node."""
+
+    file: str
+
+
+@dataclass(frozen=True)
 class _Stored:
     """Where one item's bytes are, as kept in the checkpoint's Metadata.storage_data."""
 
@@ -90,6 +104,7 @@ class _Written:
 
     stored: _Stored
     entry: CommitFile | None
+    part: Part | None = None  # across hosts: the rank's part (on its file's first item)
 
 
 def _done(value: Any) -> Future[Any]:
@@ -101,16 +116,23 @@ def _done(value: Any) -> Future[Any]:
 class VaultWriter(StorageWriter):
     """Saves a DCP checkpoint as one checkpoint of `namespace` (a `checkpoint_id` given to
     `dcp.save` names the namespace instead). After `dcp.save`, the coordinator's
-    `writer.checkpoint` is the committed record."""
+    `writer.checkpoint` is the committed record. `nearby`: a client of the node on this
+    rank's host (each rank's own): ranks save there as parts, and the coordinator commits
+    them once through `client` (the proxy)."""
 
     def __init__(
         self,
         client: VaultClient,
         namespace: str,
+        *,
+        nearby: VaultClient | None = None,
+        part_ttl: float | None = None,
         **options: Unpack[SaveFields],
     ) -> None:
         super().__init__()
         self.client = client
+        self.nearby = nearby
+        self.part_ttl = part_ttl  # across hosts: how long a part outlives a failed save
         self.namespace = namespace
         self.options = options
         self.checkpoint: Checkpoint | None = None
@@ -133,7 +155,13 @@ class VaultWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        """Coordinator: open the upload every rank sends into."""
+        """Coordinator: open the upload every rank sends into (across hosts: none, each
+        rank makes its own part)."""
+        if self.nearby is not None:
+            return [
+                dataclasses.replace(plan, storage_data=_PartTarget(f"__{rank}_0.distcp"))
+                for rank, plan in enumerate(plans)
+            ]
         self._upload = self.client.begin_upload(self.namespace, **self.options)
         return [
             dataclasses.replace(plan, storage_data=_RankTarget(self._upload, f"__{rank}_0.distcp"))
@@ -144,15 +172,22 @@ class VaultWriter(StorageWriter):
         """Every rank: its items as one safetensors file, streamed into the shared upload,
         a chunk boundary at each item so an unchanged tensor dedups whatever moved."""
         target = plan.storage_data
-        if not isinstance(target, _RankTarget):
+        if not isinstance(target, (_RankTarget, _PartTarget)):
             raise TypeError("VaultWriter.write_data needs a plan from its prepare_global_plan")
         if not plan.items:
             return _done([])
         data = {_key(item): _as_tensor(planner.resolve_data(item)) for item in plan.items}
         layout = safetensors_layout(data)
-        entry = self.client.send_file(
-            target.upload, target.file, _as_file(layout.reader()), cuts=layout.cuts
-        )
+        part = None
+        if isinstance(target, _PartTarget):
+            near = self.nearby or self.client
+            upload = near.begin_part(self.namespace, ttl=self.part_ttl)
+            entry = near.send_file(upload, target.file, _as_file(layout.reader()), cuts=layout.cuts)
+            part = near.commit_part(upload, {target.file: entry})
+        else:
+            entry = self.client.send_file(
+                target.upload, target.file, _as_file(layout.reader()), cuts=layout.cuts
+            )
         results = []
         for n, item in enumerate(plan.items):
             offset, length = layout.spans[_key(item)]
@@ -161,7 +196,7 @@ class VaultWriter(StorageWriter):
             stored = _Stored(
                 target.file, offset, length, t.dtype if tensor_item else None, tuple(t.shape)
             )
-            written = _Written(stored, entry if n == 0 else None)
+            written = _Written(stored, entry if n == 0 else None, part if n == 0 else None)
             results.append(
                 WriteResult(index=item.index, size_in_bytes=length, storage_data=written)
             )
@@ -169,9 +204,8 @@ class VaultWriter(StorageWriter):
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Coordinator: store the metadata next to the ranks' files and commit them all."""
-        if self._upload is None:
-            raise RuntimeError("VaultWriter.finish before prepare_global_plan")
         files: dict[str, CommitFile] = {}
+        parts: list[Part] = []
         where: dict[MetadataIndex, _Stored] = {}
         for rank_results in results:
             for result in rank_results:
@@ -179,7 +213,17 @@ class VaultWriter(StorageWriter):
                 where[result.index] = written.stored
                 if written.entry is not None:
                     files[written.stored.file] = written.entry
+                if written.part is not None:
+                    parts.append(written.part)
         metadata.storage_data = where
+        if self.nearby is not None:
+            raw = pickle.dumps(metadata, protocol=pickle.HIGHEST_PROTOCOL)
+            meta = self.nearby.save_part(self.namespace, {METADATA_FILE: raw}, ttl=self.part_ttl)
+            parts.append(meta)
+            self.checkpoint = self.client.commit_parts(self.namespace, parts, **self.options)
+            return
+        if self._upload is None:
+            raise RuntimeError("VaultWriter.finish before prepare_global_plan")
         files[METADATA_FILE] = self.client.send_file(
             self._upload, METADATA_FILE, pickle.dumps(metadata, protocol=pickle.HIGHEST_PROTOCOL)
         )

@@ -102,6 +102,13 @@ class ReadOnlyStandby(Conflict):
     code = "read_only"
 
 
+class PartGone(Conflict):
+    """A part named by a commit across hosts is no longer held by its node; nothing was
+    committed: save that part again."""
+
+    code = "part_gone"
+
+
 class UploadExpired(ClientError):
     code = "upload_expired"
 
@@ -138,6 +145,13 @@ class TooManyUploads(ClientError):
 
 class Unavailable(ClientError):
     code = "unavailable"
+
+
+class PartUnavailable(Unavailable):
+    """A commit across hosts could not have one of its parts now (its node is down, or
+    the part is not in the shared tier yet); nothing was committed: retry the commit."""
+
+    code = "part_unavailable"
 
 
 class KeyUnavailable(Unavailable):

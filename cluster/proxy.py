@@ -2,7 +2,8 @@
 
 HAProxy computes a request's shard itself, as `shards.py` does: the namespace cut out of
 the path (`regsub` without groups, since a converter's arguments cannot hold parentheses:
-the prefix, then the first `/checkpoints/...`, `/checkpoints`, `/uploads` or `/policy`),
+the prefix, then the first `/checkpoints/...`, `/checkpoints`, `/uploads`, `/policy` or
+`/parts`),
 percent-decoded, CRC-32, modulo the shard count; an upload's shard is its id's prefix
 (`field(1,-)` of the fourth path segment). A namespace that itself holds a segment named
 `checkpoints` may be cut short here: that request is then forwarded, one hop.
@@ -30,7 +31,7 @@ CHECK = "inter 1s fall 2 rise 1 on-marked-down shutdown-sessions"
 
 NAMESPACE = (
     "path,regsub(^/v1/namespaces/,),regsub(/checkpoints/.*$,),regsub(/checkpoints$,),"
-    "regsub(/uploads$,),regsub(/policy$,)"
+    "regsub(/uploads$,),regsub(/policy$,),regsub(/parts$,)"
 )
 
 

@@ -76,6 +76,7 @@ from ._maintenance import (
     TierPlan,
     VerifyReport,
 )
+from ._parts import PartFile, PartRecord, PartSaved
 from ._records import (
     JSON,
     VALIDITY_STATES,
@@ -101,6 +102,9 @@ from ._text import HIDDEN_IN_NAMES, HIDDEN_IN_TAGS, NOT_IN_NAMES, UNPRINTABLE, c
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "PartFile",
+    "PartRecord",
+    "PartSaved",
     "S3_KEY_PREFIX",
     "s3_credentials",
     "s3_secret_from_hash",

@@ -105,6 +105,14 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "of the cluster holds its shard: it takes no more writes (write to the new primary)",
     ),
     ErrorSpec(
+        "part_gone",
+        409,
+        "PartGone",
+        ("PartGone",),
+        "a part named by a commit across hosts is not held by its node (released, expired, "
+        "or lost); nothing was committed: save that part again",
+    ),
+    ErrorSpec(
         "upload_expired", 410, "UploadExpired", ("UploadExpired",), "the upload session expired"
     ),
     ErrorSpec(
@@ -150,6 +158,14 @@ ERRORS: tuple[ErrorSpec, ...] = (
         "a tier or the store is down, the server is stopping, one of its processes passes "
         "as many requests to the one that writes as it may, or a cluster's shard has no live "
         "owner for a moment: retry later (Retry-After)",
+    ),
+    ErrorSpec(
+        "part_unavailable",
+        503,
+        "PartUnavailable",
+        ("PartUnavailable", "PartNotShipped"),
+        "a commit across hosts cannot have one of its parts now (its node does not answer, "
+        "or its chunks are not in the shared tier yet); nothing was committed: retry",
     ),
     ErrorSpec(
         "key_unavailable",

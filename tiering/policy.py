@@ -35,6 +35,7 @@ from checkpoint_vault.vault.content import Packed
 from checkpoint_vault.vault.content.chunks import ChunkMeta
 from checkpoint_vault.vault.errors import InvalidRequest
 from checkpoint_vault.vault.manifest import distinct_chunks
+from checkpoint_vault.vault.names import PARTS
 from checkpoint_vault.vault.policy import Policy, parse_duration, parse_size
 from checkpoint_vault.vault.snapshot import Snapshot
 
@@ -135,6 +136,9 @@ def plan(vault: Vault, now: float) -> TieringPlan:
         own: dict[str, Policy | None] = {}
         checkpoints: list[_Checkpoint] = []
         for ns in snap.namespaces():
+            if ns == PARTS:  # parts stay hot until shipped to the shared tier (vault/parts.py)
+                checkpoints += _namespace(vault, snap, ns, Policy(), now)
+                continue
             own[ns] = snap.own_policy(ns)
             checkpoints += _namespace(vault, snap, ns, own[ns] or default, now)
         planner = _Planner(snap, checkpoints)

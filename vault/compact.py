@@ -51,6 +51,7 @@ from .content.reader import MAX_CHAIN, Reader
 from .env import TRIM_EVERY_BYTES
 from .frame import Recoder, delta_base
 from .manifest import FileEntry, distinct_chunks
+from .names import PARTS
 from .pacing import Pacer
 from .writer import WriteTxn
 
@@ -127,7 +128,8 @@ def _pairs(store: CompactParts, namespace: str | None) -> Iterator[tuple[str, st
             store.catalog.require_namespace(txn, namespace)
             names = [namespace]
         else:
-            names = [n.name for n in store.catalog.namespaces(txn)]
+            # not parts (vault/parts.py): a delta frame cannot go to the shared tier
+            names = [n.name for n in store.catalog.namespaces(txn) if n.name != PARTS]
         todo = []
         for ns in names:
             ids = list(store.catalog.ids(txn, ns))  # newest first

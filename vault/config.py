@@ -13,6 +13,9 @@ class VaultConfig:
     # query, or uploaded) cannot be collected before it expires. A retried commit within
     # this window returns the same checkpoint.
     upload_ttl: float = 6 * 3600.0
+    # How long a committed part (vault/parts.py) is held for an owner to adopt it, unless
+    # released first; then deleted, and collected by GC.
+    part_ttl: float = 3600.0
     # Put before every upload id: a cluster's node names its shard there (`<shard>-`), so
     # a proxy routes `/v1/uploads/{id}` without a namespace in the path (cluster/shards.py).
     upload_id_prefix: str = ""

@@ -169,6 +169,26 @@ class Unavailable(VaultError):
     code = "unavailable"
 
 
+class PartUnavailable(Unavailable):
+    """A part of a commit across hosts (vault/parts.py) cannot be had now: its node does
+    not answer, or its chunks are not in the shared tier yet. Nothing was committed; the
+    same commit may succeed later."""
+
+    code = "part_unavailable"
+    retry_after = 1
+
+
+class PartNotShipped(PartUnavailable):
+    """A part's chunks are neither on the owner nor listed in the shared index."""
+
+
+class PartGone(Conflict):
+    """A part named by a commit is not held by its node (released, expired, or its node
+    lost it): nothing was committed, and retrying the same commit cannot succeed."""
+
+    code = "part_gone"
+
+
 class NotTheWriter(Unavailable):
     """A change reached a process that only reads the data dir (a worker of `ckpt serve
     --workers`); workers forward changes to the process that writes, so this is a read

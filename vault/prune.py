@@ -17,6 +17,7 @@ from checkpoint_vault.protocol import RetentionReport
 
 from .errors import CheckpointNotFound
 from .manifest import distinct_chunks
+from .names import PARTS
 from .policy import Policies
 from .records import StoredCheckpoint
 from .retention import NamespacePlan, plan_namespace
@@ -68,7 +69,8 @@ def plan(
     now = store.clock.now()
     plans = []
     with store.catalog_env.read() as txn:
-        names = [namespace] if namespace else [n.name for n in store.catalog.namespaces(txn)]
+        everyone = (n.name for n in store.catalog.namespaces(txn) if n.name != PARTS)
+        names = [namespace] if namespace else list(everyone)  # parts expire on their own
         if namespace:
             store.catalog.require_namespace(txn, namespace)
         for ns in names:

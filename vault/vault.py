@@ -67,8 +67,9 @@ from .ingest import FileIngest, ingest_descriptor
 from .lifecycle import Lifecycle
 from .maintenance import MaintenanceLock
 from .manifest import FileEntry
-from .names import check_namespace
+from .names import PARTS, check_namespace
 from .ownership import make_private
+from .parts import Parts
 from .policy import Policies, Policy
 from .quotas import usage as quota_usage
 from .records import VALIDITY_STATES, NamespaceRecord, StoredCheckpoint, UploadSession
@@ -164,6 +165,9 @@ class Vault:
         self.audit = AuditLog(self.store, self.config.audit_max_age, self.config.audit_max_bytes)
         self.committer = Committer(self.store, self.uploads, self.reader)
         self._direct = DirectSaver(self.store, self.reader)
+        self.parts = Parts(
+            self.store, self.uploads, self.committer, self.content, self.config.part_ttl
+        )
         # Files handed over by descriptor since start: saved from, and restored into.
         self.handed = HandedOver()
         if self.roles.standby is None and not reader:
@@ -289,7 +293,7 @@ class Vault:
             return [
                 (ns, next(self.catalog.ids(txn, ns.name), None))
                 for ns in self.catalog.namespaces(txn)
-                if ns.emptied_at is None
+                if ns.emptied_at is None and ns.name != PARTS  # parts: vault/parts.py
             ]
 
     def checkpoints(

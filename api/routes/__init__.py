@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import admin, checkpoints, cluster, commits, console, saves, ui, uploads
+from . import admin, checkpoints, cluster, commits, console, parts, saves, ui, uploads
 from .openapi import openapi_handler
 
 # A namespace is up to 8 '/'-separated segments; the lazy match lets literal route parts
@@ -17,6 +17,7 @@ def setup_routes(app: web.Application) -> None:
     admin.add_policy_routes(app, NS)
     uploads.add_routes(app, NS)
     checkpoints.add_routes(app, NS)
+    parts.add_routes(app, NS)
     saves.add_routes(app)
     commits.add_routes(app)
     cluster.add_routes(app)

