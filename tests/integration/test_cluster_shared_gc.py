@@ -233,6 +233,7 @@ def test_sigkills_of_a_random_node_during_gc_lose_nothing_acknowledged(
         f"({read / MIB:.1f} MiB); shared tier {shared / MIB:.1f} MiB"
     )
     assert cut >= ROUNDS // 3  # most kills landed inside a tiering run or a GC
+    assert deleted_packs >= 1  # and GC deleted shared packs meanwhile
 
 
 def _answers(node: ServerProcess, token: str, ns: str, ckpt: str) -> None:
