@@ -77,6 +77,7 @@ from .layout import (
     segment_key,
     write_current,
 )
+from .rebase import rebase_due
 
 if TYPE_CHECKING:
     from ..env import Env
@@ -430,10 +431,12 @@ class Replicator:
                 retry = self._failed(e, retry)
 
     def _due(self) -> bool:
-        """A new base of the current generation, so restore replays a bounded log."""
+        """A new base of the current generation, so restore replays a bounded log, and
+        early once the log holds mostly dead bytes (rebase.py)."""
         return self._base_ready and (
             time.monotonic() - self._base_done > self.config.base_interval
             or self._log_bytes > self.config.base_after_bytes
+            or rebase_due(self._log_bytes, (self._s.catalog_env, self._s.frames_env))
         )
 
     def _seal(self, raw: bytes, context: bytes) -> bytes:
