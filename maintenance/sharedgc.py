@@ -35,7 +35,7 @@ def shared_gc(vault: Vault, report: GcReport) -> GcReport:
             marked = len(mark.packs) if mark is not None else None
         config = vault.config
         swept = Sweeper(index, config.shared_shards, config.shared_gc_grace, gate.seg_times).sweep()
-    except TierError as e:
+    except (TierError, ValueError, KeyError) as e:  # the store down, or an object damaged
         log.warning("shared tier GC: %s", e)
         return replace(report, shared_packs_marked=marked, shared_waiting=f"store: {e}")
     if swept.deleted or swept.condemned:

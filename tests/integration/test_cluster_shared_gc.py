@@ -14,6 +14,7 @@ import random
 import secrets
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -182,6 +183,20 @@ def test_gc_on_every_node_keeps_what_b_uses_and_then_returns_the_bucket(
     )
     assert deleted >= 1
     assert shared_after <= shared_before + 0.1 * SIZE
+    # the figures reach /metrics as the GC job's summed results
+    metered = sum(_metric(n, cluster.token, "gc_shared_packs_deleted") for n in cluster.nodes)
+    assert metered >= deleted
+
+
+def _metric(node: ServerProcess, token: str, what: str) -> float:
+    req = urllib.request.Request(node.url + "/metrics")
+    req.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith("ckpt_maintenance_result") and f'what="{what}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def test_sigkills_of_a_random_node_during_gc_lose_nothing_acknowledged(

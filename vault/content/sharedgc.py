@@ -220,7 +220,7 @@ class Condemned:
             return True
         try:
             self.refresh()
-        except TierError as e:
+        except (TierError, ValueError, KeyError) as e:  # the store down, or an object damaged
             log.warning("shared tier: condemned packs not refreshed, taking nothing: %s", e)
             return False
         return True
