@@ -113,7 +113,7 @@ class SharedIndex:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[bytes, SharedEntry] = {}
-        self._segments: dict[str, tuple[str, list[Row]]] = {}  # segment -> its pack, rows
+        self._segments: dict[str, str] = {}  # segment -> the pack it lists
         self._packs: set[str] = set()
         self._excluded: frozenset[str] = frozenset()  # condemned packs: never looked up
         self.gate: Gate | None = None  # the cross-node GC's (sharedgc.py); None: take all
@@ -140,7 +140,7 @@ class SharedIndex:
         return key
 
     def _merge(self, seg: str, pack_key: str, rows: list[Row]) -> None:
-        self._segments[seg] = (pack_key, rows)
+        self._segments[seg] = pack_key
         self._packs.add(pack_key)
         if pack_key in self._excluded:
             return
@@ -149,24 +149,32 @@ class SharedIndex:
                 where = Packed(self.tier_name, pack_key, offset, length)
                 self._entries[cid] = SharedEntry(where, size, flags)
 
-    def _rebuild(self) -> None:
-        """The map again from the segments held, without the excluded packs (under the lock)."""
-        self._entries = {}
-        self._packs = set()
-        for seg, (pack_key, rows) in list(self._segments.items()):
-            self._merge(seg, pack_key, rows)
+    def _drop(self, packs: set[str]) -> None:
+        """Forget the chunks these packs hold (under the lock): one pass over the map. A
+        chunk also in another pack is found again once that pack's segment is fetched
+        anew; until then it is simply not found (sent again, never wrong)."""
+        if packs:
+            self._entries = {c: e for c, e in self._entries.items() if e.where.key not in packs}
 
     def exclude(self, packs: frozenset[str]) -> None:
-        """Condemned packs (sharedgc.py): their chunks are found elsewhere or not at all."""
+        """Condemned packs (sharedgc.py): their chunks are no longer found; packs no
+        longer condemned are fetched again."""
         with self._lock:
-            if packs != self._excluded:
-                self._excluded = packs
-                self._rebuild()
+            if packs == self._excluded:
+                return
+            released = self._excluded - packs
+            self._drop(set(packs - self._excluded))
+            self._excluded = packs
+            again = [seg for seg, pack in self._segments.items() if pack in released]
+            for seg in again:
+                del self._segments[seg]  # fetched by the refresh below
+        if again:
+            self.refresh()
 
     def segments(self) -> dict[str, str]:
         """Every segment held, with the pack it lists."""
         with self._lock:
-            return {seg: pack for seg, (pack, _) in self._segments.items()}
+            return dict(self._segments)
 
     def takeable(self, pack_key: str) -> bool:
         """Whether a chunk of this pack may be taken now (invariant 6; no I/O)."""
@@ -183,10 +191,9 @@ class SharedIndex:
         with self._lock:
             new = [k for k in keys if k not in self._segments]
             gone = [k for k in held if k not in keys and k in self._segments]
-            for seg in gone:
-                del self._segments[seg]
-            if gone:
-                self._rebuild()
+            packs = {self._segments.pop(seg) for seg in gone}
+            self._drop(packs - set(self._segments.values()))
+            self._packs -= packs - set(self._segments.values())
         for seg in new:
             try:
                 raw = open_blob(self._keyring, self.tier.get(seg), seg.encode())

@@ -186,8 +186,11 @@ def test_a_chunk_in_a_condemned_pack_is_sent_again_and_a_named_pack_is_released(
     assert _packs(tier) == packs
     gen = newest_generation(a.store.shared)  # type: ignore[arg-type]
     assert gen is not None
-    assert gen.packs == frozenset()
+    assert gen.packs == frozenset()  # released
     assert read_file(a, "ns-a", second.id, "w") == data
+    _gate(b).refresh()  # and found again by B's lookups
+    session, _ = b.open_upload("ns-b")
+    assert b.uploads.missing(session.id, ids) == []
 
 
 def test_a_shard_without_a_mark_or_with_a_newer_owner_blocks_every_delete(
