@@ -60,6 +60,16 @@ def _write_model(path: Path) -> str:
     return h.hexdigest()
 
 
+def _by_folder(seaweed: SeaweedFS, prefix: str) -> dict[str, int]:
+    """Bytes per folder two levels down (for a failure's message)."""
+    tier = open_tier("probe", f"s3://vault/{prefix}", seaweed.options())
+    out: dict[str, int] = {}
+    for k in tier.list(""):
+        folder = "/".join(k.split("/")[:3])
+        out[folder] = out.get(folder, 0) + (tier.head(k) or 0)
+    return out
+
+
 def _stored(seaweed: SeaweedFS, prefix: str) -> int:
     """Bytes under `prefix`, but the shared tier's GC marks (they change at every GC)."""
     tier = open_tier("probe", f"s3://vault/{prefix}", seaweed.options())
@@ -116,11 +126,14 @@ def test_the_same_checkpoint_on_two_owners_is_stored_and_sent_once(
     whole_after_b = _stored(seaweed, cluster.run)
     # the whole bucket: the shards' replicas take a new base once their logs hold mostly
     # frames demoted since (vault/replication/rebase.py), and their old objects go
-    rebased = wait_for(
-        "the whole run prefix within 1.1x one copy",
-        lambda: _stored(seaweed, cluster.run) - whole_before <= 1.1 * one_copy,
-        60,
-    )
+    try:
+        rebased = wait_for(
+            "the whole run prefix within 1.1x one copy",
+            lambda: _stored(seaweed, cluster.run) - whole_before <= 1.1 * one_copy,
+            60 + 60 * SIZE / (256 << 20),
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {_by_folder(seaweed, cluster.run)}") from None
     whole_rebased = _stored(seaweed, cluster.run)
     print(
         f"\nfirst producer sent {sent_a / 2**20:.1f} MiB, second {sent_b / 2**20:.2f} MiB "

@@ -37,8 +37,10 @@ MIB = 1 << 20
 SIZE = int(os.environ.get("CKPT_SHARED_GC_MIB", "24")) * MIB
 ROUNDS = int(os.environ.get("CKPT_GC_ROUNDS", "10"))
 # The shared tier's grace (1 s, counted in the store's whole seconds), a node's own GC's
-# none, and upload sessions (which reserve their chunks while they live) of 5 s.
-EXTRA = 'shared_gc_grace = "1s"\n[gc]\ngrace = "0s"\n[uploads]\nttl = "5s"\n'
+# none, and upload sessions (which reserve their chunks while they live) of 5 s (more
+# for bigger sizes).
+TTL = max(5, SIZE // (8 * MIB))  # seconds: longer than a save of SIZE takes here
+EXTRA = f'shared_gc_grace = "1s"\n[gc]\ngrace = "0s"\n[uploads]\nttl = "{TTL}s"\n'
 
 
 @pytest.fixture

@@ -169,6 +169,7 @@ class Replicator:
             self._base_ready = True
         self._base_done = time.monotonic()
         self._log_bytes = 0  # shipped since the generation's newest base
+        self._base_bytes = 0  # that base's size (0: not shipped by this process)
         self._closing = False
         self._lags: deque[float] = deque(maxlen=LAG_SAMPLES)
         self.segments = self.bases = self.failures = self.overflows = 0
@@ -436,7 +437,9 @@ class Replicator:
         return self._base_ready and (
             time.monotonic() - self._base_done > self.config.base_interval
             or self._log_bytes > self.config.base_after_bytes
-            or rebase_due(self._log_bytes, (self._s.catalog_env, self._s.frames_env))
+            or rebase_due(
+                self._base_bytes + self._log_bytes, (self._s.catalog_env, self._s.frames_env)
+            )
         )
 
     def _seal(self, raw: bytes, context: bytes) -> bytes:
@@ -463,6 +466,7 @@ class Replicator:
                 self._base_ready = True
                 self._base_done = time.monotonic()
                 self._log_bytes = 0
+                self._base_bytes = size
                 self._advance(max(through, self._shipped))
             else:  # a newer generation began meanwhile; this one is still a valid replica
                 self._advance(through)
