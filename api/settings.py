@@ -253,6 +253,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("cluster", "store"): ("cluster.store", str),
     ("cluster", "tier"): ("cluster.tier", str),
     ("cluster", "shared_tier"): ("cluster.shared_tier", str),
+    ("cluster", "shared_gc_grace"): ("cluster.shared_gc_grace", parse_duration),
     ("cluster", "beat_interval"): ("cluster.beat_interval", parse_duration),
     ("cluster", "lease_ttl"): ("cluster.lease_ttl", parse_duration),
     ("cluster", "txn_timeout"): ("cluster.txn_timeout", parse_duration),
@@ -501,7 +502,14 @@ def _with_cluster(settings: Settings) -> Settings:
     vault = replace(settings.vault, upload_id_prefix=prefix)
     if cluster.shared_tier:
         writer = f"{cluster.node}-s{cluster.shard}"
-        vault = replace(vault, shared_tier=cluster.shared_tier, shared_writer=writer)
+        vault = replace(
+            vault,
+            shared_tier=cluster.shared_tier,
+            shared_writer=writer,
+            shared_shard=cluster.shard,
+            shared_shards=cluster.shards,
+            shared_gc_grace=cluster.shared_gc_grace,
+        )
     return replace(settings, vault=vault)
 
 

@@ -28,6 +28,9 @@ class ClusterConfig:
     # The [tiers.<name>] every node packs into, one prefix for the whole cluster, with the
     # shared chunk index beside the packs (vault/content/shared.py); "": each node its own.
     shared_tier: str = ""
+    # Seconds, in the store's time, between condemning a shared pack no shard names and
+    # deleting it if still none does (vault/content/sharedgc.py).
+    shared_gc_grace: float = 600.0
     beat_interval: float = BEAT_INTERVAL
     lease_ttl: float = LEASE_TTL
     # Seconds an upload prepared for a commit across namespaces waits for its decision
@@ -45,5 +48,7 @@ class ClusterConfig:
             raise ValueError("[cluster] node must be a name without '/' or '.'")
         if self.shared_tier and not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", self.node):
             raise ValueError("[cluster] node: with a shared tier, lowercase letters, digits, _ -")
+        if self.shared_gc_grace <= 0:
+            raise ValueError("[cluster] shared_gc_grace must be positive")
         if self.lease_ttl < 3 * self.beat_interval:
             raise ValueError("[cluster] lease_ttl must be at least 3 beat intervals")

@@ -2,6 +2,8 @@
 
 - `tasks.py`: the tasks (GC then repack, check, retention, scrub, compaction, tiering,
   catalog backup, usage scan), each answering its protocol record; the set the schedule runs.
+- `sharedgc.py`: the shared tier's part of a GC run in a cluster: this shard's mark of the
+  packs it names, then a sweep (vault/content/sharedgc.py).
 - `run.py`: `run`, the one way a task runs: under the vault's maintenance lock, timed, its
   figures taken from its record.
 - `queue.py`: `MaintenanceQueue`, where the service's tasks wait, one at a time on the

@@ -28,6 +28,8 @@ from checkpoint_vault.tiering.runner import repack_threshold, run_tiering
 from checkpoint_vault.vault import InvalidRequest, Vault
 from checkpoint_vault.vault.samples import StorageSample
 
+from .sharedgc import shared_gc
+
 log = logging.getLogger(__name__)
 
 # The slowest rate a caller may ask of a paced task (compaction, scrub): 1 MiB/s. Below it
@@ -56,7 +58,8 @@ def gc(vault: Vault, dry_run: bool = False, stop: threading.Event | None = None)
     """Collect expired uploads and chunks unreferenced past the grace period; with tiers
     (not a dry run), then repack at the default policy's `repack_below`: GC forgets packed
     chunks like any other, but their bytes stay in their packs until a repack. One hold of
-    the lock (`run`'s) around both. `stop` set: stop at the next batch
+    the lock (`run`'s) around both. In a cluster with a shared tier, then this shard's
+    mark and a sweep of the shared tier (sharedgc.py). `stop` set: stop at the next batch
     (`MaintenanceStopped`), before the repack."""
     report = vault.gc(dry_run, stop)
     if vault.tiers and not dry_run:
@@ -65,6 +68,7 @@ def gc(vault: Vault, dry_run: bool = False, stop: threading.Event | None = None)
             report, packs_rewritten=packs.rewritten, pack_bytes_freed=packs.dead_bytes_freed
         )
     if not dry_run:
+        report = shared_gc(vault, report)  # after the node's own GC: its mark omits what went
         shrink(vault)
     return report
 

@@ -32,6 +32,13 @@ class GcReport(Record):
     dry_run: bool = False
     packs_rewritten: int | None = optional()  # tiers configured, not a dry run
     pack_bytes_freed: int | None = optional()
+    # A cluster's shared tier (vault/content/sharedgc.py): packs this shard's mark named,
+    # packs the sweep condemned and deleted, bytes freed, and why it deleted nothing yet
+    shared_packs_marked: int | None = optional()
+    shared_packs_condemned: int | None = optional()
+    shared_packs_deleted: int | None = optional()
+    shared_bytes_freed: int | None = optional()
+    shared_waiting: str | None = optional()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from checkpoint_vault.vault.errors import TierUnavailable
-from checkpoint_vault.vault.tier import Tier
+from checkpoint_vault.vault.tier import Tier, modified
 
 T = TypeVar("T")
 
@@ -56,6 +56,9 @@ class RetryingTier:
 
     def head(self, key: str) -> int | None:
         return self._call(lambda: self._inner.head(key))
+
+    def modified(self, key: str) -> float | None:
+        return self._call(lambda: modified(self._inner, key))
 
     def delete(self, key: str) -> None:
         self._call(lambda: self._inner.delete(key))
@@ -104,6 +107,10 @@ class FaultyTier:
     def head(self, key: str) -> int | None:
         self._gate()
         return self._inner.head(key)
+
+    def modified(self, key: str) -> float | None:
+        self._gate()
+        return modified(self._inner, key)
 
     def delete(self, key: str) -> None:
         self._gate()

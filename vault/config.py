@@ -24,6 +24,13 @@ class VaultConfig:
     # that tier's object names (`<node>-s<shard>`, from [cluster]).
     shared_tier: str = ""
     shared_writer: str = ""
+    # This process's shard and the cluster's shard count, for the shared tier's GC across
+    # nodes (vault/content/sharedgc.py: a sweep needs a mark from every shard), and the
+    # grace between condemning a pack and deleting it, in the store's time: takes check
+    # the condemned packs at least every grace / 4, so it bounds how stale a view may be.
+    shared_shard: int = 0
+    shared_shards: int = 1
+    shared_gc_grace: float = 600.0
     # How long a chunk whose reference count reached zero waits before GC may delete it.
     # Covers producers that learned "present" from a missing query answered before the
     # delete and commit after it, with margin for clock steps.

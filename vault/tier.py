@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from .errors import InvalidName
+from .errors import InvalidName, TierError
 
 _KEY = re.compile(r"[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)*")
 MAX_KEY = 512
@@ -51,3 +51,22 @@ class Tier(Protocol):
     def delete(self, key: str) -> None: ...
 
     def list(self, prefix: str = "") -> Iterator[str]: ...
+
+
+@runtime_checkable
+class DatedTier(Tier, Protocol):
+    """A tier that tells when the store wrote an object, by the store's own clock (S3's
+    Last-Modified): what a protocol between nodes measures time in, since no two nodes'
+    clocks are ever compared (vault/content/sharedgc.py). Every backend offers it."""
+
+    def modified(self, key: str) -> float | None:
+        """Seconds since the epoch, by the store's clock, of the object's last write; None
+        if there is none. Some stores keep whole seconds only."""
+        ...
+
+
+def modified(tier: Tier, key: str) -> float | None:
+    """`tier.modified(key)`, or `TierError` for a tier that cannot tell."""
+    if not isinstance(tier, DatedTier):
+        raise TierError(f"tier {tier.name}: keeps no modification times")
+    return tier.modified(key)

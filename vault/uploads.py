@@ -330,16 +330,29 @@ class Uploads:
             prefix = _file_key(upload_id)
             now_ms = self._s.now_ms()
 
-            def op(w: WriteTxn) -> None:
+            index = self._s.shared
+
+            def op(w: WriteTxn) -> set[bytes]:
                 for c in to_reserve:
                     meta = self._s.chunks.meta(w.catalog, c)
                     if meta is not None:
                         self._s.chunks.reserve(w.catalog, c, meta, until_ms)
+                refused = set()
                 for c, e in shared.items():
+                    if index is None or not index.takeable(e.where.key):
+                        refused.add(c)  # condemned since the lookup: the producer sends it
+                        continue
                     self._s.chunks.adopt(w, c, e.where, e.size, e.flags, now_ms, until_ms)
                     w.catalog.put(prefix + c, b"", db=self._sent)  # counts as sent
+                return refused
 
-            self._s.writer.run(op, size=(len(to_reserve) + len(shared)) * 64)
+            refused = self._s.writer.run(op, size=(len(to_reserve) + len(shared)) * 64)
+            if refused:
+                missing = [
+                    i
+                    for i, c, ok in zip(ids, raw_ids, here, strict=True)
+                    if not ok and (c not in shared or c in refused)
+                ]
         return missing
 
     def _shared(

@@ -57,6 +57,7 @@ from .config import VaultConfig
 from .content.moves import Mover
 from .content.reader import Reader
 from .content.shared import SharedIndex
+from .content.sharedgc import Condemned
 from .deliver import deliver_descriptor
 from .direct import Chunking, DirectSaver, PreparedSave, SaveOptions
 from .domains import Domain
@@ -157,6 +158,13 @@ class Vault:
         except BaseException:
             self.store.close()
             raise
+        if self.store.shared is not None:  # what the shared tier's GC lets it take
+            self.store.shared.gate = Condemned(
+                self.store.shared,
+                self.config.shared_shard,
+                self.shared_epoch,
+                self.config.shared_gc_grace,
+            )
         self.uploads = Uploads(self.store)
         self.reader = Reader(self.store)
         self.content = Mover(self.store, self.reader)
@@ -390,6 +398,14 @@ class Vault:
         if not 0.0 < sample <= 1.0:
             raise InvalidRequest("sample must be a fraction in (0, 1]")
         return scrub.verify(self.store, namespace, sample, rate, stop=stop)
+
+    def shared_epoch(self) -> int | None:
+        """The replica epoch this process writes its shard under (0 without replication),
+        None while it takes no changes: what keys its marks in the shared tier."""
+        if self.roles.standby is not None or not self.roles.writable:
+            return None
+        repl = self.roles.replication
+        return repl.epoch if repl is not None else 0
 
     def gc(self, dry_run: bool = False, stop: threading.Event | None = None) -> GcReport:
         """Collect expired uploads and unreferenced chunks. Packed chunks leave dead bytes in

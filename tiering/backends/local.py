@@ -75,6 +75,14 @@ class LocalTier:
         except OSError as e:
             raise self._translate(e, key) from e
 
+    def modified(self, key: str) -> float | None:
+        try:
+            return self._path(key).stat().st_mtime
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._translate(e, key) from e
+
     def delete(self, key: str) -> None:
         try:
             self._path(key).unlink(missing_ok=True)

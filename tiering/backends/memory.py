@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 from checkpoint_vault.vault.errors import ObjectExists, ObjectNotFound
 from checkpoint_vault.vault.tier import check_key
 
 
 class MemoryTier:
-    def __init__(self, name: str = "memory") -> None:
+    def __init__(self, name: str = "memory", clock: Callable[[], float] = time.time) -> None:
+        """`clock`: the store's clock, which `modified` answers by (a test's fake one)."""
         self.name = name
+        self._clock = clock
         self._objects: dict[str, bytes] = {}
+        self._times: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def put(self, key: str, data: bytes | memoryview, *, if_absent: bool = False) -> None:
@@ -21,6 +25,7 @@ class MemoryTier:
             if if_absent and key in self._objects:
                 raise ObjectExists(f"tier {self.name}: {key} exists")
             self._objects[key] = bytes(data)
+            self._times[key] = self._clock()
 
     def get(self, key: str) -> bytes:
         with self._lock:
@@ -37,9 +42,14 @@ class MemoryTier:
             data = self._objects.get(check_key(key))
         return None if data is None else len(data)
 
+    def modified(self, key: str) -> float | None:
+        with self._lock:
+            return self._times.get(check_key(key))
+
     def delete(self, key: str) -> None:
         with self._lock:
             self._objects.pop(check_key(key), None)
+            self._times.pop(key, None)
 
     def list(self, prefix: str = "") -> Iterator[str]:
         with self._lock:

@@ -93,6 +93,15 @@ class ObjectStoreTier:
         except Exception as e:
             raise self._translate(e, key) from e
 
+    def modified(self, key: str) -> float | None:
+        check_key(key)
+        try:
+            return float(obstore.head(self._store, key)["last_modified"].timestamp())
+        except (FileNotFoundError, NotFoundError):
+            return None
+        except Exception as e:
+            raise self._translate(e, key) from e
+
     def delete(self, key: str) -> None:
         check_key(key)
         try:

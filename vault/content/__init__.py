@@ -10,6 +10,7 @@ the engine through `Chunks` and `Reader`, never through the tables behind a loca
 | `reader.py` | the one read path: find, fetch (coalesced pack reads), verify, flag damaged |
 | `moves.py` | demote, promote, move between packs, pack usage, deleting unreferenced packs |
 | `shared.py` | the cluster's shared chunk index: immutable segments in the shared tier |
+| `sharedgc.py` | GC of the shared tier across nodes: marks, condemned packs, the sweep |
 | `parts.py` | what this package needs of the store (a Protocol; the store is never imported) |
 """
 

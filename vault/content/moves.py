@@ -187,6 +187,8 @@ class Mover:
                     continue  # gone or moved since: the pass below skips it as before
                 if meta.flags != entry.flags or meta.size != entry.size:
                     continue  # damaged, or encoded otherwise here: packed as usual
+                if not shared.takeable(entry.where.key):
+                    continue  # condemned since the lookup (sharedgc.py): packed as usual
                 left[cid] = meta.where
                 chunks.move(w, cid, meta, entry.where)
             return left
@@ -219,9 +221,14 @@ class Mover:
                 if e.chunk in listed
             ]
             shared.publish(key, rows)
+            if shared.gate is not None:
+                shared.gate.ready()  # a view fresh enough for the check in the switch
+        mine = shared if shared is not None and shared.tier_name == tier_name else None
 
         def switch(w: WriteTxn) -> list[Location]:
             left: list[Location] = []
+            if mine is not None and not mine.takeable(key):
+                return left  # condemned (sharedgc.py): the chunks stay, the pack is dead
             for entry in pack.entries:
                 meta = chunks.meta(w.catalog, entry.chunk)
                 if meta is None or meta.damaged or meta.where != sources[entry.chunk]:

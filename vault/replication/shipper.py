@@ -77,6 +77,7 @@ from .layout import (
     segment_key,
     write_current,
 )
+from .rebase import rebase_due
 
 if TYPE_CHECKING:
     from ..env import Env
@@ -168,6 +169,7 @@ class Replicator:
             self._base_ready = True
         self._base_done = time.monotonic()
         self._log_bytes = 0  # shipped since the generation's newest base
+        self._base_bytes = 0  # that base's size (0: not shipped by this process)
         self._closing = False
         self._lags: deque[float] = deque(maxlen=LAG_SAMPLES)
         self.segments = self.bases = self.failures = self.overflows = 0
@@ -430,10 +432,14 @@ class Replicator:
                 retry = self._failed(e, retry)
 
     def _due(self) -> bool:
-        """A new base of the current generation, so restore replays a bounded log."""
+        """A new base of the current generation, so restore replays a bounded log, and
+        early once the log holds mostly dead bytes (rebase.py)."""
         return self._base_ready and (
             time.monotonic() - self._base_done > self.config.base_interval
             or self._log_bytes > self.config.base_after_bytes
+            or rebase_due(
+                self._base_bytes + self._log_bytes, (self._s.catalog_env, self._s.frames_env)
+            )
         )
 
     def _seal(self, raw: bytes, context: bytes) -> bytes:
@@ -460,6 +466,7 @@ class Replicator:
                 self._base_ready = True
                 self._base_done = time.monotonic()
                 self._log_bytes = 0
+                self._base_bytes = size
                 self._advance(max(through, self._shipped))
             else:  # a newer generation began meanwhile; this one is still a valid replica
                 self._advance(through)

@@ -13,8 +13,9 @@ import pytest
 
 from checkpoint_vault.protocol import ReplicationStatus
 from checkpoint_vault.tiering.backends.local import LocalTier
+from checkpoint_vault.tiering.backends.memory import MemoryTier
 from checkpoint_vault.tiering.wrappers import FaultyTier
-from checkpoint_vault.vault import Conflict, Vault
+from checkpoint_vault.vault import Conflict, FakeClock, Vault, VaultConfig
 from checkpoint_vault.vault.env import CATALOG_DBS, FRAME_DBS
 from checkpoint_vault.vault.replication import ReplicationConfig, restore_replica
 from checkpoint_vault.vault.tier import Tier
@@ -230,3 +231,38 @@ def test_tables_keep_their_places_in_the_log() -> None:
         b"namespaces", b"uploads", b"uploadfiles", b"idempotency", b"tokens", b"policies",
         b"counters", b"nsrefs", b"uploadchunks", b"audit", b"keys",
     )  # fmt: skip
+
+
+def test_a_log_of_frames_collected_since_the_base_gets_a_new_base(tmp_path: Path) -> None:
+    """Frames gone from the vault (collected here; demoted to a tier in a cluster) stay in
+    the replica's log until a base: one comes early once the log is mostly dead bytes
+    (vault/replication/rebase.py), and the old log goes with the old base."""
+    tier = MemoryTier("cold")  # a file tier lists the whole tree per call: slow to forget
+    clock = FakeClock()
+    vault = Vault(
+        tmp_path / "primary",
+        VaultConfig(gc_grace=0.0),
+        clock,
+        tiers={"cold": tier},
+        replication=ReplicationConfig(tier="cold"),
+    )
+
+    def replica_bytes() -> int:
+        return sum(tier.head(k) or 0 for k in tier.list("replica/"))
+
+    try:
+        data = random.Random(8).randbytes(4 << 20)  # random: the log cannot compress it
+        rec = client_save(vault, "ns", {"w.bin": data}, chunk_size=256 << 10)
+        _wait_caught_up(vault)
+        assert replica_bytes() >= len(data)
+        vault.lifecycle.delete("ns", rec.id)
+        clock.advance(7 * 3600)  # past the upload session's reservation of its chunks
+        assert vault.gc().chunks_deleted > 0
+        _wait_caught_up(vault)
+        deadline = time.monotonic() + DEADLINE
+        while replica_bytes() > len(data) // 10 and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the replica's objects, bounded by DEADLINE
+        assert replica_bytes() <= len(data) // 10
+        assert replication_of(vault).bases >= 1
+    finally:
+        vault.close()
