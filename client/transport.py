@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
-from . import bulkget, local
+from . import bulkget, http1, local
 from . import connections as wire
 from .connections import Broken
 from .daemonpool import DaemonPool
@@ -215,7 +215,7 @@ class Transport:
         target = self._target(path, params)
 
         def attempt() -> tuple[int, bytes]:
-            status, answer_headers, payload = wire.exchange(
+            status, answer_headers, payload = http1.exchange(
                 self._conns, method, target, hdrs, parts
             )
             self._count(requests=1, sent=size, received=len(payload))

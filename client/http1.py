@@ -1,0 +1,233 @@
+"""One whole HTTP/1.1 request and answer on a kept-alive socket, without `http.client`.
+
+Most of the client's requests are small and whole: a one-request save, a listing, a
+metadata call. Through `http.client` each cost ~0.25 ms of client CPU, most of it in
+validating header names one `putheader` at a time and parsing the answer's headers with
+the `email` package; a LangGraph put is one such request and PostgresSaver's whole put
+costs ~0.35 ms. Here a request is one preformatted head joined to its body (one `sendall`
+when it is small) and the answer is read into one buffer and split by hand.
+
+It runs on the socket of an idle `http.client.HTTPConnection` from the pool
+(client/connections.py) and leaves it idle: the answer is read exactly to its end (a
+Content-Length body, a chunked one and its trailers, or, when the server says it will
+close, to the end of the stream, after which the connection is not reused), so streaming
+requests can take the same connection next with `http.client`.
+
+Only `Broken` means the network failed (or the server answered something this reader
+cannot frame): the transport's retry loop asks again on another connection.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+
+from .connections import Body, Broken, Connections, opened
+
+JOIN_LIMIT = 256 << 10  # bodies up to this size are copied behind the head: one send
+MAX_HEAD = 64 << 10  # an answer's status line and headers together
+_RECV = 64 << 10
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
+_NO_BODY = frozenset({204, 304})
+
+_EXPECTING_BODY = frozenset({"PATCH", "POST", "PUT"})
+
+Answer = tuple[int, dict[str, str], bytes, bool]  # status, headers, body, reusable
+
+
+def exchange(
+    conns: Connections,
+    method: str,
+    target: str,
+    headers: Mapping[str, str],
+    body: Body | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    """One whole request and answer on a pooled connection: status, headers and body.
+    The connection goes back to the pool only when its answer was read to the end and
+    the server keeps it open."""
+    parts = list(body) if body is not None else []
+    if body is None and method in _EXPECTING_BODY and "Content-Length" not in headers:
+        headers = {**headers, "Content-Length": "0"}  # as http.client sends it
+    request_head = head(method, target, conns.host, headers)
+    conn = conns.take()
+    try:
+        sock = opened(conn, conns.timeout)
+        send(sock, request_head, parts)
+        status, answer_headers, payload, reusable = receive(sock, method)
+    except OSError as e:
+        conns.drop(conn)
+        raise Broken(f"{method} {target}: {e!r}") from e
+    except BaseException:
+        conns.drop(conn)
+        raise
+    if reusable:
+        conns.give(conn)
+    else:
+        conns.drop(conn)
+    return status, answer_headers, payload
+
+
+def head(method: str, target: str, host: str, headers: Mapping[str, str]) -> bytes:
+    """The request line and headers, ready to send. A header name or value holding a line
+    break is refused (ValueError), as `http.client` refuses it: it would split the head."""
+    lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\nAccept-Encoding: identity\r\n"]
+    for name, value in headers.items():
+        if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
+            raise ValueError(f"invalid header {name!r}")
+        lines.append(f"{name}: {value}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
+
+
+def send(
+    sock: socket.socket, request_head: bytes, body: Sequence[bytes | bytearray | memoryview]
+) -> None:
+    """The head and body parts; a small request as one buffer (one segment, one wake-up of
+    the server's loop), a large one corked so the head does not leave alone."""
+    size = sum(len(p) for p in body)
+    if size <= JOIN_LIMIT:
+        sock.sendall(b"".join([request_head, *body]) if body else request_head)
+        return
+    _cork(sock, True)
+    sock.sendall(request_head)
+    for part in body:
+        sock.sendall(part)
+    _cork(sock, False)
+
+
+def receive(sock: socket.socket, method: str) -> Answer:
+    """The answer, read exactly to its end (an interim 1xx answer skipped)."""
+    reader = _Reader(sock)
+    while True:
+        status, headers, will_close = _head(reader)
+        if not 100 <= status < 200:
+            break
+    if method == "HEAD" or status in _NO_BODY:
+        body = b""
+    elif headers.get("transfer-encoding", "").lower() == "chunked":
+        body = _chunked(reader)
+    elif (length := headers.get("content-length")) is not None:
+        body = reader.exact(_length(length))
+    else:
+        body, will_close = reader.to_end(), True
+    if reader.left():
+        raise Broken("the server sent more than its answer")
+    named = {reader.names.get(k, k): v for k, v in headers.items()}
+    return status, named, body, not will_close
+
+
+class _Reader:
+    """The socket's bytes, buffered; what an answer's framing needs to take from them."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray()
+        self._pos = 0
+        self.names: dict[str, str] = {}  # header names as sent, by lower case
+
+    def _more(self) -> None:
+        data = self._sock.recv(_RECV)
+        if not data:
+            raise Broken("the server closed the connection before its answer ended")
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def line(self) -> bytes:
+        while (end := self._buf.find(b"\r\n", self._pos)) < 0:
+            if len(self._buf) - self._pos > MAX_HEAD:
+                raise Broken("an answer's header line is too long")
+            self._more()
+        out = bytes(self._buf[self._pos : end])
+        self._pos = end + 2
+        return out
+
+    def block(self) -> bytes:
+        """Everything up to the next empty line (a head), without that line."""
+        while (end := self._buf.find(b"\r\n\r\n", self._pos)) < 0:
+            if len(self._buf) - self._pos > MAX_HEAD:
+                raise Broken("an answer's head is too long")
+            self._more()
+        out = bytes(self._buf[self._pos : end])
+        self._pos = end + 4
+        return out
+
+    def exact(self, n: int) -> bytes:
+        have = len(self._buf) - self._pos
+        if have >= n:
+            out = bytes(self._buf[self._pos : self._pos + n])
+            self._pos += n
+            return out
+        out_buf = bytearray(n)
+        view = memoryview(out_buf)
+        view[:have] = self._buf[self._pos :]
+        self._buf, self._pos = bytearray(), 0
+        while have < n:
+            got = self._sock.recv_into(view[have:])
+            if not got:
+                raise Broken(f"the answer ended {n - have} bytes early")
+            have += got
+        return bytes(out_buf)
+
+    def to_end(self) -> bytes:
+        out = bytearray(self._buf[self._pos :])
+        self._buf, self._pos = bytearray(), 0
+        while data := self._sock.recv(_RECV):
+            out += data
+        return bytes(out)
+
+    def left(self) -> bool:
+        return self._pos < len(self._buf)
+
+
+def _head(reader: _Reader) -> tuple[int, dict[str, str], bool]:
+    """Status, headers (lower-cased names; repeated ones joined with ', ') and whether the
+    server will close the connection after this answer."""
+    lines = reader.block().split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    code = rest[:3]
+    if not version.startswith(b"HTTP/1.") or not code.isdigit():
+        raise Broken(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
+    headers: dict[str, str] = {}
+    for raw in lines[1:]:
+        name, colon, value = raw.decode("latin-1").partition(":")
+        if not colon:
+            raise Broken(f"a malformed header line: {raw[:80]!r}")
+        key = name.strip().lower()
+        reader.names.setdefault(key, name.strip())
+        headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+    connection = headers.get("connection", "").lower()
+    will_close = "close" in connection or (
+        version == b"HTTP/1.0" and "keep-alive" not in connection
+    )
+    return int(code), headers, will_close
+
+
+def _length(value: str) -> int:
+    if not value.strip().isdigit():
+        raise Broken(f"an answer's Content-Length is {value!r}")
+    return int(value)
+
+
+def _chunked(reader: _Reader) -> bytes:
+    """A chunked body, its trailers read and dropped."""
+    parts: list[bytes] = []
+    while True:
+        size_field = reader.line().split(b";", 1)[0].strip()
+        try:
+            size = int(size_field, 16)
+        except ValueError as e:
+            raise Broken(f"a malformed chunk size {size_field[:20]!r}") from e
+        if size == 0:
+            while reader.line():
+                pass
+            return b"".join(parts)
+        parts.append(reader.exact(size))
+        if reader.line():
+            raise Broken("a chunk longer than its size")
+
+
+def _cork(sock: socket.socket, on: bool) -> None:
+    if _TCP_CORK is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, int(on))
