@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import aclosing
@@ -49,10 +48,12 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from checkpoint_vault.protocol import FileInfo
+
 from ..aio import AsyncVaultClient
 from ..errors import Conflict, IntegrityError, NotFound
 from ..models import Checkpoint as Record
-from ..options import SaveFields
+from ..options import SaveOptions
 from . import _maintenance as threads
 from . import _steps as steps
 from ._calls import Found, Put, Value, Where, Writes, close, config_of, next_found, wanted
@@ -74,6 +75,14 @@ from ._layout import (
 from ._memo import CACHE_BYTES, Memo
 
 T = TypeVar("T")
+
+
+def _differs(held: FileInfo | None, value: Value) -> bool:
+    """Whether `value` is not the parent's file `held`: by size first, so a message
+    history that grew is never hashed; equal sizes by BLAKE3, as the vault names files."""
+    if held is None or held.size != len(value.data):
+        return True
+    return blake3.blake3(value.data).hexdigest() != held.hash
 
 
 class AsyncVaultSaver(BaseCheckpointSaver[str]):
@@ -277,18 +286,14 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         md = record_metadata(KIND_CHECKPOINT, where.thread_id, ns, cid)
         md["parent_checkpoint_id"] = where.checkpoint_id
         md["channels"] = {k: kind for k, (kind, _) in typed.items()}
-        # As SQLite's saver: JSON, so metadata filters compare what json.loads gives back.
-        md["metadata"] = json.loads(
-            json.dumps(get_serializable_checkpoint_metadata(config, metadata), ensure_ascii=False)
-        )
+        # JSON on the wire, as SQLite's saver stores it: filters compare what the server's
+        # record gives back, which is what json.loads made of it (no round trip here).
+        md["metadata"] = get_serializable_checkpoint_metadata(config, metadata)
         document = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         return Put(
             key=(where.namespace, ns, cid),
             parent=(where.namespace, ns, where.checkpoint_id) if where.checkpoint_id else None,
-            values=[
-                Value(channel_file(k), data, blake3.blake3(data).hexdigest())
-                for k, (_, data) in typed.items()
-            ],
+            values=[Value(channel_file(k), data) for k, (_, data) in typed.items()],
             document=self.serde.dumps_typed(document),
             metadata=md,
             tags=record_tags(KIND_CHECKPOINT, ns, cid),
@@ -315,9 +320,10 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             parent = memo.committed.get(put.parent) if put.parent else None
             rec = yield from self._save_checkpoint(put, own, parent)
             memo.committed.put(put.key, rec)
-            memo.files.put(blake3.blake3(own).hexdigest(), own)
-            for value in put.values:
-                memo.files.put(value.digest, value.data)
+            for name, data in ((CHECKPOINT_FILE, own), *((v.file, v.data) for v in put.values)):
+                info = rec.files.get(name)
+                if info is not None and info.size == len(data):
+                    memo.files.put(info.hash, data)  # the vault hashed what it stored
         finally:
             memo.end_put(put.key)
 
@@ -330,13 +336,13 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             channel_file(k) in parent.files and k in kinds for k in put.unchanged
         ):
             put.metadata["channels"].update({k: kinds[k] for k in put.unchanged})
-            held = {name: info.hash for name, info in parent.files.items()}
-            files.update({v.file: v.data for v in put.values if held.get(v.file) != v.digest})
-            inheriting = SaveFields(
+            held = parent.files
+            files.update({v.file: v.data for v in put.values if _differs(held.get(v.file), v)})
+            inheriting = SaveOptions(
                 parent=parent.id,
                 inherit=True,
                 metadata=put.metadata,
-                tags=put.tags,
+                tags=tuple(put.tags),
                 chunking=CHUNKING,
             )
             try:
@@ -350,7 +356,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             files[channel_file(name)] = data
             put.metadata["channels"][name] = kind
         files.update({v.file: v.data for v in put.values})
-        whole = SaveFields(metadata=put.metadata, tags=put.tags, chunking=CHUNKING)
+        whole = SaveOptions(metadata=put.metadata, tags=tuple(put.tags), chunking=CHUNKING)
         rec = yield steps.Save(put.key[0], files, whole)
         return rec
 
@@ -404,7 +410,9 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             yield steps.Wait(pending)  # commit after the checkpoint, never before it
         files = {WRITES_FILE: encode(Contents(writes=req.writes))}
         yield steps.Save(
-            req.key[0], files, SaveFields(metadata=req.metadata, tags=req.tags, chunking=CHUNKING)
+            req.key[0],
+            files,
+            SaveOptions(metadata=req.metadata, tags=tuple(req.tags), chunking=CHUNKING),
         )
 
     # -- whole threads ----------------------------------------------------------------

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..aio import AsyncVaultClient
-from ..options import SaveFields
+from ..chunking import collect_sources
+from ..options import SaveOptions
 
 if TYPE_CHECKING:
     from ..sync import VaultClient
@@ -29,11 +30,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Save:
-    """`client.save(namespace, files, **options)`; answers the record."""
+    """`client.save(namespace, files, **options)`, its options built once; answers the
+    record."""
 
     namespace: str
     files: dict[str, bytes]
-    options: SaveFields
+    options: SaveOptions
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class _Stepper(Generic[T]):
 
 async def _do(step: Step, client: AsyncVaultClient) -> Any:
     if isinstance(step, Save):
-        return await client.save(step.namespace, step.files, **step.options)
+        return await client._save_sources(step.namespace, collect_sources(step.files), step.options)
     if isinstance(step, Offload):
         return await asyncio.to_thread(step.fn)
     await asyncio.shield(asyncio.wrap_future(step.done))
@@ -120,7 +122,7 @@ async def _do(step: Step, client: AsyncVaultClient) -> Any:
 
 def _do_here(step: Step, client: VaultClient) -> Any:
     if isinstance(step, Save):
-        return client.save(step.namespace, step.files, **step.options)
+        return client._save_bytes_here(step.namespace, step.files, step.options)
     if isinstance(step, Offload):
         return step.fn()
     step.done.result()
