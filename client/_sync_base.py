@@ -70,6 +70,20 @@ class BlockingClient:
         handle: SaveHandle = self._run(self.aio.save(namespace, files, background=True, **options))
         return handle
 
+    def _here_list(
+        self,
+        namespace: str,
+        *,
+        limit: int = 100,
+        before: str | None = None,
+        tag: str | None = None,
+        validity: str | None = None,
+    ) -> list[Checkpoint]:
+        """`list`: one small request, sent from this thread, which waits for it anyway
+        (LangGraph's `VaultSaver.get_tuple` lists once per graph run)."""
+        self._thread.check_owner()
+        return self.aio._list_here(namespace, limit, before, tag, validity)
+
     def _save_bytes_here(
         self, namespace: str, files: Mapping[str, bytes], opts: SaveOptions
     ) -> Checkpoint:

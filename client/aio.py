@@ -13,6 +13,7 @@ by ranges (client/remotefile.py).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import os
 import secrets
@@ -678,13 +679,22 @@ class AsyncVaultClient:
         validity: str | None = None,
     ) -> list[Checkpoint]:
         """Newest first; pass the last id as `before` for the next page."""
-        params = {"limit": str(limit)}
-        for key, value in (("before", before), ("tag", tag), ("validity", validity)):
-            if value is not None:
-                params[key] = value
-        out = await self._t.json(
-            "GET", f"/v1/namespaces/{ns_path(namespace)}/checkpoints", params=params
-        )
+        params = _list_params(limit, before, tag, validity)
+        out = await self._t.json("GET", _checkpoints_path(namespace), params=params)
+        return [Checkpoint.from_wire(r) for r in out["checkpoints"]]
+
+    def _list_here(
+        self,
+        namespace: str,
+        limit: int,
+        before: str | None,
+        tag: str | None,
+        validity: str | None,
+    ) -> builtins.list[Checkpoint]:
+        """`list` on the caller's thread, which it blocks (`VaultClient.list`): one small
+        request, as `_save_small_here` sends a save, with no hop to the loop and back."""
+        params = _list_params(limit, before, tag, validity)
+        out = self._t.json_here("GET", _checkpoints_path(namespace), params=params)
         return [Checkpoint.from_wire(r) for r in out["checkpoints"]]
 
 
@@ -694,6 +704,16 @@ _SAVES_HEADERS = {"Content-Type": SAVES_TYPE}
 
 def _checkpoints_path(namespace: str) -> str:
     return f"/v1/namespaces/{ns_path(namespace)}/checkpoints"
+
+
+def _list_params(
+    limit: int, before: str | None, tag: str | None, validity: str | None
+) -> dict[str, str]:
+    params = {"limit": str(limit)}
+    for key, value in (("before", before), ("tag", tag), ("validity", validity)):
+        if value is not None:
+            params[key] = value
+    return params
 
 
 def _bundle(namespace: str, files: list[tuple[str, bytes]], opts: SaveOptions) -> bytes:

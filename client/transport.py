@@ -178,13 +178,14 @@ class Transport:
         method: str,
         path: str,
         *,
-        data: bytes,
-        headers: dict[str, str],
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
     ) -> Any:
         """`json` on the caller's thread, which it blocks: no hop to the loop and none to a
         transport thread, for a small request whose caller waits for it anyway. The same
         connections, headers, retries and errors as `json`."""
-        attempt = self._exchange(method, path, None, data, headers, None)
+        attempt = self._exchange(method, path, None, data, headers, params)
         _, payload = self.retrying_here(f"{method} {path}", lambda: self._now(attempt))
         return _parse(payload) if payload else None
 

@@ -159,22 +159,30 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
 
     # -- get --------------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        found = self._block(self._find(self._where(config)))
+        found = self._find_blocking(self._where(config))
         return None if found is None else self._tuple(found, config)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        found = await self._here(self._find(self._where(config)))
+        found = await self._here(steps.run(self._find(self._where(config)), self.client))
         return None if found is None else self._tuple(found, config)
 
-    async def _find(self, where: Where) -> Found | None:
-        """The checkpoint (by id, else the latest of its checkpoint_ns) and its writes."""
+    def _find_blocking(self, where: Where) -> Found | None:
+        """A get_tuple from a thread outside the saver's loop (`VaultSaver` runs it here)."""
+        return self._block(steps.run(self._find(where), self.client))
+
+    def _find(self, where: Where) -> steps.Steps[Found | None]:
+        """The checkpoint (by id, else the latest of its checkpoint_ns) and its writes:
+        a listing, tag-filtered, and the files this process does not hold already."""
         cid = where.checkpoint_id
         tag = id_tag(cid) if cid else ns_tag(where.checkpoint_ns or "")
         writes: builtins.list[tuple[Ref, Record]] = []
-        first = threads.BY_ID_PAGE if cid else threads.FIRST_PAGE
-        listing = threads.records(self.client, where.namespace, tag=tag, first=first)
-        async with aclosing(listing) as found:
-            async for rec in found:
+        before, size = None, threads.BY_ID_PAGE if cid else threads.FIRST_PAGE
+        while True:
+            try:
+                page = yield steps.List(where.namespace, size, before, tag)
+            except NotFound:
+                return None  # no such thread
+            for rec in page:
                 ref = Ref.of(rec)
                 if ref is None or ref.checkpoint_ns != where.checkpoint_ns:
                     continue
@@ -184,25 +192,38 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                     writes.append((ref, rec))
                     continue
                 mine = [w for r, w in writes if r.checkpoint_id == ref.checkpoint_id]
-                return await self._fetch(rec, ref, mine)
-        return None
+                found: Found = yield from self._fetch(rec, ref, mine)
+                return found
+            if (more := threads.next_page(page, size)) is None:
+                return None
+            before, size = more
 
-    async def _fetch(self, rec: Record, ref: Ref, writes: builtins.list[Record]) -> Found:
+    def _fetch(self, rec: Record, ref: Ref, writes: builtins.list[Record]) -> steps.Steps[Found]:
+        """The record's files and its writes records' files: from memory when this process
+        saved or read them, else downloaded side by side on the loop."""
         self._memo.committed.put((rec.namespace, ref.checkpoint_ns, ref.checkpoint_id), rec)
         names = [CHECKPOINT_FILE, *(channel_file(c) for c in rec.metadata.get("channels", {}))]
-        blobs = await asyncio.gather(
-            *(self._read(rec, n) for n in names), *(self._read(w, WRITES_FILE) for w in writes)
-        )
-        files = dict(zip(names, blobs[: len(names)], strict=True))
-        return Found(rec, files, list(zip(writes, blobs[len(names) :], strict=True)))
+        wanted = [(rec, n) for n in names] + [(w, WRITES_FILE) for w in writes]
+        blobs = [self._cached(r, n) for r, n in wanted]
+        if any(b is None for b in blobs):
+            blobs = yield steps.Run(partial(self._read_all, wanted))
+        got = cast(builtins.list[bytes], blobs)
+        files = dict(zip(names, got[: len(names)], strict=True))
+        return Found(rec, files, list(zip(writes, got[len(names) :], strict=True)))
 
-    async def _read(self, rec: Record, name: str) -> bytes:
+    def _cached(self, rec: Record, name: str) -> bytes | None:
         info = rec.files.get(name)
         if info is None:
             raise IntegrityError(f"record {rec.id} in {rec.namespace} has no file {name!r}")
-        digest, size = info.hash, info.size
-        data = self._memo.files.get(digest)
+        return self._memo.files.get(info.hash)
+
+    async def _read_all(self, wanted: builtins.list[tuple[Record, str]]) -> builtins.list[bytes]:
+        return await asyncio.gather(*(self._read(rec, name) for rec, name in wanted))
+
+    async def _read(self, rec: Record, name: str) -> bytes:
+        data = self._cached(rec, name)
         if data is None:
+            digest, size = rec.files[name].hash, rec.files[name].size
             data = await self.client.read_range(rec.namespace, rec.id, name, 0, size)
             if len(data) != size or blake3.blake3(data).hexdigest() != digest:
                 raise IntegrityError(f"{rec.namespace} {rec.id} {name}: bytes do not match")
@@ -549,7 +570,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                     mine = writes.pop(key, [])
                     if not wanted(rec, ref, where, before_id, filter):
                         continue
-                    yield await self._fetch(rec, ref, mine)
+                    yield await steps.run(self._fetch(rec, ref, mine), self.client)
                     if left is not None:
                         left -= 1
                         if left <= 0:
