@@ -51,11 +51,11 @@ from checkpoint_vault.protocol import (
     UploadOpened,
     Usage,
     VerifyReport,
-    encode_bundle,
+    bundle_parts,
     encode_chunk_batch,
 )
 
-from . import local
+from . import fastjson, local
 from .background import BackgroundSaves, Prepare, SaveHandle, snapshot_files
 from .chunking import (
     FileSpec,
@@ -344,7 +344,7 @@ class AsyncVaultClient:
         the same request, retries and errors as `_save_small`, without a hop to the
         client's loop thread and from there to a transport thread and back (through
         LangGraph's VaultSaver: client CPU per call ~1.0 -> ~0.65 ms, put p50 4.0 -> 3.0 ms)."""
-        body = _bundle(namespace, files, opts)
+        body = _bundle_parts(namespace, files, opts)
         rec = self._t.json_here(
             "POST", _checkpoints_path(namespace), data=body, headers=_BUNDLE_HEADERS
         )
@@ -720,8 +720,15 @@ def _bundle(namespace: str, files: list[tuple[str, bytes]], opts: SaveOptions) -
     """The body of a one-request save, with a fresh idempotency key (so a retry of this
     body returns the checkpoint its first try made) and its namespace (for `/v1/saves`,
     where it travels with others)."""
+    return b"".join(_bundle_parts(namespace, files, opts))
+
+
+def _bundle_parts(namespace: str, files: list[tuple[str, bytes]], opts: SaveOptions) -> list[bytes]:
+    """`_bundle` as parts, the files' bytes not copied (sent by one gathered write)."""
     header = {**opts.wire(), "namespace": namespace, "key": secrets.token_urlsafe(24)}
-    return encode_bundle(header, files)
+    if header["parent"] is None:
+        del header["parent"]  # absent is none; a header with no null is written faster
+    return bundle_parts(header, files, fastjson.dumps)
 
 
 async def _create(path: Path) -> IO[bytes]:

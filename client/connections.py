@@ -3,9 +3,10 @@
 Every request of the client runs on a worker thread (or a blocked caller's), not on the
 event loop, over these connections: streamed reads through the standard library's
 `http.client`, whole requests and answers straight on the socket (client/http1.py). A
-body of any size then never passes through the loop in 256 KiB pieces (restoring 1 GB through aiohttp cost the client's loop ~3 s of CPU),
-a blocking socket read or write drops the interpreter lock, and importing the client costs
-no HTTP stack (aiohttp took 0.15-0.25 s to import: a third of `ckpt pull` of a 327 MB file).
+body of any size then never passes through the loop in 256 KiB pieces (restoring 1 GB
+through aiohttp cost the client's loop ~3 s of CPU), a blocking socket read or write drops
+the interpreter lock, and importing the client costs no HTTP stack (aiohttp took
+0.15-0.25 s to import: a third of `ckpt pull` of a 327 MB file).
 
 Only `Broken` means "the network failed": the transport's one retry loop asks again. A
 kept-alive connection the server closed meanwhile (its idle timeout, a restart) is seen

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
-from . import bulkget, http1, local
+from . import bulkget, fastjson, http1, local
 from . import connections as wire
 from .connections import Broken
 from .daemonpool import DaemonPool
@@ -178,7 +178,7 @@ class Transport:
         method: str,
         path: str,
         *,
-        data: bytes | None = None,
+        data: bytes | Sequence[bytes] | None = None,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
     ) -> Any:
@@ -402,7 +402,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 def _parse(payload: bytes) -> Any:
     try:
-        return json.loads(payload)
+        return fastjson.loads(payload)
     except ValueError:
         return None
 
