@@ -341,10 +341,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             parent = memo.committed.get(put.parent) if put.parent else None
             rec = yield from self._save_checkpoint(put, own, parent)
             memo.committed.put(put.key, rec)
-            for name, data in ((CHECKPOINT_FILE, own), *((v.file, v.data) for v in put.values)):
-                info = rec.files.get(name)
-                if info is not None and info.size == len(data):
-                    memo.files.put(info.hash, data)  # the vault hashed what it stored
+            self._remember(rec, [(CHECKPOINT_FILE, own), *((v.file, v.data) for v in put.values)])
         finally:
             memo.end_put(put.key)
 
@@ -425,16 +422,25 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
 
     def _writes_steps(self, req: Writes) -> steps.Steps[None]:
         """A writes record, committed after its checkpoint's put when that is on its way;
-        if that put has not started, it carries these writes too (`Memo.before_writes`)."""
+        if that put has not started, it carries these writes too (`Memo.before_writes`).
+        Its file is remembered, so reading the checkpoint back downloads nothing."""
         pending = self._memo.before_writes(req.key, req.writes)
         if pending is not None:
             yield steps.Wait(pending)  # commit after the checkpoint, never before it
-        files = {WRITES_FILE: encode(Contents(writes=req.writes))}
-        yield steps.Save(
+        data = encode(Contents(writes=req.writes))
+        rec: Record = yield steps.Save(
             req.key[0],
-            files,
+            {WRITES_FILE: data},
             SaveOptions(metadata=req.metadata, tags=tuple(req.tags), chunking=CHUNKING),
         )
+        self._remember(rec, [(WRITES_FILE, data)])
+
+    def _remember(self, rec: Record, files: builtins.list[tuple[str, bytes]]) -> None:
+        """Keep files this process saved under the hashes the vault answered for them."""
+        for name, data in files:
+            info = rec.files.get(name)
+            if info is not None and info.size == len(data):
+                self._memo.files.put(info.hash, data)
 
     # -- whole threads ----------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> None:
