@@ -181,13 +181,15 @@ class Transport:
         data: bytes | Sequence[bytes] | None = None,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
+        parse: bool = True,
     ) -> Any:
         """`json` on the caller's thread, which it blocks: no hop to the loop and none to a
         transport thread, for a small request whose caller waits for it anyway. The same
-        connections, headers, retries and errors as `json`."""
+        connections, headers, retries and errors as `json`. `parse=False`: a success's
+        answer is not read (None), for a caller that needs nothing of it."""
         attempt = self._exchange(method, path, None, data, headers, params)
         _, payload = self.retrying_here(f"{method} {path}", lambda: self._now(attempt))
-        return _parse(payload) if payload else None
+        return _parse(payload) if payload and parse else None
 
     def _exchange(
         self,

@@ -35,11 +35,12 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Save:
     """`client.save(namespace, files, **options)`, its options built once; answers the
-    record."""
+    record, or None when `record` is False and the driver can skip reading it."""
 
     namespace: str
     files: dict[str, bytes]
     options: SaveOptions
+    record: bool = True
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,8 @@ async def _do(step: Step, client: AsyncVaultClient) -> Any:
 
 def _do_here(step: Step, client: VaultClient) -> Any:
     if isinstance(step, Save):
+        if not step.record:
+            return client._store_bytes_here(step.namespace, step.files, step.options)
         return client._save_bytes_here(step.namespace, step.files, step.options)
     if isinstance(step, List):
         return client.list(step.namespace, limit=step.limit, before=step.before, tag=step.tag)
