@@ -95,16 +95,17 @@ class BlockingClient:
             return self.aio._save_small_here(namespace, list(files.items()), opts)
         return self._run(self.aio._save_sources(namespace, collect_sources(files), opts))
 
-    def _store_bytes_here(
-        self, namespace: str, files: Mapping[str, bytes], opts: SaveOptions
-    ) -> None:
-        """`_save_bytes_here` for a caller that needs no record back: a one-request save's
-        answer is not read (its status is: errors raise as ever)."""
+    def _post_bytes_here(
+        self, namespace: str, files: Mapping[str, bytes], opts: SaveOptions, *, parse: bool
+    ) -> Any:
+        """`_save_bytes_here` for a caller that needs less than a checked `Checkpoint`: a
+        one-request save's answer as its JSON, or with `parse=False` not read at all (its
+        status is: errors raise as ever); a save too large for one request answers its
+        `Checkpoint`."""
         if sum(len(data) for data in files.values()) <= self.aio.small_save_limit:
             self._thread.check_owner()
-            self.aio._post_small_here(namespace, list(files.items()), opts, parse=False)
-            return
-        self._run(self.aio._save_sources(namespace, collect_sources(files), opts))
+            return self.aio._post_small_here(namespace, list(files.items()), opts, parse=parse)
+        return self._run(self.aio._save_sources(namespace, collect_sources(files), opts))
 
     @property
     def url(self) -> str:

@@ -48,8 +48,6 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from checkpoint_vault.protocol import FileInfo
-
 from ..aio import AsyncVaultClient
 from ..errors import Conflict, IntegrityError, NotFound
 from ..models import Checkpoint as Record
@@ -72,17 +70,18 @@ from ._layout import (
     record_metadata,
     record_tags,
 )
-from ._memo import CACHE_BYTES, Memo
+from ._memo import CACHE_BYTES, Held, Memo
 
 T = TypeVar("T")
 
 
-def _differs(held: FileInfo | None, value: Value) -> bool:
-    """Whether `value` is not the parent's file `held`: by size first, so a message
-    history that grew is never hashed; equal sizes by BLAKE3, as the vault names files."""
-    if held is None or held.size != len(value.data):
+def _differs(held: tuple[str, int] | None, value: Value) -> bool:
+    """Whether `value` is not the parent's file `held` (hash, size): by size first, so a
+    message history that grew is never hashed; equal sizes by BLAKE3, as the vault names
+    files."""
+    if held is None or held[1] != len(value.data):
         return True
-    return blake3.blake3(value.data).hexdigest() != held.hash
+    return blake3.blake3(value.data).hexdigest() != held[0]
 
 
 class AsyncVaultSaver(BaseCheckpointSaver[str]):
@@ -201,7 +200,8 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
     def _fetch(self, rec: Record, ref: Ref, writes: builtins.list[Record]) -> steps.Steps[Found]:
         """The record's files and its writes records' files: from memory when this process
         saved or read them, else downloaded side by side on the loop."""
-        self._memo.committed.put((rec.namespace, ref.checkpoint_ns, ref.checkpoint_id), rec)
+        key = (rec.namespace, ref.checkpoint_ns, ref.checkpoint_id)
+        self._memo.committed.put(key, Held.of(rec))
         names = [CHECKPOINT_FILE, *(channel_file(c) for c in rec.metadata.get("channels", {}))]
         wanted = [(rec, n) for n in names] + [(w, WRITES_FILE) for w in writes]
         blobs = [self._cached(r, n) for r, n in wanted]
@@ -345,11 +345,11 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         finally:
             memo.end_put(put.key)
 
-    def _save_checkpoint(self, put: Put, own: bytes, parent: Record | None) -> steps.Steps[Record]:
+    def _save_checkpoint(self, put: Put, own: bytes, parent: Held | None) -> steps.Steps[Held]:
         """With the parent's record known: inherit its files, send what differs. Else, or
         if that record was pruned meanwhile, send every value (the vault dedups chunks)."""
         files = {CHECKPOINT_FILE: own}
-        kinds = (parent.metadata.get("channels") or {}) if parent is not None else {}
+        kinds = parent.channels if parent is not None else {}
         if parent is not None and all(
             channel_file(k) in parent.files and k in kinds for k in put.unchanged
         ):
@@ -364,19 +364,18 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                 chunking=CHUNKING,
             )
             try:
-                rec: Record = yield steps.Save(put.key[0], files, inheriting)
+                answer = yield steps.Save(put.key[0], files, inheriting, answer="json")
             except (NotFound, Conflict):
                 pass  # the parent's record is gone: fall through and send everything
             else:
-                return rec
+                return Held.of(answer)
         values = yield steps.Offload(partial(self._values, put.unchanged))
         for name, kind, data in values:
             files[channel_file(name)] = data
             put.metadata["channels"][name] = kind
         files.update({v.file: v.data for v in put.values})
         whole = SaveOptions(metadata=put.metadata, tags=tuple(put.tags), chunking=CHUNKING)
-        rec = yield steps.Save(put.key[0], files, whole)
-        return rec
+        return Held.of((yield steps.Save(put.key[0], files, whole, answer="json")))
 
     # -- put_writes -------------------------------------------------------------------
     def put_writes(
@@ -433,16 +432,16 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             req.key[0],
             {WRITES_FILE: data},
             SaveOptions(metadata=req.metadata, tags=tuple(req.tags), chunking=CHUNKING),
-            record=False,  # nothing of it is used: its answer need not be read
+            answer="nothing",  # nothing of the record is used: it need not be read
         )
         self._memo.files.put(blake3.blake3(data).hexdigest(), data)  # a few hundred bytes
 
-    def _remember(self, rec: Record, files: builtins.list[tuple[str, bytes]]) -> None:
+    def _remember(self, rec: Held, files: builtins.list[tuple[str, bytes]]) -> None:
         """Keep files this process saved under the hashes the vault answered for them."""
         for name, data in files:
-            info = rec.files.get(name)
-            if info is not None and info.size == len(data):
-                self._memo.files.put(info.hash, data)
+            hash_size = rec.files.get(name)
+            if hash_size is not None and hash_size[1] == len(data):
+                self._memo.files.put(hash_size[0], data)
 
     # -- whole threads ----------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> None:

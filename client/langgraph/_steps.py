@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..aio import AsyncVaultClient
 from ..chunking import collect_sources
@@ -30,17 +30,20 @@ if TYPE_CHECKING:
     from ..sync import VaultClient
 
 T = TypeVar("T")
+Answer = Literal["record", "json", "nothing"]
 
 
 @dataclass(frozen=True)
 class Save:
     """`client.save(namespace, files, **options)`, its options built once; answers the
-    record, or None when `record` is False and the driver can skip reading it."""
+    checkpoint. `answer`: what the steps need of it, so a driver may skip the rest: the
+    record (`RECORD`, a `Checkpoint`), its JSON (`JSON`: a dict, or a `Checkpoint`) or
+    nothing (`NOTHING`: None, or a `Checkpoint`)."""
 
     namespace: str
     files: dict[str, bytes]
     options: SaveOptions
-    record: bool = True
+    answer: Answer = "record"
 
 
 @dataclass(frozen=True)
@@ -150,9 +153,10 @@ async def _do(step: Step, client: AsyncVaultClient) -> Any:
 
 def _do_here(step: Step, client: VaultClient) -> Any:
     if isinstance(step, Save):
-        if not step.record:
-            return client._store_bytes_here(step.namespace, step.files, step.options)
-        return client._save_bytes_here(step.namespace, step.files, step.options)
+        if step.answer == "record":
+            return client._save_bytes_here(step.namespace, step.files, step.options)
+        parse = step.answer == "json"
+        return client._post_bytes_here(step.namespace, step.files, step.options, parse=parse)
     if isinstance(step, List):
         return client.list(step.namespace, limit=step.limit, before=step.before, tag=step.tag)
     if isinstance(step, Offload):
