@@ -20,14 +20,17 @@ cannot frame): the transport's retry loop asks again on another connection.
 
 from __future__ import annotations
 
+import io
 import socket
 import ssl
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .connections import Body, Broken, Connections, opened
 
 JOIN_LIMIT = 256 << 10  # bodies up to this size are copied behind the head: one send
 MAX_HEAD = 64 << 10  # an answer's status line and headers together
+LARGE_BODY = 1 << 20  # a body with this much still to read is read into its result in place
 _RECV = 64 << 10
 _IOV_MAX = 1024  # buffers one sendmsg takes (Linux's UIO_MAXIOV)
 _TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
@@ -201,6 +204,8 @@ class _Reader:
             out = bytes(self._buf[self._pos : self._pos + n])
             self._pos += n
             return out
+        if n - have >= LARGE_BODY:
+            return self._large(n)
         out_buf = bytearray(n)
         view = memoryview(out_buf)
         view[:have] = self._buf[self._pos :]
@@ -212,6 +217,17 @@ class _Reader:
             have += got
         return bytes(out_buf)
 
+    def _large(self, n: int) -> bytes:
+        """`n` bytes read straight into the bytes object returned (a BufferedReader fills
+        its result in place), not into a buffer copied after: a 16 MiB range read paid
+        ~10 ms for that copy on this machine."""
+        rest = _Rest(memoryview(self._buf)[self._pos :], self._sock, n)
+        out = io.BufferedReader(rest, _RECV).read(n)
+        self._buf, self._pos = bytearray(), 0
+        if len(out) < n:
+            raise Broken(f"the answer ended {n - len(out)} bytes early")
+        return out
+
     def to_end(self) -> bytes:
         out = bytearray(self._buf[self._pos :])
         self._buf, self._pos = bytearray(), 0
@@ -221,6 +237,33 @@ class _Reader:
 
     def left(self) -> bool:
         return self._pos < len(self._buf)
+
+
+class _Rest(io.RawIOBase):
+    """A body of known length as a raw stream: what was read already, then the socket,
+    never past the body's end (the connection stays clean for its next answer)."""
+
+    def __init__(self, first: memoryview, sock: socket.socket, left: int) -> None:
+        self._first = first
+        self._sock = sock
+        self._left = left
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._left)
+        if want <= 0:
+            return 0
+        if len(self._first):
+            got = min(want, len(self._first))
+            view[:got] = self._first[:got]
+            self._first = self._first[got:]
+        else:
+            got = self._sock.recv_into(view[:want])
+        self._left -= got
+        return got
 
 
 def _head(block: bytes) -> tuple[int, dict[str, str], dict[str, str], bool]:

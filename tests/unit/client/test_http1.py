@@ -165,3 +165,26 @@ def test_a_body_of_many_parts_leaves_in_order(peer: Peer, conns: Connections) ->
     peer.answers.append((OK, False))
     http1.exchange(conns, "PUT", "/a", {"Content-Length": str(size)}, parts)
     assert peer.requests[0].partition(b"\r\n\r\n")[2] == b"".join(parts)
+
+
+def test_a_large_body_is_read_exactly_and_the_connection_kept(
+    peer: Peer, conns: Connections
+) -> None:
+    """Past `LARGE_BODY` the body is read into its result in place: still exactly its
+    length, the next answer still framed."""
+    body = bytes(range(256)) * (3 * http1.LARGE_BODY // 256 + 7)
+    peer.answers += [
+        (b"HTTP/1.1 206 Partial\r\nContent-Length: %d\r\n\r\n" % len(body) + body, False),
+        (OK, False),
+    ]
+    assert http1.exchange(conns, "GET", "/a", {})[2] == body
+    assert http1.exchange(conns, "GET", "/b", {})[2] == b"ok"
+    assert peer.connections == 1
+
+
+def test_a_large_body_cut_short_is_broken(peer: Peer, conns: Connections) -> None:
+    size = 2 * http1.LARGE_BODY
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * (size - 10)
+    peer.answers.append((cut, True))
+    with pytest.raises(Broken, match="early"):
+        http1.exchange(conns, "GET", "/a", {})
