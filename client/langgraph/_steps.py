@@ -36,9 +36,9 @@ Answer = Literal["record", "json", "nothing"]
 @dataclass(frozen=True)
 class Save:
     """`client.save(namespace, files, **options)`, its options built once; answers the
-    checkpoint. `answer`: what the steps need of it, so a driver may skip the rest: the
-    record (`RECORD`, a `Checkpoint`), its JSON (`JSON`: a dict, or a `Checkpoint`) or
-    nothing (`NOTHING`: None, or a `Checkpoint`)."""
+    checkpoint. `answer`: what the steps need of it, so a driver may skip the rest:
+    "record" (a `Checkpoint`), "json" (the answer's JSON, or a `Checkpoint`) or "nothing"
+    (None, or a `Checkpoint`)."""
 
     namespace: str
     files: dict[str, bytes]
