@@ -20,7 +20,7 @@ from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .background import BackgroundSaveFailed, SaveHandle
-from .chunking import FileSpec, collect_sources
+from .chunking import FileSpec, collect_sources, contents
 from .forksafe import inert_after_fork
 from .loopthread import LoopThread
 from .models import Checkpoint, Transfer
@@ -65,10 +65,47 @@ class BlockingClient:
             sources = collect_sources(files)
             if self.aio._fits_one_request(sources):
                 self._thread.check_owner()
-                return self.aio._save_small_here(namespace, sources, opts)
+                return self.aio._save_small_here(namespace, contents(sources), opts)
             return self._run(self.aio._save_sources(namespace, sources, opts))
         handle: SaveHandle = self._run(self.aio.save(namespace, files, background=True, **options))
         return handle
+
+    def _here_list(
+        self,
+        namespace: str,
+        *,
+        limit: int = 100,
+        before: str | None = None,
+        tag: str | None = None,
+        validity: str | None = None,
+    ) -> list[Checkpoint]:
+        """`list`: one small request, sent from this thread, which waits for it anyway
+        (LangGraph's `VaultSaver.get_tuple` lists once per graph run)."""
+        self._thread.check_owner()
+        return self.aio._list_here(namespace, limit, before, tag, validity)
+
+    def _save_bytes_here(
+        self, namespace: str, files: Mapping[str, bytes], opts: SaveOptions
+    ) -> Checkpoint:
+        """`save` of bytes in memory with its options built (LangGraph's `VaultSaver`, whose
+        puts are many and small): from this thread when they fit the one-request path,
+        else on the loop thread; no per-file sources to make on the way."""
+        if sum(len(data) for data in files.values()) <= self.aio.small_save_limit:
+            self._thread.check_owner()
+            return self.aio._save_small_here(namespace, list(files.items()), opts)
+        return self._run(self.aio._save_sources(namespace, collect_sources(files), opts))
+
+    def _post_bytes_here(
+        self, namespace: str, files: Mapping[str, bytes], opts: SaveOptions, *, parse: bool
+    ) -> Any:
+        """`_save_bytes_here` for a caller that needs less than a checked `Checkpoint`: a
+        one-request save's answer as its JSON, or with `parse=False` not read at all (its
+        status is: errors raise as ever); a save too large for one request answers its
+        `Checkpoint`."""
+        if sum(len(data) for data in files.values()) <= self.aio.small_save_limit:
+            self._thread.check_owner()
+            return self.aio._post_small_here(namespace, list(files.items()), opts, parse=parse)
+        return self._run(self.aio._save_sources(namespace, collect_sources(files), opts))
 
     @property
     def url(self) -> str:

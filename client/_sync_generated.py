@@ -369,6 +369,4 @@ class VaultClient(BlockingClient):
         validity: str | None = None,
     ) -> list[Checkpoint]:
         """Newest first; pass the last id as `before` for the next page."""
-        return self._run(
-            self.aio.list(namespace, limit=limit, before=before, tag=tag, validity=validity)
-        )
+        return self._here_list(namespace, limit=limit, before=before, tag=tag, validity=validity)

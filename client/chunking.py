@@ -64,6 +64,22 @@ def collect_sources(files: FileSpec | Mapping[str, FileSpec]) -> list[Source]:
     return [_source(name, spec) for name, spec in files.items()]
 
 
+def contents(sources: list[Source]) -> list[tuple[str, bytes]]:
+    """Each source's name and bytes (a one-request save's files), reading those that are
+    not in memory."""
+    files = []
+    for s in sources:
+        if s.in_memory is not None:
+            files.append((s.name, s.in_memory))
+        else:
+            reader = s.open()
+            try:
+                files.append((s.name, reader.read()))
+            finally:
+                reader.close()
+    return files
+
+
 def _source(name: str, spec: FileSpec) -> Source:
     if isinstance(spec, (bytes, bytearray, memoryview)):
         data = bytes(spec)

@@ -1,10 +1,12 @@
 """The client's HTTP/1.1: keep-alive connections to the server, used from threads.
 
-Every request of the client runs on a worker thread over the standard library's
-`http.client`, not on the event loop: a body of any size then never passes through the
-loop in 256 KiB pieces (restoring 1 GB through aiohttp cost the client's loop ~3 s of CPU),
-a blocking socket read or write drops the interpreter lock, and importing the client costs
-no HTTP stack (aiohttp took 0.15-0.25 s to import: a third of `ckpt pull` of a 327 MB file).
+Every request of the client runs on a worker thread (or a blocked caller's), not on the
+event loop, over these connections: streamed reads through the standard library's
+`http.client`, whole requests and answers straight on the socket (client/http1.py). A
+body of any size then never passes through the loop in 256 KiB pieces (restoring 1 GB
+through aiohttp cost the client's loop ~3 s of CPU), a blocking socket read or write drops
+the interpreter lock, and importing the client costs no HTTP stack (aiohttp took
+0.15-0.25 s to import: a third of `ckpt pull` of a 327 MB file).
 
 Only `Broken` means "the network failed": the transport's one retry loop asks again. A
 kept-alive connection the server closed meanwhile (its idle timeout, a restart) is seen
@@ -43,6 +45,9 @@ class Connections:
         self._host = parts.hostname or "localhost"
         self._port = parts.port or (443 if self._https else 80)
         self.prefix = parts.path.rstrip("/")
+        default = 443 if self._https else 80
+        name = f"[{self._host}]" if ":" in self._host else self._host
+        self.host = name if self._port == default else f"{name}:{self._port}"  # Host header
         self._tls = tls  # None for https: the system's CAs, loaded at the first connection
         self.timeout = timeout  # longest wait for the server's next bytes, once connected
         self._keep = keep  # idle connections kept for reuse
@@ -118,24 +123,6 @@ def ask(
         raise
 
 
-def exchange(
-    conns: Connections,
-    method: str,
-    target: str,
-    headers: Mapping[str, str],
-    body: Body | None = None,
-) -> tuple[int, dict[str, str], bytes]:
-    """One whole request and answer: status, headers and body."""
-    conn, resp = ask(conns, method, target, headers, body)
-    try:
-        payload = read(resp, -1)
-    except BaseException:
-        conns.drop(conn)
-        raise
-    finish(conns, conn, resp)
-    return resp.status, dict(resp.getheaders()), payload
-
-
 def read(resp: http.client.HTTPResponse, n: int) -> bytes:
     """Up to `n` bytes of the body (all of it if negative); fewer only at its end. A body
     that ends before its Content-Length is `Broken`, not a short answer."""
@@ -171,8 +158,17 @@ def _cork(sock: socket.socket, on: bool) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, int(on))
 
 
-def _connect(conn: http.client.HTTPConnection, timeout: float) -> None:
-    conn.connect()
+def opened(conn: http.client.HTTPConnection, timeout: float) -> socket.socket:
+    """The connection's socket, connecting first if need be (within CONNECT_TIMEOUT; then
+    each read waits up to `timeout`)."""
+    if conn.sock is None:
+        conn.connect()
+        _settimeout(conn, timeout)
+    sock: socket.socket = conn.sock
+    return sock
+
+
+def _settimeout(conn: http.client.HTTPConnection, timeout: float) -> None:
     conn.sock.settimeout(timeout)
 
 
@@ -190,8 +186,7 @@ def _send(
     of its own; the server's loop then woke once per piece (a 100 kB one-request save cost
     it ~0.6 ms of CPU more, and took ~1 ms longer)."""
     try:
-        if conn.sock is None:
-            _connect(conn, timeout)
+        opened(conn, timeout)
         _cork(conn.sock, True)
         conn.request(method, target, body=body, headers=dict(headers))
         _cork(conn.sock, False)

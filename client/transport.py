@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
-from . import bulkget, local
+from . import bulkget, fastjson, http1, local
 from . import connections as wire
 from .connections import Broken
 from .daemonpool import DaemonPool
@@ -178,15 +178,18 @@ class Transport:
         method: str,
         path: str,
         *,
-        data: bytes,
-        headers: dict[str, str],
+        data: bytes | Sequence[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        parse: bool = True,
     ) -> Any:
         """`json` on the caller's thread, which it blocks: no hop to the loop and none to a
         transport thread, for a small request whose caller waits for it anyway. The same
-        connections, headers, retries and errors as `json`."""
-        attempt = self._exchange(method, path, None, data, headers, None)
+        connections, headers, retries and errors as `json`. `parse=False`: a success's
+        answer is not read (None), for a caller that needs nothing of it."""
+        attempt = self._exchange(method, path, None, data, headers, params)
         _, payload = self.retrying_here(f"{method} {path}", lambda: self._now(attempt))
-        return _parse(payload) if payload else None
+        return _parse(payload) if payload and parse else None
 
     def _exchange(
         self,
@@ -215,7 +218,7 @@ class Transport:
         target = self._target(path, params)
 
         def attempt() -> tuple[int, bytes]:
-            status, answer_headers, payload = wire.exchange(
+            status, answer_headers, payload = http1.exchange(
                 self._conns, method, target, hdrs, parts
             )
             self._count(requests=1, sent=size, received=len(payload))
@@ -401,7 +404,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 def _parse(payload: bytes) -> Any:
     try:
-        return json.loads(payload)
+        return fastjson.loads(payload)
     except ValueError:
         return None
 

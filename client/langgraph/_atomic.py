@@ -18,7 +18,7 @@ from checkpoint_vault.protocol import CommitFile
 
 from ..aio import AsyncVaultClient, UploadSession
 from ..models import Checkpoint as Record
-from ._memo import Memo
+from ._memo import Held, Memo
 from ._steps import Save
 
 
@@ -30,14 +30,14 @@ async def commit(client: AsyncVaultClient, memo: Memo, saves: list[Save]) -> lis
     records = await client.commit_uploads(staged)
     for save, rec in zip(saves, records, strict=True):
         if save.key is not None:  # a checkpoint: the next put inherits from it
-            memo.committed.put(save.key, rec)
+            memo.committed.put(save.key, Held.of(rec))
     return records
 
 
 async def _stage(
     client: AsyncVaultClient, save: Save
 ) -> tuple[UploadSession, dict[str, CommitFile]]:
-    up = await client.begin_upload(save.namespace, **save.options)
+    up = await client._open_upload(save.namespace, save.options)
     files = {}
     for name, data in save.files.items():
         files[name] = await client.send_file(up, name, data)

@@ -17,7 +17,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..sync import VaultClient
 from ..transport import RetryPolicy
 from . import _steps as steps
-from ._calls import Put, Writes
+from ._calls import Found, Put, Where, Writes
 from ._memo import CACHE_BYTES
 from ._saver import AsyncVaultSaver
 
@@ -97,6 +97,9 @@ class VaultSaver(AsyncVaultSaver):
 
     def _writes_blocking(self, req: Writes) -> None:
         steps.run_here(self._writes_steps(req), self._vault, self._staging)
+
+    def _find_blocking(self, where: Where) -> Found | None:
+        return steps.run_here(self._find(where), self._vault)
 
     def close(self) -> None:
         """Close the connections and stop the loop thread (unless they are a shared

@@ -36,11 +36,11 @@ class Found:
 
 @dataclass(frozen=True)
 class Value:
-    """One serialized channel value, as the file it goes to."""
+    """One serialized channel value, as the file it goes to (not hashed: the vault answers
+    each file's hash, and a value is compared with its parent's by size first)."""
 
     file: str
     data: bytes
-    digest: str  # BLAKE3 hex, as the vault names whole files
 
 
 @dataclass(frozen=True)

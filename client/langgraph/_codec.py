@@ -23,6 +23,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import writes_sort_key
 
+from .. import fastjson
+
 MAGIC = b"LGV1"
 _TRAILER = struct.Struct("<I4s")
 
@@ -57,7 +59,7 @@ def encode(contents: Contents) -> bytes:
         kind, data = contents.checkpoint
         header["checkpoint"] = [kind, len(data)]
         pieces.append(data)
-    head = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+    head = fastjson.dumps_floatless(header)  # names, types, sizes
     return b"".join([*pieces, head, _TRAILER.pack(len(head), MAGIC)])
 
 

@@ -37,9 +37,17 @@ async def records(
             return
         for rec in page:
             yield rec
-        if len(page) < size:
+        if (more := next_page(page, size)) is None:
             return
-        before, size = page[-1].id, min(PAGE, size * 2)
+        before, size = more
+
+
+def next_page(page: list[Record], size: int) -> tuple[str, int] | None:
+    """Where a listing goes on after `page`, asked for `size` records: (before, size), or
+    None when it was the last."""
+    if len(page) < size:
+        return None
+    return page[-1].id, min(PAGE, size * 2)
 
 
 async def all_records(client: AsyncVaultClient, namespace: str) -> list[Record]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from ..errors import IntegrityError
 from ..models import Checkpoint as Record
 from ._codec import StoredWrite
 
@@ -86,6 +88,31 @@ class FileCache:
                 self._size -= len(old)
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a later put needs of a committed checkpoint (its parent): the record's id, its
+    files' (hash, size) and its channels' serde types. Taken from a record read back, or
+    straight from a put's answer (JSON): checking and building a whole record there cost
+    ~10% of a put's client CPU, for three fields."""
+
+    id: str
+    files: dict[str, tuple[str, int]]
+    channels: dict[str, str]
+
+    @classmethod
+    def of(cls, answer: Record | Mapping[str, Any]) -> Held:
+        """IntegrityError when an answer is no checkpoint record."""
+        if isinstance(answer, Record):
+            files = {name: (f.hash, f.size) for name, f in answer.files.items()}
+            return cls(answer.id, files, dict(answer.metadata.get("channels") or {}))
+        try:
+            files = {str(n): (str(f["hash"]), int(f["size"])) for n, f in answer["files"].items()}
+            channels = answer["metadata"].get("channels") or {}
+            return cls(str(answer["id"]), files, {str(k): str(v) for k, v in channels.items()})
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise IntegrityError(f"a save's answer is no checkpoint record: {e!r}") from None
+
+
 @dataclass
 class Memo:
     """Shared by every copy of one saver (`with_allowlist` makes shallow copies that differ
@@ -93,8 +120,8 @@ class Memo:
 
     loop: asyncio.AbstractEventLoop | None
     cache_bytes: int = CACHE_BYTES
-    # Checkpoints known to be committed, with their records (parent and file hashes).
-    committed: Lru[Key, Record] = field(default_factory=lambda: Lru(REMEMBERED))
+    # Checkpoints known to be committed, with what a put on top of them needs.
+    committed: Lru[Key, Held] = field(default_factory=lambda: Lru(REMEMBERED))
     # Puts on their way: writes for these wait, so they commit after their checkpoint.
     inflight: dict[Key, Future[None]] = field(default_factory=dict)
     # Writes whose checkpoint's put has not started: that put carries them too.

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import aclosing
@@ -53,7 +52,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..aio import AsyncVaultClient
 from ..errors import Conflict, IntegrityError, NotFound
 from ..models import Checkpoint as Record
-from ..options import SaveFields
+from ..options import SaveOptions
 from . import _atomic
 from . import _maintenance as threads
 from . import _steps as steps
@@ -73,9 +72,18 @@ from ._layout import (
     record_metadata,
     record_tags,
 )
-from ._memo import CACHE_BYTES, Memo
+from ._memo import CACHE_BYTES, Held, Memo
 
 T = TypeVar("T")
+
+
+def _differs(held: tuple[str, int] | None, value: Value) -> bool:
+    """Whether `value` is not the parent's file `held` (hash, size): by size first, so a
+    message history that grew is never hashed; equal sizes by BLAKE3, as the vault names
+    files."""
+    if held is None or held[1] != len(value.data):
+        return True
+    return blake3.blake3(value.data).hexdigest() != held[0]
 
 
 class AsyncVaultSaver(BaseCheckpointSaver[str]):
@@ -183,22 +191,30 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
 
     # -- get --------------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        found = self._block(self._find(self._where(config)))
+        found = self._find_blocking(self._where(config))
         return None if found is None else self._tuple(found, config)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        found = await self._here(self._find(self._where(config)))
+        found = await self._here(steps.run(self._find(self._where(config)), self.client))
         return None if found is None else self._tuple(found, config)
 
-    async def _find(self, where: Where) -> Found | None:
-        """The checkpoint (by id, else the latest of its checkpoint_ns) and its writes."""
+    def _find_blocking(self, where: Where) -> Found | None:
+        """A get_tuple from a thread outside the saver's loop (`VaultSaver` runs it here)."""
+        return self._block(steps.run(self._find(where), self.client))
+
+    def _find(self, where: Where) -> steps.Steps[Found | None]:
+        """The checkpoint (by id, else the latest of its checkpoint_ns) and its writes:
+        a listing, tag-filtered, and the files this process does not hold already."""
         cid = where.checkpoint_id
         tag = id_tag(cid) if cid else ns_tag(where.checkpoint_ns or "")
         writes: builtins.list[tuple[Ref, Record]] = []
-        first = threads.BY_ID_PAGE if cid else threads.FIRST_PAGE
-        listing = threads.records(self.client, where.namespace, tag=tag, first=first)
-        async with aclosing(listing) as found:
-            async for rec in found:
+        before, size = None, threads.BY_ID_PAGE if cid else threads.FIRST_PAGE
+        while True:
+            try:
+                page = yield steps.List(where.namespace, size, before, tag)
+            except NotFound:
+                return None  # no such thread
+            for rec in page:
                 ref = Ref.of(rec)
                 if ref is None or ref.checkpoint_ns != where.checkpoint_ns:
                     continue
@@ -208,25 +224,39 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                     writes.append((ref, rec))
                     continue
                 mine = [w for r, w in writes if r.checkpoint_id == ref.checkpoint_id]
-                return await self._fetch(rec, ref, mine)
-        return None
+                found: Found = yield from self._fetch(rec, ref, mine)
+                return found
+            if (more := threads.next_page(page, size)) is None:
+                return None
+            before, size = more
 
-    async def _fetch(self, rec: Record, ref: Ref, writes: builtins.list[Record]) -> Found:
-        self._memo.committed.put((rec.namespace, ref.checkpoint_ns, ref.checkpoint_id), rec)
+    def _fetch(self, rec: Record, ref: Ref, writes: builtins.list[Record]) -> steps.Steps[Found]:
+        """The record's files and its writes records' files: from memory when this process
+        saved or read them, else downloaded side by side on the loop."""
+        key = (rec.namespace, ref.checkpoint_ns, ref.checkpoint_id)
+        self._memo.committed.put(key, Held.of(rec))
         names = [CHECKPOINT_FILE, *(channel_file(c) for c in rec.metadata.get("channels", {}))]
-        blobs = await asyncio.gather(
-            *(self._read(rec, n) for n in names), *(self._read(w, WRITES_FILE) for w in writes)
-        )
-        files = dict(zip(names, blobs[: len(names)], strict=True))
-        return Found(rec, files, list(zip(writes, blobs[len(names) :], strict=True)))
+        wanted = [(rec, n) for n in names] + [(w, WRITES_FILE) for w in writes]
+        blobs = [self._cached(r, n) for r, n in wanted]
+        if any(b is None for b in blobs):
+            blobs = yield steps.Run(partial(self._read_all, wanted))
+        got = cast(builtins.list[bytes], blobs)
+        files = dict(zip(names, got[: len(names)], strict=True))
+        return Found(rec, files, list(zip(writes, got[len(names) :], strict=True)))
 
-    async def _read(self, rec: Record, name: str) -> bytes:
+    def _cached(self, rec: Record, name: str) -> bytes | None:
         info = rec.files.get(name)
         if info is None:
             raise IntegrityError(f"record {rec.id} in {rec.namespace} has no file {name!r}")
-        digest, size = info.hash, info.size
-        data = self._memo.files.get(digest)
+        return self._memo.files.get(info.hash)
+
+    async def _read_all(self, wanted: builtins.list[tuple[Record, str]]) -> builtins.list[bytes]:
+        return await asyncio.gather(*(self._read(rec, name) for rec, name in wanted))
+
+    async def _read(self, rec: Record, name: str) -> bytes:
+        data = self._cached(rec, name)
         if data is None:
+            digest, size = rec.files[name].hash, rec.files[name].size
             data = await self.client.read_range(rec.namespace, rec.id, name, 0, size)
             if len(data) != size or blake3.blake3(data).hexdigest() != digest:
                 raise IntegrityError(f"{rec.namespace} {rec.id} {name}: bytes do not match")
@@ -310,18 +340,14 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         md = record_metadata(KIND_CHECKPOINT, where.thread_id, ns, cid)
         md["parent_checkpoint_id"] = where.checkpoint_id
         md["channels"] = {k: kind for k, (kind, _) in typed.items()}
-        # As SQLite's saver: JSON, so metadata filters compare what json.loads gives back.
-        md["metadata"] = json.loads(
-            json.dumps(get_serializable_checkpoint_metadata(config, metadata), ensure_ascii=False)
-        )
+        # JSON on the wire, as SQLite's saver stores it: filters compare what the server's
+        # record gives back, which is what json.loads made of it (no round trip here).
+        md["metadata"] = get_serializable_checkpoint_metadata(config, metadata)
         document = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         return Put(
             key=(where.namespace, ns, cid),
             parent=(where.namespace, ns, where.checkpoint_id) if where.checkpoint_id else None,
-            values=[
-                Value(channel_file(k), data, blake3.blake3(data).hexdigest())
-                for k, (_, data) in typed.items()
-            ],
+            values=[Value(channel_file(k), data) for k, (_, data) in typed.items()],
             document=self.serde.dumps_typed(document),
             metadata=md,
             tags=record_tags(KIND_CHECKPOINT, ns, cid),
@@ -349,46 +375,45 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
             rec = yield from self._save_checkpoint(put, own, parent)
             if rec is not None:  # else held by an atomic block, remembered at its commit
                 memo.committed.put(put.key, rec)
-            memo.files.put(blake3.blake3(own).hexdigest(), own)
-            for value in put.values:
-                memo.files.put(value.digest, value.data)
+                files = [(CHECKPOINT_FILE, own), *((v.file, v.data) for v in put.values)]
+                self._remember(rec, files)
         finally:
             memo.end_put(put.key)
 
     def _save_checkpoint(
-        self, put: Put, own: bytes, parent: Record | None
-    ) -> steps.Steps[Record | None]:
+        self, put: Put, own: bytes, parent: Held | None
+    ) -> steps.Steps[Held | None]:
         """With the parent's record known: inherit its files, send what differs. Else, or
         if that record was pruned meanwhile, send every value (the vault dedups chunks)."""
         files = {CHECKPOINT_FILE: own}
-        kinds = (parent.metadata.get("channels") or {}) if parent is not None else {}
+        kinds = parent.channels if parent is not None else {}
         if parent is not None and all(
             channel_file(k) in parent.files and k in kinds for k in put.unchanged
         ):
             put.metadata["channels"].update({k: kinds[k] for k in put.unchanged})
-            held = {name: info.hash for name, info in parent.files.items()}
-            files.update({v.file: v.data for v in put.values if held.get(v.file) != v.digest})
-            inheriting = SaveFields(
+            held = parent.files
+            files.update({v.file: v.data for v in put.values if _differs(held.get(v.file), v)})
+            inheriting = SaveOptions(
                 parent=parent.id,
                 inherit=True,
                 metadata=put.metadata,
-                tags=put.tags,
+                tags=tuple(put.tags),
                 chunking=CHUNKING,
             )
             try:
-                rec: Record | None = yield steps.Save(put.key[0], files, inheriting, put.key)
+                answer = yield steps.Save(put.key[0], files, inheriting, answer="json", key=put.key)
             except (NotFound, Conflict):
                 pass  # the parent's record is gone: fall through and send everything
             else:
-                return rec
+                return None if answer is None else Held.of(answer)
         values = yield steps.Offload(partial(self._values, put.unchanged))
         for name, kind, data in values:
             files[channel_file(name)] = data
             put.metadata["channels"][name] = kind
         files.update({v.file: v.data for v in put.values})
-        whole = SaveFields(metadata=put.metadata, tags=put.tags, chunking=CHUNKING)
-        rec = yield steps.Save(put.key[0], files, whole, put.key)
-        return rec
+        whole = SaveOptions(metadata=put.metadata, tags=tuple(put.tags), chunking=CHUNKING)
+        answer = yield steps.Save(put.key[0], files, whole, answer="json", key=put.key)
+        return None if answer is None else Held.of(answer)
 
     # -- put_writes -------------------------------------------------------------------
     def put_writes(
@@ -434,14 +459,27 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
 
     def _writes_steps(self, req: Writes) -> steps.Steps[None]:
         """A writes record, committed after its checkpoint's put when that is on its way;
-        if that put has not started, it carries these writes too (`Memo.before_writes`)."""
+        if that put has not started, it carries these writes too (`Memo.before_writes`).
+        Its file is remembered, so reading the checkpoint back downloads nothing; the
+        record the vault answers is not read (nothing of it is needed)."""
         pending = self._memo.before_writes(req.key, req.writes)
         if pending is not None:
             yield steps.Wait(pending)  # commit after the checkpoint, never before it
-        files = {WRITES_FILE: encode(Contents(writes=req.writes))}
+        data = encode(Contents(writes=req.writes))
         yield steps.Save(
-            req.key[0], files, SaveFields(metadata=req.metadata, tags=req.tags, chunking=CHUNKING)
+            req.key[0],
+            {WRITES_FILE: data},
+            SaveOptions(metadata=req.metadata, tags=tuple(req.tags), chunking=CHUNKING),
+            answer="nothing",  # nothing of the record is used: it need not be read
         )
+        self._memo.files.put(blake3.blake3(data).hexdigest(), data)  # a few hundred bytes
+
+    def _remember(self, rec: Held, files: builtins.list[tuple[str, bytes]]) -> None:
+        """Keep files this process saved under the hashes the vault answered for them."""
+        for name, data in files:
+            hash_size = rec.files.get(name)
+            if hash_size is not None and hash_size[1] == len(data):
+                self._memo.files.put(hash_size[0], data)
 
     # -- whole threads ----------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> None:
@@ -577,7 +615,7 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
                     mine = writes.pop(key, [])
                     if not wanted(rec, ref, where, before_id, filter):
                         continue
-                    yield await self._fetch(rec, ref, mine)
+                    yield await steps.run(self._fetch(rec, ref, mine), self.client)
                     if left is not None:
                         left -= 1
                         if left <= 0:

@@ -1,13 +1,17 @@
-"""A saver's writes as steps, written once and run by either face.
+"""A saver's writes and reads as steps, written once and run by either face.
 
 A put or a put_writes is a little logic around one or two saves: which files to send,
-what to fall back to, what to remember after. `AsyncVaultSaver` runs it on its event loop;
+what to fall back to, what to remember after; a get_tuple is a listing and, unless this
+process has the files already, downloads. `AsyncVaultSaver` runs it on its event loop;
 `VaultSaver` runs it on the caller's thread, which it blocks anyway, so a small save goes
-out from there without a hop to the client's loop thread and back (client/_sync_base.py).
+(or a listing) out from there without a hop to the client's loop thread and back
+(client/_sync_base.py).
 So the logic is a generator that yields what it needs done and gets each outcome back
 (sans-IO): `Save` (a checkpoint saved, its record sent back, or its error thrown in),
-`Offload` (blocking work kept off an event loop: serializing values) and `Wait` (a put this
-one must commit after). `run` and `run_here` are the two drivers; nothing else differs.
+`List` (a page of a thread's records: a read's one request), `Offload` (blocking work kept
+off an event loop: serializing values), `Run` (a coroutine that belongs on the loop:
+downloads side by side) and `Wait` (a put this one must commit after). `run` and
+`run_here` are the two drivers; nothing else differs.
 Inside a saver's atomic block a `Save` is held in its `Staging` instead (answered None),
 and the block's end commits every held save at once (the saver's `atomic`).
 """
@@ -16,27 +20,33 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..aio import AsyncVaultClient
-from ..options import SaveFields
+from ..chunking import collect_sources
+from ..options import SaveOptions
 
 if TYPE_CHECKING:
     from ..sync import VaultClient
 
 T = TypeVar("T")
+Answer = Literal["record", "json", "nothing"]
 
 
 @dataclass(frozen=True)
 class Save:
-    """`client.save(namespace, files, **options)`; answers the record."""
+    """`client.save(namespace, files, **options)`, its options built once; answers the
+    checkpoint. `answer`: what the steps need of it, so a driver may skip the rest:
+    "record" (a `Checkpoint`), "json" (the answer's JSON, or a `Checkpoint`) or "nothing"
+    (None, or a `Checkpoint`)."""
 
     namespace: str
     files: dict[str, bytes]
-    options: SaveFields
+    options: SaveOptions
+    answer: Answer = "record"
     key: tuple[str, str, str] | None = None  # the checkpoint it stores (its Put.key)
 
 
@@ -48,13 +58,32 @@ class Offload:
 
 
 @dataclass(frozen=True)
+class List:
+    """`client.list(namespace, limit=..., before=..., tag=...)`: a page of records, newest
+    first (its NotFound thrown in)."""
+
+    namespace: str
+    limit: int
+    before: str | None
+    tag: str | None
+
+
+@dataclass(frozen=True)
+class Run:
+    """`await make()` on the client's loop, whichever the driver (several downloads at
+    once, which a blocked thread would make one after the other)."""
+
+    make: Callable[[], Coroutine[Any, Any, Any]]
+
+
+@dataclass(frozen=True)
 class Wait:
     """Until `done` is set (whatever the put it stands for ended with); answers None."""
 
     done: Future[None]
 
 
-Step = Save | Offload | Wait
+Step = Save | List | Offload | Run | Wait
 Steps = Generator[Step, Any, T]
 
 
@@ -135,9 +164,13 @@ async def _do(step: Step, client: AsyncVaultClient, staging: Staging | None) -> 
         staging.add(step)
         return None
     if isinstance(step, Save):
-        return await client.save(step.namespace, step.files, **step.options)
+        return await client._save_sources(step.namespace, collect_sources(step.files), step.options)
+    if isinstance(step, List):
+        return await client.list(step.namespace, limit=step.limit, before=step.before, tag=step.tag)
     if isinstance(step, Offload):
         return await asyncio.to_thread(step.fn)
+    if isinstance(step, Run):
+        return await step.make()
     await asyncio.shield(asyncio.wrap_future(step.done))
     return None
 
@@ -147,8 +180,15 @@ def _do_here(step: Step, client: VaultClient, staging: Staging | None) -> Any:
         staging.add(step)
         return None
     if isinstance(step, Save):
-        return client.save(step.namespace, step.files, **step.options)
+        if step.answer == "record":
+            return client._save_bytes_here(step.namespace, step.files, step.options)
+        parse = step.answer == "json"
+        return client._post_bytes_here(step.namespace, step.files, step.options, parse=parse)
+    if isinstance(step, List):
+        return client.list(step.namespace, limit=step.limit, before=step.before, tag=step.tag)
     if isinstance(step, Offload):
         return step.fn()
+    if isinstance(step, Run):
+        return client._run(step.make())
     step.done.result()
     return None

@@ -8,12 +8,20 @@ import random
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import blake3
 import pytest
 
 import checkpoint_vault.client.aio as client_aio
-from checkpoint_vault.client import Checkpoint, IntegrityError, InvalidName, NotFound, VaultClient
+from checkpoint_vault.client import (
+    Checkpoint,
+    IntegrityError,
+    InvalidName,
+    InvalidRequest,
+    NotFound,
+    VaultClient,
+)
 from checkpoint_vault.protocol import FileInfo
 
 from ..serverproc import ServerProcess
@@ -55,6 +63,43 @@ def test_a_small_save_needs_nothing_of_the_clients_loop_thread(vault: VaultClien
         release.set()
     assert vault.read_range("c/here", ckpt.id, "state.json", 0, 100) == b'{"step": 2}'
     assert released == [True]  # read_range ran on the loop: the hold has ended
+
+
+def test_a_list_needs_nothing_of_the_clients_loop_thread(vault: VaultClient) -> None:
+    """`VaultClient.list` is one small request sent from the caller's thread (LangGraph's
+    VaultSaver lists once per graph run): with the loop thread held busy, it completes."""
+    saved = vault.save("c/listed", {"a": b"1"}, tags=["t"], chunking="small")
+    held, release = threading.Event(), threading.Event()
+    released: list[bool] = []  # False: the hold timed out (the list waited for the loop)
+
+    def hold() -> None:
+        held.set()
+        released.append(release.wait(5))
+
+    vault._loop.call_soon_threadsafe(hold)
+    assert held.wait(10)
+    try:
+        listed = vault.list("c/listed", limit=5, tag="t")
+        with pytest.raises(NotFound):
+            vault.list("c/never-saved")
+    finally:
+        release.set()
+    assert [c.id for c in listed] == [saved.id]
+    assert vault.get("c/listed").id == saved.id  # on the loop: the hold has ended
+    assert released == [True]
+
+
+def test_a_small_saves_metadata_means_what_its_json_means(vault: VaultClient) -> None:
+    """A one-request save's header is written by orjson when that means the same JSON
+    (client/fastjson.py): None, int keys and huge ints arrive as json.dumps wrote them,
+    and a NaN is still refused by the server rather than stored as a null."""
+    meta: dict[Any, Any] = {"none": None, "kind": "null", 7: "int key", "big": 2**70, "text": "é"}
+    ckpt = vault.save("c/meta", {"a": b"1"}, metadata=meta, chunking="small")
+    want = {"none": None, "kind": "null", "7": "int key", "big": 2**70, "text": "é"}
+    assert ckpt.metadata == want
+    assert vault.get("c/meta", ckpt.id).metadata == want
+    with pytest.raises(InvalidRequest, match="NaN"):
+        vault.save("c/meta", {"a": b"2"}, metadata={"loss": float("nan")}, chunking="small")
 
 
 def test_large_save_sends_only_changed_chunks(vault: VaultClient, tmp_path: Path) -> None:
