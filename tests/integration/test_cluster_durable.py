@@ -5,7 +5,8 @@ the shared tier: the commit before it answers `durable: false`, reads go through
 owner to the part's node, `latest-valid?durable=true` skips it, and once the part is
 shipped the owner adopts it, flips it to durable and releases the part. A part node
 SIGKILLed between the commit and the adoption makes reads of its files 503; restarted
-(its config now shipping at once), it ships the claimed part by itself and adoption ends.
+(its config now shipping at once: that test comes last), it ships the claimed part by
+itself and adoption ends. A checkpoint deleted before adoption has its parts released.
 
 Before this change the commit always waited for shipping (M1) and no record said
 whether it was durable."""
@@ -97,6 +98,24 @@ def test_a_commit_before_shipping_is_visible_not_durable_then_adopted(cluster: C
         assert [c.id for c in proxy.list(ns)] == [ckpt.id, first.id]
         # the same commit again (an answer lost) answers the same checkpoint
         assert proxy.commit_parts(ns, [part], metadata={"step": 2}).id == ckpt.id
+
+
+def test_a_checkpoint_deleted_before_adoption_releases_its_parts_once_shipped(
+    cluster: Cluster,
+) -> None:
+    ns = _ns("durable/deleted")
+    with (
+        VaultClient(cluster.proxy.url, cluster.token, progress=False) as proxy,
+        VaultClient(cluster.nodes[1].url, cluster.token, progress=False) as near_b,
+    ):
+        part = near_b.save_part(ns, {"x.bin": secrets.token_bytes(SIZE)})
+        ckpt = proxy.commit_parts(ns, [part])
+        assert not ckpt.durable
+        proxy.delete(ns, ckpt.id)
+        assert proxy.list(ns) == []
+        _ship(cluster, 1, part.id)
+        wait_for("the deleted checkpoint's part released", lambda: not _held(cluster, 1))
+        assert proxy.list(ns) == []
 
 
 def test_a_part_node_killed_before_adoption_answers_503_then_adoption_completes(
