@@ -146,6 +146,8 @@ async def commit_parts(request: web.Request) -> web.Response:
     if done is not None:  # a retry of a commit that was made: its checkpoint, once
         if done.durable:  # in case the first attempt died before it released them
             release(request, refs)
+        else:  # an owner restarted since has no token to release them with
+            request.app[TOKENS].setdefault(done.id, request.headers.get("Authorization", ""))
         return json_response(visible_record(request, done).to_wire(), status=200)
     started = time.perf_counter()
     parts = await gather(request, refs, float(ship_timeout), wait_durable)
