@@ -80,6 +80,16 @@ class Durability:
 
         return self._s.writer.run(op, size=len(files) * 256)
 
+    def adoptable(self, files: Mapping[str, FileEntry]) -> bool:
+        """Every chunk held here or listed by the shared index as this node knows it (no
+        reservation; listed again only if the last listing is older than its period)."""
+        with self._s.catalog_env.read() as txn:
+            absent = [c for c in distinct_chunks(files) if not self._s.chunks.usable(txn, c)]
+        shared = self._s.shared
+        if not absent:
+            return True
+        return shared is not None and len(shared.lookup(absent)) == len(absent)
+
     def waiting(self) -> list[str]:
         """Checkpoints not adopted yet (or deleted before their parts were released)."""
         with self._s.catalog_env.read() as txn:

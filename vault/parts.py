@@ -375,8 +375,11 @@ class Parts:
             rec, _ = self._committer.commit(session.id)  # the first attempt's
             return rec
         try:
-            missing = self._adopt(session.id, files)
-            if missing and c.wait_durable:
+            # Not waiting: unless this node or the shared index (as it knows it) has every
+            # chunk, make it visible now, without the reservation pass over every chunk.
+            early = not c.wait_durable and not self.durability.adoptable(files)
+            missing = -1 if early else self._adopt(session.id, files)
+            if missing > 0 and c.wait_durable:
                 raise PartNotShipped(
                     f"{missing} chunk(s) of the parts are neither on this node nor in the "
                     "shared tier yet: ship the parts first, or retry"
