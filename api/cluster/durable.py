@@ -25,6 +25,7 @@ from checkpoint_vault.vault.errors import PartUnavailable
 from checkpoint_vault.vault.records import StoredCheckpoint
 
 from ..keys import RUNTIME, VAULT
+from .context import CLUSTER
 from .forward import SESSION
 from .parts import SHIPPER, own_url
 
@@ -72,8 +73,13 @@ async def _release(app: web.Application, node: str, part_id: str, auth: str | No
 
 
 async def adopting(app: web.Application) -> None:
+    """Adoption passes while this process owns its shard (outside a cluster: always); a
+    standby's catalog is its owner's replica, adopted there."""
+    node = app.get(CLUSTER)
     while True:
         await asyncio.sleep(ADOPT_EVERY)  # the pass's period, not a wait on work
+        if node is not None and not node.owns():
+            continue
         try:
             await adopt_pass(app)
         except Exception:  # a tier or the store down: the next pass tries again
@@ -83,7 +89,8 @@ async def adopting(app: web.Application) -> None:
 async def shipping(app: web.Application) -> None:
     """Ship claimed parts this node holds that are not shipped yet (one pass)."""
     vault = app[VAULT]
-    if vault.store.shared is None:
+    node = app.get(CLUSTER)
+    if vault.store.shared is None or (node is not None and not node.owns()):
         return
     loop = asyncio.get_running_loop()
     for part_id in await loop.run_in_executor(app[RUNTIME].io, vault.parts.to_ship):
