@@ -280,6 +280,17 @@ class Parts:
         self._s.writer.run(op)
         return self.manifest(part_id)
 
+    def unclaim(self, part_id: str) -> None:
+        """Back to its own deadline: the commit that claimed it made nothing."""
+
+        def op(w: WriteTxn) -> None:
+            rec = self._s.catalog.record(w.catalog, part_id)
+            if rec is not None and rec.namespace == PARTS and rec.metadata.get("claimed"):
+                rec.metadata = {k: v for k, v in rec.metadata.items() if k != "claimed"}
+                self._s.catalog.put_record(w.catalog, rec)
+
+        self._s.writer.run(op)
+
     def _expires(self, rec: StoredCheckpoint) -> float:
         if rec.metadata.get("claimed"):  # named by a checkpoint not adopted yet
             return rec.created_at + CLAIM_HOLD

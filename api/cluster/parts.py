@@ -226,6 +226,36 @@ def _manifest(body: dict[str, Any]) -> PartManifest:
     return PartManifest.from_record(record)
 
 
+def unclaim_unless_committed(
+    request: web.Request, ns: str, by: str | None, refs: list[PartRef]
+) -> None:
+    """After a commit not waiting for shipping failed: give the parts it claimed back to
+    their own deadlines, unless its checkpoint was made all the same (its transaction
+    done, the answer lost), behind the answer."""
+    app = request.app
+    here = own_url(app)
+    vault = app[VAULT]
+    loop = asyncio.get_running_loop()
+    io = app[RUNTIME].io
+    named = [(r.node, r.id) for r in refs]
+
+    async def undo() -> None:
+        if await loop.run_in_executor(io, vault.parts.replayed, ns, by, named) is not None:
+            return
+        for ref in refs:
+            try:
+                if ref.node in ("", here):
+                    await loop.run_in_executor(io, vault.parts.unclaim, ref.id)
+                else:
+                    await _call(request, ref, "DELETE", "/claim", FETCH_TIMEOUT)
+            except Exception as e:  # its claim ends it
+                log.info("unclaiming part %s on %s: %s", ref.id, ref.node or "here", e)
+
+    task = asyncio.ensure_future(undo())
+    app[RELEASING].add(task)
+    task.add_done_callback(app[RELEASING].discard)
+
+
 def release(request: web.Request, refs: Iterable[PartRef]) -> None:
     """Let the part nodes delete the adopted parts, behind the answer: a release that
     fails leaves the part to its TTL."""

@@ -25,7 +25,15 @@ from checkpoint_vault.vault.parts import PartManifest, PartsCommit, part_target
 from .. import parse
 from ..auth import principal, require, require_admin, visible_record
 from ..cluster.durable import TOKENS
-from ..cluster.parts import SHIP_TIMEOUT, SHIPPER, gather, own_url, part_refs, release
+from ..cluster.parts import (
+    SHIP_TIMEOUT,
+    SHIPPER,
+    gather,
+    own_url,
+    part_refs,
+    release,
+    unclaim_unless_committed,
+)
 from ..http import json_body, json_response, large_json_response, run
 from ..keys import VAULT
 from ..transfer.download import stream_file
@@ -118,6 +126,13 @@ async def get_part_file(request: web.Request) -> web.StreamResponse:
     return await stream_file(request, PARTS, part.id, request.match_info["name"])
 
 
+async def unclaim_part(request: web.Request) -> web.Response:
+    """Back to its own deadline: the commit that claimed it made nothing."""
+    part = await _part(request)
+    await run(request, request.app[VAULT].parts.unclaim, part.id)
+    return web.Response(status=204)
+
+
 async def release_part(request: web.Request) -> web.Response:
     """Delete a part: its owner adopted it (or gave it up)."""
     part = await _part(request)
@@ -150,19 +165,24 @@ async def commit_parts(request: web.Request) -> web.Response:
             request.app[TOKENS].setdefault(done.id, request.headers.get("Authorization", ""))
         return json_response(visible_record(request, done).to_wire(), status=200)
     started = time.perf_counter()
-    parts = await gather(request, refs, float(ship_timeout), wait_durable)
-    gathered = time.perf_counter()
-    commit = PartsCommit(
-        ns,
-        parts,
-        by,
-        named,
-        parent=parse.parent(body.get("parent")),
-        metadata=parse.metadata(body.get("metadata")),
-        tags=parse.tags(body.get("tags")),
-        wait_durable=wait_durable,
-    )
-    rec = await run(request, vault.parts.commit_parts, commit)
+    try:
+        parts = await gather(request, refs, float(ship_timeout), wait_durable)
+        gathered = time.perf_counter()
+        commit = PartsCommit(
+            ns,
+            parts,
+            by,
+            named,
+            parent=parse.parent(body.get("parent")),
+            metadata=parse.metadata(body.get("metadata")),
+            tags=parse.tags(body.get("tags")),
+            wait_durable=wait_durable,
+        )
+        rec = await run(request, vault.parts.commit_parts, commit)
+    except BaseException:
+        if not wait_durable:  # claims of a commit that made nothing must not hold parts
+            unclaim_unless_committed(request, ns, by, refs)
+        raise
     log.info(
         "committed %d parts of %s as %s: manifests and shipping %.3f s, adoption and "
         "commit %.3f s",
@@ -183,5 +203,6 @@ def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_post("/v1/parts/{part}/ship", ship_part)
     app.router.add_delete("/v1/parts/{part}", release_part)
     app.router.add_post("/v1/parts/{part}/claim", claim_part)
+    app.router.add_delete("/v1/parts/{part}/claim", unclaim_part)
     app.router.add_get("/v1/parts/{part}/files/{name:.+}", get_part_file)
     app.router.add_post(f"/v1/namespaces/{ns}/parts", commit_parts)
