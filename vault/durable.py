@@ -99,16 +99,17 @@ class Durability:
         with self._s.catalog_env.read() as txn:
             return self._s.catalog.pending.get(txn, ckpt_id)
 
-    def adopt(self, ckpt_id: str) -> list[tuple[str, str]] | None:
+    def adopt(self, ckpt_id: str, refresh: bool = True) -> list[tuple[str, str]] | None:
         """Adopt a pending checkpoint's chunks if the shared index lists them all; the
         parts to release once done (adopted, or the checkpoint deleted), None if some
-        part is not shipped yet."""
+        part is not shipped yet. `refresh` False: the caller listed the shared index for
+        several (the owner's loop lists it once a pass, however many wait)."""
         pending = self.pending(ckpt_id)
         if pending is None:
             return None
         shared = self._s.shared
-        if shared is not None:
-            shared.refresh()  # what the part nodes shipped a moment ago
+        if shared is not None and refresh:  # what the part nodes shipped a moment ago
+            shared.refresh()
         cids = sorted(distinct_chunks(pending.files))
         with self._s.catalog_env.read() as txn:
             absent = [c for c in cids if not self._s.chunks.usable(txn, c)]

@@ -43,8 +43,12 @@ async def adopt_pass(app: web.Application) -> int:
     loop = asyncio.get_running_loop()
     io = app[RUNTIME].io
     done = 0
-    for ckpt_id in await loop.run_in_executor(io, vault.parts.durability.waiting):
-        parts = await loop.run_in_executor(io, vault.parts.durability.adopt, ckpt_id)
+    waiting = await loop.run_in_executor(io, vault.parts.durability.waiting)
+    shared = vault.store.shared
+    if waiting and shared is not None:  # one listing a pass, however many wait
+        await loop.run_in_executor(io, shared.refresh)
+    for ckpt_id in waiting:
+        parts = await loop.run_in_executor(io, vault.parts.durability.adopt, ckpt_id, False)
         if parts is None:
             continue
         done += 1
