@@ -225,6 +225,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("storage", "shrink_above"): ("vault.shrink_above", _share),
     ("uploads", "ttl"): ("vault.upload_ttl", parse_duration),
     ("uploads", "part_ttl"): ("vault.part_ttl", parse_duration),
+    ("uploads", "part_ship_delay"): ("vault.part_ship_delay", parse_duration),
     ("uploads", "max_sessions"): ("vault.max_upload_sessions", _non_negative_int),
     ("uploads", "max_sessions_per_token"): ("vault.max_upload_sessions_per_token", _positive_int),
     ("uploads", "max_pending_bytes_per_token"): ("vault.max_pending_bytes_per_token", parse_size),

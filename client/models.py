@@ -37,6 +37,9 @@ class Checkpoint:
     size: int = 0
     tier: str = "hot"
     deleted: bool = False
+    # False: a commit of parts whose bytes are still only on the parts' nodes (read
+    # through the owner all the same); `get(..., durable=True)` skips such checkpoints
+    durable: bool = True
     # What the server sent, typed (validity and files as records): `to_wire` is its JSON.
     record: LineageEntry | None = field(default=None, repr=False, compare=False)
 
@@ -67,6 +70,7 @@ class Checkpoint:
             files=r.files,
             size=r.size,
             tier=r.tier,
+            durable=r.durable,
             record=r,
         )
 

@@ -61,6 +61,9 @@ class CheckpointRecord(Record):
     files: dict[str, FileInfo] = field(default_factory=dict)
     size: int = 0
     tier: str = "hot"
+    # False while some file's chunks are still only on the node of the part that saved it
+    # (a commit of parts that did not wait for shipping); true for every other checkpoint.
+    durable: bool = True
 
 
 @dataclass(frozen=True)

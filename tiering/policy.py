@@ -167,6 +167,8 @@ def _namespace(
     pinned_hot = bool(settings.get("pinned_stay_hot", True))
     out = []
     for i, rec in enumerate(snap.live_records(ns)):
+        if not rec.durable:  # a commit of parts not adopted: no chunk of it is here yet
+            continue
         age_from = max(rec.created_at, rec.promoted_at or 0.0)
         recently_read = rec.promoted_at is not None and rec.promoted_at > now - after
         held = target is None or i < keep or (rec.pinned and pinned_hot) or recently_read

@@ -30,6 +30,7 @@ from .manifest import (
     distinct_chunks,
     encode_entry_refs,
 )
+from .pending import PendingTable
 from .records import NamespaceRecord, StoredCheckpoint
 
 LATEST = "latest"
@@ -83,6 +84,7 @@ class Catalog:
     def __init__(self, env: Env, chunks: Chunks) -> None:
         self._records = env.db["checkpoints"]
         self._manifests = env.db["manifests"]
+        self.pending = PendingTable(env.db["pending"])
         self._index = env.db["nsindex"]
         self._tags = env.db["tagindex"]
         self._namespaces = env.db["namespaces"]
@@ -166,6 +168,9 @@ class Catalog:
     def manifest(self, txn: lmdb.Transaction, cid: str) -> dict[str, FileEntry]:
         raw = txn.get(cid.encode(), db=self._manifests)
         if raw is None:
+            pending = self.pending.get(txn, cid)  # not adopted yet: its files (pending.py)
+            if pending is not None:
+                return dict(pending.files)
             raise CheckpointNotFound(f"checkpoint {cid} has no manifest (deleted?)")
         return self._decode(txn, cid, raw, {})
 
@@ -222,20 +227,29 @@ class Catalog:
         self._counters.add(txn, TAG_INDEX_BUILT, 1)
         return n
 
-    def latest(self, txn: lmdb.Transaction, ns: str, valid_only: bool) -> StoredCheckpoint | None:
+    def latest(
+        self, txn: lmdb.Transaction, ns: str, valid_only: bool, durable_only: bool = False
+    ) -> StoredCheckpoint | None:
+        """`durable_only`: skip commits of parts not adopted yet (vault/pending.py)."""
         for cid in self.ids(txn, ns):
             rec = self.record(txn, cid)
-            if rec is not None and (not valid_only or rec.validity.state != "invalid"):
+            if rec is None or (durable_only and not rec.durable):
+                continue
+            if not valid_only or rec.validity.state != "invalid":
                 return rec
         return None
 
-    def resolve(self, txn: lmdb.Transaction, ns: str, ref: str) -> StoredCheckpoint:
-        """A live checkpoint of `ns` by id, `latest` or `latest-valid`."""
+    def resolve(
+        self, txn: lmdb.Transaction, ns: str, ref: str, durable: bool = False
+    ) -> StoredCheckpoint:
+        """A live checkpoint of `ns` by id, `latest` or `latest-valid` (`durable`: the
+        newest whose parts are all adopted)."""
         if ref in (LATEST, LATEST_VALID):
             self.require_namespace(txn, ns)
-            rec = self.latest(txn, ns, valid_only=ref == LATEST_VALID)
+            rec = self.latest(txn, ns, valid_only=ref == LATEST_VALID, durable_only=durable)
             if rec is None:
-                raise CheckpointNotFound(f"namespace {ns!r} has no {ref} checkpoint")
+                what = f"durable {ref}" if durable else ref
+                raise CheckpointNotFound(f"namespace {ns!r} has no {what} checkpoint")
             return rec
         rec = self.record(txn, ref)
         if rec is None or rec.namespace != ns or rec.is_tombstone:
@@ -299,13 +313,37 @@ class Catalog:
         now_ms: int,
     ) -> None:
         """Make a checkpoint visible: record, manifest, index, counts, references."""
-        ns = self.require_namespace(txn, rec.namespace)
         self.put_record(txn, rec, new=True)
+        self._reference(txn, rec, files, now_ms)
+        self._show(txn, rec)
+
+    def add_pending(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> None:
+        """Make a checkpoint visible before its manifest exists (vault/pending.py): the
+        record keeps its files, nothing is referenced until `complete`."""
+        self.put_record(txn, rec)
+        self._show(txn, rec)
+
+    def complete(
+        self, txn: lmdb.Transaction, rec: StoredCheckpoint, files: dict[str, FileEntry], now_ms: int
+    ) -> None:
+        """A pending checkpoint's manifest and references, once every chunk is here."""
+        self._reference(txn, rec, files, now_ms)
+        rec.durable = True
+        self.put_record(txn, rec)
+
+    def _reference(
+        self, txn: lmdb.Transaction, rec: StoredCheckpoint, files: dict[str, FileEntry], now_ms: int
+    ) -> None:
         refs = {name: entry_digest(entry) for name, entry in files.items()}
         bases = self._delta_bases(txn, rec)
         _put_last(txn, rec.id.encode(), encode_entry_refs(refs), self._manifests)
         for name, digest in refs.items():
             self.entries.add(txn, digest, files[name], now_ms, bases.get(name))
+        # the dedup-domain index counts per namespace
+        self.nsrefs.add(txn, rec.namespace, distinct_chunks(files), +1)
+
+    def _show(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> None:
+        ns = self.require_namespace(txn, rec.namespace)
         _put_last(txn, _index_key(rec.namespace, rec.id), b"", self._index)
         for tag in rec.tags:
             txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)
@@ -313,8 +351,6 @@ class Catalog:
         ns.logical_bytes += rec.size
         ns.emptied_at = None
         self.put_namespace(txn, ns)
-        # Chunk counts follow the entries; the dedup-domain index counts per namespace.
-        self.nsrefs.add(txn, rec.namespace, distinct_chunks(files), +1)
         self._counters.add(txn, "checkpoints", 1)
         self._counters.add(txn, "logical_bytes", rec.size)
 
@@ -323,11 +359,13 @@ class Catalog:
         if rec.is_tombstone:
             raise InvalidRequest(f"checkpoint {rec.id} is already deleted")
         raw = txn.get(rec.id.encode(), db=self._manifests)
-        if raw is None:
+        files: dict[str, FileEntry] = {}  # pending (nothing referenced): its row stays
+        if raw is None and (rec.durable or self.pending.get(txn, rec.id) is None):
             raise CheckpointNotFound(f"checkpoint {rec.id} has no manifest (deleted?)")
-        files = self.manifest(txn, rec.id)
-        self._unreference(txn, rec.id, bytes(raw), int(now * 1000))
-        txn.delete(rec.id.encode(), db=self._manifests)
+        if raw is not None:  # until the adopter reads the tombstone and releases its parts
+            files = self.manifest(txn, rec.id)
+            self._unreference(txn, rec.id, bytes(raw), int(now * 1000))
+            txn.delete(rec.id.encode(), db=self._manifests)
         txn.delete(_index_key(rec.namespace, rec.id), db=self._index)
         for tag in rec.tags:
             txn.delete(_tag_key(rec.namespace, tag, rec.id), db=self._tags)

@@ -16,6 +16,9 @@ class VaultConfig:
     # How long a committed part (vault/parts.py) is held for an owner to adopt it, unless
     # released first; then deleted, and collected by GC.
     part_ttl: float = 3600.0
+    # seconds after a part's commit before its node ships it on its own (0: at once); an
+    # owner that waits for shipping (wait_durable) asks for it at once whatever this says
+    part_ship_delay: float = 0.0
     # Put before every upload id: a cluster's node names its shard there (`<shard>-`), so
     # a proxy routes `/v1/uploads/{id}` without a namespace in the path (cluster/shards.py).
     upload_id_prefix: str = ""

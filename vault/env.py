@@ -62,6 +62,7 @@ CATALOG_DBS = (
     b"samples",  # time (ms, u64 BE) -> storage sample JSON (vault/samples.py)
     b"auditby",  # token name \0 audit key -> b"": each token's entries (vault/audit.py)
     b"prepared",  # namespace \0 upload id -> transaction id: prepared uploads (vault/txn.py)
+    b"pending",  # checkpoint id -> JSON: a commit of parts not adopted yet (vault/pending.py)
     # new tables go last: replication logs name a table by its place in this list
 )
 MIN_MAP_SIZE = 1 << 20

@@ -46,6 +46,7 @@ from .commit import Committer
 from .content.moves import Mover
 from .create import ensure_namespace
 from .domains import Domain
+from .durable import Durability
 from .errors import Conflict, InvalidRequest, PartGone, PartNotShipped, UploadNotFound, VaultError
 from .ids import new_upload_id
 from .manifest import FileEntry, distinct_chunks
@@ -62,6 +63,9 @@ from .uploads import (
 from .writer import WriteTxn
 
 PART_TTL = 3600.0  # seconds a committed part is held unless an owner releases it first
+# Seconds a part named by a checkpoint not adopted yet is held (from its commit): its node
+# may be down this long and come back; a release after adoption ends it first.
+CLAIM_HOLD = 7 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class PartManifest:
     expires_at: float
     files: dict[str, FileEntry]
     shipped: bool  # every chunk is in the shared tier (or no shared tier: never)
+    claimed: bool = False  # named by a checkpoint not adopted yet (held until released)
 
     @property
     def size(self) -> int:
@@ -139,6 +144,8 @@ class PartsCommit:
     parent: str | None = None
     metadata: Mapping[str, Any] | None = None
     tags: Sequence[str] | None = None
+    # False: visible once every part's manifest is here, `durable: false` until adopted
+    wait_durable: bool = True
 
 
 def commit_upload_id(prefix: str, ns: str, by: str | None, refs: Sequence[tuple[str, str]]) -> str:
@@ -166,6 +173,7 @@ class Parts:
         self._mover = mover
         self.ttl = ttl
         self._shipping = threading.Lock()  # one shipping run at a time on this node
+        self.durability = Durability(store, uploads)
 
     # -- the part's node ---------------------------------------------------------------
     def open(
@@ -242,6 +250,7 @@ class Parts:
             self._expires(rec),
             files,
             shipped,
+            bool(rec.metadata.get("claimed")),
         )
 
     def held(self) -> list[PartManifest]:
@@ -257,7 +266,34 @@ class Parts:
                 out.append(self._read(part_id))
         return out
 
+    def claim(self, part_id: str) -> PartManifest:
+        """Hold a part until it is released, whatever its deadline: a checkpoint committed
+        without waiting for shipping names it until its owner adopted its chunks."""
+        self.manifest(part_id)
+
+        def op(w: WriteTxn) -> None:
+            rec = self._s.catalog.record(w.catalog, part_id)
+            if rec is not None and not rec.is_tombstone and not rec.metadata.get("claimed"):
+                rec.metadata = {**rec.metadata, "claimed": True}
+                self._s.catalog.put_record(w.catalog, rec)
+
+        self._s.writer.run(op)
+        return self.manifest(part_id)
+
+    def unclaim(self, part_id: str) -> None:
+        """Back to its own deadline: the commit that claimed it made nothing."""
+
+        def op(w: WriteTxn) -> None:
+            rec = self._s.catalog.record(w.catalog, part_id)
+            if rec is not None and rec.namespace == PARTS and rec.metadata.get("claimed"):
+                rec.metadata = {k: v for k, v in rec.metadata.items() if k != "claimed"}
+                self._s.catalog.put_record(w.catalog, rec)
+
+        self._s.writer.run(op)
+
     def _expires(self, rec: StoredCheckpoint) -> float:
+        if rec.metadata.get("claimed"):  # named by a checkpoint not adopted yet
+            return rec.created_at + CLAIM_HOLD
         at = rec.metadata.get("expires_at")
         return float(at) if isinstance(at, (int, float)) else rec.created_at + self.ttl
 
@@ -299,6 +335,15 @@ class Parts:
             return False
         return bool(delete_many(self._s, PARTS, [part_id]).deleted)
 
+    def to_ship(self) -> list[str]:
+        """Claimed parts not shipped yet whose shipping delay is over (after a restart, or
+        a delay configured): the node's loop ships them, no owner needs to ask."""
+        delay = self._s.config.part_ship_delay
+        now = self._s.clock.now()
+        return [
+            p.id for p in self.held() if not p.shipped and p.claimed and p.created_at + delay <= now
+        ]
+
     def expired(self, rec: StoredCheckpoint) -> bool:
         return self._expires(rec) <= self._s.clock.now()
 
@@ -331,13 +376,28 @@ class Parts:
 
     def commit_parts(self, c: PartsCommit) -> StoredCheckpoint:
         """One checkpoint of every part's files (see the module's docstring)."""
-        files = _check_parts(c)
+        files, held_by = _check_parts(c)
         session = self._commit_session(c)
         if session.committed:
+            with self._s.catalog_env.read() as txn:
+                first = self._s.catalog.record(txn, session.committed)
+            if first is not None and not first.durable:
+                return first
             rec, _ = self._committer.commit(session.id)  # the first attempt's
             return rec
         try:
-            self._adopt(session.id, files)
+            # Not waiting: unless this node or the shared index (as it knows it) has every
+            # chunk, make it visible now, without the reservation pass over every chunk.
+            early = not c.wait_durable and not self.durability.adoptable(files)
+            missing = -1 if early else self._adopt(session.id, files)
+            if missing > 0 and c.wait_durable:
+                raise PartNotShipped(
+                    f"{missing} chunk(s) of the parts are neither on this node nor in the "
+                    "shared tier yet: ship the parts first, or retry"
+                )
+            if missing:  # visible now, adopted by the owner's background step
+                refs = [(node, pid) for node, pid in c.refs]
+                return self.durability.commit_pending(session.id, files, held_by, refs)
             for name, entry in files.items():
                 self._uploads.add_file(session.id, name, entry)
             rec, _ = self._committer.commit(session.id)
@@ -387,19 +447,16 @@ class Parts:
 
         return self._s.writer.run(op)
 
-    def _adopt(self, upload_id: str, files: Mapping[str, FileEntry]) -> None:
-        """Every chunk reserved here or adopted from the shared index, or `PartNotShipped`."""
+    def _adopt(self, upload_id: str, files: Mapping[str, FileEntry]) -> int:
+        """Every chunk reserved here or adopted from the shared index; how many are
+        neither (not shipped yet)."""
         if self._s.shared is not None:
             self._s.shared.refresh()  # what the part nodes shipped a moment ago
         ids = [cid.hex() for cid in distinct_chunks(files)]
         missing: list[str] = []
         for i in range(0, len(ids), MAX_MISSING_QUERY):
             missing += self._uploads.missing(upload_id, ids[i : i + MAX_MISSING_QUERY], None)
-        if missing:
-            raise PartNotShipped(
-                f"{len(missing)} chunk(s) of the parts are neither on this node nor in the "
-                "shared tier yet: ship the parts first, or retry"
-            )
+        return len(missing)
 
 
 def part_target(session: UploadSession) -> str | None:
@@ -410,12 +467,14 @@ def part_target(session: UploadSession) -> str | None:
     return target if isinstance(target, str) else None
 
 
-def _check_parts(c: PartsCommit) -> dict[str, FileEntry]:
-    """The files of every part, each part saved for this namespace by this token."""
+def _check_parts(c: PartsCommit) -> tuple[dict[str, FileEntry], dict[str, int]]:
+    """The files of every part, each part saved for this namespace by this token, and
+    which part (its place in `c.parts`) holds each."""
     if not c.parts:
         raise InvalidRequest("a commit of parts needs at least one part")
     files: dict[str, FileEntry] = {}
-    for part in c.parts:
+    held_by: dict[str, int] = {}
+    for i, part in enumerate(c.parts):
         if part.namespace != c.namespace:
             raise InvalidRequest(f"part {part.id} was saved for {part.namespace!r}")
         if part.created_by != c.by:
@@ -424,7 +483,8 @@ def _check_parts(c: PartsCommit) -> dict[str, FileEntry]:
             if name in files:
                 raise InvalidRequest(f"file {name!r} is in more than one part")
             files[name] = entry
-    return files
+            held_by[name] = i
+    return files, held_by
 
 
 __all__ = [

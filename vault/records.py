@@ -50,6 +50,8 @@ class StoredCheckpoint:
     deleted_at: float | None = None  # set on tombstones
     promoted_at: float | None = None  # last brought back hot by a read; ages from here
     created_by: str | None = None  # token name that made it (append-only rules; audit)
+    # False: a commit of parts whose chunks are not all adopted here yet (vault/pending.py)
+    durable: bool = True
     # Stored without `files` (the catalog fills them from the manifest's entries): not a
     # stored field itself.
     files_elided: bool = field(default=False, compare=False, repr=False)
@@ -63,6 +65,8 @@ class StoredCheckpoint:
         # Built by hand: dataclasses.asdict deep-copies metadata and files on every commit.
         fields = {f: getattr(self, f) for f in _RECORD_FIELDS if with_files or f != "files"}
         fields["validity"] = self.validity.__dict__
+        if self.durable:  # the default, as every record before parts had it: not stored
+            del fields["durable"]
         return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
@@ -95,6 +99,7 @@ class StoredCheckpoint:
             files={n: protocol.FileInfo(f["size"], f["hash"]) for n, f in self.files.items()},
             size=self.size,
             tier=self.tier,
+            durable=self.durable,
         )
 
 
@@ -113,6 +118,7 @@ _RECORD_FIELDS = (
     "deleted_at",
     "promoted_at",
     "created_by",
+    "durable",
 )
 
 

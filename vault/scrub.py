@@ -86,7 +86,8 @@ def _candidates(store: ScrubParts, namespace: str | None) -> Iterable[bytes]:
         store.catalog.require_namespace(txn, namespace)
         chunks: set[bytes] = set()
         for rec in live_records(store.catalog, txn, namespace):
-            chunks |= distinct_chunks(store.catalog.manifest(txn, rec.id))
+            if rec.durable:  # not adopted yet: its chunks are not here to verify
+                chunks |= distinct_chunks(store.catalog.manifest(txn, rec.id))
     return sorted(chunks)
 
 

@@ -338,9 +338,9 @@ class Vault:
                 out.append(rec)
         return out, None
 
-    def get(self, ns: str, ref: str) -> StoredCheckpoint:
+    def get(self, ns: str, ref: str, durable: bool = False) -> StoredCheckpoint:
         with self.store.catalog_env.read() as txn:
-            return self.catalog.resolve(txn, ns, ref)
+            return self.catalog.resolve(txn, ns, ref, durable)
 
     def manifest(self, ns: str, ref: str) -> tuple[StoredCheckpoint, dict[str, FileEntry]]:
         with self.store.catalog_env.read() as txn:

@@ -107,6 +107,9 @@ async def parts_context(app: web.Application) -> AsyncIterator[None]:
 
     app[SHIPPER] = Shipper(ship)
     app[RELEASING] = set()
+    from .durable import TOKENS, adopting, shipping  # it imports this module
+
+    app[TOKENS] = {}
 
     async def expiring() -> None:
         while True:
@@ -114,14 +117,16 @@ async def parts_context(app: web.Application) -> AsyncIterator[None]:
             try:
                 if await loop.run_in_executor(app[RUNTIME].io, vault.parts.expire):
                     log.info("expired parts held past %.0f s", vault.parts.ttl)
+                await shipping(app)
             except Exception:  # a pass that failed (a tier down): the next one tries again
                 log.exception("expiring parts failed")
 
-    task = None if app[ROLE].reader else asyncio.create_task(expiring())
+    loops = () if app[ROLE].reader else (expiring(), adopting(app))
+    tasks = [asyncio.create_task(t) for t in loops]
     try:
         yield
     finally:
-        if task is not None:
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -178,9 +183,10 @@ def _json(raw: bytes) -> dict[str, Any]:
 
 
 async def gather(
-    request: web.Request, refs: Iterable[PartRef], ship_timeout: float
+    request: web.Request, refs: Iterable[PartRef], ship_timeout: float, wait: bool = True
 ) -> list[PartManifest]:
-    """Every part's manifest, each shipped to the shared tier unless held here."""
+    """Every part's manifest, each shipped to the shared tier unless held here; `wait`
+    False: each claimed instead (held until released), shipped later."""
     refs = list(refs)
     here, live = own_url(request.app), _live_urls(request.app)
     for ref in refs:
@@ -188,14 +194,22 @@ async def gather(
             raise PartGone(f"part {ref.id}: outside a cluster only this server holds parts")
         if ref.node not in ("", here) and ref.node not in live:
             raise PartUnavailable(f"part {ref.id}: {ref.node or '?'} is not a live cluster node")
-    return list(await asyncio.gather(*(_one(request, r, here, ship_timeout) for r in refs)))
+    return list(await asyncio.gather(*(_one(request, r, here, ship_timeout, wait) for r in refs)))
 
 
-async def _one(request: web.Request, ref: PartRef, here: str, ship_timeout: float) -> PartManifest:
+async def _one(
+    request: web.Request, ref: PartRef, here: str, ship_timeout: float, wait: bool
+) -> PartManifest:
     vault = request.app[VAULT]
     loop = asyncio.get_running_loop()
     if ref.node in ("", here):  # held by this process: adopted without shipping
-        return await loop.run_in_executor(request.app[RUNTIME].io, vault.parts.manifest, ref.id)
+        read = vault.parts.manifest if wait else vault.parts.claim
+        return await loop.run_in_executor(request.app[RUNTIME].io, read, ref.id)
+    if not wait:
+        part = _manifest(await _call(request, ref, "POST", "/claim", FETCH_TIMEOUT))
+        if part.id != ref.id:
+            raise PartUnavailable(f"part {ref.id}'s node answered another part")
+        return part
     part = _manifest(await _call(request, ref, "GET", "", FETCH_TIMEOUT))
     if part.id != ref.id:
         raise PartUnavailable(f"part {ref.id}'s node answered another part")
@@ -210,6 +224,36 @@ def _manifest(body: dict[str, Any]) -> PartManifest:
     except ValueError as e:
         raise PartUnavailable(f"a part node answered a malformed manifest ({e})") from None
     return PartManifest.from_record(record)
+
+
+def unclaim_unless_committed(
+    request: web.Request, ns: str, by: str | None, refs: list[PartRef]
+) -> None:
+    """After a commit not waiting for shipping failed: give the parts it claimed back to
+    their own deadlines, unless its checkpoint was made all the same (its transaction
+    done, the answer lost), behind the answer."""
+    app = request.app
+    here = own_url(app)
+    vault = app[VAULT]
+    loop = asyncio.get_running_loop()
+    io = app[RUNTIME].io
+    named = [(r.node, r.id) for r in refs]
+
+    async def undo() -> None:
+        if await loop.run_in_executor(io, vault.parts.replayed, ns, by, named) is not None:
+            return
+        for ref in refs:
+            try:
+                if ref.node in ("", here):
+                    await loop.run_in_executor(io, vault.parts.unclaim, ref.id)
+                else:
+                    await _call(request, ref, "DELETE", "/claim", FETCH_TIMEOUT)
+            except Exception as e:  # its claim ends it
+                log.info("unclaiming part %s on %s: %s", ref.id, ref.node or "here", e)
+
+    task = asyncio.ensure_future(undo())
+    app[RELEASING].add(task)
+    task.add_done_callback(app[RELEASING].discard)
 
 
 def release(request: web.Request, refs: Iterable[PartRef]) -> None:

@@ -13,6 +13,7 @@ from checkpoint_vault.vault.direct import SaveOptions
 from .. import parse
 from ..audit import BULK_DELETED
 from ..auth import principal, require, visible_record
+from ..cluster.durable import proxy_file
 from ..http import bundle_body, json_body, json_response, query_int, run
 from ..keys import SAVES, VAULT
 from ..transfer.download import stream_file
@@ -79,8 +80,9 @@ async def get_checkpoint(request: web.Request) -> web.Response:
     """One checkpoint by id, `latest` or `latest-valid`."""
     ns, ref = request.match_info["ns"], request.match_info["ref"]
     require(request, "read", ns)
+    durable = request.query.get("durable", "false") == "true"  # skip ones not adopted yet
     return json_response(
-        (await run(request, request.app[VAULT].get, ns, ref)).to_protocol().to_wire()
+        (await run(request, request.app[VAULT].get, ns, ref, durable)).to_protocol().to_wire()
     )
 
 
@@ -105,7 +107,10 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     """A file's bytes, streamed; supports Range (206) and If-None-Match; ETag = file hash."""
     ns = request.match_info["ns"]
     require(request, "read", ns)
-    return await stream_file(request, ns, request.match_info["ref"], request.match_info["name"])
+    ref, name = request.match_info["ref"], request.match_info["name"]
+    rec = await run(request, request.app[VAULT].get, ns, ref)
+    proxied = await proxy_file(request, rec, name)  # not adopted yet: from its part's node
+    return proxied or await stream_file(request, ns, rec.id, name)
 
 
 async def get_lineage(request: web.Request) -> web.Response:

@@ -19,13 +19,24 @@ from aiohttp import web
 from checkpoint_vault.protocol import PartSaved, UploadOpened
 from checkpoint_vault.vault import InvalidRequest
 from checkpoint_vault.vault.clock import rfc3339
+from checkpoint_vault.vault.names import PARTS
 from checkpoint_vault.vault.parts import PartManifest, PartsCommit, part_target
 
 from .. import parse
 from ..auth import principal, require, require_admin, visible_record
-from ..cluster.parts import SHIP_TIMEOUT, SHIPPER, gather, own_url, part_refs, release
+from ..cluster.durable import TOKENS
+from ..cluster.parts import (
+    SHIP_TIMEOUT,
+    SHIPPER,
+    gather,
+    own_url,
+    part_refs,
+    release,
+    unclaim_unless_committed,
+)
 from ..http import json_body, json_response, large_json_response, run
 from ..keys import VAULT
+from ..transfer.download import stream_file
 
 log = logging.getLogger("ckpt.parts")
 
@@ -67,7 +78,7 @@ async def commit_part(request: web.Request) -> web.Response:
     body = await json_body(request)
     files = parse.commit_files(body.get("files"))
     part = await run(request, vault.parts.commit, session.id, files, principal(request).domain())
-    if vault.store.shared is not None:
+    if vault.store.shared is not None and not vault.store.config.part_ship_delay:
         request.app[SHIPPER].ship(part.id)  # behind the answer; the owner waits for it
     return json_response(_saved(request, part).to_wire(), status=201)
 
@@ -100,6 +111,28 @@ async def ship_part(request: web.Request) -> web.Response:
     return await large_json_response(request, part.to_record().to_wire())
 
 
+async def claim_part(request: web.Request) -> web.Response:
+    """Hold a part until released: a checkpoint committed before shipping names it."""
+    part = await _part(request)
+    part = await run(request, request.app[VAULT].parts.claim, part.id)
+    return await large_json_response(request, part.to_record().to_wire())
+
+
+async def get_part_file(request: web.Request) -> web.StreamResponse:
+    """A file of a part, for the owner serving a checkpoint not adopted yet (read scope
+    of the namespace the part is for)."""
+    part = await run(request, request.app[VAULT].parts.manifest, request.match_info["part"])
+    require(request, "read", part.namespace)
+    return await stream_file(request, PARTS, part.id, request.match_info["name"])
+
+
+async def unclaim_part(request: web.Request) -> web.Response:
+    """Back to its own deadline: the commit that claimed it made nothing."""
+    part = await _part(request)
+    await run(request, request.app[VAULT].parts.unclaim, part.id)
+    return web.Response(status=204)
+
+
 async def release_part(request: web.Request) -> web.Response:
     """Delete a part: its owner adopted it (or gave it up)."""
     part = await _part(request)
@@ -118,32 +151,47 @@ async def commit_parts(request: web.Request) -> web.Response:
     ship_timeout = body.get("ship_timeout", SHIP_TIMEOUT)
     if not isinstance(ship_timeout, (int, float)) or not 0 < ship_timeout <= 3600:
         raise InvalidRequest("ship_timeout must be a number of seconds in (0, 3600]")
+    wait_durable = body.get("wait_durable", False)
+    if not isinstance(wait_durable, bool):
+        raise InvalidRequest("wait_durable must be true or false")
     by = principal(request).name
     named = [(r.node, r.id) for r in refs]
     vault = request.app[VAULT]
     done = await run(request, vault.parts.replayed, ns, by, named)
     if done is not None:  # a retry of a commit that was made: its checkpoint, once
-        release(request, refs)  # in case the first attempt died before it released them
+        if done.durable:  # in case the first attempt died before it released them
+            release(request, refs)
+        else:  # an owner restarted since has no token to release them with
+            request.app[TOKENS].setdefault(done.id, request.headers.get("Authorization", ""))
         return json_response(visible_record(request, done).to_wire(), status=200)
     started = time.perf_counter()
-    parts = await gather(request, refs, float(ship_timeout))
-    gathered = time.perf_counter()
-    commit = PartsCommit(
-        ns,
-        parts,
-        by,
-        named,
-        parent=parse.parent(body.get("parent")),
-        metadata=parse.metadata(body.get("metadata")),
-        tags=parse.tags(body.get("tags")),
-    )
-    rec = await run(request, vault.parts.commit_parts, commit)
+    try:
+        parts = await gather(request, refs, float(ship_timeout), wait_durable)
+        gathered = time.perf_counter()
+        commit = PartsCommit(
+            ns,
+            parts,
+            by,
+            named,
+            parent=parse.parent(body.get("parent")),
+            metadata=parse.metadata(body.get("metadata")),
+            tags=parse.tags(body.get("tags")),
+            wait_durable=wait_durable,
+        )
+        rec = await run(request, vault.parts.commit_parts, commit)
+    except BaseException:
+        if not wait_durable:  # claims of a commit that made nothing must not hold parts
+            unclaim_unless_committed(request, ns, by, refs)
+        raise
     log.info(
         "committed %d parts of %s as %s: manifests and shipping %.3f s, adoption and "
         "commit %.3f s",
         len(parts), ns, rec.id, gathered - started, time.perf_counter() - gathered,
     )  # fmt: skip
-    release(request, refs)
+    if rec.durable:
+        release(request, refs)
+    else:  # released once adopted (api/cluster/durable.py), with this token
+        request.app[TOKENS][rec.id] = request.headers.get("Authorization", "")
     return json_response(visible_record(request, rec).to_wire(), status=201)
 
 
@@ -154,4 +202,7 @@ def add_routes(app: web.Application, ns: str) -> None:
     app.router.add_get("/v1/parts/{part}", get_part)
     app.router.add_post("/v1/parts/{part}/ship", ship_part)
     app.router.add_delete("/v1/parts/{part}", release_part)
+    app.router.add_post("/v1/parts/{part}/claim", claim_part)
+    app.router.add_delete("/v1/parts/{part}/claim", unclaim_part)
+    app.router.add_get("/v1/parts/{part}/files/{name:.+}", get_part_file)
     app.router.add_post(f"/v1/namespaces/{ns}/parts", commit_parts)

@@ -30,6 +30,7 @@ def test_checkpoint_schema_keeps_the_contract_fields() -> None:
     record = schemas["Checkpoint"]
     contract = ["id", "namespace", "parent", "created_at", "metadata", "tags", "pinned"]
     contract += ["validity", "files", "size", "tier"]
+    contract += ["durable"]  # issue 44 M2: always answered (true but for commits of parts)
     assert record["required"] == contract
     assert record["properties"]["parent"] == {"type": ["string", "null"]}
     assert record["properties"]["created_at"]["format"] == "date-time"

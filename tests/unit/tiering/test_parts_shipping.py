@@ -1,7 +1,8 @@
 """Parts across two engines over one shared tier (memory here; SeaweedFS and HTTP in
 tests/integration/test_cluster_parts.py): a part shipped by one is adopted by the other's
-commit without a byte sent; one not shipped fails the commit and leaves nothing; tiering
-and compaction leave parts where shipping needs them."""
+commit without a byte sent; one not shipped fails the commit and leaves nothing (or, not
+waiting for shipping, makes a checkpoint not durable until adopted); tiering and
+compaction leave parts where shipping needs them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from checkpoint_vault.protocol import CommitFile
 from checkpoint_vault.tiering import MemoryTier
 from checkpoint_vault.tiering.runner import run_tiering
 from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
-from checkpoint_vault.vault.errors import PartNotShipped
+from checkpoint_vault.vault.errors import CheckpointNotFound, MissingChunks, PartNotShipped
 from checkpoint_vault.vault.frame import chunk_id
 from checkpoint_vault.vault.parts import PartManifest, PartsCommit
 
@@ -76,3 +77,39 @@ def test_a_shipped_part_is_adopted_by_the_owner_and_an_unshipped_one_fails_clean
     assert read_file(owner, "job/x", ckpt.id, "far.bin") == data
     assert read_file(owner, "job/x", ckpt.id, "near.bin") == b"N" * 10_000
     assert owner.get("job/x", "latest").id == ckpt.id
+
+
+def test_a_commit_before_shipping_is_visible_not_durable_and_safe_until_adopted(
+    pair: tuple[Vault, Vault],
+) -> None:
+    """M2 on two engines: the commit before shipping makes a checkpoint `durable: false`
+    that holds no reference to chunks the owner lacks; a fork of it, scrub, tiering, GC
+    and `check` are safe with it; once shipped, adoption makes it durable and readable."""
+    host, owner = pair
+    data = random.Random(2).randbytes(100_000)
+    far = save_part(host, "job/y", "far.bin", data)
+    near = save_part(owner, "job/y", "near.bin", b"M" * 5_000)
+    refs = [("a", far.id), ("", near.id)]
+    commit = PartsCommit("job/y", [far, near], "t", refs, wait_durable=False)
+    ckpt = owner.parts.commit_parts(commit)
+    assert not ckpt.durable
+    assert owner.parts.commit_parts(commit).id == ckpt.id  # a retry answers the same
+    assert owner.get("job/y", "latest").id == ckpt.id
+    with pytest.raises(CheckpointNotFound):
+        owner.get("job/y", "latest-valid", durable=True)
+    assert read_file(owner, "job/y", ckpt.id, "near.bin") == b"M" * 5_000  # its chunks are here
+    with pytest.raises(MissingChunks):  # made of chunks not here: refused, nothing made
+        owner.lifecycle.fork("job/y", ckpt.id, "job/fork", by="t")
+    owner.set_policy(None, {"tiering": {"target": "cold", "keep_hot_last": 0}})
+    run_tiering(owner)
+    owner.gc()
+    assert owner.verify("job/y").corrupt == []
+    assert owner.check().ok
+    assert owner.parts.durability.adopt(ckpt.id) is None  # not shipped yet
+
+    host.parts.ship(far.id)
+    assert owner.parts.durability.adopt(ckpt.id) == refs  # the parts to release
+    assert owner.get("job/y", "latest-valid", durable=True).id == ckpt.id
+    assert read_file(owner, "job/y", ckpt.id, "far.bin") == data
+    assert owner.parts.durability.waiting() == []
+    assert owner.check().ok
