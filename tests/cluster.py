@@ -23,6 +23,7 @@ import pytest
 from checkpoint_vault.client import VaultClient
 from checkpoint_vault.client.errors import ClientError, TransportError
 
+from .aptlock import apt_lock
 from .seaweed import SeaweedFS
 from .serverproc import ServerProcess, free_port
 
@@ -110,10 +111,13 @@ class HAProxy:
     def binary() -> str:
         found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
         if found is None:  # a fresh machine: Debian's package, as pgserver.py and chromium.py do
-            subprocess.run(
-                ["apt-get", "install", "-y", "haproxy"], capture_output=True, timeout=600
-            )
-            found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+            with apt_lock():  # another xdist worker may be installing it (tests/aptlock.py)
+                found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+                if found is None:
+                    subprocess.run(
+                        ["apt-get", "install", "-y", "haproxy"], capture_output=True, timeout=600
+                    )
+                    found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
         if found is None:
             pytest.fail(
                 "haproxy not found: the cluster tests need HAProxy 2.6 or later "
