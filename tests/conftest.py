@@ -27,6 +27,15 @@ from .seaweed import SeaweedFS
 from .serverproc import ServerProcess, free_port
 
 
+def pytest_configure() -> None:
+    """The servers and CLI processes the tests start (hundreds of them) keep our compiled
+    modules: under PYTHONDONTWRITEBYTECODE (which some sandboxes set) each one compiled all
+    of them again, ~0.2 s of CPU per process start (import of serve, cli and client: 0.64 s
+    against 0.45 s with the caches). Their caches go where Python puts them (`__pycache__`,
+    ignored by git); this process's own imports are already done."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
