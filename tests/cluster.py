@@ -23,6 +23,7 @@ import pytest
 from checkpoint_vault.client import VaultClient
 from checkpoint_vault.client.errors import ClientError, TransportError
 
+from .aptlock import apt_lock
 from .seaweed import SeaweedFS
 from .serverproc import ServerProcess, free_port
 
@@ -98,9 +99,9 @@ def shard_config(
 
 
 class HAProxy:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, port: int) -> None:
         self.root = root
-        self.port = free_port()
+        self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = root / "haproxy.cfg"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -110,10 +111,13 @@ class HAProxy:
     def binary() -> str:
         found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
         if found is None:  # a fresh machine: Debian's package, as pgserver.py and chromium.py do
-            subprocess.run(
-                ["apt-get", "install", "-y", "haproxy"], capture_output=True, timeout=600
-            )
-            found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+            with apt_lock():  # another xdist worker may be installing it (tests/aptlock.py)
+                found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+                if found is None:
+                    subprocess.run(
+                        ["apt-get", "install", "-y", "haproxy"], capture_output=True, timeout=600
+                    )
+                    found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
         if found is None:
             pytest.fail(
                 "haproxy not found: the cluster tests need HAProxy 2.6 or later "
@@ -205,16 +209,26 @@ class Cluster:
         self.shared = shared  # one tier and chunk index for every node (issue 44)
         self.nodes: list[ServerProcess] = []
         self.standbys: list[ServerProcess] = []
+        self._ports: set[int] = set()  # every process's and the proxy's: all different
         for k in range(shards):
             self.nodes.append(self._process(f"n{k}", k, standby=False))
         if standbys:
             for k in range(shards):
                 self.standbys.append(self._process(f"n{(k + 1) % shards}", k, standby=True))
-        self.proxy = HAProxy(root)
+        self.proxy = HAProxy(root, self._port())
+
+    def _port(self) -> int:
+        """A free port none of this cluster's processes was given: ports are all picked
+        before any is bound, and free_port may hand out one twice."""
+        port = free_port()
+        while port in self._ports:
+            port = free_port()
+        self._ports.add(port)
+        return port
 
     def _process(self, node: str, shard: int, standby: bool) -> ServerProcess:
         name = f"{node}-s{shard}"
-        port = free_port()
+        port = self._port()
         config = shard_config(
             self.root / f"{name}.toml", self.seaweed, self.run, node, shard, self.shards, port,
             standby, self.extra, self.shared,

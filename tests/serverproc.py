@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import random
 import re
 import resource
 import signal
@@ -28,12 +29,43 @@ POLL_INTERVAL = 0.05  # seconds between health probes (waiting on the process, s
 PROBE_TIMEOUT = 0.5  # seconds for one health probe
 
 
+# free_port picks from here up to the kernel's ephemeral range; below it are Ray's worker
+# ports (10002-19999, tests/integration/test_s3_ray.py)
+LOWEST_PORT = 20000
+
+
+def _ephemeral_floor() -> int:
+    """The first port of the kernel's ephemeral range (Linux: 32768 unless changed)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now (the kernel's pick for port 0)."""
+    """A loopback port nobody is bound to right now, for a server to bind a moment later.
+
+    Picked at random below the kernel's ephemeral range, where no `bind(0)` and no
+    outgoing connection on the machine lands: a port from that range (the kernel's pick
+    for port 0, as this was) could be taken by another process before the server bound it,
+    and a server of another test (another xdist worker, another suite) then answered the
+    readiness probe in its place (seen once: `admin.token` missing after a healthy start).
+    Where the range leaves no room below it, the kernel's pick."""
+    floor = _ephemeral_floor()
+    rng = random.SystemRandom()
+    for _ in range(200 if floor > LOWEST_PORT + 1000 else 0):
+        port = rng.randrange(LOWEST_PORT, floor)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use, or in TIME_WAIT
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        picked: int = s.getsockname()[1]
+        return picked
 
 
 class ServerProcess:

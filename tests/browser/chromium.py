@@ -13,6 +13,8 @@ import os
 import shutil
 import subprocess
 
+from ..aptlock import apt_lock
+
 CANDIDATES = ("chromium", "chromium-browser")
 FLAGS = (
     "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
@@ -43,17 +45,21 @@ def ensure_chromium() -> str:
         return found
     if os.geteuid() != 0:
         raise RuntimeError("chromium is not installed: apt-get install chromium (needs root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-    ):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT)
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-            )
-    found = find_chromium()
+    with apt_lock():  # another xdist worker may be installing it (tests/aptlock.py)
+        found = find_chromium()
+        if found is not None:
+            return found
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for cmd in (
+            ["apt-get", "update"],
+            ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+        ):
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT)
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+                )
+        found = find_chromium()
     if found is None:
         raise RuntimeError("apt-get installed chromium, but no chromium is on PATH")
     return found

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..aptlock import apt_lock
 from ..serverproc import free_port
 
 START_TIMEOUT = 120  # seconds for initdb or a start (-w waits for readiness itself)
@@ -27,10 +28,16 @@ def bin_dir() -> Path:
     """The newest /usr/lib/postgresql/<version>/bin, installing the package if none."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not found:
-        subprocess.run(
-            ["apt-get", "install", "-y", "postgresql"], capture_output=True, check=True, timeout=600
-        )
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        with apt_lock():  # another xdist worker may be installing it (tests/aptlock.py)
+            found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+            if not found:
+                subprocess.run(
+                    ["apt-get", "install", "-y", "postgresql"],
+                    capture_output=True,
+                    check=True,
+                    timeout=600,
+                )
+                found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not found:
         raise RuntimeError("initdb not found: apt-get install postgresql")
     return Path(found[-1]).parent

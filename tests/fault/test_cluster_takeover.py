@@ -1,4 +1,4 @@
-"""A node SIGKILLed under load, ten rounds (issue 43, part 3).
+"""A node SIGKILLed under load, round after round (issue 43, part 3: ten rounds).
 
 Three nodes; each shard has its primary on one node and a standby on the next, both
 replicating in sync mode to the shard's prefix of one SeaweedFS; HAProxy in front, its
@@ -13,7 +13,12 @@ proxy while one node (both of its processes) is SIGKILLed. Then:
 - the killed owner, restarted on its disk, refuses writes for the shard it lost (409), and
   then rejoins as that shard's standby on a fresh disk; the killed standby rejoins on its
   own disk. The next round starts with every shard owned and standing by again.
-The takeover times are printed (`-s`), and asserted within the bound.
+The takeover times are printed (`-n 0 -s`), and asserted within the bound.
+
+Four rounds by default: each node is killed once, and from the second round on every round
+loses two shards that were taken over before (a standby promoted once is the owner killed
+next), so rounds 5-10 repeat round 4's situation at higher epochs. The issue's ten rounds:
+CKPT_CLUSTER_ROUNDS=10 (~50 s more).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from ..cluster import NAMESPACES, Cluster, Producers, call, wait_for
 from ..seaweed import SeaweedFS
 from ..serverproc import ServerProcess
 
-ROUNDS = int(os.environ.get("CKPT_CLUSTER_ROUNDS", "10"))
+ROUNDS = int(os.environ.get("CKPT_CLUSTER_ROUNDS", "4"))
 BOUND = 15.0  # seconds: a lost shard answers saves again within this (the issue's bound)
 
 
