@@ -30,12 +30,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from checkpoint_vault.protocol import HotBytes, PromotePlan, RepackSummary, TieringReport, TierPlan
-from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault import PARTS, Vault
 from checkpoint_vault.vault.content import Packed
 from checkpoint_vault.vault.content.chunks import ChunkMeta
 from checkpoint_vault.vault.errors import InvalidRequest
 from checkpoint_vault.vault.manifest import distinct_chunks
-from checkpoint_vault.vault.names import PARTS
 from checkpoint_vault.vault.policy import Policy, parse_duration, parse_size
 from checkpoint_vault.vault.snapshot import Snapshot
 

@@ -29,6 +29,7 @@ from .errors import (
 )
 from .maintenance import MaintenanceLock
 from .manifest import FileEntry
+from .names import PARTS
 from .records import NamespaceRecord, StoredCheckpoint, UploadSession
 from .seal import Keyring
 from .tokens import Token
@@ -55,6 +56,7 @@ __all__ = [
     "MissingChunks",
     "NamespaceRecord",
     "NotFound",
+    "PARTS",
     "PreparedSave",
     "StreamChunker",
     "SystemClock",

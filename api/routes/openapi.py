@@ -498,6 +498,9 @@ ANSWERS: dict[str, dict[str, str]] = {
         "file more chunks than its size allows",
     },
 }
+# A part's upload and each upload of a commit across namespaces are checked as a commit is.
+ANSWERS["commit_part"] = ANSWERS["commit"]
+ANSWERS["commit_all"] = ANSWERS["commit"]
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
