@@ -243,9 +243,15 @@ class AsyncVaultClient:
     ) -> Checkpoint:
         if self._fits_one_request(sources):
             return await self._save_small(namespace, sources, opts)
-        up = await self._open_upload(namespace, opts)
-        staged = await self._stage(up, sources, f"save {namespace}")
+        staged = await self._stage_save(namespace, sources, opts)
         return Checkpoint.from_wire(await self._commit(staged, sources))
+
+    async def _stage_save(
+        self, namespace: str, sources: list[Source], opts: SaveOptions
+    ) -> _Staged:
+        """A new upload of `namespace` holding `sources`, not committed yet."""
+        up = await self._open_upload(namespace, opts)
+        return await self._stage(up, sources, f"save {namespace}")
 
     async def _stage(self, up: UploadSession, sources: list[Source], what: str) -> _Staged:
         """Every source into the upload (handed over or sent), not committed yet."""
@@ -346,13 +352,8 @@ class AsyncVaultClient:
         transaction (the lost chunks sent again first)."""
         opts = SaveOptions.of(options)
         sources = [collect_sources(files) for files in saves.values()]
-
-        async def stage(namespace: str, src: list[Source]) -> _Staged:
-            up = await self._open_upload(namespace, opts)
-            return await self._stage(up, src, f"save {namespace}")
-
         staged = await asyncio.gather(
-            *(stage(ns, src) for ns, src in zip(saves, sources, strict=True))
+            *(self._stage_save(ns, src, opts) for ns, src in zip(saves, sources, strict=True))
         )
         commits = [(s.upload, s.listing) for s in staged]
         try:
