@@ -29,6 +29,7 @@ from .audit import audit_middleware
 from .auth import TokenCache, auth_middleware
 from .cluster import cluster_context, cluster_middleware, passed_on
 from .cluster.parts import parts_context
+from .cluster.signed import signed_principal
 from .engine import no_readers, open_vault
 from .errors import error_middleware
 from .heads import Unheaded, headed_middleware
@@ -204,7 +205,7 @@ class Alone:
     def middlewares(self, first: list[Middleware]) -> list[Middleware]:
         return [
             *first,
-            auth_middleware(TOKENS, LIMITER, passed_on),
+            auth_middleware(TOKENS, LIMITER, passed_on, signed_principal),
             cluster_middleware(),
             txn_middleware(),  # after it: only the namespace's owner settles (api/txn/)
             read_only_middleware(),

@@ -27,6 +27,7 @@ PUBLIC_PATHS = frozenset({"/v1/health", "/v1/cluster/primary", "/ui"})
 # they hold no data, and a browser fetching a script cannot add a token; every API call
 # the page makes carries one.
 PUBLIC_PREFIXES = ("/ui/",)
+SIGV4 = "AWS4-HMAC-SHA256 "  # an `Authorization` signed with a token's S3 key
 
 
 @dataclass(frozen=True)
@@ -165,19 +166,26 @@ def auth_middleware(
     cache_key: web.AppKey[TokenCache],
     limiter_key: web.AppKey[RateLimiter],
     charged: Callable[[web.Request], bool] | None = None,
+    signed: Callable[[web.Request], Principal] | None = None,
 ) -> Middleware:
     """Authenticate every request but public ones, and charge the token's rate unless
     `charged(request)` says a worker did already (the writing process's side: what a
     worker forwarded or handed over was authenticated and charged there, and a request
-    counted twice would halve a token's rate)."""
+    counted twice would halve a token's rate). `signed`: who sent a request signed with
+    SigV4 instead (api/cluster/signed.py: an owner reading a part as an S3 caller), its
+    rate charged there."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in PUBLIC_PATHS and not request.path.startswith(PUBLIC_PREFIXES):
+            header = request.headers.get("Authorization")
             try:
-                who = request.app[cache_key].authenticate(request.headers.get("Authorization"))
-                if not who.is_admin and (charged is None or not charged(request)):
-                    request.app[limiter_key].take(who.name)
+                if signed is not None and header and header.startswith(SIGV4):
+                    who = signed(request)
+                else:
+                    who = request.app[cache_key].authenticate(header)
+                    if not who.is_admin and (charged is None or not charged(request)):
+                        request.app[limiter_key].take(who.name)
             except ApiError as e:
                 _close_if_unread(request, e)
                 raise

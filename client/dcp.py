@@ -118,7 +118,11 @@ class VaultWriter(StorageWriter):
     `dcp.save` names the namespace instead). After `dcp.save`, the coordinator's
     `writer.checkpoint` is the committed record. `nearby`: a client of the node on this
     rank's host (each rank's own): ranks save there as parts, and the coordinator commits
-    them once through `client` (the proxy)."""
+    them once through `client` (the proxy). `wait_durable` (across hosts): that commit
+    answers once every part is in the cluster's shared tier, so the checkpoint is
+    `durable` when `dcp.save` returns rather than visible at once and adopted seconds
+    later (docs/DESIGN.md, "A checkpoint from many hosts"); a save on one node is
+    durable anyway."""
 
     def __init__(
         self,
@@ -127,12 +131,14 @@ class VaultWriter(StorageWriter):
         *,
         nearby: VaultClient | None = None,
         part_ttl: float | None = None,
+        wait_durable: bool = False,
         **options: Unpack[SaveFields],
     ) -> None:
         super().__init__()
         self.client = client
         self.nearby = nearby
         self.part_ttl = part_ttl  # across hosts: how long a part outlives a failed save
+        self.wait_durable = wait_durable
         self.namespace = namespace
         self.options = options
         self.checkpoint: Checkpoint | None = None
@@ -220,7 +226,9 @@ class VaultWriter(StorageWriter):
             raw = pickle.dumps(metadata, protocol=pickle.HIGHEST_PROTOCOL)
             meta = self.nearby.save_part(self.namespace, {METADATA_FILE: raw}, ttl=self.part_ttl)
             parts.append(meta)
-            self.checkpoint = self.client.commit_parts(self.namespace, parts, **self.options)
+            self.checkpoint = self.client.commit_parts(
+                self.namespace, parts, wait_durable=self.wait_durable, **self.options
+            )
             return
         if self._upload is None:
             raise RuntimeError("VaultWriter.finish before prepare_global_plan")

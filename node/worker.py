@@ -23,6 +23,7 @@ from prometheus_client import generate_latest
 from checkpoint_vault.api.app import create_app
 from checkpoint_vault.api.auth import auth_middleware
 from checkpoint_vault.api.cluster import cluster_middleware, passed_on
+from checkpoint_vault.api.cluster.signed import signed_principal
 from checkpoint_vault.api.engine import hold_shared
 from checkpoint_vault.api.keys import LIMITER, METRICS, SAVES, SETTINGS, TOKENS, UNHEADED, VAULT
 from checkpoint_vault.api.observability import AccessLogger, configure_logging
@@ -55,7 +56,9 @@ class Worker:
         anything: the process that writes then holds nothing for a caller without a token."""
         return [
             *first,
-            auth_middleware(TOKENS, LIMITER, passed_on),  # another node's owner charges it
+            auth_middleware(
+                TOKENS, LIMITER, passed_on, signed_principal
+            ),  # another node's owner charges it
             cluster_middleware(),
             txn_middleware(),  # reads wait for decided transactions (api/txn/)
             forward_middleware(FORWARDER),

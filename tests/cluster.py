@@ -72,6 +72,7 @@ def shard_config(
     standby: bool = False,
     extra: str = "",
     shared: bool = False,
+    s3_port: int | None = None,
 ) -> Path:
     o = seaweed.options()
     creds = (
@@ -93,6 +94,7 @@ def shard_config(
         + ('shared_tier = "shared"\n' if shared else "")
         + ('[standby]\nfollow = "replica:cold"\n' if standby else "")
         + extra
+        + (f"[s3]\nport = {s3_port}\n" if s3_port is not None else "")
         + (f'[tiers.shared]\nurl = "s3://vault/{run}/shared"\n{creds}' if shared else "")
     )
     return path
@@ -199,6 +201,7 @@ class Cluster:
         workers: int = 1,
         extra: str = "",
         shared: bool = False,
+        s3: bool = False,
     ) -> None:
         self.root = root
         self.extra = extra  # more TOML for every process's config
@@ -207,6 +210,9 @@ class Cluster:
         self.run = run
         self.shards = shards
         self.shared = shared  # one tier and chunk index for every node (issue 44)
+        # with `s3`, each primary's S3 endpoint (api/s3/) by its process name
+        self.s3_ports: dict[str, int] = {}
+        self._s3 = s3
         self.nodes: list[ServerProcess] = []
         self.standbys: list[ServerProcess] = []
         self._ports: set[int] = set()  # every process's and the proxy's: all different
@@ -229,9 +235,11 @@ class Cluster:
     def _process(self, node: str, shard: int, standby: bool) -> ServerProcess:
         name = f"{node}-s{shard}"
         port = self._port()
+        if self._s3 and not standby:
+            self.s3_ports[name] = self._port()
         config = shard_config(
             self.root / f"{name}.toml", self.seaweed, self.run, node, shard, self.shards, port,
-            standby, self.extra, self.shared,
+            standby, self.extra, self.shared, self.s3_ports.get(name),
         )  # fmt: skip
         return ServerProcess(
             self.root / name, port, self.root / f"{name}.log", config, workers=self.workers
@@ -251,7 +259,12 @@ class Cluster:
             proc.config, self.seaweed, self.run, node, int(shard), self.shards, proc.port, standby,
             self.extra,
             self.shared,
+            None if standby else self.s3_ports.get(proc.data_dir.name),
         )  # fmt: skip
+
+    def s3_url(self, node: int) -> str:
+        """Primary `node`'s S3 endpoint (a cluster made with `s3`)."""
+        return f"http://127.0.0.1:{self.s3_ports[self.nodes[node].data_dir.name]}"
 
     def processes(self) -> list[ServerProcess]:
         return [*self.nodes, *self.standbys]

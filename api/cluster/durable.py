@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from checkpoint_vault.protocol import DESCRIPTOR_TYPE
 from checkpoint_vault.vault.errors import PartUnavailable
@@ -35,6 +37,7 @@ ADOPT_EVERY = 0.5  # seconds between adoption passes (a read of the pending tabl
 READ_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60)
 TOKENS = web.AppKey("parts_tokens", dict)  # checkpoint id -> Authorization that committed it
 _PASSED = ("Range", "If-None-Match", "If-Range")
+Signer = Callable[[str, URL], dict[str, str]]  # (method, url) -> headers asking as the caller
 
 
 async def adopt_pass(app: web.Application) -> int:
@@ -102,29 +105,42 @@ async def shipping(app: web.Application) -> None:
 
 
 async def proxy_file(
-    request: web.Request, rec: StoredCheckpoint, name: str
+    request: web.Request,
+    rec: StoredCheckpoint,
+    name: str,
+    sign: Signer | None = None,
+    answer_headers: Mapping[str, str] | None = None,
+    app: web.Application | None = None,
 ) -> web.StreamResponse | None:
-    """A file of a pending checkpoint from its part's node; None: serve it here."""
+    """A file of a pending checkpoint from its part's node; None: serve it here. `sign`:
+    how to ask as the caller (default: its own `Authorization`; an S3 caller's request is
+    signed with its S3 key, api/cluster/signed.py); `answer_headers` replace the part
+    node's (the S3 endpoint's ETag and Last-Modified); `app`: the one holding the vault
+    and the cluster's session (the S3 endpoint's own app lends the main app's)."""
     if rec.durable:
         return None
-    vault = request.app[VAULT]
+    app = app or request.app
+    vault = app[VAULT]
     pending = await asyncio.get_running_loop().run_in_executor(
-        request.app[RUNTIME].io, vault.parts.durability.pending, rec.id
+        app[RUNTIME].io, vault.parts.durability.pending, rec.id
     )
     where = pending.part_of(name) if pending is not None else None
-    if where is None or where[0] in ("", own_url(request.app)):
+    if where is None or where[0] in ("", own_url(app)):
         return None  # adopted meanwhile, or a part on this process: its chunks are here
     node, part_id = where
     if request.content_type == DESCRIPTOR_TYPE:  # not handed over: HTTP then, proxied
         return web.Response(status=409, text="file not on this node yet")
-    headers = {"Authorization": request.headers.get("Authorization", "")}
+    url = URL(f"{node}/v1/parts/{part_id}/files/{name}")
+    if sign is None:
+        headers = {"Authorization": request.headers.get("Authorization", "")}
+    else:
+        headers = sign(request.method, url)
     headers.update({h: request.headers[h] for h in _PASSED if h in request.headers})
-    url = f"{node}/v1/parts/{part_id}/files/{name}"
     try:
-        async with request.app[SESSION].request(
+        async with app[SESSION].request(
             request.method, url, headers=headers, timeout=READ_TIMEOUT
         ) as answer:
-            if answer.status >= 500 or answer.status in (404, 409):
+            if answer.status >= 400 and answer.status != 416:  # 401: a token not mirrored yet
                 raise PartUnavailable(
                     f"file {name!r} is on part {part_id}'s node {node}, which answered "
                     f"{answer.status}; it is read from the owner once adopted"
@@ -133,6 +149,7 @@ async def proxy_file(
             for h in ("Content-Type", "Content-Length", "Content-Range", "ETag", "Accept-Ranges"):
                 if h in answer.headers:
                     out.headers[h] = answer.headers[h]
+            out.headers.update(answer_headers or {})
             await out.prepare(request)
             async for block in answer.content.iter_chunked(1 << 20):
                 await out.write(block)

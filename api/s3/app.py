@@ -32,7 +32,7 @@ from ..keys import CLOCK, LIMITER, RUNTIME, SETTINGS, TOKENS, TURNS, VAULT
 from ..tls import server_context
 from . import listing, multipart, objects, xml
 from .errors import S3Error, from_vault, not_implemented
-from .keys import STATE
+from .keys import MAIN, STATE
 from .ops import commit_now
 from .signing import authenticate
 from .state import S3State
@@ -112,11 +112,11 @@ async def _bucket_op(request: web.Request, bucket: str, m: str) -> web.StreamRes
 def _error_response(request: web.Request, error: S3Error, rid: str) -> web.Response:
     resource = error.resource or request.path
     body = b"" if request.method == "HEAD" else xml.error(error.code, error.message, resource, rid)
+    headers = {"x-amz-request-id": rid}
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
     return web.Response(
-        status=error.status,
-        body=body,
-        content_type="application/xml",
-        headers={"x-amz-request-id": rid},
+        status=error.status, body=body, content_type="application/xml", headers=headers
     )
 
 
@@ -154,6 +154,7 @@ def make_app(main: web.Application) -> web.Application:
     app[TOKENS], app[CLOCK], app[LIMITER] = main[TOKENS], main[CLOCK], main[LIMITER]
     app[TURNS] = main[TURNS]
     app[STATE] = S3State()
+    app[MAIN] = main  # what is made after this (the cluster's session) is found there
     app.router.add_route("*", "/{path:.*}", dispatch)
     return app
 

@@ -29,12 +29,20 @@ from checkpoint_vault.vault.errors import (
 class S3Error(Exception):
     """One S3 error answer: its `code`, HTTP `status` and a message for a person."""
 
-    def __init__(self, code: str, status: int, message: str, resource: str = "") -> None:
+    def __init__(
+        self,
+        code: str,
+        status: int,
+        message: str,
+        resource: str = "",
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.status = status
         self.message = message
         self.resource = resource
+        self.retry_after = retry_after  # seconds, sent as Retry-After (a part node down)
 
 
 def access_denied(message: str) -> S3Error:
@@ -75,5 +83,7 @@ def from_vault(error: VaultError) -> S3Error:
     words; storage paths never reach it, vault/errors.py)."""
     for cls, code, status in _TABLE:
         if isinstance(error, cls):
-            return S3Error(code, status, str(error))
+            return S3Error(
+                code, status, str(error), retry_after=getattr(error, "retry_after", None)
+            )
     return S3Error("InternalError", 500, "We encountered an internal error. Please try again.")

@@ -7,3 +7,4 @@ from aiohttp import web
 from .state import S3State
 
 STATE = web.AppKey("s3_state", S3State)
+MAIN = web.AppKey("s3_main", web.Application)  # the JSON API's app: its cluster session

@@ -18,16 +18,17 @@ from aiohttp import web
 from checkpoint_vault.vault import FileEntry
 from checkpoint_vault.vault.content.reader import batches
 
+from ..cluster.durable import proxy_file
 from ..errors import InvalidRange
 from ..http import run
 from ..keys import CLOCK, VAULT
 from ..transfer.download import parse_range
 from . import xml
 from .errors import S3Error, access_denied, invalid_argument, no_such_key
-from .keys import STATE
+from .keys import MAIN, STATE
 from .naming import check_key, namespace
 from .ops import allow, commit_if_marker, current, ensure_open, store
-from .signing import body_of
+from .signing import as_caller, body_of
 from .tree import (
     base_entry,
     emptied,
@@ -65,6 +66,14 @@ async def get_object(request: web.Request, bucket: str, key: str) -> web.StreamR
     except InvalidRange:
         raise S3Error("InvalidRange", 416, "The requested range is not satisfiable", key) from None
     first, last = rng if rng is not None else (0, entry.size - 1)
+    latest = now.latest
+    if request.method == "GET" and entry.size and latest is not None and key not in now.written:
+        # a commit of parts not adopted yet: from its part's node, as the files route does
+        proxied = await proxy_file(
+            request, latest, to_name(key), as_caller(request), headers, request.app[MAIN]
+        )
+        if proxied is not None:
+            return proxied
     resp = web.StreamResponse(status=206 if rng else 200, headers=headers)
     if rng is not None:
         resp.headers["Content-Range"] = f"bytes {first}-{last}/{entry.size}"

@@ -5,14 +5,16 @@ per-token shares of the worker pool and rate limits apply alike."""
 from __future__ import annotations
 
 from aiohttp import web
+from yarl import URL
 
 from checkpoint_vault.protocol import S3_KEY_PREFIX, s3_secret_from_hash
 
 from ..auth import PRINCIPAL, Principal
+from ..cluster.durable import Signer
 from ..keys import CLOCK, LIMITER, TOKENS
 from .body import Body
 from .errors import S3Error, access_denied
-from .sigv4 import Signed, check_time, parse_header, parse_query, verify
+from .sigv4 import Signed, check_time, parse_header, parse_query, sign, verify
 
 SIGNED = web.RequestKey("s3_signed", Signed)
 SIGNING_KEY = web.RequestKey("s3_signing_key", bytes)
@@ -75,6 +77,25 @@ def authenticate(request: web.Request) -> Principal:
     request[SIGNED] = signed
     request[SIGNING_KEY] = key
     return who
+
+
+def as_caller(request: web.Request) -> Signer:
+    """How the owner asks a part's node for a file as this request's signer: signed with
+    the same token's S3 key (api/cluster/signed.py checks it there)."""
+    signed = request[SIGNED]
+    token = request.app[TOKENS].by_key.get(signed.access_key[len(S3_KEY_PREFIX) :])
+    if token is None:  # revoked since the request was checked
+        raise access_denied("the token that signed this request was revoked")
+    secret = s3_secret_from_hash(token.secret_hash)
+    now = request.app[CLOCK].now()
+
+    def signer(method: str, url: URL) -> dict[str, str]:
+        return sign(
+            secret, signed.access_key, method, url.raw_authority, url.raw_path,
+            url.raw_query_string, now,
+        )  # fmt: skip
+
+    return signer
 
 
 def body_of(request: web.Request) -> Body:

@@ -229,3 +229,21 @@ def chunk_signature(key: bytes, signed: Signed, previous: str, chunk_sha256: str
         ]
     )
     return hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+def sign(
+    secret: str, access_key: str, method: str, host: str, raw_path: str, raw_query: str, now: float
+) -> dict[str, str]:
+    """The headers that sign a bodiless request (`UNSIGNED-PAYLOAD`) as `access_key`: an
+    owner reading a part's file for an S3 caller (api/s3/signing.py `as_caller`)."""
+    amz_date = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    names = ("host", "x-amz-content-sha256", "x-amz-date")
+    signed = Signed(access_key, amz_date[:8], "cluster", "s3", amz_date, names, "", UNSIGNED)
+    headers = {"host": host, "x-amz-content-sha256": UNSIGNED, "x-amz-date": amz_date}
+    canonical = canonical_request(method, raw_path, raw_query, headers, signed)
+    proof = signature(signing_key(secret, signed), signed, canonical)
+    credential = f"Credential={access_key}/{signed.scope}"
+    headers["Authorization"] = (
+        f"{ALGORITHM} {credential}, SignedHeaders={';'.join(names)}, Signature={proof}"
+    )
+    return headers
