@@ -19,6 +19,15 @@ def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def _durable(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help=f"{what} only checkpoints durable already (not a commit of parts whose "
+        "files are still on their hosts' nodes)",
+    )
+
+
 def register(sub: Any) -> None:
     p = _common(sub.add_parser("push", help="save files or directories as a checkpoint"))
     p.add_argument("namespace")
@@ -40,6 +49,7 @@ def register(sub: Any) -> None:
     p.add_argument("namespace")
     p.add_argument("ref", help="checkpoint id, latest or latest-valid")
     p.add_argument("dest", type=Path)
+    _durable(p, "latest and latest-valid resolve to")
     p.set_defaults(func=pull)
 
     p = _common(sub.add_parser("ls", help="list namespaces, or a namespace's checkpoints"))
@@ -47,6 +57,7 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--tag", default=None)
     p.add_argument("--validity", default=None, choices=["unverified", "valid", "invalid"])
+    _durable(p, "list")
     p.set_defaults(func=ls)
 
     for name, func, helptext in (
@@ -60,6 +71,7 @@ def register(sub: Any) -> None:
             p.add_argument(
                 "--storage", action="store_true", help="with --json: add how it is stored"
             )
+            _durable(p, "latest and latest-valid resolve to")
         p.set_defaults(func=func)
 
     p = _common(sub.add_parser("mark", help="mark a checkpoint valid or invalid"))
@@ -112,7 +124,7 @@ def _files(paths: list[Path]) -> dict[str, Path]:
 
 def _print_records(records: list[Checkpoint]) -> None:
     table(
-        ["id", "created", "validity", "size", "files", "pin", "tags", "parent"],
+        ["id", "created", "validity", "size", "files", "pin", "durable", "tags", "parent"],
         [
             [
                 r.id,
@@ -121,6 +133,7 @@ def _print_records(records: list[Checkpoint]) -> None:
                 human_bytes(r.size) if not r.deleted else "-",
                 len(r.files),
                 "yes" if r.pinned else "",
+                "-" if r.deleted else "yes" if r.durable else "no",
                 r.tags,
                 r.parent,
             ]
@@ -154,10 +167,12 @@ def pull(args: argparse.Namespace) -> int:
             load_here,  # a server here writes the files: no client needed
         )
 
-        ckpt = load_here(args.url, args.token, args.namespace, args.ref, args.dest)
+        ckpt = load_here(
+            args.url, args.token, args.namespace, args.ref, args.dest, durable=args.durable
+        )
     if ckpt is None:
         with connect(args, progress=None if not args.json else False) as vault:
-            ckpt = vault.load(args.namespace, args.ref, args.dest)
+            ckpt = vault.load(args.namespace, args.ref, args.dest, durable=args.durable)
     if args.json:
         emit_json(ckpt.to_wire())
     else:
@@ -180,7 +195,13 @@ def ls(args: argparse.Namespace) -> int:
                     ],
                 )
             return 0
-        records = vault.list(args.namespace, limit=args.limit, tag=args.tag, validity=args.validity)
+        records = vault.list(
+            args.namespace,
+            limit=args.limit,
+            tag=args.tag,
+            validity=args.validity,
+            durable=args.durable,
+        )
     if args.json:
         emit_json([r.to_wire() for r in records])
     else:
@@ -190,7 +211,7 @@ def ls(args: argparse.Namespace) -> int:
 
 def show(args: argparse.Namespace) -> int:
     with connect(args, progress=None if not args.json else False) as vault:
-        ckpt = vault.get(args.namespace, args.ref)
+        ckpt = vault.get(args.namespace, args.ref, durable=args.durable)
         storage = vault.storage(args.namespace, ckpt.id) if args.storage or not args.json else None
     if args.json:
         if storage is not None:

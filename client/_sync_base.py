@@ -78,11 +78,12 @@ class BlockingClient:
         before: str | None = None,
         tag: str | None = None,
         validity: str | None = None,
+        durable: bool = False,
     ) -> list[Checkpoint]:
         """`list`: one small request, sent from this thread, which waits for it anyway
         (LangGraph's `VaultSaver.get_tuple` lists once per graph run)."""
         self._thread.check_owner()
-        return self.aio._list_here(namespace, limit, before, tag, validity)
+        return self.aio._list_here(namespace, limit, before, tag, validity, durable)
 
     def _save_bytes_here(
         self, namespace: str, files: Mapping[str, bytes], opts: SaveOptions

@@ -381,6 +381,10 @@ class VaultClient(BlockingClient):
         before: str | None = None,
         tag: str | None = None,
         validity: str | None = None,
+        durable: bool = False,
     ) -> list[Checkpoint]:
-        """Newest first; pass the last id as `before` for the next page."""
-        return self._here_list(namespace, limit=limit, before=before, tag=tag, validity=validity)
+        """Newest first; pass the last id as `before` for the next page. `durable`: only
+        checkpoints durable already (not a commit of parts still being adopted)."""
+        return self._here_list(
+            namespace, limit=limit, before=before, tag=tag, validity=validity, durable=durable
+        )

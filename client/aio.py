@@ -849,9 +849,11 @@ class AsyncVaultClient:
         before: str | None = None,
         tag: str | None = None,
         validity: str | None = None,
+        durable: bool = False,
     ) -> list[Checkpoint]:
-        """Newest first; pass the last id as `before` for the next page."""
-        params = _list_params(limit, before, tag, validity)
+        """Newest first; pass the last id as `before` for the next page. `durable`: only
+        checkpoints durable already (not a commit of parts still being adopted)."""
+        params = _list_params(limit, before, tag, validity, durable)
         out = await self._t.json("GET", _checkpoints_path(namespace), params=params)
         return [Checkpoint.from_wire(r) for r in out["checkpoints"]]
 
@@ -862,10 +864,11 @@ class AsyncVaultClient:
         before: str | None,
         tag: str | None,
         validity: str | None,
+        durable: bool = False,
     ) -> builtins.list[Checkpoint]:
         """`list` on the caller's thread, which it blocks (`VaultClient.list`): one small
         request, as `_save_small_here` sends a save, with no hop to the loop and back."""
-        params = _list_params(limit, before, tag, validity)
+        params = _list_params(limit, before, tag, validity, durable)
         out = self._t.json_here("GET", _checkpoints_path(namespace), params=params)
         return [Checkpoint.from_wire(r) for r in out["checkpoints"]]
 
@@ -879,12 +882,14 @@ def _checkpoints_path(namespace: str) -> str:
 
 
 def _list_params(
-    limit: int, before: str | None, tag: str | None, validity: str | None
+    limit: int, before: str | None, tag: str | None, validity: str | None, durable: bool
 ) -> dict[str, str]:
     params = {"limit": str(limit)}
     for key, value in (("before", before), ("tag", tag), ("validity", validity)):
         if value is not None:
             params[key] = value
+    if durable:
+        params["durable"] = "true"
     return params
 
 

@@ -43,6 +43,7 @@ def load_here(
     ref: str,
     dest: str | os.PathLike[str],
     timeout: float = 300.0,
+    durable: bool = False,
 ) -> Checkpoint | None:
     """`VaultClient(url, token).load(namespace, ref, dest)` done by a server on this machine,
     or None (nothing written) when it cannot be done so; an error only for a restore that
@@ -62,6 +63,7 @@ def load_here(
     if sock is None:
         return None
     path = f"{prefix}/v1/namespaces/{ns_path(namespace)}/checkpoints/{ref}"
+    path += "?durable=true" if durable else ""
     record = local.get_json(local.UnixConnection(sock, timeout), path, headers)
     if record is None:
         return None

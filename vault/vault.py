@@ -312,8 +312,10 @@ class Vault:
         before: str | None = None,
         tag: str | None = None,
         validity: str | None = None,
+        durable: bool = False,
     ) -> tuple[list[StoredCheckpoint], str | None]:
-        """Live checkpoints newest first, and the cursor for the next page (or None)."""
+        """Live checkpoints newest first, and the cursor for the next page (or None);
+        `durable`: only those whose parts are all adopted (vault/pending.py)."""
         check_namespace(ns)
         if not 1 <= limit <= MAX_LIST:
             raise InvalidRequest(f"limit must be 1 to {MAX_LIST}")
@@ -332,6 +334,8 @@ class Vault:
                 if rec is None or (tag is not None and tag not in rec.tags):
                     continue
                 if validity is not None and rec.validity.state != validity:
+                    continue
+                if durable and not rec.durable:
                     continue
                 if len(out) == limit:
                     return out, out[-1].id

@@ -35,7 +35,8 @@ async def list_namespaces(request: web.Request) -> web.Response:
 
 
 async def list_checkpoints(request: web.Request) -> web.Response:
-    """Live checkpoints newest first; `next` is the `before` cursor of the next page."""
+    """Live checkpoints newest first; `next` is the `before` cursor of the next page;
+    `durable=true`: only checkpoints whose `durable` is true."""
     ns = request.match_info["ns"]
     require(request, "read", ns)
     q = request.query
@@ -47,6 +48,7 @@ async def list_checkpoints(request: web.Request) -> web.Response:
         before=q.get("before"),
         tag=q.get("tag"),
         validity=q.get("validity"),
+        durable=q.get("durable", "false") == "true",
     )
     return json_response(
         {"checkpoints": [r.to_protocol().to_wire() for r in records], "next": cursor}

@@ -14,6 +14,7 @@ whether it was durable."""
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import time
 import urllib.error
@@ -31,6 +32,7 @@ from botocore.exceptions import ClientError  # type: ignore[import-untyped]  # n
 from yarl import URL
 
 from checkpoint_vault.api.s3.sigv4 import sign
+from checkpoint_vault.cli import main
 from checkpoint_vault.client import VaultClient
 from checkpoint_vault.client.dcp import VaultReader, VaultWriter
 from checkpoint_vault.client.errors import PartUnavailable
@@ -200,6 +202,48 @@ def test_a_dcp_save_across_hosts_waiting_for_durability_is_durable_when_it_retur
         dcp.load(loaded, storage_reader=VaultReader(proxy, ns, "latest", durable=True))
         assert torch.equal(loaded["w"], state["w"])
         assert loaded["step"] == 7
+
+
+def _ckpt(cluster: Cluster, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    """`ckpt --json` through the proxy, in this process; its answer."""
+    assert main(["--url", cluster.proxy.url, "--token", cluster.token, *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_ckpt_ls_show_pull_durable_skip_a_checkpoint_not_adopted_yet(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--durable` on `ls`, `show` and `pull`, and the `durable` column; before, the CLI had
+    neither (usage error 2 on the flag)."""
+    ns = _ns("durable/cli")
+    with (
+        VaultClient(cluster.proxy.url, cluster.token, progress=False) as proxy,
+        VaultClient(cluster.nodes[1].url, cluster.token, progress=False) as near_b,
+    ):
+        first = proxy.save(ns, {"x.bin": b"first"})
+        part = near_b.save_part(ns, {"x.bin": b"second"})
+        ckpt = proxy.commit_parts(ns, [part])
+        assert not ckpt.durable
+        listed = _ckpt(cluster, capsys, "ls", ns)
+        assert [(r["id"], r["durable"]) for r in listed] == [(ckpt.id, False), (first.id, True)]
+        assert [r["id"] for r in _ckpt(cluster, capsys, "ls", ns, "--durable")] == [first.id]
+        assert _ckpt(cluster, capsys, "show", ns, "latest")["id"] == ckpt.id
+        assert _ckpt(cluster, capsys, "show", ns, "latest", "--durable")["id"] == first.id
+        pulled = _ckpt(cluster, capsys, "pull", ns, "latest", str(tmp_path / "d"), "--durable")
+        assert pulled["id"] == first.id
+        assert (tmp_path / "d" / "x.bin").read_bytes() == b"first"
+        base = ["--url", cluster.proxy.url, "--token", cluster.token]
+        assert main([*base, "ls", ns]) == 0  # for people: the column says which is not yet
+        header, _, *rows = capsys.readouterr().out.splitlines()
+        at = header.index("durable")  # the column's cells start where its name does
+        assert [(r.split()[0], r[at:].split()[0]) for r in rows] == [
+            (ckpt.id, "no"),
+            (first.id, "yes"),
+        ]
+        _ship(cluster, 1, part.id)
+        wait_for("the owner adopting the part", lambda: _durable(proxy, ns, ckpt.id))
+        durable = _ckpt(cluster, capsys, "ls", ns, "--durable")
+        assert [r["id"] for r in durable] == [ckpt.id, first.id]
 
 
 def test_a_checkpoint_deleted_before_adoption_releases_its_parts_once_shipped(
