@@ -69,6 +69,12 @@ class ClusterNode:
     def shard(self) -> int:
         return self.config.shard
 
+    @property
+    def store(self) -> Tier:
+        """The cluster's objects (`config.store`): for the release markers of parts
+        (releases.py), which the api writes and reads outside the beat."""
+        return self._tier
+
     def shard_of(self, namespace: str) -> int:
         return shard_of(namespace, self.config.shards)
 

@@ -4,12 +4,14 @@ On the owner: `adopting` runs every `ADOPT_EVERY` seconds while this process wri
 adopts each pending checkpoint whose parts the shared index now lists (state in the
 catalog: a restart or a takeover carries on). Then the parts are released: one on this
 process through its engine, one on another node with the token that committed (kept in
-memory only: after a restart such a part stays until its claimed deadline instead).
-`proxy_file` serves a file of a pending checkpoint from the node of the part that holds
-it, node to node with the caller's token; a node down answers 503 `part_unavailable`.
+memory only), or, without it (after a restart) or with that node not answering, by a
+marker in the cluster's store (cluster/releases.py). `proxy_file` serves a file of a
+pending checkpoint from the node of the part that holds it, node to node as the caller
+(its token, or an S3 caller's signature: api/cluster/signed.py); a node down answers 503
+`part_unavailable`.
 
 On a part's node: `shipping` ships claimed parts not shipped yet (after a restart, or
-once `[uploads] part_ship_delay` is over).
+once `[uploads] part_ship_delay` is over), and releases those its owner marked released.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from checkpoint_vault.cluster import ClusterNode, releases
 from checkpoint_vault.protocol import DESCRIPTOR_TYPE
+from checkpoint_vault.vault import Vault
 from checkpoint_vault.vault.errors import PartUnavailable
 from checkpoint_vault.vault.records import StoredCheckpoint
 
@@ -58,25 +62,41 @@ async def adopt_pass(app: web.Application) -> int:
         log.info("adopted the parts of checkpoint %s: durable", ckpt_id)
         auth = app[TOKENS].pop(ckpt_id, None)
         for node, part_id in parts:
-            await _release(app, node, part_id, auth)
+            await _release(app, node, part_id, auth, ckpt_id)
     return done
 
 
-async def _release(app: web.Application, node: str, part_id: str, auth: str | None) -> None:
+async def _release(
+    app: web.Application, node: str, part_id: str, auth: str | None, ckpt_id: str
+) -> None:
+    """A part on this process through its engine; on another node with the token that
+    committed, or (no token: committed before a restart; that node not answering) a
+    marker in the cluster's store, which the part node takes (cluster/releases.py)."""
+    loop = asyncio.get_running_loop()
+    io = app[RUNTIME].io
     try:
         if node in ("", own_url(app)):
-            await asyncio.get_running_loop().run_in_executor(
-                app[RUNTIME].io, app[VAULT].parts.release, part_id
-            )
-        elif auth is not None:
-            url = f"{node}/v1/parts/{part_id}"
-            timeout = aiohttp.ClientTimeout(total=30)
-            async with app[SESSION].delete(url, headers={"Authorization": auth}, timeout=timeout):
-                pass
-        else:  # committed before a restart: the claimed deadline ends it
-            log.info("part %s on %s stays until its deadline (no token here)", part_id, node)
-    except Exception as e:  # its deadline collects it
-        log.info("releasing part %s on %s: %s", part_id, node or "here", e)
+            await loop.run_in_executor(io, app[VAULT].parts.release, part_id)
+            return
+        if auth is not None and await _ask_release(app, node, part_id, auth):
+            return
+        await loop.run_in_executor(io, releases.mark, app[CLUSTER].store, node, part_id, ckpt_id)
+        log.info("part %s on %s: released by a marker in the store", part_id, node)
+    except Exception as e:  # its claim ends it (7 days)
+        log.warning("releasing part %s on %s: %s", part_id, node or "here", e)
+
+
+async def _ask_release(app: web.Application, node: str, part_id: str, auth: str) -> bool:
+    """DELETE the part on its node; whether that node answered it is gone."""
+    url = f"{node}/v1/parts/{part_id}"
+    timeout = aiohttp.ClientTimeout(total=30)
+    try:
+        async with app[SESSION].delete(
+            url, headers={"Authorization": auth}, timeout=timeout
+        ) as answer:
+            return answer.status in (204, 409)  # 409 part_gone: released already
+    except (aiohttp.ClientError, TimeoutError):
+        return False
 
 
 async def adopting(app: web.Application) -> None:
@@ -102,6 +122,19 @@ async def shipping(app: web.Application) -> None:
     loop = asyncio.get_running_loop()
     for part_id in await loop.run_in_executor(app[RUNTIME].io, vault.parts.to_ship):
         app[SHIPPER].ship(part_id)
+    if node is not None:
+        await loop.run_in_executor(app[RUNTIME].io, _take_releases, vault, node)
+
+
+def _take_releases(vault: Vault, node: ClusterNode) -> None:
+    """Release the claimed parts an owner marked as released in the store (blocking; one
+    listing, only while this node holds claimed parts)."""
+    if not any(p.claimed for p in vault.parts.held()):
+        return
+    for key, part_id in releases.marked(node.store, node.config.url):
+        if vault.parts.release(part_id):
+            log.info("released part %s: its owner adopted it (marker in the store)", part_id)
+        releases.clear(node.store, key)
 
 
 async def proxy_file(

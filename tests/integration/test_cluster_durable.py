@@ -264,6 +264,33 @@ def test_a_checkpoint_deleted_before_adoption_releases_its_parts_once_shipped(
         assert proxy.list(ns) == []
 
 
+def test_an_owner_restarted_before_adoption_still_releases_the_remote_parts(
+    cluster: Cluster,
+) -> None:
+    """The owner keeps the committing token in memory only; killed and restarted between
+    the commit and the adoption, it has none, and marks the part released in the store,
+    which B takes. Before, B held the part until its claim ended (7 days)."""
+    ns = _ns("durable/restarted")
+    a = cluster.nodes[0]
+    data = secrets.token_bytes(SIZE)
+    with VaultClient(cluster.nodes[1].url, cluster.token, progress=False) as near_b:
+        part = near_b.save_part(ns, {"x.bin": data})
+    with VaultClient(cluster.proxy.url, cluster.token, progress=False) as proxy:
+        ckpt = proxy.commit_parts(ns, [part])
+        assert not ckpt.durable
+        assert a.kill() == -9
+        a.start()
+        wait_for(
+            "every node seeing both shards owned",
+            lambda: all(all(o["owner"] for o in cluster.state(i)["shard_owners"]) for i in (0, 1)),
+        )
+        assert [p["id"] for p in _held(cluster, 1)] == [part.id]
+        _ship(cluster, 1, part.id)
+        wait_for("the restarted owner adopting the part", lambda: _durable(proxy, ns, ckpt.id))
+        wait_for("the adopted part released by its marker", lambda: not _held(cluster, 1))
+        assert proxy.open(ns, ckpt.id, "x.bin").read() == data
+
+
 def test_a_part_node_killed_before_adoption_answers_503_then_adoption_completes(
     cluster: Cluster, tmp_path: Path
 ) -> None:
