@@ -82,14 +82,18 @@ class TokenCache:
         self._seen = changes()
         self.reload(load())
 
-    def authenticate(self, header: str | None) -> Principal:
-        if not header or not header.startswith("Bearer "):
-            raise Unauthorized("missing 'Authorization: Bearer <token>' header")
+    def refresh(self) -> None:
+        """The table as the writing process has it now (`follow`); else nothing to do."""
         if self._source is not None:
             changes, load = self._source
             if (seen := changes()) != self._seen:
                 self._seen = seen
                 self.reload(load())
+
+    def authenticate(self, header: str | None) -> Principal:
+        if not header or not header.startswith("Bearer "):
+            raise Unauthorized("missing 'Authorization: Bearer <token>' header")
+        self.refresh()
         token = verify(self.by_key, header[7:].strip())
         if token is None:
             raise Unauthorized("unknown or revoked token")

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from ..auth import Principal
 from ..errors import Unauthorized
+from ..keys import TOKENS
 from ..s3.errors import S3Error
 from ..s3.signing import authenticate
 
@@ -34,6 +35,7 @@ def signed_principal(request: web.Request) -> Principal:
             "a SigV4 signature is accepted only on reads of a part's files; use "
             "'Authorization: Bearer <token>'"
         )
+    request.app[TOKENS].refresh()  # a worker's copy: a revocation holds here too
     try:
         return authenticate(request)
     except S3Error as e:
