@@ -249,6 +249,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("maintenance", "sample_interval"): ("maintenance.sample_interval", parse_duration),
     ("cluster", "node"): ("cluster.node", str),
     ("cluster", "url"): ("cluster.url", str),
+    ("cluster", "s3_url"): ("cluster.s3_url", str),
     ("cluster", "shard"): ("cluster.shard", int),
     ("cluster", "shards"): ("cluster.shards", int),
     ("cluster", "store"): ("cluster.store", str),
@@ -491,6 +492,7 @@ def _with_cluster(settings: Settings) -> Settings:
         return settings
     try:
         cluster.check()
+        cluster = cluster.with_s3(settings.s3_port)
     except ValueError as e:
         raise SettingsError(str(e)) from None
     if cluster.tier not in ("", *settings.tiers):
@@ -511,7 +513,7 @@ def _with_cluster(settings: Settings) -> Settings:
             shared_shards=cluster.shards,
             shared_gc_grace=cluster.shared_gc_grace,
         )
-    return replace(settings, vault=vault)
+    return replace(settings, vault=vault, cluster=cluster)
 
 
 REDACTED_KEYS = frozenset({"token", "secret", "password", "key", "credentials"})

@@ -33,6 +33,12 @@ def register(sub: Any) -> None:
         "proxy-config", help="write HAProxy's configuration for the cluster's processes"
     )
     c.add_argument("--bind", default="*:8080", help="where the proxy listens (default *:8080)")
+    c.add_argument(
+        "--s3-bind",
+        default="*:9000",
+        help="where it listens for S3 clients, when the processes run the S3 endpoint "
+        "(default *:9000)",
+    )
     c.add_argument("-o", "--output", type=Path, help="the file to write (default: stdout)")
     c.add_argument(
         "--dns",
@@ -143,7 +149,7 @@ def status(args: argparse.Namespace) -> int:
 def proxy_config(args: argparse.Namespace) -> int:
     from checkpoint_vault.cluster.proxy import haproxy_config
 
-    text = haproxy_config(cluster_state(args), args.bind, args.dns)
+    text = haproxy_config(cluster_state(args), args.bind, args.dns, args.s3_bind)
     if args.output is None:
         print(text, end="")
     else:

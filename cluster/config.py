@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit, urlunsplit
 
 # A shard's holder beats every second; observers count it gone after `lease_ttl` of their
 # own clock without a new beat (Patroni's rule: clocks are never compared across nodes).
@@ -21,6 +22,11 @@ class ClusterConfig:
 
     node: str = ""  # this machine's name in the cluster (several processes may share it)
     url: str = ""  # where other nodes and the proxy reach this process
+    # Where they reach its S3 endpoint (api/s3/): `url` with the `[s3] port`, unless given
+    # (a port mapped elsewhere); "" while the endpoint is off. Beats carry it, so any
+    # process can forward a bucket's request to its shard's owner, and the proxy's
+    # config lists it (proxy.py).
+    s3_url: str = ""
     shard: int = 0  # the shard this process's data dir holds
     shards: int = 1  # how many shards the cluster has (fixed when it is made)
     store: str = ""  # URL of the cluster's objects (beats, leases, tokens): s3://bucket/prefix
@@ -36,6 +42,19 @@ class ClusterConfig:
     # Seconds an upload prepared for a commit across namespaces waits for its decision
     # before it is aborted (cluster/txn.py, TXN_TIMEOUT).
     txn_timeout: float = 30.0
+
+    def with_s3(self, port: int | None) -> ClusterConfig:
+        """This config with its S3 endpoint's URL filled in from `[s3] port`."""
+        if port is None:
+            if self.s3_url:
+                raise ValueError("[cluster] s3_url needs the S3 endpoint on ([s3] port)")
+            return self
+        if self.s3_url:
+            return self
+        parts = urlsplit(self.url)
+        host = parts.hostname or "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        return replace(self, s3_url=urlunsplit((parts.scheme, f"{host}:{port}", "", "", "")))
 
     def check(self) -> None:
         """Raise ValueError for a configuration a cluster cannot run with."""

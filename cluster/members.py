@@ -34,6 +34,7 @@ class Member:
     checkpoints: int | None = None  # its load: live checkpoints, logical and stored bytes
     logical_bytes: int | None = None
     stored_bytes: int | None = None
+    s3_url: str | None = None  # its S3 endpoint, if on (config.py)
 
     @property
     def key(self) -> str:
@@ -57,6 +58,7 @@ class Member:
             checkpoints=_int(d.get("checkpoints")),
             logical_bytes=_int(d.get("logical_bytes")),
             stored_bytes=_int(d.get("stored_bytes")),
+            s3_url=None if d.get("s3_url") is None else str(d["s3_url"]),
         )
 
 

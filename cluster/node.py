@@ -129,6 +129,7 @@ class ClusterNode:
                 checkpoints=local.checkpoints,
                 logical_bytes=local.logical_bytes,
                 stored_bytes=local.stored_bytes,
+                s3_url=self.config.s3_url or None,
             )
             self._tier.put(me.key, me.encode())
             if self.lost is None and local.role == "primary" and self._held is not None:
@@ -243,6 +244,7 @@ class ClusterNode:
                     "node": m.node,
                     "shard": m.shard,
                     "url": m.url,
+                    "s3_url": m.s3_url,
                     "role": m.role,
                     "epoch": m.epoch,
                     "live": live,

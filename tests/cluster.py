@@ -101,10 +101,12 @@ def shard_config(
 
 
 class HAProxy:
-    def __init__(self, root: Path, port: int) -> None:
+    def __init__(self, root: Path, port: int, s3_port: int | None = None) -> None:
         self.root = root
         self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
+        self.s3_port = s3_port  # its S3 frontend's (a cluster made with `s3`)
+        self.s3_url = f"http://127.0.0.1:{s3_port}"
         self.config = root / "haproxy.cfg"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -142,6 +144,7 @@ class HAProxy:
                 "proxy-config",
                 "--bind",
                 f"127.0.0.1:{self.port}",
+                *(["--s3-bind", f"127.0.0.1:{self.s3_port}"] if self.s3_port else []),
                 "-o",
                 str(self.config),
             ],
@@ -210,7 +213,7 @@ class Cluster:
         self.run = run
         self.shards = shards
         self.shared = shared  # one tier and chunk index for every node (issue 44)
-        # with `s3`, each primary's S3 endpoint (api/s3/) by its process name
+        # with `s3`, each process's S3 endpoint (api/s3/) by its process name
         self.s3_ports: dict[str, int] = {}
         self._s3 = s3
         self.nodes: list[ServerProcess] = []
@@ -221,7 +224,7 @@ class Cluster:
         if standbys:
             for k in range(shards):
                 self.standbys.append(self._process(f"n{(k + 1) % shards}", k, standby=True))
-        self.proxy = HAProxy(root, self._port())
+        self.proxy = HAProxy(root, self._port(), self._port() if s3 else None)
 
     def _port(self) -> int:
         """A free port none of this cluster's processes was given: ports are all picked
@@ -235,7 +238,7 @@ class Cluster:
     def _process(self, node: str, shard: int, standby: bool) -> ServerProcess:
         name = f"{node}-s{shard}"
         port = self._port()
-        if self._s3 and not standby:
+        if self._s3:  # a standby's too: it serves its shard's buckets once it takes over
             self.s3_ports[name] = self._port()
         config = shard_config(
             self.root / f"{name}.toml", self.seaweed, self.run, node, shard, self.shards, port,
@@ -259,7 +262,7 @@ class Cluster:
             proc.config, self.seaweed, self.run, node, int(shard), self.shards, proc.port, standby,
             self.extra,
             self.shared,
-            None if standby else self.s3_ports.get(proc.data_dir.name),
+            self.s3_ports.get(proc.data_dir.name),
         )  # fmt: skip
 
     def s3_url(self, node: int) -> str:

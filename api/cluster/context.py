@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from checkpoint_vault.cluster import ClusterConflict, ClusterNode, NotOwner, upload_shard
+from checkpoint_vault.cluster import ClusterConflict, ClusterNode, Member, NotOwner, upload_shard
 from checkpoint_vault.cluster.node import Local
 from checkpoint_vault.tiering import open_tier
 from checkpoint_vault.tiering.wrappers import RetryingTier
@@ -158,22 +158,32 @@ def cluster_middleware() -> Middleware:
         shard = None if node is None else _shard(request, node)
         if node is None or shard is None:
             return await handler(request)
-        if shard == node.shard:
-            if node.owns():
-                return await handler(request)
-            if node.fenced and request.method not in ("GET", "HEAD"):
-                raise node.lost or ClusterConflict(
-                    f"this process lost shard {shard} to a takeover: it takes no writes for it"
-                )
-        owner = node.roster.owner(shard)  # a process that released its shard forwards too
-        if owner is None or owner.url == node.config.url:
-            raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
-        if FORWARDED in request.headers:
-            raise NotOwner(f"shard {shard} moved while this request was forwarded; retry")
-        node.forwarded += 1
+        owner = owner_for(request, node, shard)
+        if owner is None:
+            return await handler(request)
         return await forward(request, request.app[SESSION], owner.url, node.config.node)
 
     return middleware
+
+
+def owner_for(request: web.Request, node: ClusterNode, shard: int) -> Member | None:
+    """Where a request for `shard` goes: None when this process serves it, else the live
+    owner to forward it to (counted). Refused instead: a write to the shard this process
+    lost (`ClusterConflict`), or no live owner, or one already forwarded (`NotOwner`)."""
+    if shard == node.shard:
+        if node.owns():
+            return None
+        if node.fenced and request.method not in ("GET", "HEAD"):
+            raise node.lost or ClusterConflict(
+                f"this process lost shard {shard} to a takeover: it takes no writes for it"
+            )
+    owner = node.roster.owner(shard)  # a process that released its shard forwards too
+    if owner is None or owner.url == node.config.url:
+        raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
+    if FORWARDED in request.headers:
+        raise NotOwner(f"shard {shard} moved while this request was forwarded; retry")
+    node.forwarded += 1
+    return owner
 
 
 class ShardedSink:

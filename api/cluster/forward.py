@@ -6,6 +6,10 @@ through as it arrives and the answer streams back, so a stale route costs one ho
 never a wrong answer. A forwarded request carries `X-Ckpt-Forwarded`; a process that
 receives one for a shard it does not own either answers 503 rather than forwarding it
 again (two views that disagree would otherwise bounce it around).
+
+The S3 endpoint forwards with the same code (api/s3/cluster.py), keeping the caller's
+`Host`: SigV4 signs it, with every header the caller listed, so the owner checks the
+signature as if the request had come straight to it.
 """
 
 from __future__ import annotations
@@ -44,11 +48,27 @@ def new_session() -> aiohttp.ClientSession:
     )
 
 
+def passed_headers(
+    request: web.Request, node: str, *, keep_host: bool = False
+) -> list[tuple[str, str]]:
+    """The request's headers for the next hop, marked forwarded by `node`. A header sent
+    twice is passed on twice (SigV4 joins them in its canonical form)."""
+    hop = _HOP - {"host"} if keep_host else _HOP
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in hop]
+    headers.append((FORWARDED, node))
+    return headers
+
+
 async def forward(
-    request: web.Request, session: aiohttp.ClientSession, base_url: str, node: str
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    base_url: str,
+    node: str,
+    *,
+    keep_host: bool = False,
 ) -> web.StreamResponse:
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-    headers[FORWARDED] = node
+    """`keep_host`: send the caller's `Host` on (a signed S3 request), not the owner's."""
+    headers = passed_headers(request, node, keep_host=keep_host)
     body = request.content if request.body_exists else None
     try:
         async with session.request(

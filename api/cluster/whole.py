@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from checkpoint_vault.cluster import ClusterNode, NotOwner
+from checkpoint_vault.cluster import ClusterNode, Member, NotOwner
 from checkpoint_vault.protocol import (
     CodecShare,
     DiskSpace,
@@ -50,17 +50,23 @@ C = TypeVar("C", TierTotals, CodecShare, DiskSpace)  # records of counters only
 Gathered = Callable[[web.Request, Handler, ClusterNode], Awaitable[web.StreamResponse]]
 
 
-def _owners(request: web.Request, node: ClusterNode) -> list[tuple[int, str]]:
-    """Every other shard and its live owner's URL; `NotOwner` while one has none."""
-    urls = []
+def owners(node: ClusterNode) -> list[tuple[int, Member]]:
+    """Every shard this process does not own and its live owner; `NotOwner` while one has
+    none (also the S3 endpoint's ListBuckets, api/s3/cluster.py)."""
+    out = []
     for shard in range(node.config.shards):
         if shard == node.shard and node.owns():
             continue
         owner = node.roster.owner(shard)
         if owner is None or owner.url == node.config.url:
             raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
-        urls.append((shard, owner.url.rstrip("/")))
-    return urls
+        out.append((shard, owner))
+    return out
+
+
+def _owners(request: web.Request, node: ClusterNode) -> list[tuple[int, str]]:
+    """Every other shard and its live owner's URL."""
+    return [(shard, owner.url.rstrip("/")) for shard, owner in owners(node)]
 
 
 async def _ask(

@@ -30,7 +30,7 @@ from checkpoint_vault.vault import VaultError
 from ..errors import ApiError
 from ..keys import CLOCK, LIMITER, RUNTIME, SETTINGS, TOKENS, TURNS, VAULT
 from ..tls import server_context
-from . import listing, multipart, objects, xml
+from . import cluster, listing, multipart, objects, xml
 from .errors import S3Error, from_vault, not_implemented
 from .keys import MAIN, STATE
 from .ops import commit_now
@@ -125,6 +125,9 @@ async def s3_middleware(request: web.Request, handler: Handler) -> web.StreamRes
     """Authenticate, run, and answer every failure as an S3 error document."""
     rid = os.urandom(8).hex().upper()
     try:
+        forwarded = await cluster.routed(request, _split(request)[0])  # another shard's
+        if forwarded is not None:
+            return forwarded
         authenticate(request)
         response = await handler(request)
     except S3Error as e:
@@ -168,6 +171,8 @@ async def _idle(app: web.Application) -> None:
     default = app[SETTINGS].s3_commit_after
     while True:
         await asyncio.sleep(IDLE_CHECK)
+        if not await cluster.serving(app):  # a standby's copy: its owner commits them
+            continue
         for ns, up in list(app[STATE].opened.items()):
             try:
                 wait = await loop.run_in_executor(app[RUNTIME].io, commit_after, vault, ns, default)

@@ -17,7 +17,7 @@ from aiohttp import web
 from ..auth import principal
 from ..http import run
 from ..keys import VAULT
-from . import xml
+from . import cluster, xml
 from .errors import S3Error, invalid_argument
 from .naming import namespace
 from .ops import allow, current
@@ -84,7 +84,8 @@ async def list_objects(request: web.Request, bucket: str) -> web.Response:
 
 
 async def list_buckets(request: web.Request) -> web.Response:
-    """The namespaces that are valid bucket names and that the token may read."""
+    """The namespaces that are valid bucket names and that the token may read (in a
+    cluster, of every shard: api/s3/cluster.py)."""
     who = principal(request)
     listed = await run(request, request.app[VAULT].namespaces)
     buckets = []
@@ -95,6 +96,7 @@ async def list_buckets(request: web.Request) -> web.Response:
             continue
         if who.may("read", record.name):
             buckets.append((record.name, record.created_at))
+    buckets = await cluster.whole(request, buckets)  # every shard's, in a cluster
     return web.Response(body=xml.list_buckets(buckets, who.name), content_type="application/xml")
 
 

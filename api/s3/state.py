@@ -48,6 +48,10 @@ class S3State:
     opened: dict[str, OpenUpload] = field(default_factory=dict)  # namespace -> open upload
     multipart: dict[str, Multipart] = field(default_factory=dict)  # upload id -> upload
     _locks: dict[str, BucketLock] = field(default_factory=dict)
+    # In a cluster: the replica epoch `opened` was found again under (api/s3/cluster.py),
+    # and the lock that makes one request do it when this process starts owning its shard.
+    epoch: int | None = None
+    recovering: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def lock(self, ns: str) -> BucketLock:
         """The bucket's lock (`BucketLock`)."""
@@ -61,11 +65,18 @@ class S3State:
     def recover(self, vault: Vault, now: float) -> None:
         """The open uploads of a previous run (the newest per namespace; the others are left
         to expire, nothing of them is visible)."""
-        for session in vault.uploads.open_sessions():  # oldest first
-            if isinstance(session.metadata.get("s3"), dict):
-                self.opened[session.namespace] = OpenUpload(
-                    session.id, session.created_at, now, session.created_by
-                )
+        self.opened.update(open_uploads(vault, now))
+
+
+def open_uploads(vault: Vault, now: float) -> dict[str, OpenUpload]:
+    """The buckets' open uploads in the catalog, the newest per namespace (blocking)."""
+    found = {}
+    for session in vault.uploads.open_sessions():  # oldest first
+        if isinstance(session.metadata.get("s3"), dict):
+            found[session.namespace] = OpenUpload(
+                session.id, session.created_at, now, session.created_by
+            )
+    return found
 
 
 class BucketLock:

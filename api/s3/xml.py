@@ -199,3 +199,16 @@ def parse_complete(body: bytes) -> list[tuple[int, str]]:
     if not parts:
         raise _malformed()
     return parts
+
+
+def buckets(body: bytes) -> list[tuple[str, float]]:
+    """Another shard owner's ListBuckets answer (api/s3/cluster.py): (name, created)."""
+    root = _parse(body)
+    out = []
+    for listed in _children(root, "Buckets"):
+        for bucket in _children(listed, "Bucket"):
+            name, created = _text(bucket, "Name"), _text(bucket, "CreationDate")
+            if name is None or created is None:
+                raise _malformed()
+            out.append((name, datetime.fromisoformat(created).timestamp()))
+    return out
