@@ -102,6 +102,8 @@ def test_compose_config_declares_the_cold_tier() -> None:
 
 def compose_cluster_state() -> dict[str, object]:
     """deploy/cluster/compose.yaml's processes as `GET /v1/cluster` would list them."""
+    from checkpoint_vault.api.settings import load_settings
+
     compose = yaml.safe_load((DEPLOY / "cluster" / "compose.yaml").read_text())
     members = []
     for service in compose["services"].values():
@@ -111,11 +113,14 @@ def compose_cluster_state() -> dict[str, object]:
         config = next(v for v in service["volumes"] if v.endswith(":/etc/ckpt/ckpt.toml:ro"))
         shard = int(config.split("shard-")[1].split(".toml")[0])
         standby = "CKPT_STANDBY_FOLLOW" in env
+        own = load_settings(DEPLOY / "cluster" / f"shard-{shard}.toml", environ=env).cluster
+        assert own is not None
         members.append(
             {
                 "node": env["CKPT_CLUSTER_NODE"],
                 "shard": shard,
                 "url": env["CKPT_CLUSTER_URL"],
+                "s3_url": own.s3_url,  # the URL's host on [s3] port, as its beat says
                 "role": "standby" if standby else "primary",
             }
         )
@@ -166,8 +171,14 @@ def test_k8s_cluster_manifests_and_proxy_config(tmp_path: Path) -> None:
         settings = load_settings(path, environ=env)
         assert settings.cluster is not None
         assert (settings.cluster.shard, settings.cluster.shards) == (k, 3)
+        assert settings.cluster.s3_url == "http://x:9000"  # what the members below say
     members = [
-        {"node": f"ckpt-{kind}-{k}", "shard": k, "url": f"http://ckpt-{kind}-{k}.ckpt-{kind}s:8470"}
+        {
+            "node": f"ckpt-{kind}-{k}",
+            "shard": k,
+            "url": f"http://ckpt-{kind}-{k}.ckpt-{kind}s:8470",
+            "s3_url": f"http://ckpt-{kind}-{k}.ckpt-{kind}s:9000",  # [s3] port = 9000
+        }
         for kind in ("shard", "standby")
         for k in range(3)
     ]

@@ -9,7 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from checkpoint_vault.cluster import ClusterConflict, Member, Roster, shard_of, upload_shard
+from checkpoint_vault.cluster import (
+    ClusterConfig,
+    ClusterConflict,
+    Member,
+    Roster,
+    shard_of,
+    upload_shard,
+)
 from checkpoint_vault.cluster.lease import Lease, check, claim, newest_epoch
 from checkpoint_vault.cluster.proxy import haproxy_config
 from checkpoint_vault.cluster.tokens import TokenMirror
@@ -113,3 +120,39 @@ def test_the_proxy_config_routes_each_shard_to_its_processes() -> None:
     assert "server b-s0 10.0.0.2:8471 check inter" in shard0
     assert "server b-s1 10.0.0.2:8470 check backup" in shard0
     assert "uri /v1/cluster/primary" in shard0
+    assert "frontend s3" not in text  # no process runs the S3 endpoint
+
+
+def test_the_proxy_config_routes_each_bucket_to_its_shards_s3_ports() -> None:
+    members = [
+        {"node": "a", "shard": 0, "url": "http://10.0.0.1:8470", "s3_url": "http://10.0.0.1:9000"},
+        {"node": "b", "shard": 1, "url": "http://10.0.0.2:8470", "s3_url": "http://10.0.0.2:9000"},
+        {"node": "b", "shard": 0, "url": "http://10.0.0.2:8471", "s3_url": "http://s3.b:9001"},
+    ]
+    text = haproxy_config({"shards": 2, "members": members}, "127.0.0.1:8080", s3_bind=":9100")
+    front = _section(text, "frontend s3")
+    assert "bind :9100" in front
+    assert "use_backend s3any if buckets" in front  # `GET /`: ListBuckets, any process
+    assert "s3shard%[path,field(2,/),url_dec,crc32,mod(2)]" in front
+    shard0 = _section(text, "backend s3shard0")
+    assert "server a-s0 10.0.0.1:9000 check port 8470 inter" in shard0  # checked on JSON
+    assert "server b-s0 s3.b:9001 check port 8471 addr 10.0.0.2 inter" in shard0
+    assert "server b-s1 10.0.0.2:9000 check port 8470 backup inter" in shard0
+    assert "uri /v1/cluster/primary" in shard0
+    without = [{**m, "s3_url": None} for m in members]
+    json_only = haproxy_config({"shards": 2, "members": without}, "127.0.0.1:8080")
+    assert text.startswith(json_only)  # the JSON frontend and backends as they were
+
+
+def _section(text: str, head: str) -> str:
+    return text.split(head)[1].split("\n\n")[0]
+
+
+def test_the_s3_url_is_the_cluster_url_on_the_s3_port() -> None:
+    config = ClusterConfig(node="a", url="https://a.example:8470", store="s3://b/c")
+    assert config.with_s3(9000).s3_url == "https://a.example:9000"
+    assert config.with_s3(None).s3_url == ""
+    given = replace(config, s3_url="https://s3.a.example")
+    assert given.with_s3(9000).s3_url == "https://s3.a.example"
+    with pytest.raises(ValueError, match="s3_url needs"):
+        given.with_s3(None)
