@@ -120,6 +120,9 @@ def test_s3_through_the_proxy_follows_each_bucket_to_its_shard(cluster: Cluster)
     # caller's Host, so the signature made for node 1 holds there
     direct = _s3(cluster, cluster.s3_url(1))
     assert _read(direct, b0, "chk-1/state.bin") == small
+    assert direct.head_object(Bucket=b0, Key="chk-1/state.bin")["ContentLength"] == len(small)
+    passed = secrets.token_bytes(150_000)  # a body streamed through the hop
+    direct.put_object(Bucket=b0, Key="chk-2/passed.bin", Body=passed)
     assert {b0, b1} <= {b["Name"] for b in direct.list_buckets()["Buckets"]}
     assert cluster.state(1)["forwarded"] >= 1
 
@@ -132,6 +135,7 @@ def test_s3_through_the_proxy_follows_each_bucket_to_its_shard(cluster: Cluster)
     # the new owner found the bucket's open upload in its replica: the object written
     # before the SIGKILL is there, and goes into the next checkpoint
     assert _read(s3, b0, "chk-2/early.bin") == early
+    assert _read(s3, b0, "chk-2/passed.bin") == passed
     after = secrets.token_bytes(200_000)
     _checkpoint(s3, b0, 2, after, multipart=False)
     assert _read(s3, b0, "chk-2/state.bin") == after
