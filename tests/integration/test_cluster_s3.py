@@ -4,8 +4,10 @@ S3 endpoint, HAProxy's S3 frontend from `ckpt cluster proxy-config`. boto3, poin
 the proxy only, writes buckets on both shards (PutObject, a multipart upload), commits
 each with its marker, reads back and lists every bucket; a node's endpoint serves a bucket
 of the other shard (forwarded, the signature checked on the owner). Then the owner of one
-bucket's shard is SIGKILLed: its standby takes over, boto3's retries ride the 503s, the
-committed checkpoint reads back through the proxy and new writes commit.
+bucket's shard is SIGKILLed: until its standby takes over, the shard's buckets answer
+503 ServiceUnavailable with Retry-After; boto3's retries ride them, the committed
+checkpoint reads back through the proxy, the objects written before the kill are in the
+new owner's open upload, and new writes commit.
 
 Before this change the proxy had no S3 frontend at all (`proxy-config` knew no
 `--s3-bind`), and a node's endpoint served any bucket from its own shard."""
@@ -21,6 +23,7 @@ from typing import Any
 import boto3  # type: ignore[import-untyped]  # no type hints
 import pytest
 from botocore.config import Config  # type: ignore[import-untyped]  # no type hints
+from botocore.exceptions import ClientError  # type: ignore[import-untyped]  # no type hints
 
 from checkpoint_vault.client import VaultClient
 from checkpoint_vault.cluster.shards import shard_of
@@ -61,14 +64,14 @@ def _bucket(prefix: str, shard: int) -> str:
     return next(b for b in (f"{prefix}-{i}" for i in range(50)) if shard_of(b, SHARDS) == shard)
 
 
-def _s3(cluster: Cluster, url: str) -> Any:
+def _s3(cluster: Cluster, url: str, attempts: int = 10) -> Any:
     """boto3 as a job would configure it: path style, standard retries (503s retried)."""
     key, secret = s3_credentials(cluster.token)
     return boto3.client(
         "s3", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
         region_name="us-east-1",
         config=Config(
-            s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 10}
+            s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": attempts}
         ),
     )  # fmt: skip
 
@@ -130,6 +133,12 @@ def test_s3_through_the_proxy_follows_each_bucket_to_its_shard(cluster: Cluster)
     s3.put_object(Bucket=b0, Key="chk-2/early.bin", Body=early)
     cluster.nodes[0].kill()  # shard 0's owner: its standby (on node n1) takes over
     killed = time.monotonic()
+    once = _s3(cluster, cluster.s3_url(1), attempts=1)
+    with pytest.raises(ClientError) as gap:  # seconds before any takeover: no owner
+        once.get_object(Bucket=b0, Key="chk-1/state.bin")
+    answer = gap.value.response
+    assert answer["Error"]["Code"] == "ServiceUnavailable"
+    assert answer["ResponseMetadata"]["HTTPHeaders"]["retry-after"] == "2"
     assert _read(s3, b0, "chk-1/state.bin") == small  # boto3 retries the 503s meanwhile
     back = time.monotonic() - killed
     # the new owner found the bucket's open upload in its replica: the object written
