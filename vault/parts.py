@@ -213,7 +213,7 @@ class Parts:
             self._uploads.count(w.catalog, session, +1)
             return session, ns_rec.chunking()
 
-        return self._s.writer.run(op)
+        return self._s.writer.run(op, local=True)
 
     def commit(
         self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
@@ -221,7 +221,7 @@ class Parts:
         """Commit a part's upload (a retry answers the same part)."""
         if part_target(self._uploads.session(upload_id)) is None:
             raise Conflict(f"upload {upload_id} is not a part: commit it as an upload")
-        rec, _ = self._committer.commit(upload_id, files, domain)
+        rec, _ = self._committer.commit(upload_id, files, domain, local=True)
         return self.manifest(rec.id)
 
     def manifest(self, part_id: str) -> PartManifest:
@@ -277,7 +277,7 @@ class Parts:
                 rec.metadata = {**rec.metadata, "claimed": True}
                 self._s.catalog.put_record(w.catalog, rec)
 
-        self._s.writer.run(op)
+        self._s.writer.run(op, local=True)  # as the part's own writes (the module docstring)
         return self.manifest(part_id)
 
     def unclaim(self, part_id: str) -> None:
