@@ -9,6 +9,14 @@ expires; its creator is the token that saved it. A part lives `ttl` seconds from
 (upload, hold and its chunks' reservations share that one deadline) unless released
 first; `expire` deletes what is past it, and GC then collects its chunks.
 
+Acknowledged here: every write of a part on its node (its upload's open, reservations,
+chunk batches and files, its commit, a claim) is acknowledged once durable on this node's
+disk (`Writer` `local`), not when a sync replica has it; the replica ships it behind, in
+commit order. Its bytes reach the bucket by shipping, and the owner's record says when
+(`durable`); a standby that takes the shard over before its replica had the part does not
+hold it, and a commit naming it fails (`PartGone`, `PartUnavailable`) until it is saved
+again (docs/DESIGN.md, "A checkpoint from many hosts": the crash points and the trade).
+
 Shipping (`ship`) demotes the part's hot chunks into the cluster's shared tier, which
 publishes them in the shared chunk index (vault/content/shared.py), so any node can name
 them without a copy.

@@ -141,8 +141,8 @@ def _file_key(upload_id: str, name: str = "") -> bytes:
 def acked_here(session: UploadSession) -> bool:
     """Whether the session's writes are acknowledged once durable on this node, without
     waiting for a sync replica: a part's (vault/parts.py, "Acknowledged here"). Its bytes
-    reach the bucket by shipping, and whatever names it (a claim, the shipping's switch)
-    waits for the replica, which ships in commit order."""
+    reach the bucket by shipping (the owner's record says when), and the replica still
+    ships them behind, in commit order."""
     return session.namespace == PARTS
 
 

@@ -19,9 +19,9 @@ resolve only when that one does (synchronous replication), and fail with its err
 fails (the primary was fenced: the commit is local only and will never be in the replica);
 the writer moves on meanwhile. An operation submitted `local` is acknowledged once its batch
 is durable here, without waiting for that Future (a part's writes, vault/parts.py: its
-bytes reach the bucket by shipping, and what names it waits for the replica); the observer
-still sees it, in commit order, so an acknowledgement that did wait implies every batch
-before it is replicated too.
+bytes reach the bucket by shipping, which the owner's record tracks); the observer still
+sees it, in commit order, so an acknowledgement that did wait implies every batch before
+it is replicated too.
 
 A writer can refuse changes (`refuse`): a standby's, whose only changes are the replica's
 log applied by its follower (`submit(..., replicated=True)`), and a fenced primary's. The
