@@ -453,7 +453,9 @@ class Parts:
             self._uploads.count(w.catalog, session, +1)
             return session
 
-        return self._s.writer.run(op)
+        # Local as the parts' writes: M2's commit must not wait for the replica's backlog
+        # (a lost session is opened again by the retry; M1's commit itself waits for it).
+        return self._s.writer.run(op, local=True)
 
     def _adopt(self, upload_id: str, files: Mapping[str, FileEntry]) -> int:
         """Every chunk reserved here or adopted from the shared index; how many are
