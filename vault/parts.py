@@ -10,12 +10,13 @@ expires; its creator is the token that saved it. A part lives `ttl` seconds from
 first; `expire` deletes what is past it, and GC then collects its chunks.
 
 Acknowledged here: every write of a part on its node (its upload's open, reservations,
-chunk batches and files, its commit, a claim) is acknowledged once durable on this node's
-disk (`Writer` `local`), not when a sync replica has it; the replica ships it behind, in
-commit order. Its bytes reach the bucket by shipping, and the owner's record says when
-(`durable`); a standby that takes the shard over before its replica had the part does not
-hold it, and a commit naming it fails (`PartGone`, `PartUnavailable`) until it is saved
-again (docs/DESIGN.md, "A checkpoint from many hosts": the crash points and the trade).
+chunk batches and files, its commit, a claim, its shipping's switches) is acknowledged
+once durable on this node's disk (`Writer` `local`), not when a sync replica has it; the
+replica ships it behind, in commit order. Its bytes reach the bucket by shipping, and the
+owner's record says when (`durable`); a standby that takes the shard over before its
+replica had the part does not hold it, and a commit naming it fails (`PartGone`,
+`PartUnavailable`) until it is saved again (docs/DESIGN.md, "A checkpoint from many
+hosts": the crash points and the trade).
 
 Shipping (`ship`) demotes the part's hot chunks into the cluster's shared tier, which
 publishes them in the shared chunk index (vault/content/shared.py), so any node can name
@@ -332,7 +333,7 @@ class Parts:
                     if meta is not None and meta.hot and not meta.damaged:
                         hot.append(cid)
             if hot:
-                self._mover.demote(shared.tier_name, sorted(hot), stop=stop)
+                self._mover.demote(shared.tier_name, sorted(hot), stop=stop, local=True)
         return self.manifest(part_id)
 
     def release(self, part_id: str) -> bool:

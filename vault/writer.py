@@ -190,9 +190,8 @@ class Writer:
     def wait_durable(self) -> None:
         """Return once every batch committed before the call is durable. Readers see a
         commit up to a sync cycle before it is (vault/syncer.py): call this before acting
-        outside the vault on what a read saw, such as deleting an object in a tier (this
-        disk's durability: the replica's is `Store.replica_barrier`)."""
-        self.run(lambda w: None, local=True)
+        outside the vault on what a read saw, such as deleting an object in a tier."""
+        self.run(lambda w: None)
 
     def quiesced(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the writer thread between two batches, with no transaction open,
