@@ -6,9 +6,10 @@ each with its local socket on: the two "hosts". Each host's `--ranks` ranks (thr
 client each) save one `--size` file of random bytes as a part on their own node, handed over
 by descriptor (client/parts.py); a host's speed is its bytes over the wall time of its ranks'
 saves. The baseline is the same files written from memory and fsynced into a directory of
-the same file system, rank by rank in parallel the same way, measured in the same run; and
-today's path, each rank saving fresh files of the same size as a checkpoint on the same
-node (every shard process replicates in sync mode to the bucket); and one producer's
+the same file system, rank by rank in parallel the same way, measured in the same run; a
+plain save, each rank saving fresh files of the same size as a checkpoint on the same
+node (every shard process replicates in sync mode to the bucket: a plain save waits for
+the replica, a part does not, docs/DESIGN.md "Acknowledged here"); and one producer's
 speed to one node today, the ranks saving the part's own files as checkpoints on a
 `ckpt serve` of its own beside the cluster (no cluster, no replication, its local socket
 on), right before the part save.
