@@ -6,9 +6,13 @@ each with its local socket on: the two "hosts". Each host's `--ranks` ranks (thr
 client each) save one `--size` file of random bytes as a part on their own node, handed over
 by descriptor (client/parts.py); a host's speed is its bytes over the wall time of its ranks'
 saves. The baseline is the same files written from memory and fsynced into a directory of
-the same file system, rank by rank in parallel the same way, measured in the same run; and
-today's path, each rank saving fresh files of the same size as a checkpoint on the same
-node (every shard process replicates in sync mode to the bucket, parts included).
+the same file system, rank by rank in parallel the same way, measured in the same run; a
+plain save, each rank saving fresh files of the same size as a checkpoint on the same
+node (every shard process replicates in sync mode to the bucket: a plain save waits for
+the replica, a part does not, docs/DESIGN.md "Acknowledged here"); and one producer's
+speed to one node today, the ranks saving the part's own files as checkpoints on a
+`ckpt serve` of its own beside the cluster (no cluster, no replication, its local socket
+on), right before the part save.
 
 The commit is measured three times, each on fresh data: `M2 commit` right after the last
 part is saved, not waiting for shipping (the default: visible at once, `durable: false`
@@ -45,6 +49,7 @@ from checkpoint_vault.cluster.shards import shard_of  # noqa: E402
 from checkpoint_vault.protocol import parse_size  # noqa: E402
 from tests.cluster import Cluster, call, wait_for  # noqa: E402
 from tests.seaweed import SeaweedFS  # noqa: E402
+from tests.serverproc import ServerProcess, free_port  # noqa: E402
 
 
 def _files(root: Path, tag: str, ranks: int, size: int) -> list[Path]:
@@ -134,7 +139,12 @@ def _all_shipped(cluster: Cluster, parts: list[Part]) -> bool:
 
 
 def one_round(
-    cluster: Cluster, root: Path, ns: str, args: argparse.Namespace, mode: str
+    cluster: Cluster,
+    alone: ServerProcess,
+    root: Path,
+    ns: str,
+    args: argparse.Namespace,
+    mode: str,
 ) -> dict[str, Any]:
     """`mode`: "m2" (commit before shipping), "m1" (commit waiting for it), "m1-shipped"
     (commit, waiting for it, once every part is shipped)."""
@@ -149,6 +159,9 @@ def one_round(
             f.unlink()
         files = _files(root, f"r{mode}h{h}", args.ranks, args.size)
         base = write_fsync(files, root)
+        single = save_plain(
+            alone.url, alone.token, [f"{mode}-{h}-{i}" for i in range(len(files))], files
+        )
         seconds, host_parts = save_parts(node.url, cluster.token, ns, files)
         parts += host_parts
         nbytes = args.ranks * args.size
@@ -160,8 +173,11 @@ def one_round(
                 "write_fsync_mb_s": nbytes / base / 1e6,
                 "part_save_mb_s": nbytes / seconds / 1e6,
                 "plain_save_mb_s": nbytes / plain / 1e6,
+                "single_node_mb_s": nbytes / single / 1e6,
                 "ratio": base / seconds,
                 "ratio_plain": plain / seconds,
+                "ratio_single": single / seconds,
+                "single_ratio": base / single,
             }
         )
         for f in files:
@@ -201,15 +217,22 @@ def main() -> None:
         cluster = Cluster(root / "cluster", weed, secrets.token_hex(4), shards=2, shared=True)
         for node in cluster.nodes:
             node.local_socket = True  # each host's ranks hand their files over
+        config = root / "alone.toml"
+        config.write_text("[maintenance]\ntiering_interval = 0\nbackup_interval = 0\n")
+        alone = ServerProcess(
+            root / "alone", free_port(), root / "alone.log", config, local_socket=True
+        )
         try:
             cluster.start()
+            alone.start()
             ns = next(f"bench/mh-{i}" for i in range(50) if shard_of(f"bench/mh-{i}", 2) == 0)
             rounds = {
-                "M2 commit": one_round(cluster, root, ns, args, "m2"),
-                "M1 commit now": one_round(cluster, root, ns, args, "m1"),
-                "M1 shipped": one_round(cluster, root, ns, args, "m1-shipped"),
+                "M2 commit": one_round(cluster, alone, root, ns, args, "m2"),
+                "M1 commit now": one_round(cluster, alone, root, ns, args, "m1"),
+                "M1 shipped": one_round(cluster, alone, root, ns, args, "m1-shipped"),
             }
         finally:
+            alone.stop()
             cluster.stop()
             weed.stop()
     print(f"{args.ranks} ranks x {args.size / 2**20:.0f} MiB per host, 2 hosts (owner: host 0)")
@@ -219,7 +242,9 @@ def main() -> None:
                 f"  {name:15s} host {h['host']}: write+fsync {h['write_fsync_mb_s']:7.1f} MB/s, "
                 f"part save {h['part_save_mb_s']:7.1f} MB/s ({h['ratio']:.2f}x), "
                 f"plain save to its node {h['plain_save_mb_s']:7.1f} MB/s "
-                f"(part {h['ratio_plain']:.2f}x of it)"
+                f"(part {h['ratio_plain']:.2f}x of it), one node alone "
+                f"{h['single_node_mb_s']:7.1f} MB/s ({h['single_ratio']:.2f}x write+fsync; "
+                f"part {h['ratio_single']:.2f}x of it)"
             )
         wait = f", shipping waited {r['ship_wait_s']:.2f} s before it" if "ship_wait_s" in r else ""
         fsync = max(h["write_fsync_s"] for h in r["hosts"])

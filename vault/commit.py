@@ -160,17 +160,25 @@ class Committer:
             return dict(self._hashed)
 
     def commit(
-        self, upload_id: str, files: Mapping[str, CommitFile] | None = None, domain: Domain = None
+        self,
+        upload_id: str,
+        files: Mapping[str, CommitFile] | None = None,
+        domain: Domain = None,
+        *,
+        local: bool = False,
     ) -> tuple[StoredCheckpoint, bool]:
         """Commit an upload; returns the record and whether this call created it. Listed
         chunks count only if stored inside the caller's `domain` or sent by this session
         (vault/domains.py); others are `missing_chunks`, and no size or hash of them is
-        ever computed into an answer."""
+        ever computed into an answer. `local`: acknowledged once durable here (a part's,
+        vault/writer.py)."""
         plan = self.plan(upload_id, files, domain)
         if plan.done is not None:  # a retry: the first commit may be visible before it is
             self._s.writer.wait_durable()  # durable (outside the read: growing the map waits)
             return plan.done, False
-        made = self._s.writer.run(lambda w: self.apply(w.catalog, plan), size=plan.size)
+        made = self._s.writer.run(
+            lambda w: self.apply(w.catalog, plan), size=plan.size, local=local
+        )
         self.finish(plan, made[1])
         return made
 

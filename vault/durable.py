@@ -8,7 +8,8 @@ not held here. `adopt` is the step the owner's background loop runs for each row
 one writer transaction adopts them (as `missing` does), writes the manifest and its
 references and flips the record to durable; then the parts may be released. A row whose
 checkpoint was deleted meanwhile is dropped and its parts released the same way. All of
-it is in the catalog, so a restart or a takeover (its replica has the table) carries on.
+it is in the catalog, so a restart or a takeover (its replica has the table, once it
+caught up with the commit) carries on.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ class Durability:
         parts: Sequence[tuple[str, str]],
     ) -> StoredCheckpoint:
         """The commit's upload as a visible checkpoint, `durable: false` (a retry: the
-        checkpoint the first attempt made)."""
+        checkpoint the first attempt made). Acknowledged once durable on this disk, not
+        waiting for a sync replica (`local`): the owner's replica ships in commit order, so
+        it would wait for the bytes of every part saved on this node just before; the
+        record says the checkpoint is not in the bucket yet, and its adoption, which
+        says it is, waits for the replica (docs/DESIGN.md, "What this trades")."""
         size = sum(e.size for e in files.values())
 
         def op(w: WriteTxn) -> StoredCheckpoint:
@@ -78,7 +83,7 @@ class Durability:
             self._uploads.drop(w.catalog, upload_id, keep_session=True)
             return rec
 
-        return self._s.writer.run(op, size=len(files) * 256)
+        return self._s.writer.run(op, size=len(files) * 256, local=True)
 
     def adoptable(self, files: Mapping[str, FileEntry]) -> bool:
         """Every chunk held here or listed by the shared index as this node knows it (no

@@ -24,7 +24,7 @@ from .frame import Encoder, chunk_id
 from .manifest import FileEntry
 from .names import check_file_name
 from .sink import ChunkSink, store_all
-from .uploads import Uploads
+from .uploads import Uploads, acked_here
 from .writer import WriteTxn
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ class FileIngest:
                 txn, session.namespace
             ).chunking()
         self._until_ms = int(session.expires_at * 1000)
+        self._local = acked_here(session)
         self._chunker = StreamChunker(profile)
         self._hash = blake3.blake3()
         self._encoder = Encoder()
@@ -95,7 +96,9 @@ class FileIngest:
                 return len(store_all(self._s, w, items, self._until_ms))
 
             self._pending = self._s.writer.submit(
-                op, size=sum(len(f) for _, f in items.values() if f is not None)
+                op,
+                size=sum(len(f) for _, f in items.values() if f is not None),
+                local=self._local,
             )
 
     def _wait(self) -> None:

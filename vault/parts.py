@@ -9,6 +9,15 @@ expires; its creator is the token that saved it. A part lives `ttl` seconds from
 (upload, hold and its chunks' reservations share that one deadline) unless released
 first; `expire` deletes what is past it, and GC then collects its chunks.
 
+Acknowledged here: every write of a part on its node (its upload's open, reservations,
+chunk batches and files, its commit, a claim, its shipping's switches) is acknowledged
+once durable on this node's disk (`Writer` `local`), not when a sync replica has it; the
+replica ships it behind, in commit order. Its bytes reach the bucket by shipping, and the
+owner's record says when (`durable`); a standby that takes the shard over before its
+replica had the part does not hold it, and a commit naming it fails (`PartGone`,
+`PartUnavailable`) until it is saved again (docs/DESIGN.md, "A checkpoint from many
+hosts": the crash points and the trade).
+
 Shipping (`ship`) demotes the part's hot chunks into the cluster's shared tier, which
 publishes them in the shared chunk index (vault/content/shared.py), so any node can name
 them without a copy.
@@ -213,7 +222,7 @@ class Parts:
             self._uploads.count(w.catalog, session, +1)
             return session, ns_rec.chunking()
 
-        return self._s.writer.run(op)
+        return self._s.writer.run(op, local=True)
 
     def commit(
         self, upload_id: str, files: Mapping[str, CommitFile] | None, domain: Domain = None
@@ -221,7 +230,7 @@ class Parts:
         """Commit a part's upload (a retry answers the same part)."""
         if part_target(self._uploads.session(upload_id)) is None:
             raise Conflict(f"upload {upload_id} is not a part: commit it as an upload")
-        rec, _ = self._committer.commit(upload_id, files, domain)
+        rec, _ = self._committer.commit(upload_id, files, domain, local=True)
         return self.manifest(rec.id)
 
     def manifest(self, part_id: str) -> PartManifest:
@@ -277,7 +286,7 @@ class Parts:
                 rec.metadata = {**rec.metadata, "claimed": True}
                 self._s.catalog.put_record(w.catalog, rec)
 
-        self._s.writer.run(op)
+        self._s.writer.run(op, local=True)  # as the part's own writes (the module docstring)
         return self.manifest(part_id)
 
     def unclaim(self, part_id: str) -> None:
@@ -324,7 +333,7 @@ class Parts:
                     if meta is not None and meta.hot and not meta.damaged:
                         hot.append(cid)
             if hot:
-                self._mover.demote(shared.tier_name, sorted(hot), stop=stop)
+                self._mover.demote(shared.tier_name, sorted(hot), stop=stop, local=True)
         return self.manifest(part_id)
 
     def release(self, part_id: str) -> bool:
@@ -445,7 +454,9 @@ class Parts:
             self._uploads.count(w.catalog, session, +1)
             return session
 
-        return self._s.writer.run(op)
+        # Local as the parts' writes: M2's commit must not wait for the replica's backlog
+        # (a lost session is opened again by the retry; M1's commit itself waits for it).
+        return self._s.writer.run(op, local=True)
 
     def _adopt(self, upload_id: str, files: Mapping[str, FileEntry]) -> int:
         """Every chunk reserved here or adopted from the shared index; how many are

@@ -42,7 +42,7 @@ from .filehash import RunningHashes
 from .frame import ROOM, Encoder, chunk_id
 from .ids import new_upload_id
 from .manifest import FileEntry
-from .names import check_chunk_id, check_namespace
+from .names import PARTS, check_chunk_id, check_namespace
 from .records import UploadSession
 from .sink import ChunkSink, store_all
 from .writer import WriteTxn
@@ -136,6 +136,14 @@ def check_new_checkpoint(
 
 def _file_key(upload_id: str, name: str = "") -> bytes:
     return upload_id.encode() + b"\0" + name.encode()
+
+
+def acked_here(session: UploadSession) -> bool:
+    """Whether the session's writes are acknowledged once durable on this node, without
+    waiting for a sync replica: a part's (vault/parts.py, "Acknowledged here"). Its bytes
+    reach the bucket by shipping (the owner's record says when), and the replica still
+    ships them behind, in commit order."""
+    return session.namespace == PARTS
 
 
 class Uploads:
@@ -346,7 +354,9 @@ class Uploads:
                     w.catalog.put(prefix + c, b"", db=self._sent)  # counts as sent
                 return refused
 
-            refused = self._s.writer.run(op, size=(len(to_reserve) + len(shared)) * 64)
+            refused = self._s.writer.run(
+                op, size=(len(to_reserve) + len(shared)) * 64, local=acked_here(session)
+            )
             if refused:
                 missing = [
                     i
@@ -476,7 +486,9 @@ class Uploads:
             return written + len(known - seen)
 
         created, durable = self._s.writer.stage(
-            op, size=sum(len(f) for _, f in items.values() if f is not None)
+            op,
+            size=sum(len(f) for _, f in items.values() if f is not None),
+            local=acked_here(session),
         )
         with self._unsynced_lock:
             pending = [f for f in self._unsynced.get(upload_id, ()) if not f.done()]
@@ -495,7 +507,8 @@ class Uploads:
             self.live(w.catalog, upload_id)
             w.catalog.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
 
-        self._s.writer.run(op, size=len(entry.chunks) * 36)
+        local = acked_here(self.session(upload_id))
+        self._s.writer.run(op, size=len(entry.chunks) * 36, local=local)
 
     def remove_file(self, upload_id: str, name: str) -> bool:
         """Take a file back out of a live upload (an S3 client deleting or renaming an

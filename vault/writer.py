@@ -17,7 +17,11 @@ run on its recording views of their transactions, and once a batch is durable it
 the records of the operations that committed. If it answers with a Future, the callers' futures
 resolve only when that one does (synchronous replication), and fail with its error if it
 fails (the primary was fenced: the commit is local only and will never be in the replica);
-the writer moves on meanwhile.
+the writer moves on meanwhile. An operation submitted `local` is acknowledged once its batch
+is durable here, without waiting for that Future (a part's writes, vault/parts.py: its
+bytes reach the bucket by shipping, which the owner's record tracks); the observer still
+sees it, in commit order, so an acknowledgement that did wait implies every batch before
+it is replicated too.
 
 A writer can refuse changes (`refuse`): a standby's, whose only changes are the replica's
 log applied by its follower (`submit(..., replicated=True)`), and a fenced primary's. The
@@ -99,6 +103,7 @@ class _Item:
     journal: Journaled | None = None  # the op's record for the save journal, from its value
     # Run alone between batches, with everything durable and no pin held (`quiesced`)
     alone: Callable[[], Any] | None = None
+    local: bool = False  # acknowledged once durable here, not waiting for the observer
 
 
 @dataclass
@@ -142,12 +147,13 @@ class Writer:
         *,
         replicated: bool = False,
         journal: Journaled | None = None,
+        local: bool = False,
     ) -> Future[T]:
         """Queue `op`; the Future resolves once its effects are durable. Raises the refusal's
         error while changes are refused, unless `replicated` (the replica's log, applied by
         a standby). With `journal`, durable may mean its record in the save journal (see
-        `_journal`)."""
-        return self._enqueue(_Item(op, size, journal=journal), replicated).future
+        `_journal`); `local`: durable here, whatever the observer (the module docstring)."""
+        return self._enqueue(_Item(op, size, journal=journal, local=local), replicated).future
 
     def _enqueue(self, item: _Item, replicated: bool = False) -> _Item:
         if self._closed:
@@ -171,8 +177,15 @@ class Writer:
         """What refuses changes now (None: they are accepted)."""
         return self._refusal
 
-    def run(self, op: Callable[[WriteTxn], T], size: int = 0, *, replicated: bool = False) -> T:
-        return self.submit(op, size, replicated=replicated).result()
+    def run(
+        self,
+        op: Callable[[WriteTxn], T],
+        size: int = 0,
+        *,
+        replicated: bool = False,
+        local: bool = False,
+    ) -> T:
+        return self.submit(op, size, replicated=replicated, local=local).result()
 
     def wait_durable(self) -> None:
         """Return once every batch committed before the call is durable. Readers see a
@@ -188,11 +201,13 @@ class Writer:
         item = _Item(_no_op, 0, alone=fn)
         return self._enqueue(item).future.result()  # type: ignore[no-any-return]
 
-    def stage(self, op: Callable[[WriteTxn], T], size: int = 0) -> tuple[T, Future[Any]]:
+    def stage(
+        self, op: Callable[[WriteTxn], T], size: int = 0, *, local: bool = False
+    ) -> tuple[T, Future[Any]]:
         """Run `op` and return its value once its batch has run (not yet synced), with the
         Future of its durability. An error of `op` itself is raised here, as `run` would."""
         applied: Future[T] = Future()
-        item = self._enqueue(_Item(op, size, applied=applied))
+        item = self._enqueue(_Item(op, size, applied=applied, local=local))
         return applied.result(), item.future
 
     @property
@@ -288,13 +303,14 @@ class Writer:
         # Only the futures wait for the syncer: the operations (and the chunk bytes their
         # closures hold) are let go now, not a cycle later.
         futures = [item.future for item in batch]
+        local = [item.local for item in batch]
         try:
             if journaled:
                 _resolve(futures, outcomes)
                 self._syncer.after(_nobody, self._batch)
             else:
                 self._syncer.after(
-                    lambda failure: self._durable(futures, outcomes, records, failure),
+                    lambda failure: self._durable(futures, outcomes, records, failure, local),
                     self._batch,
                 )
         except Exception as e:  # noqa: BLE001 - e.g. no reader slot left for the pins
@@ -359,9 +375,12 @@ class Writer:
         outcomes: list[tuple[bool, Any]],
         records: list[Any],
         failure: BaseException | None,
+        local: list[bool],
     ) -> None:
         """The syncer thread, once the batch is on disk (or `failure` says it cannot be):
-        hand it to the observer, in commit order, then answer its callers."""
+        hand it to the observer, in commit order, then answer its callers: the `local` ones
+        now, the others when the observer's Future is done. One already failed (fenced)
+        fails them all: a fenced primary's part could never be claimed or shipped."""
         if failure is not None:
             _resolve(futures, outcomes, failure)
             return
@@ -373,8 +392,11 @@ class Writer:
                 log.exception("commit observer failed")
         if ack is None:
             _resolve(futures, outcomes)
-        else:
-            ack.add_done_callback(lambda done: _resolve(futures, outcomes, done.exception()))
+            return
+        if any(local) and not (ack.done() and ack.exception() is not None):
+            now = [i for i, mine in enumerate(local) if mine]
+            _resolve([futures[i] for i in now], [outcomes[i] for i in now])
+        ack.add_done_callback(lambda done: _resolve(futures, outcomes, done.exception()))
 
     def _apply(self, batch: list[_Item]) -> tuple[list[tuple[bool, Any]], list[Any]]:
         catalog_env, frames_env = self._catalog.lmdb, self._frames.lmdb

@@ -89,14 +89,19 @@ class Mover:
         chunks: Iterable[bytes],
         pack_target: int = PACK_TARGET,
         stop: threading.Event | None = None,
+        *,
+        local: bool = False,
     ) -> MoveReport:
         """Move the given hot chunks into packs in `tier_name`. `stop` set (SIGTERM): stop
         before the next batch (`MaintenanceStopped`); every pack shipped so far is
-        switched, the one being filled is dropped unseen."""
+        switched, the one being filled is dropped unseen. `local`: the switches are
+        acknowledged once durable here, not waiting for a sync replica (a part's shipping,
+        vault/parts.py: what the owner adopts is the shared index's copy)."""
         if tier_name not in self._s.tiers:
             raise InvalidRequest(f"tier {tier_name!r} is not configured")
         todo: list[tuple[bytes, Packed | None]] = [(cid, None) for cid in chunks]
-        return self._pack(tier_name, todo, pack_target, True, Pacer("demotion", None, stop))
+        pacer = Pacer("demotion", None, stop)
+        return self._pack(tier_name, todo, pack_target, True, pacer, local=local)
 
     def move_packed(
         self,
@@ -119,6 +124,8 @@ class Mover:
         pack_target: int,
         from_hot: bool,
         pacer: Pacer,
+        *,
+        local: bool = False,
     ) -> MoveReport:
         report = MoveReport()
         started = time.monotonic()
@@ -135,7 +142,7 @@ class Mover:
             pacer.check()
             batch = todo[i : i + READ_BATCH]
             if shared is not None and from_hot:
-                batch = self._reuse(shared, batch, report)
+                batch = self._reuse(shared, batch, report, local)
             cids = [cid for cid, _ in batch]
             metas, frames = self._reader.frames(cids)
             sound, _ = self._reader.decoded(cids, metas, frames)
@@ -154,10 +161,10 @@ class Mover:
                 if not meta.delta:  # a delta needs its base in the same catalog
                     listed[cid] = (meta.size, meta.flags & ~FLAG_DAMAGED)
                 if pack.full:
-                    self._ship(tier_name, pack, sources, report, listed)
+                    self._ship(tier_name, pack, sources, report, listed, local)
                     pack, sources, listed = self._builder(pack_target, shared), {}, {}
         if pack.entries:
-            self._ship(tier_name, pack, sources, report, listed)
+            self._ship(tier_name, pack, sources, report, listed, local)
         report.seconds = time.monotonic() - started
         return report
 
@@ -170,6 +177,7 @@ class Mover:
         shared: SharedIndex,
         batch: list[tuple[bytes, Packed | None]],
         report: MoveReport,
+        local: bool = False,
     ) -> list[tuple[bytes, Packed | None]]:
         """Point hot chunks another node already shipped at its copy instead of packing
         them again; returns the rest of the batch. Same order as a move: the switch only
@@ -193,10 +201,10 @@ class Mover:
                 chunks.move(w, cid, meta, entry.where)
             return left
 
-        left = self._s.writer.run(switch, size=len(known) * 64)
+        left = self._s.writer.run(switch, size=len(known) * 64, local=local)
         if left:
             frames = list(left.values())
-            self._s.writer.run(lambda w: chunks.drop_hot_frames(w.frames, frames))
+            self._s.writer.run(lambda w: chunks.drop_hot_frames(w.frames, frames), local=local)
         report.chunks_moved += len(left)
         report.deduplicated += len(left)
         return [(cid, seen) for cid, seen in batch if cid not in left]
@@ -208,6 +216,7 @@ class Mover:
         sources: dict[bytes, Location],
         report: MoveReport,
         listed: dict[bytes, tuple[int, int]],
+        local: bool = False,
     ) -> None:
         upload(self._s.tiers[tier_name], pack, self._s.keyring)
         key = pack_key(pack.pack_id)
@@ -238,9 +247,9 @@ class Mover:
                 left.append(sources[entry.chunk])
             return left
 
-        left = self._s.writer.run(switch, size=len(pack.entries) * 64)
+        left = self._s.writer.run(switch, size=len(pack.entries) * 64, local=local)
         if any(not isinstance(w, Packed) for w in left):
-            self._s.writer.run(lambda w: chunks.drop_hot_frames(w.frames, left))
+            self._s.writer.run(lambda w: chunks.drop_hot_frames(w.frames, left), local=local)
         report.packs += 1
         report.chunks_moved += len(left)
         report.bytes_moved += pack.size
