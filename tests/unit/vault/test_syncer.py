@@ -326,10 +326,11 @@ def test_journaled_saves_share_a_later_cycle_and_a_waiter_gets_one_at_once(
         syncer = v.store.writer._syncer
         v.store.writer.wait_durable()
         before = syncer.cycles
-        saves = 10
+        saves = 20
         for i in range(saves):
             v.save("ns", {"f": bytes([i]) * 3000}, chunking="small")
-        assert syncer.cycles - before <= 3  # one per UNWAITED_DELAY of saves at most
+        # One per UNWAITED_DELAY of saves at most: 0-1 here, 15-17 with a cycle per batch.
+        assert syncer.cycles - before <= saves // 4
         started = time.monotonic()
         v.store.writer.wait_durable()  # a plain batch: its callers wait, so it goes at once
         assert time.monotonic() - started < 5.0
