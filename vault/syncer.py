@@ -37,10 +37,10 @@ pages at checkpoints. A batch somebody waits for (a plain one, `wait_durable`, `
 closing) starts a cycle at once, taking the waiting states with it.
 
 The pins cost pages freed during one cycle (and the wait before it), which LMDB reuses a
-cycle later instead of at once. Map growth needs every transaction of the process closed: `quiesce` drains the
-cycles (everything committed durable), lets the pins go, then pins and syncs the state
-again. After a failed sync nothing more is committed (`failure`): the durable state's
-pages must stay as they are until a restart recovers it.
+cycle later instead of at once. Map growth needs every transaction of the process
+closed: `quiesce` drains the cycles (everything committed durable), lets the pins go, then
+pins and syncs the state again. After a failed sync nothing more is committed
+(`failure`): the durable state's pages must stay as they are until a restart recovers it.
 """
 
 from __future__ import annotations
