@@ -83,9 +83,10 @@ Done = Callable[[BaseException | None], None]  # told None once durable, or why 
 # ~0.1 ms of CPU a save under load, and its scattered writes shared the disk with the next
 # save's journal sync (the latency of one client's saves); pages freed meanwhile are reused
 # only after the cycle (the pins), which bounds how long the wait may be: 16 agents saving
-# in one process (2,400 saves, twice each) made 250 cycles and 3.9-4.1 kB of disk a save
-# without it, 125 and 4.0-4.1 kB at 20 ms, 57-78 and 4.2 kB at 50 ms.
-UNWAITED_DELAY = 0.02
+# in one process, 4,800 saves: 432-579 cycles and 3.36-3.66 kB of disk a save (mean 3.49)
+# without it; 327-349 and 3.46-3.63 (3.52) at 10 ms; 215-243 and 3.59-3.63 (3.61) at 20
+# ms; at 50 ms (2,400 saves) 4.2 against 3.9-4.1. The disk may not grow: 10 ms.
+UNWAITED_DELAY = 0.01
 
 
 @dataclass(frozen=True)
