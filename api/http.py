@@ -191,7 +191,8 @@ async def bundle_body(request: web.Request) -> tuple[Mapping[str, Any], dict[str
     body and goes through `decode_json` with the same limits (`max_json_body`, depth,
     containers, finite numbers); it was a plain `json.loads` on the event loop, where
     nesting 5,000 deep answered 500 and an 8 MiB `[],` header stalled health 3.2 s. Past
-    `JSON_ON_LOOP_MAX` bytes the whole bundle is taken apart on the worker pool."""
+    `JSON_ON_LOOP_MAX` bytes of headers, or `PREPARE_ON_LOOP_MAX` of body, the whole bundle
+    is taken apart on the worker pool."""
     return await _bundles(request, decode_bundle)
 
 
@@ -206,11 +207,37 @@ async def _bundles(request: web.Request, decode: Callable[[bytes, Callable[[byte
     body = await read_body(request, settings.max_batch_body)
     loads = functools.partial(_bundle_header, limit=settings.max_json_body)
     try:
-        if len(body) <= JSON_ON_LOOP_MAX:
-            return decode(body, loads)
+        if len(body) <= PREPARE_ON_LOOP_MAX:  # what the loop then prepares too (run_small)
+            try:
+                return decode(body, _OnLoop(loads, JSON_ON_LOOP_MAX))
+            except _PastBudget:
+                pass
         return await run(request, decode, body, loads)
     except (ValueError, TypeError) as e:
         raise InvalidRequest(f"malformed checkpoint bundle: {e}") from None
+
+
+class _PastBudget(Exception):  # noqa: N818 - a signal between two functions here, not an error
+    """The headers of a bundle body come to more JSON than the event loop parses."""
+
+
+class _OnLoop:
+    """The headers' parser while a body is taken apart on the event loop: it parses up to
+    `budget` bytes of JSON in all, then stops the loop's attempt (`_PastBudget`) and the
+    pool takes the body apart. The budget counts the JSON, not the files' bytes: four agent
+    states in a `POST /v1/saves` (~160 kB, <1 kB of headers) went to the pool and back for
+    what is a few header parses and slices (~10% of a worker's CPU in bench_agents), and
+    so did every single save past 64 kB (a LangGraph put of a long history)."""
+
+    def __init__(self, loads: Callable[[bytes], Any], budget: int) -> None:
+        self._loads = loads
+        self._left = budget
+
+    def __call__(self, raw: bytes) -> Any:
+        self._left -= len(raw)
+        if self._left < 0:
+            raise _PastBudget
+        return self._loads(raw)
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:

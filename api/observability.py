@@ -333,6 +333,15 @@ class _EngineCollector(Collector):
         for how, n in o.commit_file_hashes.items():
             hashes.add_metric([how], n)
         yield hashes
+        bases = CounterMetricFamily(
+            "ckpt_small_file_bases",
+            "Small files saved as a new version, by how the process that framed them found "
+            "their parent's version (read: read back and decoded; summed over processes)",
+            labels=["how"],
+        )
+        for how, n in o.small_file_bases.items():
+            bases.add_metric([how], n)
+        yield bases
         for what, n in o.handed_over.items():
             restored = what.startswith("restored_")
             counted = "Files" if what.endswith("files") else "Bytes of files"
@@ -502,7 +511,8 @@ class Metrics:
         bytes_out.inc(sent)
 
 
-SUMMED = "ckpt_http_"  # the families every process counts on its own (requests, bytes)
+# The families every process counts on its own (requests, bytes; small files' bases).
+SUMMED = ("ckpt_http_", "ckpt_small_file_bases")
 
 
 class _Families(Collector):

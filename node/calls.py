@@ -85,6 +85,7 @@ def saves_message(call: int, saves: Sequence[PreparedSave]) -> Message:
                 "files": list(s.files),
                 "entries": list(p.entries),
                 "frames": len(p.frames),
+                "patch_here": {c.hex(): b.hex() for c, b in p.patch_here.items()},
             }
         )
         blobs += s.files.values()
@@ -139,7 +140,21 @@ def _prepared(d: dict[str, Any], blobs: Iterator[memoryview | bytes]) -> Prepare
         want(d, "by", str, type(None)),
         _profile(want(d, "profile", dict)),
     )
-    return PreparedSave(request, entries, new)
+    return PreparedSave(request, entries, new, _patch_here(d, entries))
+
+
+def _patch_here(d: dict[str, Any], entries: Mapping[str, FileEntry]) -> dict[bytes, bytes]:
+    """The small files whose frames the writer makes (vault/smallfile.py): each one of
+    this save's one-chunk files, with the id of its base."""
+    pairs = want(d, "patch_here", dict)
+    ones = {e.chunks[0][0] for e in entries.values() if len(e.chunks) == 1}
+    try:
+        out = {bytes.fromhex(c): bytes.fromhex(b) for c, b in pairs.items()}
+    except (TypeError, ValueError):
+        raise ChannelError("a save whose patch_here is not ids in hex") from None
+    if not all(c in ones and len(b) == CHUNK_ID for c, b in out.items()):
+        raise ChannelError("a save whose patch_here names other chunks")
+    return out
 
 
 def _entry(blob: bytes | memoryview) -> FileEntry:

@@ -24,7 +24,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -42,7 +42,15 @@ from .manifest import FileEntry
 from .names import check_file_name
 from .records import StoredCheckpoint
 from .sink import store_all
-from .smallfile import WHOLE_MAX, RecentFiles, Whole, bases, can_patch, patch_base
+from .smallfile import (
+    WHOLE_MAX,
+    BaseCounts,
+    RecentFiles,
+    Whole,
+    bases,
+    can_patch,
+    patch_base,
+)
 from .store import Store
 from .uploads import check_metadata, check_new_checkpoint, check_tags
 from .writer import WriteTxn
@@ -77,6 +85,9 @@ class PreparedSave:
     request: SaveRequest
     entries: dict[str, FileEntry]
     frames: dict[bytes, bytes]  # chunk id -> frame, for the chunks the vault lacked
+    # chunk id -> its base: a small file's frame left to the writer, which holds the base
+    # (the preparing worker did not: vault/smallfile.py)
+    patch_here: dict[bytes, bytes] = field(default_factory=dict)
 
 
 Chunking = str | Mapping[str, JSON]  # a profile's name, or its sizes
@@ -99,6 +110,7 @@ class DirectSaver:
         self._s = store
         self._keys = IdempotencyKeys(store)
         self._recent = RecentFiles(reader)
+        self.bases_found = BaseCounts()
         self._local = threading.local()  # an Encoder per thread: making one costs ~30 us
 
     def save(
@@ -116,8 +128,9 @@ class DirectSaver:
     ) -> PreparedSave:
         """Everything of `save` but the writer's transaction, for `submit` in the process
         that writes (a worker's save, node/calls.py); a retry of a save already made is
-        found there, in the transaction."""
-        return self._prepared(self._request(ns, files, options)[0])
+        found there, in the transaction. A small file whose base this process does not
+        hold is left to the writer to frame (`patch_here`), which holds it."""
+        return self._prepared(self._request(ns, files, options)[0], defer=True)
 
     def apply_journal(self) -> None:
         """Saves acknowledged by their journal records after the last durable state (a
@@ -184,11 +197,11 @@ class DirectSaver:
         profile = ns_rec.chunking() if ns_rec is not None else wanted
         return SaveRequest(ns, files, parent, inherit, metadata, tags, key, by, profile), done
 
-    def _prepared(self, s: SaveRequest) -> PreparedSave:
+    def _prepared(self, s: SaveRequest, defer: bool = False) -> PreparedSave:
         """Cut and hash here (not in the writer thread every save waits on)."""
-        entries, items = self._cut(s.files, s.profile, s.ns, s.parent)
+        entries, items, patch_here = self._cut(s.files, s.profile, s.ns, s.parent, defer)
         frames = {c: bytes(f) for c, (_, f) in items.items() if f is not None}
-        return PreparedSave(s, entries, frames)
+        return PreparedSave(s, entries, frames, patch_here)
 
     def submit(
         self, p: PreparedSave, given: tuple[str, float] | None = None
@@ -215,9 +228,12 @@ class DirectSaver:
                 raise Conflict(f"namespace {s.ns!r} changed its chunking profile; save again")
             parent_id = self._s.catalog.resolve_id(txn, s.ns, s.parent) if s.parent else None
             self._check_patches(txn, items, bool(s.files))
+            if p.patch_here:
+                self._patch_here(txn, items, p.patch_here)
             # Referenced by the checkpoint made in this same transaction: no reservation;
             # every one of them is sound once stored, so `create` need not look again.
             written[:] = store_all(self._s, w, items, 0, inline=True)
+            self._remember(s.files, entries)
             draft = Draft(
                 s.ns, parent_id, s.inherit, s.metadata, s.tags, entries, s.by,
                 id=given[0] if given is not None else None,
@@ -284,13 +300,46 @@ class DirectSaver:
                 raise ValueError(f"the record's patch {cid.hex()} lacks its base {base.hex()}")
             items[cid] = (data, Encoder().encode(data))
 
+    def _patch_here(
+        self,
+        txn: Any,
+        items: dict[bytes, tuple[bytes | memoryview, bytes | None]],
+        patch_here: Mapping[bytes, bytes],
+    ) -> None:
+        """In the writer's transaction: the frames of the small files the worker left here,
+        a patch against the base this process holds (every small file it committed lately
+        passes through it), else whole."""
+        whole = Whole(self._encoder())
+        for cid, base_id in patch_here.items():
+            data, frame = items[cid]
+            if frame is not None or self._s.chunks.usable(txn, cid):
+                continue  # stored since it was prepared: `store_all` keeps that copy
+            base = self._recent.cached(base_id) if can_patch(self._s.chunks, txn, base_id) else None
+            self.bases_found.count("writer" if base is not None else "writer_missed")
+            items[cid] = (data, whole.frame(data, base_id if base is not None else None, base))
+
+    def _remember(self, files: Mapping[str, bytes], entries: Mapping[str, FileEntry]) -> None:
+        """The writer keeps the small files it commits: the bases of the next saves, which
+        a worker that did not prepare this one leaves to it."""
+        for name, data in files.items():
+            entry = entries[name]
+            if len(entry.chunks) == 1 and 0 < entry.size <= WHOLE_MAX:
+                self._recent.remember(
+                    entry.chunks[0][0], data if type(data) is bytes else bytes(data)
+                )
+
     def _cut(
         self,
         files: Mapping[str, bytes],
         profile: ChunkingProfile,
         ns: str,
         parent: str | None,
-    ) -> tuple[dict[str, FileEntry], dict[bytes, tuple[bytes | memoryview, bytes | None]]]:
+        defer: bool,
+    ) -> tuple[
+        dict[str, FileEntry],
+        dict[bytes, tuple[bytes | memoryview, bytes | None]],
+        dict[bytes, bytes],
+    ]:
         entries: dict[str, FileEntry] = {}
         pieces: dict[bytes, memoryview] = {}
         small: dict[str, bytes] = {}  # file name -> its one chunk (vault/smallfile.py)
@@ -319,6 +368,7 @@ class DirectSaver:
         items: dict[bytes, tuple[bytes | memoryview, bytes | None]] = {
             c: (d, encoder.encode(d) if c in chunked else None) for c, d in pieces.items()
         }
+        patch_here: dict[bytes, bytes] = {}
         for name, cid in small.items():
             data = files[name]
             plain = data if isinstance(data, bytes) else bytes(data)
@@ -326,11 +376,28 @@ class DirectSaver:
                 self._recent.remember(cid, plain)
                 continue
             base_id, depth = based.get(name, (None, -1))
-            base = self._recent.plaintext(base_id) if base_id is not None else None
+            base = self._base(base_id, defer)
+            if base_id is not None and base is None and defer:
+                patch_here[cid] = base_id  # framed by the writer, which holds the base
+                self._recent.remember(cid, plain)
+                continue
             frame = whole.frame(data, base_id, base)
             items[cid] = (pieces[cid], frame)
             self._recent.remember(cid, plain, depth + 1 if patch_base(frame) else 0)
-        return entries, items
+        return entries, items, patch_here
+
+    def _base(self, base_id: bytes | None, defer: bool) -> bytes | None:
+        """The plaintext of `base_id` if this process holds it; else, unless `defer`, read
+        back (None if it cannot be)."""
+        if base_id is None:
+            return None
+        base = self._recent.cached(base_id)
+        if base is not None:
+            self.bases_found.count("recent")
+        elif not defer:
+            self.bases_found.count("read")
+            base = self._recent.plaintext(base_id)
+        return base
 
     def _encoder(self) -> Encoder:
         encoder: Encoder | None = getattr(self._local, "encoder", None)

@@ -43,6 +43,8 @@ class Observation:
     # seconds since the newest and the newest valid checkpoint (None: there is none)
     recovery_seconds: dict[str, tuple[float | None, float | None]]
     namespace_usage: dict[str, NamespaceBytes]
+    # how small files' bases were found for their patches (vault/smallfile.py BaseCounts)
+    small_file_bases: dict[str, int]
 
 
 class HandedOver:

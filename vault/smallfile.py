@@ -16,11 +16,17 @@ their base is kept only for them, and no read decodes more than `MAX_CHAIN` of t
 file whose parent's chain is that deep is stored whole, zstd, and starts a new chain).
 
 The worker that prepares a save finds the base (the parent's manifest, read in its own
-snapshot) and its plaintext: from `RecentFiles`, the files it prepared lately (an agent's
-next save usually comes to the same process), else read and verified through the one read
-path. The writer checks again in its transaction that the base is sound and the chain
-within bounds (compaction may have deepened it, GC may have taken an unreferenced base);
-if not, the file is stored whole instead (`Whole.frame`).
+snapshot) and its plaintext in `RecentFiles`, the files it prepared lately. An agent's next
+save comes to another worker process about as often as to the same one (the kernel spreads
+connections over them), and reading the base back there (its chain decoded) cost ~0.3 ms a
+time; so a worker that lacks it leaves the frame to the process that writes (`patch_here`),
+whose own `RecentFiles` holds every small file it committed lately, whichever worker
+prepared it. A vault saving in its own process reads the base back instead. The writer
+checks again in its transaction that the base is sound and the chain within bounds
+(compaction may have deepened it, GC may have taken an unreferenced base); if not, or if it
+lacks the base's plaintext too, the file is stored whole instead (`Whole.frame`).
+`BaseCounts` counts how each small file's base was found (`/metrics`
+`ckpt_small_file_bases_total`).
 """
 
 from __future__ import annotations
@@ -107,6 +113,14 @@ class RecentFiles:
         with self._lock:
             return {c: self._depths[c] for c in cids if c in self._depths}
 
+    def cached(self, cid: bytes) -> bytes | None:
+        """The plaintext of chunk `cid` if this process holds it (never read back)."""
+        with self._lock:
+            data = self._files.get(cid)
+            if data is not None:
+                self._files.move_to_end(cid)
+            return data
+
     def plaintext(self, cid: bytes) -> bytes | None:
         """The verified plaintext of chunk `cid`, or None if it cannot be read now (the
         save then stores its file whole)."""
@@ -121,6 +135,28 @@ class RecentFiles:
             return None
         self.remember(cid, plain)
         return plain
+
+
+BASE_SOURCES = ("recent", "read", "writer", "writer_missed")
+
+
+class BaseCounts:
+    """How the base of each small file saved as a new version of its parent's was found,
+    since start: `recent` (the preparing process held it), `read` (read back and decoded),
+    `writer` (left to the process that writes, which held it) and `writer_missed` (left to
+    it, which did not, or found the base unusable: stored whole)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # prepared on the loop and the pool; the writer thread
+        self._counts = dict.fromkeys(BASE_SOURCES, 0)
+
+    def count(self, how: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[how] += n
+
+    def totals(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 class Whole:

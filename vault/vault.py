@@ -513,6 +513,7 @@ class Vault:
                 ns: NamespaceBytes(u.logical_bytes, u.stored_bytes)
                 for ns, u in self.last_usage.items()
             },
+            small_file_bases=self._direct.bases_found.totals(),
         )
 
     def backup_catalog(self, dest: Path) -> int:

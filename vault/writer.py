@@ -307,7 +307,7 @@ class Writer:
         try:
             if journaled:
                 _resolve(futures, outcomes)
-                self._syncer.after(_nobody, self._batch)
+                self._syncer.after(_nobody, self._batch, waited=False)
             else:
                 self._syncer.after(
                     lambda failure: self._durable(futures, outcomes, records, failure, local),

@@ -168,3 +168,39 @@ async def test_small_saves_are_prepared_on_the_loop_large_ones_on_the_pool(api: 
     assert (await resp.json())["results"][0]["status"] == 201
     for f in busy:
         f.result(BOUND)
+
+
+async def test_agent_states_sent_together_are_taken_apart_on_the_loop(api: Api) -> None:
+    """With every thread of the worker pool busy, a body of four ~40 kB agent states (well
+    past the 64 KiB of JSON the loop parses, but with <1 kB of headers) is still answered:
+    what the loop may parse is counted in header bytes, not body bytes. Headers past that
+    (large metadata) still wait for the pool."""
+    app = api.client.app
+    assert app is not None
+    pool = app[RUNTIME].io
+    release = threading.Event()
+    busy = [pool.submit(release.wait, BOUND) for _ in range(app[SETTINGS].worker_threads)]
+    state = json.dumps({"messages": ["word " * 8000]}).encode()  # ~40 kB
+    heavy = {"notes": "n" * (40 << 10)}  # two such headers: past the loop's 64 KiB
+    try:
+        waiting = asyncio.create_task(
+            api.call(
+                "POST",
+                "/v1/saves",
+                data=bundle("json/a", {"f": b"x"}, metadata=heavy) * 2,
+                headers=HEADERS,
+            )
+        )
+        body = b"".join(bundle(f"agents/{i}", {"state.json": state}) for i in range(4))
+        assert len(body) > 64 << 10
+        out = await asyncio.wait_for(
+            api.json("POST", "/v1/saves", data=body, headers=HEADERS), BOUND / 4
+        )
+        assert [r["status"] for r in out["results"]] == [201] * 4
+        assert not waiting.done()
+    finally:
+        release.set()
+    resp = await asyncio.wait_for(waiting, BOUND)
+    assert [r["status"] for r in (await resp.json())["results"]] == [201, 201]
+    for f in busy:
+        f.result(BOUND)

@@ -110,3 +110,17 @@ def test_an_error_names_no_class_outside_the_engines_tree() -> None:
     assert type(unknown) is VaultError
     with pytest.raises(ChannelError):
         error_of({"code": 1, "type": "x", "message": "m"})
+
+
+def test_small_files_left_to_the_writer_cross_with_their_bases_and_nothing_else() -> None:
+    """`patch_here`: the one-chunk files a worker could not patch (it lacks the base) go
+    over with their bases' ids; one naming a chunk of no one-chunk file is refused."""
+    save = _save(2)
+    cid = save.entries["state.json"].chunks[0][0]
+    left = PreparedSave(save.request, save.entries, {}, {cid: b"b" * 32})
+    assert prepared_saves(_over(saves_message(3, [left]), TO_WRITER)) == [left]
+    message = saves_message(3, [left])
+    for bad in ({"00" * 32: "bb" * 32}, {cid.hex(): "bb"}, {cid.hex(): "zz" * 32}):
+        fields = dict(message.fields["saves"][0], patch_here=bad)
+        with pytest.raises(ChannelError, match="patch_here"):
+            prepared_saves(Message(message.kind, 1, {"saves": [fields]}, message.blobs))

@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 
 from checkpoint_vault.vault import Conflict, Unavailable, Vault
 from checkpoint_vault.vault.config import VaultConfig
-from checkpoint_vault.vault.syncer import DURABLE_FILE
+from checkpoint_vault.vault.syncer import DURABLE_FILE, UNWAITED_DELAY
 from checkpoint_vault.vault.writer import Writer, WriteTxn
 
 from .powerloss import DATA_FILES, PAGE, mix, overwrite, run_child
@@ -310,5 +311,32 @@ def test_a_batch_the_syncer_cannot_take_fails_its_callers_not_the_writer(
         assert rec.id in listed
         assert len(listed) == 2
         assert v.check().ok
+    finally:
+        v.close()
+
+
+def test_journaled_saves_share_a_later_cycle_and_a_waiter_gets_one_at_once(
+    tmp_path: Path,
+) -> None:
+    """Saves acknowledged by their journal records leave their catalog state to a cycle
+    up to UNWAITED_DELAY later, one for all of them (PostgreSQL's data pages after its WAL),
+    where each used to get one; a batch somebody waits for is synced at once."""
+    v = Vault(tmp_path / "v")
+    try:
+        syncer = v.store.writer._syncer
+        v.store.writer.wait_durable()
+        before = syncer.cycles
+        saves = 20
+        started = time.monotonic()
+        for i in range(saves):
+            v.save("ns", {"f": bytes([i]) * 3000}, chunking="small")
+        # One per UNWAITED_DELAY of saves at most (15-17 of 20 with a cycle per batch).
+        most = (time.monotonic() - started) / UNWAITED_DELAY + 2
+        assert syncer.cycles - before <= min(most, saves // 2)
+        started = time.monotonic()
+        v.store.writer.wait_durable()  # a plain batch: its callers wait, so it goes at once
+        assert time.monotonic() - started < 5.0
+        assert syncer.durable_batch == v.store.writer._batch
+        assert list(v.store.writer.journal.pending()) == []
     finally:
         v.close()
