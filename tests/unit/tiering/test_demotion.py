@@ -113,7 +113,7 @@ def test_a_crash_at_either_step_of_a_move_loses_nothing(
 
     # 1. Dies after the pack is uploaded, before the catalog switches: a dead pack in the
     #    tier, every chunk still hot.
-    def crash_before_switch(op: object, size: int = 0) -> object:
+    def crash_before_switch(op: object, size: int = 0, local: bool = False) -> object:
         raise Crash
 
     monkeypatch.setattr(writer, "run", crash_before_switch)
@@ -129,11 +129,11 @@ def test_a_crash_at_either_step_of_a_move_loses_nothing(
     #    pack; the old frames are unnamed, and repair drops them.
     calls = {"n": 0}
 
-    def crash_after_switch(op: object, size: int = 0) -> object:
+    def crash_after_switch(op: object, size: int = 0, local: bool = False) -> object:
         calls["n"] += 1
         if calls["n"] == 2:
             raise Crash
-        return real_run(op, size)  # type: ignore[arg-type]
+        return real_run(op, size, local=local)  # type: ignore[arg-type]
 
     monkeypatch.setattr(writer, "run", crash_after_switch)
     with pytest.raises(Crash):
