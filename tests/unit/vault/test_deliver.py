@@ -7,9 +7,7 @@ cache's)."""
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
-import mmap
 import os
 import time
 from pathlib import Path
@@ -20,6 +18,7 @@ from checkpoint_vault.vault import ChunkCorrupt, StoredCheckpoint, Vault
 from checkpoint_vault.vault import deliver as deliver_module
 from checkpoint_vault.vault.libc import BLOCK_FILE_SYSTEMS, file_system_type
 
+from ...pagecache import resident_pages
 from .helpers import client_save, flip_last_byte
 
 ALIGN = deliver_module.ALIGN
@@ -72,21 +71,27 @@ def test_a_large_file_lands_whole_and_no_larger(vault: Vault, tmp_path: Path) ->
     rec = _saved(vault, data)
     for place in _places(tmp_path):
         out = place / "f.restored"
-        mine = _restore(vault, rec.id, out)
         try:
-            assert not fcntl.fcntl(mine, fcntl.F_GETFL) & os.O_DIRECT  # the client's flags
+            _check_restored(vault, rec.id, out, data)
         finally:
-            os.close(mine)
-        assert out.read_bytes() == data, place
-        st = out.stat()
-        assert st.st_size == SIZE
-        # No padding, no window's worth left allocated past the end: the size in whole
-        # blocks, and at most a few blocks of an ext4 extent tree (windows written side
-        # by side may land in several extents).
-        assert st.st_blocks * 512 <= -(-SIZE // ALIGN) * ALIGN + 16 * ALIGN
-        out.unlink()
-        if place != tmp_path:
-            place.rmdir()
+            out.unlink(missing_ok=True)
+            if place != tmp_path:
+                place.rmdir()
+
+
+def _check_restored(vault: Vault, ref: str, out: Path, data: bytes) -> None:
+    mine = _restore(vault, ref, out)
+    try:
+        assert not fcntl.fcntl(mine, fcntl.F_GETFL) & os.O_DIRECT  # the client's flags
+    finally:
+        os.close(mine)
+    assert out.read_bytes() == data, out
+    st = out.stat()
+    assert st.st_size == SIZE
+    # No padding, no window's worth left allocated past the end: the size in whole
+    # blocks, and at most a few blocks of an ext4 extent tree (windows written side
+    # by side may land in several extents).
+    assert st.st_blocks * 512 <= -(-SIZE // ALIGN) * ALIGN + 16 * ALIGN
 
 
 @pytest.mark.slow
@@ -124,21 +129,6 @@ def _flagged(vault: Vault, cid: bytes) -> bool:
     return meta is not None and meta.damaged
 
 
-def _resident_pages(path: Path) -> int:
-    """Pages of the file in the page cache (mincore over a mapping of it)."""
-    size = path.stat().st_size
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
-    with path.open("rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as m:
-        pages = -(-size // mmap.PAGESIZE)
-        vec = ctypes.create_string_buffer(pages)
-        address = ctypes.addressof(ctypes.c_char.from_buffer(m))
-        assert libc.mincore(ctypes.c_void_p(address), size, vec) == 0, ctypes.get_errno()
-        resident = sum(b & 1 for b in vec.raw)
-        del address
-    return resident
-
-
 @pytest.mark.slow
 def test_a_direct_restore_leaves_the_page_cache_alone(vault: Vault, tmp_path: Path) -> None:
     probe = os.open(tmp_path, os.O_RDONLY)
@@ -152,8 +142,8 @@ def test_a_direct_restore_leaves_the_page_cache_alone(vault: Vault, tmp_path: Pa
     rec = _saved(vault, data)
     out = tmp_path / "f.restored"
     os.close(_restore(vault, rec.id, out))
-    pages = -(-SIZE // mmap.PAGESIZE)
-    assert _resident_pages(out) <= pages // 20  # through the page cache: every page
+    resident, pages = resident_pages(out)
+    assert resident <= pages // 20  # through the page cache: every page
 
 
 def test_copy_into_lays_the_chunks_end_to_end(vault: Vault) -> None:
