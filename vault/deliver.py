@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import functools
 import mmap
 import os
 import threading
@@ -119,20 +118,23 @@ def _write_windows(
     stop: threading.Event | None,
     direct: bool,
 ) -> None:
-    rooms = [_Room() for _ in range(WORKERS)]
-    writing: deque[Future[None]] = deque()  # in file order, at most WORKERS
+    """Windows copied and verified by WORKERS store threads, written in file order here
+    (one stream of writes: two threads writing a file's windows at once were slower
+    through the page cache, and no faster with direct I/O)."""
+    rooms = [_Room() for _ in range(WORKERS + 1)]  # WORKERS filling, one being written
+    copying: deque[tuple[_Window, memoryview, Future[None]]] = deque()
     try:
         for i, window in enumerate(_windows(entry)):
-            if len(writing) == WORKERS:  # its room is the one this window takes
-                writing.popleft().result()
             if stop is not None and stop.is_set():
                 raise Unavailable("the server is shutting down; restore the file again")
-            job = functools.partial(_write_window, reader, fd, window, rooms[i % WORKERS], direct)
-            writing.append(store.runtime.store.submit(job))
-        while writing:
-            writing.popleft().result()
+            buf = _buffer(window, rooms[i % len(rooms)])
+            copying.append((window, buf, store.runtime.store.submit(_copy, reader, window, buf)))
+            if len(copying) > WORKERS:
+                _write(fd, *copying.popleft(), direct)
+        while copying:
+            _write(fd, *copying.popleft(), direct)
     finally:
-        for left in writing:  # nothing of this file runs on behind an error
+        for _, _, left in copying:  # nothing of this file runs on behind an error
             left.exception()
 
 
@@ -180,21 +182,31 @@ class _NoDirect(Exception):
     size than ALIGN)."""
 
 
-def _write_window(reader: Reader, fd: int, w: _Window, room: _Room, direct: bool) -> None:
-    """Copy and verify the chunks of window `w`, write its bytes at their place in the
-    file; through the cache, start their write-back."""
+def _buffer(w: _Window, room: _Room) -> memoryview:
+    """Room for window `w`: its first chunk's bytes before the window's start, then the
+    window from a block boundary, a block to spare (the last window's padding)."""
     before = w.start - w.first  # bytes of the first chunk before the window
-    lead = -(-before // ALIGN) * ALIGN  # the window's start in the buffer: aligned
-    held = sum(w.sizes)
-    buf = room(lead - before + held + ALIGN)
-    reader.copy_into(w.cids, w.sizes, buf[lead - before : lead - before + held])
+    lead = -(-before // ALIGN) * ALIGN
+    return room(lead - before + sum(w.sizes) + ALIGN)[lead - before :]
+
+
+def _copy(reader: Reader, w: _Window, buf: memoryview) -> None:
+    """Copy and verify the chunks of window `w` into `buf`."""
+    reader.copy_into(w.cids, w.sizes, buf[: sum(w.sizes)])
+
+
+def _write(fd: int, w: _Window, buf: memoryview, copied: Future[None], direct: bool) -> None:
+    """Once copied, write window `w`'s bytes at their place in the file; through the
+    cache, start their write-back."""
+    copied.result()
+    window = buf[w.start - w.first :]  # on a block boundary in memory
     length = w.end - w.start
     if direct:
         padded = -(-length // ALIGN) * ALIGN  # only the file's last window is not whole
-        buf[lead + length : lead + padded] = bytes(padded - length)
+        window[length:padded] = bytes(padded - length)
         length = padded
     try:
-        _put(fd, buf[lead : lead + length], w.start)
+        _put(fd, window[:length], w.start)
     except OSError as e:
         if direct and e.errno == errno.EINVAL:
             raise _NoDirect from e
