@@ -110,6 +110,9 @@ def measure(tmp: Path, server: Server, name: str, sets: list[dict[str, str]]) ->
         "seconds": times,
         "median_mbs": {k: nbytes / v / MB for k, v in med.items()},
         "local_vs_copyfile": med["copyfile"] / med["local"],
+        "local_vs_copyfile_every_run": [
+            c / h for c, h in zip(times["copyfile"], times["local"], strict=True)
+        ],
         "http_vs_copy_loop": med["copy loop"] / med["http"],
         "http_vs_copy_loop_every_run": [
             c / h for c, h in zip(times["copy loop"], times["http"], strict=True)
@@ -126,7 +129,9 @@ def report(results: list[dict[str, Any]]) -> str:
             (
                 f"{f['set']} ({f['nbytes'] / MB:.0f} MB, last checkpoint)",
                 f"{m['copyfile']:.0f}",
-                f"{m['local']:.0f} ({f['local_vs_copyfile']:.2f}x)",
+                f"{m['local']:.0f} ({f['local_vs_copyfile']:.2f}x; every run "
+                + " ".join(f"{x:.2f}" for x in f["local_vs_copyfile_every_run"])
+                + ")",
                 f"{m['copy loop']:.0f}",
                 f"{m['http']:.0f} ({f['http_vs_copy_loop']:.2f}x; every run "
                 + " ".join(f"{x:.2f}" for x in f["http_vs_copy_loop_every_run"])

@@ -581,24 +581,28 @@ class AsyncVaultClient:
                     socket, path, partial, info, bar
                 )
                 if not written:  # no server here, or one that cannot: over HTTP
-                    await self._receive(out, path, size, info.hash, bar)
+                    await self._receive(out, path, size, info.hash, bar, partial)
         except BaseException:
             partial.unlink(missing_ok=True)  # a failed download leaves nothing behind
             raise
         os.replace(partial, target)
 
     async def _receive(
-        self, out: IO[bytes], path: str, size: int, digest: str, bar: Progress
+        self, out: IO[bytes], path: str, size: int, digest: str, bar: Progress, file: Path
     ) -> None:
-        """The file's bytes over HTTP into `out`, hashed and synced as they come."""
-        sink = FileSink(out)
+        """The file's bytes over HTTP into `out` (the file at `file`), hashed and synced as
+        they come."""
+        sink = FileSink(out, file, size)
 
         def write(piece: memoryview) -> None:
             sink.write(piece)
             bar.update(len(piece))
 
-        received = await self._t.download(path, size, write)
-        await asyncio.to_thread(sink.sync)
+        try:
+            received = await self._t.download(path, size, write)
+            await asyncio.to_thread(sink.sync)
+        finally:
+            sink.close()
         if received != size or sink.hash.hexdigest() != digest:
             raise IntegrityError(f"{path}: received bytes do not match the recorded hash")
 

@@ -13,6 +13,7 @@ Anything the consumer raises (a full disk) passes through unchanged.
 from __future__ import annotations
 
 import http.client
+import mmap
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,7 +64,8 @@ def _pump(
     """Socket → buffers → `consume` on a second thread; a buffer is refilled only once the
     consumer is done with it. Every buffer handed over is consumed before this returns or
     raises, and a consumer's error wins over a network one."""
-    buffers = [memoryview(bytearray(BUFFER)) for _ in range(BUFFERS)]
+    # Anonymous maps: page-aligned, as a consumer writing with direct I/O needs them.
+    buffers = [memoryview(mmap.mmap(-1, BUFFER)) for _ in range(BUFFERS)]
     pending: list[Future[None] | None] = [None] * BUFFERS
     with ThreadPoolExecutor(1, thread_name_prefix="ckpt-consume") as consumer:
         try:
