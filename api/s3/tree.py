@@ -138,8 +138,15 @@ def is_marker(key: str, patterns: tuple[str, ...]) -> bool:
 def commit(
     vault: Vault, ns: str, upload_id: str, domain: Callable[[str], bool] | None
 ) -> StoredCheckpoint:
-    """Commit the open upload as one checkpoint holding the whole tree (module doc)."""
+    """Commit the open upload as one checkpoint holding the whole tree (module doc); an
+    upload that leaves the tree as the newest checkpoint holds it is dropped and that
+    checkpoint answered (`unchanged`)."""
     now = tree(vault, ns, upload_id, 0.0)
+    if now.latest is not None and now.latest.validity.state != "invalid" and unchanged(
+        vault, now.latest, now
+    ):
+        vault.uploads.abort(upload_id)
+        return now.latest
     with vault.store.catalog_env.read() as txn:
         pending = vault.uploads.files(txn, upload_id)
     for name in pending:
@@ -152,6 +159,20 @@ def commit(
     }
     record, _ = vault.committer.commit(upload_id, listed, domain)
     return record
+
+
+def unchanged(vault: Vault, latest: StoredCheckpoint, now: Tree) -> bool:
+    """Whether the tree holds exactly the objects of `latest`, byte for byte. A marker PUT
+    again after its commit (a client retrying a request whose answer was lost, a proxy that
+    cut the session) would otherwise commit a second, identical checkpoint, which counts
+    against `keep_last` and pushes out a real older one; an S3 PUT is idempotent. Not
+    over an invalid checkpoint: the same bytes written again make a new, valid one."""
+    with vault.store.catalog_env.read() as txn:
+        stored = vault.catalog.manifest(txn, latest.id)
+    before = {k: e for n, e in stored.items() if (k := to_key(n)) is not None}
+    return before.keys() == now.files.keys() and not any(
+        _differs(before[k], e) for k, e in now.files.items()
+    )
 
 
 def _introduced(vault: Vault, rec: StoredCheckpoint) -> dict[str, FileEntry]:

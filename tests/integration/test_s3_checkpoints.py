@@ -136,3 +136,20 @@ def _wait_for(probe: Any, n: int) -> Any:
             return got
         assert time.monotonic() < deadline, f"{n} checkpoints did not appear"
         time.sleep(0.1)  # pacing a bounded poll of a condition
+
+
+def test_a_marker_put_again_with_nothing_changed_commits_nothing(s3: S3Server) -> None:
+    """A retried marker PUT (its answer lost, or a proxy cutting the session) is the same
+    checkpoint, not a second one that would push a real checkpoint out of `keep_last`."""
+    c = s3.boto3()
+    with _vault(s3) as v:
+        _flink_checkpoint(c, 1)
+        (first,) = _live(v, "flink")
+        c.put_object(Bucket="flink", Key="job/chk-1/_metadata", Body=b"meta 1")  # the retry
+        assert [ck.id for ck in _live(v, "flink")] == [first.id]
+        c.put_object(Bucket="flink", Key="job/chk-1/_metadata", Body=b"meta 1, again")
+        live = _live(v, "flink")
+        assert len(live) == 2 and live[1].parent == first.id
+        assert c.get_object(Bucket="flink", Key="job/chk-1/_metadata")["Body"].read() == (
+            b"meta 1, again"
+        )
