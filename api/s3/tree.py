@@ -142,8 +142,10 @@ def commit(
     upload that leaves the tree as the newest checkpoint holds it is dropped and that
     checkpoint answered (`unchanged`)."""
     now = tree(vault, ns, upload_id, 0.0)
-    if now.latest is not None and now.latest.validity.state != "invalid" and unchanged(
-        vault, now.latest, now
+    if (
+        now.latest is not None
+        and now.latest.validity.state != "invalid"
+        and unchanged(vault, now.latest, now)
     ):
         vault.uploads.abort(upload_id)
         return now.latest

@@ -149,7 +149,8 @@ def test_a_marker_put_again_with_nothing_changed_commits_nothing(s3: S3Server) -
         assert [ck.id for ck in _live(v, "flink")] == [first.id]
         c.put_object(Bucket="flink", Key="job/chk-1/_metadata", Body=b"meta 1, again")
         live = _live(v, "flink")
-        assert len(live) == 2 and live[1].parent == first.id
+        assert len(live) == 2
+        assert live[1].parent == first.id
         assert c.get_object(Bucket="flink", Key="job/chk-1/_metadata")["Body"].read() == (
             b"meta 1, again"
         )
