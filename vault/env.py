@@ -128,17 +128,23 @@ class _SharedExclusiveLock:
 
     @contextmanager
     def shared(self) -> Iterator[None]:
+        self.take_shared()
+        try:
+            yield
+        finally:
+            self.drop_shared()
+
+    def take_shared(self) -> None:
         with self._cond:
             while self._exclusive or self._exclusive_waiting:
                 self._cond.wait()
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
+
+    def drop_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -212,22 +218,29 @@ class Env:
         self._read_since_trim = 0
         self._span: tuple[int, int] | None = None  # the map's address range, once looked up
 
-    @contextmanager
-    def read(self) -> Iterator[lmdb.Transaction]:
+    def read(self) -> _Reading:
         """A read transaction; keep it short, it blocks map growth while open."""
+        return _Reading(self)
+
+    def _begin_read(self) -> lmdb.Transaction:
+        """`read`'s transaction, the shared side of the resize lock taken with it."""
+        lock = self._lock
         while True:
-            with self._lock.shared():
-                try:
-                    txn = self.lmdb.begin(buffers=True)
-                except lmdb.MapResizedError:
-                    pass  # the writing process grew the map: adopt its size below
-                else:
-                    try:
-                        yield txn
-                    finally:
-                        txn.abort()
-                    return
+            lock.take_shared()
+            try:
+                return self.lmdb.begin(buffers=True)
+            except lmdb.MapResizedError:
+                lock.drop_shared()  # the writing process grew the map: adopt its size
+            except BaseException:
+                lock.drop_shared()
+                raise
             self._adopt_map()
+
+    def _end_read(self, txn: lmdb.Transaction) -> None:
+        try:
+            txn.abort()
+        finally:
+            self._lock.drop_shared()
 
     def _adopt_map(self) -> None:
         """Take the map size another process set (LMDB needs no transaction of this process
@@ -348,3 +361,22 @@ class Pin:
 
     def release(self) -> None:
         self._stack.close()
+
+
+class _Reading:
+    """`Env.read` as a plain context manager: a save's preparation opens about six read
+    transactions and a request's authentication one more, and the generator-based
+    `contextmanager` (two of them nested, lock and transaction) cost ~3 µs of each
+    ~3.5 µs of an open-get-close; this does the same in ~1.5."""
+
+    __slots__ = ("_env", "_txn")
+
+    def __init__(self, env: Env) -> None:
+        self._env = env
+
+    def __enter__(self) -> lmdb.Transaction:
+        self._txn = self._env._begin_read()  # noqa: SLF001 - Env's own helper
+        return self._txn
+
+    def __exit__(self, *exc: object) -> None:
+        self._env._end_read(self._txn)  # noqa: SLF001
