@@ -65,6 +65,11 @@ class TokenCache:
 
     def __init__(self, tokens: list[Token], clock: Clock) -> None:
         self.by_key: dict[str, Token] = {}
+        # Tokens presented and verified since the table last changed, by the presented
+        # string: a client sends its token on every request, and hashing it again each time
+        # was most of an authentication. Only a match is kept (at most one entry a token),
+        # and any change to the table (a revocation, a rotation) empties it.
+        self._verified: dict[str, tuple[Token, Principal]] = {}
         self.last_used: dict[str, float] = {}  # key id -> time, since the last flush
         self._clock = clock
         self._source: tuple[Callable[[], int], Callable[[], list[Token]]] | None = None
@@ -73,6 +78,7 @@ class TokenCache:
 
     def reload(self, tokens: list[Token]) -> None:
         self.by_key = {t.key_id: t for t in tokens}
+        self._verified = {}
 
     def follow(self, changes: Callable[[], int], load: Callable[[], list[Token]]) -> None:
         """Reload from the catalog whenever `changes()` moves: in a worker process, whose
@@ -94,14 +100,19 @@ class TokenCache:
         if not header or not header.startswith("Bearer "):
             raise Unauthorized("missing 'Authorization: Bearer <token>' header")
         self.refresh()
-        token = verify(self.by_key, header[7:].strip())
-        if token is None:
-            raise Unauthorized("unknown or revoked token")
+        presented = header[7:].strip()
+        known = self._verified.get(presented)
+        if known is None:
+            token = verify(self.by_key, presented)
+            if token is None:
+                raise Unauthorized("unknown or revoked token")
+            known = self._verified[presented] = (token, Principal(token.name, token.scopes))
+        token, who = known
         now = self._clock.now()
         if token.expired(now):
             raise Unauthorized(f"token {token.name!r} expired; ask an admin for a new one")
         self.last_used[token.key_id] = now
-        return Principal(token.name, token.scopes)
+        return who
 
     def note_uses(self, last_used: dict[str, float]) -> None:
         """Uses seen elsewhere (a worker process's), kept with this cache's own."""
