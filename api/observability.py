@@ -94,6 +94,11 @@ async def add_request_id_header(request: web.Request, response: web.StreamRespon
     response.headers["X-Request-Id"] = request_id(request)
 
 
+# One encoder for every line: `json.dumps(..., default=str)` built one per call (an access
+# line per request).
+_LINE = json.JSONEncoder(default=str).encode
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and any `extra` fields."""
 
@@ -113,7 +118,7 @@ class JsonFormatter(logging.Formatter):
         out.update({k: v for k, v in record.__dict__.items() if k not in self._STANDARD})
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return _LINE(out)
 
     def _stamp(self, second: int) -> str:
         """An access line per request formats the same second many times: once is enough."""
