@@ -64,6 +64,9 @@ def test_push_pull_and_catalog_commands(server: ServerProcess, tmp_path: Path) -
 
     listed = js(server, "ls", "cli/run")
     assert [r["id"] for r in listed] == [second["id"], first_id]
+    # one node: every checkpoint is durable when answered (the cluster's parts are not)
+    assert [r["id"] for r in js(server, "ls", "cli/run", "--durable")] == [second["id"], first_id]
+    assert js(server, "show", "cli/run", "latest", "--durable")["id"] == second["id"]
     assert any(n["name"] == "cli/run" for n in js(server, "ls"))
     shown = js(server, "show", "cli/run", first_id)
     assert shown["metadata"] == {"step": 100, "note": "warmup"}
@@ -73,7 +76,7 @@ def test_push_pull_and_catalog_commands(server: ServerProcess, tmp_path: Path) -
 
     js(server, "mark", "cli/run", second["id"], "invalid", "--reason", "NaN loss")
     dest = tmp_path / "restored"
-    pulled = js(server, "pull", "cli/run", "latest-valid", str(dest))
+    pulled = js(server, "pull", "cli/run", "latest-valid", str(dest), "--durable")
     assert pulled["id"] == first_id
     assert (dest / "opt" / "state.bin").read_bytes() == (src / "opt" / "state.bin").read_bytes()
     marked = js(server, "mark", "cli/run", second["id"], "valid")
