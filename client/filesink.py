@@ -34,6 +34,8 @@ from typing import IO, Any
 
 import blake3
 
+from checkpoint_vault.protocol import direct_safe
+
 WRITEBACK_EVERY = 16 << 20  # bytes written between write-back requests
 _SYNC_FILE_RANGE_WRITE = 2
 ALIGN = 4096  # direct writes: offsets, lengths and buffer addresses in these units
@@ -56,9 +58,13 @@ def _open_direct(path: Path) -> int | None:
     if not flag:
         return None
     try:
-        return os.open(path, os.O_WRONLY | os.O_CLOEXEC | flag)
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | flag)
     except OSError:  # EINVAL: the file system has no direct I/O
         return None
+    if direct_safe(fd):
+        return fd
+    os.close(fd)  # FUSE and the like may keep our reused buffers' pages (protocol/_direct.py)
+    return None
 
 
 def _aligned(piece: memoryview, pos: int) -> bool:

@@ -58,6 +58,7 @@ from ._defaults import (
     DEFAULT_URL,
     LOCAL_SOCKET_FILE,
 )
+from ._direct import BLOCK_FILE_SYSTEMS, direct_safe, file_system_type
 from ._errors import ERROR_CODES, ERROR_SPECS, ERRORS, CodedError, ErrorSpec, TabledError, status_of
 from ._layout import tensor_regions
 from ._maintenance import (
@@ -103,6 +104,9 @@ from ._text import HIDDEN_IN_NAMES, HIDDEN_IN_TAGS, NOT_IN_NAMES, UNPRINTABLE, c
 from ._units import format_duration, parse_duration, parse_size
 
 __all__ = [
+    "BLOCK_FILE_SYSTEMS",
+    "direct_safe",
+    "file_system_type",
     "PartFile",
     "PartRecord",
     "PartSaved",

@@ -58,11 +58,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from checkpoint_vault.protocol import direct_safe
+
 from .content.reader import CopyBuffers, Plain, Reader, batches
 from .errors import InvalidRequest, Unavailable
 from .files import start_writeback
 from .ingest import handed_over_file
-from .libc import BLOCK_FILE_SYSTEMS, file_system_type
 from .manifest import FileEntry
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ def _direct_fits(fd: int, size: int) -> bool:
     system. Not elsewhere: a FUSE daemon reading with splice may keep references to the
     buffer's pages past the write, and read them once the buffer holds the next window's
     copies, not all of them verified yet."""
-    return size >= DIRECT_MIN and file_system_type(fd) in BLOCK_FILE_SYSTEMS
+    return size >= DIRECT_MIN and direct_safe(fd)
 
 
 def _set_flags(fd: int, flags: int) -> bool:

@@ -102,20 +102,3 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
         raise OSError(95, "fallocate is not offered here")  # EOPNOTSUPP
     if fn(fd, FALLOC_PUNCH_HOLE, offset, length) != 0:
         _raise_errno()
-
-
-# Local block file systems, whose direct writes read the caller's buffer before they
-# return and keep no reference to it (statfs f_type values, linux/magic.h).
-BLOCK_FILE_SYSTEMS = frozenset({0xEF53, 0x58465342, 0x9123683E})  # ext2/3/4, XFS, Btrfs
-
-
-def file_system_type(fd: int) -> int | None:
-    """The magic number of the file system holding the open file `fd` (`fstatfs`'s
-    f_type, the struct's first field: a long), or None where it cannot be known."""
-    fn = _bound("fstatfs", (ctypes.c_int, ctypes.c_void_p))
-    if fn is None:
-        return None
-    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux
-    if fn(fd, buf) != 0:
-        return None
-    return ctypes.c_long.from_buffer(buf).value

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint_vault.protocol import BLOCK_FILE_SYSTEMS, file_system_type
 from checkpoint_vault.vault import ChunkCorrupt, StoredCheckpoint, Vault
 from checkpoint_vault.vault import deliver as deliver_module
-from checkpoint_vault.vault.libc import BLOCK_FILE_SYSTEMS, file_system_type
 
 from ...pagecache import resident_pages
 from .helpers import client_save, flip_last_byte
