@@ -86,7 +86,7 @@ def write_fsync(files: list[Path], into: Path) -> float:
         with (into / f"copy-{i}.bin").open("wb") as out:
             view = memoryview(blobs[i])
             for at in range(0, len(view), 8 << 20):
-                out.write(view[at : at + 8 << 20])
+                out.write(view[at : at + (8 << 20)])
             out.flush()
             os.fsync(out.fileno())
 
