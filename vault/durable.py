@@ -129,6 +129,8 @@ class Durability:
             if rec is None or rec.is_tombstone or rec.durable:
                 self._s.catalog.pending.drop(w.catalog, ckpt_id)
                 return True
+            if shared is not None and not all(shared.takeable(e.where.key) for e in found.values()):
+                return False  # a pack condemned since the lookup (shared.py, invariant 6)
             now_ms = self._s.now_ms()
             for c, e in found.items():
                 self._s.chunks.adopt(w, c, e.where, e.size, e.flags, now_ms, now_ms + ADOPT_HOLD_MS)
