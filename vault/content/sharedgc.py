@@ -235,11 +235,6 @@ class Condemned:
                 and pack_key not in self._packs
             )
 
-    @property
-    def packs(self) -> frozenset[str]:
-        with self._lock:
-            return self._packs
-
 
 def publish_mark(parts: ContentParts, gate: Condemned, epoch: int) -> Mark | None:
     """Name every shared pack this shard's catalog names, acking the generation applied
