@@ -101,10 +101,11 @@ async def _ask_release(app: web.Application, node: str, part_id: str, auth: str)
 
 async def adopting(app: web.Application) -> None:
     """Adoption passes while this process owns its shard (outside a cluster: always); a
-    standby's catalog is its owner's replica, adopted there."""
-    node = app.get(CLUSTER)
+    standby's catalog is its owner's replica, adopted there. The node is looked up each
+    pass: this task starts before cluster_context has made it."""
     while True:
         await asyncio.sleep(ADOPT_EVERY)  # the pass's period, not a wait on work
+        node = app.get(CLUSTER)
         if node is not None and not node.owns():
             continue
         try:
