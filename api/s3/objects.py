@@ -67,7 +67,13 @@ async def get_object(request: web.Request, bucket: str, key: str) -> web.StreamR
         raise S3Error("InvalidRange", 416, "The requested range is not satisfiable", key) from None
     first, last = rng if rng is not None else (0, entry.size - 1)
     latest = now.latest
-    if request.method == "GET" and entry.size and latest is not None and key not in now.written:
+    if (
+        request.method == "GET"
+        and entry.size
+        and latest is not None
+        and not latest.durable
+        and key not in now.written
+    ):
         # a commit of parts not adopted yet: from its part's node, as the files route does
         proxied = await proxy_file(
             request, latest, to_name(key), as_caller(request), headers, request.app[MAIN]

@@ -29,8 +29,6 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from checkpoint_vault.cluster.txn import ABORT, COMMIT, Decisions, resolve
-from checkpoint_vault.tiering import open_tier
-from checkpoint_vault.tiering.wrappers import RetryingTier
 from checkpoint_vault.vault import VaultError
 from checkpoint_vault.vault.clock import Clock
 from checkpoint_vault.vault.errors import Conflict, TransactionAborted, Unavailable
@@ -109,12 +107,8 @@ async def txn_context(app: web.Application) -> AsyncIterator[None]:
     vault = app[VAULT]
     writes = not app[ROLE].reader
     pool = ThreadPoolExecutor(2, thread_name_prefix="vault-txn")
-    decisions = None
-    if config is not None:
-        options = dict(settings.tiers.get(config.tier, {})) if config.tier else {}
-        options.pop("url", None)
-        tier = RetryingTier(open_tier("cluster", config.store, options))
-        decisions = Decisions(tier, f"{config.node}-s{config.shard}")
+    node = app.get(CLUSTER)  # cluster_context runs first: one client of the store
+    decisions = None if node is None else Decisions(node.store, f"{node.config.node}-s{node.shard}")
     txns = Transactions(vault.store, vault.uploads, vault.committer)
     timeout = config.txn_timeout if config is not None else 0.0
     service = TxnService(txns, decisions, timeout, writes, pool, vault.clock)
