@@ -17,7 +17,7 @@ from checkpoint_vault.vault.tier import Tier
 
 from . import lease
 from .config import ClusterConfig
-from .errors import ClusterConflict
+from .errors import ClusterConflict, NotOwner
 from .members import Member, Roster
 from .shards import shard_of
 from .tokens import TokenMirror, TokenTable
@@ -77,6 +77,14 @@ class ClusterNode:
 
     def shard_of(self, namespace: str) -> int:
         return shard_of(namespace, self.config.shards)
+
+    def live_owner(self, shard: int) -> Member:
+        """The live owner of `shard` another process may ask; `NotOwner` while there is
+        none (or the roster still names this process, which does not own it)."""
+        owner = self.roster.owner(shard)
+        if owner is None or owner.url == self.config.url:
+            raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
+        return owner
 
     @property
     def fenced(self) -> bool:

@@ -177,9 +177,7 @@ def owner_for(request: web.Request, node: ClusterNode, shard: int) -> Member | N
             raise node.lost or ClusterConflict(
                 f"this process lost shard {shard} to a takeover: it takes no writes for it"
             )
-    owner = node.roster.owner(shard)  # a process that released its shard forwards too
-    if owner is None or owner.url == node.config.url:
-        raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
+    owner = node.live_owner(shard)  # a process that released its shard forwards too
     if FORWARDED in request.headers:
         raise NotOwner(f"shard {shard} moved while this request was forwarded; retry")
     node.forwarded += 1

@@ -57,10 +57,7 @@ def owners(node: ClusterNode) -> list[tuple[int, Member]]:
     for shard in range(node.config.shards):
         if shard == node.shard and node.owns():
             continue
-        owner = node.roster.owner(shard)
-        if owner is None or owner.url == node.config.url:
-            raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
-        out.append((shard, owner))
+        out.append((shard, node.live_owner(shard)))
     return out
 
 

@@ -20,7 +20,7 @@ from checkpoint_vault.protocol import PartSaved, UploadOpened
 from checkpoint_vault.vault import InvalidRequest
 from checkpoint_vault.vault.clock import rfc3339
 from checkpoint_vault.vault.names import PARTS
-from checkpoint_vault.vault.parts import PartManifest, PartsCommit, part_target
+from checkpoint_vault.vault.parts import PartManifest, PartsCommit
 
 from .. import parse
 from ..auth import principal, require, require_admin, visible_record
@@ -37,6 +37,7 @@ from ..cluster.parts import (
 from ..http import json_body, json_response, large_json_response, run
 from ..keys import VAULT
 from ..transfer.download import stream_file
+from .uploads import upload_session
 
 log = logging.getLogger("ckpt.parts")
 
@@ -73,8 +74,7 @@ def _saved(request: web.Request, part: PartManifest) -> PartSaved:
 async def commit_part(request: web.Request) -> web.Response:
     """Commit a part's upload; its shipping to the shared tier starts at once."""
     vault = request.app[VAULT]
-    session = await run(request, vault.uploads.session, request.match_info["upload_id"])
-    require(request, "write", part_target(session) or session.namespace)
+    session = await upload_session(request)
     body = await json_body(request)
     files = parse.commit_files(body.get("files"))
     part = await run(request, vault.parts.commit, session.id, files, principal(request).domain())

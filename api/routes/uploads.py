@@ -35,7 +35,7 @@ from ..transfer.receive import expect_descriptor, read_large_body, with_descript
 PIECE = 8 << 20  # streamed files are chunked in 8 MiB pieces: ~25 ms of writer work each
 
 
-async def _session(request: web.Request) -> UploadSession:
+async def upload_session(request: web.Request) -> UploadSession:
     """The upload named in the path, after checking the caller may write its namespace."""
     session = await run(
         request, request.app[VAULT].uploads.session, request.match_info["upload_id"]
@@ -72,7 +72,7 @@ async def open_upload(request: web.Request) -> web.Response:
 
 async def missing(request: web.Request) -> web.Response:
     """Which of these chunk ids the vault lacks; the others are reserved for the upload."""
-    session = await _session(request)
+    session = await upload_session(request)
     body = await json_body(request)
     ids = body.get("chunks")  # checked (100k ids at most, each 64 hex) on the pool
     domain = principal(request).domain()
@@ -87,7 +87,7 @@ def _missing(vault: Vault, upload_id: str, ids: object, domain: Domain) -> list[
 
 async def put_chunk(request: web.Request) -> web.Response:
     """Store one chunk; its id must be the BLAKE3 of the body."""
-    session = await _session(request)
+    session = await upload_session(request)
     data = await read_body(request, request.app[VAULT].config.max_chunk_size)
     cid = request.match_info["chunk_id"]
     domain = principal(request).domain()
@@ -99,7 +99,7 @@ async def put_chunk(request: web.Request) -> web.Response:
 
 async def put_chunks(request: web.Request) -> web.Response:
     """Store many chunks in one request (body: records of raw id, u32 length, bytes)."""
-    session = await _session(request)
+    session = await upload_session(request)
     at = _file_position(request)
     body = await read_large_body(request, request.app[SETTINGS].max_batch_body)
     try:  # each chunk with the room for its frame header: frames are built inside the body
@@ -138,7 +138,7 @@ def _raw_file_name(request: web.Request, upload_id: str) -> str:
 async def put_file(request: web.Request) -> web.Response:
     """Stream a whole file, or hand it over by descriptor on the local socket; the server
     chunks it. Memory stays at a few pieces whatever the file's size."""
-    session = await _session(request)
+    session = await upload_session(request)
     vault = request.app[VAULT]
     name = _raw_file_name(request, session.id)
     if request.content_type == DESCRIPTOR_TYPE:
@@ -180,7 +180,7 @@ async def _ingest_descriptor(
 
 async def commit(request: web.Request) -> web.Response:
     """Atomically create the checkpoint; a retry returns the same one with 200."""
-    session = await _session(request)
+    session = await upload_session(request)
     if part_target(session) is not None:
         raise Conflict(f"upload {session.id} is a part: commit it with POST .../part")
     body = await json_body(request)
@@ -194,7 +194,7 @@ async def commit(request: web.Request) -> web.Response:
 
 async def abort(request: web.Request) -> web.Response:
     """Abort the upload: nothing of it becomes visible."""
-    session = await _session(request)
+    session = await upload_session(request)
     await run(request, request.app[VAULT].uploads.abort, session.id)
     return web.Response(status=204)
 

@@ -215,9 +215,7 @@ async def _ask(
 ) -> tuple[int, Any]:
     """`POST path` on the shard's owner with the caller's token, as a forwarded request
     (so it is never passed on again); its error answers raised as this process's."""
-    owner = node.roster.owner(shard)
-    if owner is None or owner.url == node.config.url:
-        raise NotOwner(f"shard {shard} has no live owner right now; retry shortly")
+    owner = node.live_owner(shard)
     headers = {
         "Authorization": request.headers.get("Authorization", ""),
         FORWARDED: node.config.node,
