@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -265,12 +265,25 @@ class Parts:
     def held(self) -> list[PartManifest]:
         """Every part this node holds, oldest first, expired ones until `expire` deleted
         them (for operators)."""
+        return self._manifests(rec.id for rec in self._records())
+
+    def any_claimed(self) -> bool:
+        """Whether some part here is claimed (records only: the node's loop asks every
+        second)."""
+        return any(rec.metadata.get("claimed") for rec in self._records())
+
+    def _records(self) -> list[StoredCheckpoint]:
+        """The records of the parts held here, oldest first."""
         with self._s.catalog_env.read() as txn:
             if self._s.catalog.namespace(txn, PARTS) is None:
                 return []
             ids = list(self._s.catalog.ids(txn, PARTS))
+            recs = (self._s.catalog.record(txn, i) for i in reversed(ids))
+            return [r for r in recs if r is not None and not r.is_tombstone]
+
+    def _manifests(self, ids: Iterable[str]) -> list[PartManifest]:
         out = []
-        for part_id in reversed(ids):
+        for part_id in ids:
             with contextlib.suppress(PartGone):  # released meanwhile
                 out.append(self._read(part_id))
         return out
@@ -349,9 +362,12 @@ class Parts:
         a delay configured): the node's loop ships them, no owner needs to ask."""
         delay = self._s.config.part_ship_delay
         now = self._s.clock.now()
-        return [
-            p.id for p in self.held() if not p.shipped and p.claimed and p.created_at + delay <= now
-        ]
+        due = (
+            r.id
+            for r in self._records()
+            if r.metadata.get("claimed") and r.created_at + delay <= now
+        )
+        return [p.id for p in self._manifests(due) if not p.shipped]
 
     def expired(self, rec: StoredCheckpoint) -> bool:
         return self._expires(rec) <= self._s.clock.now()

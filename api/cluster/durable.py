@@ -130,7 +130,7 @@ async def shipping(app: web.Application) -> None:
 def _take_releases(vault: Vault, node: ClusterNode) -> None:
     """Release the claimed parts an owner marked as released in the store (blocking; one
     listing, only while this node holds claimed parts)."""
-    if not any(p.claimed for p in vault.parts.held()):
+    if not vault.parts.any_claimed():
         return
     for key, part_id in releases.marked(node.store, node.config.url):
         if vault.parts.release(part_id):
