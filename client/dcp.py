@@ -222,8 +222,8 @@ class VaultWriter(StorageWriter):
                 if written.part is not None:
                     parts.append(written.part)
         metadata.storage_data = where
+        raw = pickle.dumps(metadata, protocol=pickle.HIGHEST_PROTOCOL)
         if self.nearby is not None:
-            raw = pickle.dumps(metadata, protocol=pickle.HIGHEST_PROTOCOL)
             meta = self.nearby.save_part(self.namespace, {METADATA_FILE: raw}, ttl=self.part_ttl)
             parts.append(meta)
             self.checkpoint = self.client.commit_parts(
@@ -232,9 +232,7 @@ class VaultWriter(StorageWriter):
             return
         if self._upload is None:
             raise RuntimeError("VaultWriter.finish before prepare_global_plan")
-        files[METADATA_FILE] = self.client.send_file(
-            self._upload, METADATA_FILE, pickle.dumps(metadata, protocol=pickle.HIGHEST_PROTOCOL)
-        )
+        files[METADATA_FILE] = self.client.send_file(self._upload, METADATA_FILE, raw)
         self.checkpoint = self.client.commit(self._upload, files)
 
     @classmethod
