@@ -53,17 +53,16 @@ from .chunking import PROFILES, ChunkingProfile
 from .clock import rfc3339
 from .commit import Committer
 from .content.moves import Mover
-from .create import ensure_namespace
 from .domains import Domain
 from .durable import Durability
 from .errors import Conflict, InvalidRequest, PartGone, PartNotShipped, UploadNotFound, VaultError
-from .ids import new_upload_id
 from .manifest import FileEntry, distinct_chunks
 from .names import PARTS, check_file_name, check_namespace
 from .records import StoredCheckpoint, UploadSession
 from .store import Store
 from .uploads import (
     MAX_MISSING_QUERY,
+    Opening,
     Uploads,
     check_metadata,
     check_new_checkpoint,
@@ -201,26 +200,12 @@ class Parts:
         wanted = chunking or PROFILES[self._s.config.default_profile]
 
         def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
-            now = self._s.clock.now()
             # One deadline for the upload, the part and its chunks' reservations: a part
             # abandoned is collectable as soon as it expires.
-            expires = now + life
-            self._uploads._check_limits(w.catalog, by)  # as any upload's
-            ns_rec = ensure_namespace(self._s, w.catalog, PARTS, asdict(wanted), now)
-            session = UploadSession(
-                id=self._s.config.upload_id_prefix + new_upload_id(),
-                namespace=PARTS,
-                parent=None,
-                inherit=False,
-                metadata={"namespace": namespace, "expires_at": expires},
-                tags=[],
-                created_at=now,
-                expires_at=expires,
-                created_by=by,
-            )
-            self._uploads.put(w.catalog, session)
-            self._uploads.count(w.catalog, session, +1)
-            return session, ns_rec.chunking()
+            expires = self._s.clock.now() + life
+            meta = {"namespace": namespace, "expires_at": expires}
+            fields = Opening(PARTS, None, False, meta, [], by, asdict(wanted))
+            return self._uploads.begin(w.catalog, fields, self._uploads.fresh_id(), expires)
 
         return self._s.writer.run(op, local=True)
 
@@ -449,26 +434,10 @@ class Parts:
                 self._uploads.drop(w.catalog, upload_id, keep_session=False)
                 if not found.committed:
                     self._uploads.count(w.catalog, found, -1)
-            self._uploads._check_limits(w.catalog, c.by)  # as any upload's
-            wanted = PROFILES[self._s.config.default_profile]
-            ensure_namespace(self._s, w.catalog, c.namespace, asdict(wanted), now)
-            parent = None
-            if c.parent is not None:
-                parent = self._s.catalog.resolve(w.catalog, c.namespace, c.parent).id
-            session = UploadSession(
-                id=upload_id,
-                namespace=c.namespace,
-                parent=parent,
-                inherit=False,
-                metadata=metadata,
-                tags=tags,
-                created_at=now,
-                expires_at=now + self._s.config.upload_ttl,
-                created_by=c.by,
-            )
-            self._uploads.put(w.catalog, session)
-            self._uploads.count(w.catalog, session, +1)
-            return session
+            wanted = asdict(PROFILES[self._s.config.default_profile])
+            fields = Opening(c.namespace, c.parent, False, metadata, tags, c.by, wanted)
+            expires = now + self._s.config.upload_ttl
+            return self._uploads.begin(w.catalog, fields, upload_id, expires)[0]
 
         # Local as the parts' writes: M2's commit must not wait for the replica's backlog
         # (a lost session is opened again by the retry; M1's commit itself waits for it).

@@ -14,7 +14,7 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import lmdb
@@ -49,6 +49,19 @@ from .writer import WriteTxn
 
 if TYPE_CHECKING:
     from .clock import Clock
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What an upload session is opened with (`Uploads.begin`), checked by the caller."""
+
+    namespace: str
+    parent: str | None
+    inherit: bool
+    metadata: Any
+    tags: list[str]
+    by: str | None
+    profile: dict[str, Any]  # the namespace's chunking profile, if it is made here
 
 
 class UploadParts(ContentParts, CreateParts, ChunkSink, Protocol):
@@ -291,29 +304,41 @@ class Uploads:
         tags = check_tags(tags)
 
         def op(w: WriteTxn) -> tuple[UploadSession, ChunkingProfile]:
-            txn = w.catalog
             now = self._s.clock.now()
-            self._check_limits(txn, by)
-            ns_rec = ensure_namespace(self._s, txn, ns, asdict(wanted), now)
-            parent_id = None
-            if parent is not None:
-                parent_id = self._s.catalog.resolve(txn, ns, parent).id
-            session = UploadSession(
-                id=self._s.config.upload_id_prefix + new_upload_id(),
-                namespace=ns,
-                parent=parent_id,
-                inherit=bool(inherit),
-                metadata=metadata,
-                tags=tags,
-                created_at=now,
-                expires_at=now + self._s.config.upload_ttl,
-                created_by=by,
-            )
-            self.put(txn, session)
-            self.count(txn, session, +1)
-            return session, ns_rec.chunking()
+            fields = Opening(ns, parent, bool(inherit), metadata, tags, by, asdict(wanted))
+            return self.begin(w.catalog, fields, self.fresh_id(), now + self._s.config.upload_ttl)
 
         return self._s.writer.run(op)
+
+    def fresh_id(self) -> str:
+        return self._s.config.upload_id_prefix + new_upload_id()
+
+    def begin(
+        self, txn: lmdb.Transaction, o: Opening, upload_id: str, expires_at: float
+    ) -> tuple[UploadSession, ChunkingProfile]:
+        """An upload session opened in the writer's `txn`: the limits checked, the namespace
+        made if new, the parent resolved; every way of opening one (uploads, parts, a
+        commit of parts) goes through here."""
+        now = self._s.clock.now()
+        self._check_limits(txn, o.by)
+        ns_rec = ensure_namespace(self._s, txn, o.namespace, o.profile, now)
+        parent_id = None
+        if o.parent is not None:
+            parent_id = self._s.catalog.resolve(txn, o.namespace, o.parent).id
+        session = UploadSession(
+            id=upload_id,
+            namespace=o.namespace,
+            parent=parent_id,
+            inherit=o.inherit,
+            metadata=o.metadata,
+            tags=o.tags,
+            created_at=now,
+            expires_at=expires_at,
+            created_by=o.by,
+        )
+        self.put(txn, session)
+        self.count(txn, session, +1)
+        return session, ns_rec.chunking()
 
     def missing(self, upload_id: str, ids: Any, domain: Domain = None) -> list[str]:
         """Ids this session must send: not stored, damaged, or stored only outside the
