@@ -256,6 +256,7 @@ _KEYS: dict[tuple[str, str], tuple[str, Any]] = {
     ("cluster", "tier"): ("cluster.tier", str),
     ("cluster", "shared_tier"): ("cluster.shared_tier", str),
     ("cluster", "shared_gc_grace"): ("cluster.shared_gc_grace", parse_duration),
+    ("cluster", "shared_index_fanin"): ("cluster.shared_index_fanin", int),
     ("cluster", "beat_interval"): ("cluster.beat_interval", parse_duration),
     ("cluster", "lease_ttl"): ("cluster.lease_ttl", parse_duration),
     ("cluster", "txn_timeout"): ("cluster.txn_timeout", parse_duration),
@@ -512,6 +513,7 @@ def _with_cluster(settings: Settings) -> Settings:
             shared_shard=cluster.shard,
             shared_shards=cluster.shards,
             shared_gc_grace=cluster.shared_gc_grace,
+            shared_index_fanin=cluster.shared_index_fanin,
         )
     return replace(settings, vault=vault, cluster=cluster)
 

@@ -37,6 +37,9 @@ class ClusterConfig:
     # Seconds, in the store's time, between condemning a shared pack no shard names and
     # deleting it if still none does (vault/content/sharedgc.py).
     shared_gc_grace: float = 600.0
+    # Index segments of one size a GC run merges into one (vault/content/sharedcompact.py:
+    # a cold start fetches ~fanin x log_fanin(packs) segments); 0: never merged.
+    shared_index_fanin: int = 16
     beat_interval: float = BEAT_INTERVAL
     lease_ttl: float = LEASE_TTL
     # Seconds an upload prepared for a commit across namespaces waits for its decision
@@ -69,5 +72,7 @@ class ClusterConfig:
             raise ValueError("[cluster] node: with a shared tier, lowercase letters, digits, _ -")
         if self.shared_gc_grace <= 0:
             raise ValueError("[cluster] shared_gc_grace must be positive")
+        if self.shared_index_fanin < 0:
+            raise ValueError("[cluster] shared_index_fanin must be 0 or more")
         if self.lease_ttl < 3 * self.beat_interval:
             raise ValueError("[cluster] lease_ttl must be at least 3 beat intervals")

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from checkpoint_vault.protocol import GcReport
 from checkpoint_vault.vault import Vault
+from checkpoint_vault.vault.content.sharedcompact import compact
 from checkpoint_vault.vault.content.sharedgc import Condemned, Sweeper, publish_mark
 from checkpoint_vault.vault.errors import TierError
 
@@ -27,7 +28,7 @@ def shared_gc(vault: Vault, report: GcReport) -> GcReport:
     gate = index.gate if index is not None else None
     if index is None or not isinstance(gate, Condemned):
         return report
-    marked = None
+    marked = merged = None
     try:
         epoch = vault.shared_epoch()
         if epoch is not None:
@@ -35,9 +36,16 @@ def shared_gc(vault: Vault, report: GcReport) -> GcReport:
             marked = len(mark.packs) if mark is not None else None
         config = vault.config
         swept = Sweeper(index, config.shared_shards, config.shared_gc_grace, gate.seg_times).sweep()
+        if epoch is not None:  # a merge is a take: only a process that may take merges
+            merged = compact(gate, config.shared_gc_grace, config.shared_index_fanin).merged
     except (TierError, ValueError, KeyError) as e:  # the store down, or an object damaged
         log.warning("shared tier GC: %s", e)
-        return replace(report, shared_packs_marked=marked, shared_waiting=f"store: {e}")
+        return replace(
+            report,
+            shared_packs_marked=marked,
+            shared_segments_merged=merged,
+            shared_waiting=f"store: {e}",
+        )
     if swept.deleted or swept.condemned:
         log.info(
             "shared tier GC: %d packs deleted (%d bytes), %d condemned, %d released; "
@@ -51,4 +59,5 @@ def shared_gc(vault: Vault, report: GcReport) -> GcReport:
         shared_packs_deleted=swept.deleted,
         shared_bytes_freed=swept.bytes_freed,
         shared_waiting=swept.waiting,
+        shared_segments_merged=merged,
     )

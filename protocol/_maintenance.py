@@ -39,6 +39,7 @@ class GcReport(Record):
     shared_packs_deleted: int | None = optional()
     shared_bytes_freed: int | None = optional()
     shared_waiting: str | None = optional()
+    shared_segments_merged: int | None = optional()
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ class VaultConfig:
     shared_shard: int = 0
     shared_shards: int = 1
     shared_gc_grace: float = 600.0
+    # Shared index segments of one size merged at once by a GC run (sharedcompact.py);
+    # 0 or 1: never merged.
+    shared_index_fanin: int = 16
     # How long a chunk whose reference count reached zero waits before GC may delete it.
     # Covers producers that learned "present" from a missing query answered before the
     # delete and commit after it, with margin for clock steps.

@@ -6,12 +6,15 @@ pack, `index/<writer>-<random>.seg`, written with a conditional create (If-None-
 after the pack and its size check (`packs.upload`), before the shipping node switches its
 own pointers. No object is ever rewritten, so writers need no lock and no compare-and-swap;
 a reader lists `index/`, fetches the segments it has not seen, and merges them into a map
-chunk id -> (pack, offset, length, plaintext size, flags).
+chunk id -> (pack, offset, length, plaintext size, flags). Segments are merged into
+segments of many packs by compaction (sharedcompact.py), so a process that starts fetches
+a few objects, not one per pack ever shipped.
 
 Segment format (little-endian; sealed whole with the cluster's key ring when encryption is
-on, bound to its key): magic `CVSI`, u16 version, u32 entry count, u16 pack-key length, the
-pack key, then per entry chunk id (32 bytes), u64 offset, u32 length, u64 plaintext size,
-u8 flags.
+on, bound to its key): magic `CVSI`, u16 version; version 1 (one pack): u32 entry count,
+u16 pack-key length, the pack key, then per entry chunk id (32 bytes), u64 offset, u32
+length, u64 plaintext size, u8 flags; version 2 (merged): u32 pack count, then per pack u16
+pack-key length, u32 entry count, the pack key and its entries as in version 1.
 
 Invariants:
 1. A segment names only a pack that is whole in the tier (published after the upload's
@@ -49,12 +52,16 @@ from .location import Packed
 INDEX_PREFIX = "index/"
 REFRESH_EVERY = 1.0  # seconds: a lookup that misses lists the index at most this often
 _HEAD = struct.Struct("<4sHIH")  # magic, version, entries, pack-key length
+_MERGED = struct.Struct("<4sHI")  # magic, version, packs
+_PACK = struct.Struct("<HI")  # pack-key length, entries
 _ENTRY = struct.Struct("<32sQIQB")  # chunk, offset, length, plaintext size, flags
 _MAGIC = b"CVSI"
 _VERSION = 1
+_VERSION_MERGED = 2
 
 
 Row = tuple[bytes, int, int, int, int]  # chunk, offset, length, plaintext size, flags
+Listing = list[tuple[str, list[Row]]]  # what a segment lists: each pack with its chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,41 @@ def decode_segment(raw: bytes) -> tuple[str, list[Row]]:
         raise TierError("shared index segment is damaged")
     key = raw[_HEAD.size : start].decode()
     return key, list(_ENTRY.iter_unpack(raw[start:]))
+
+
+def encode_merged(listing: Listing) -> bytes:
+    out = [_MERGED.pack(_MAGIC, _VERSION_MERGED, len(listing))]
+    for pack_key, rows in listing:
+        key = pack_key.encode()
+        out += [_PACK.pack(len(key), len(rows)), key, *(_ENTRY.pack(*r) for r in rows)]
+    return b"".join(out)
+
+
+def decode_listing(raw: bytes) -> Listing:
+    """Either version: a one-pack segment is a listing of one."""
+    if len(raw) < _MERGED.size:
+        raise TierError("shared index segment is damaged")
+    magic, version, packs = _MERGED.unpack_from(raw)
+    if magic != _MAGIC or version != _VERSION_MERGED:
+        return [decode_segment(raw)]
+    out: Listing = []
+    at = _MERGED.size
+    try:
+        for _ in range(packs):
+            n, count = _PACK.unpack_from(raw, at)
+            at += _PACK.size
+            key = raw[at : at + n].decode()
+            at += n
+            end = at + count * _ENTRY.size
+            if end > len(raw):
+                raise TierError("shared index segment is damaged")
+            out.append((key, list(_ENTRY.iter_unpack(raw[at:end]))))
+            at = end
+    except (struct.error, UnicodeDecodeError):
+        raise TierError("shared index segment is damaged") from None
+    if at != len(raw):
+        raise TierError("shared index segment is damaged")
+    return out
 
 
 class Gate(Protocol):
@@ -113,12 +155,14 @@ class SharedIndex:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[bytes, SharedEntry] = {}
-        self._segments: dict[str, str] = {}  # segment -> the pack it lists
+        self._segments: dict[str, frozenset[str]] = {}  # segment -> the packs it lists
+        self._rows: dict[str, int] = {}  # segment -> how many chunks it lists
         self._packs: set[str] = set()
         self._excluded: frozenset[str] = frozenset()  # condemned packs: never looked up
         self.gate: Gate | None = None  # the cross-node GC's (sharedgc.py); None: take all
         self._refreshed = float("-inf")
         self.segments_read = 0  # segments fetched since start (for the measurement)
+        self._vanished = False  # the last refresh found a listed segment gone
 
     def new_pack_id(self) -> str:
         """Pack ids in the shared tier name their writer (invariant 3)."""
@@ -130,24 +174,37 @@ class SharedIndex:
     def publish(self, pack_key: str, entries: Iterable[Row]) -> str:
         """List a whole pack's chunks for every node: (chunk, offset, length, size, flags)."""
         rows = list(entries)
+        return self._put([(pack_key, rows)], encode_segment(pack_key, rows))
+
+    def publish_merged(self, listing: Listing) -> str:
+        """One segment listing several packs (compaction, a sweep's rewrite); the caller
+        deletes the segments it replaces only after this returns."""
+        return self._put(listing, encode_merged(listing))
+
+    def _put(self, listing: Listing, blob: bytes) -> str:
         key = f"{INDEX_PREFIX}{self.writer}-{secrets.token_hex(8)}.seg"
-        blob = encode_segment(pack_key, rows)
         if self._keyring is not None:
             blob = self._keyring.seal_blob(blob, key.encode())
         self.tier.put(key, blob, if_absent=True)
         with self._lock:
-            self._merge(key, pack_key, rows)
+            self._merge(key, listing)
         return key
 
-    def _merge(self, seg: str, pack_key: str, rows: list[Row]) -> None:
-        self._segments[seg] = pack_key
-        self._packs.add(pack_key)
-        if pack_key in self._excluded:
-            return
-        for cid, offset, length, size, flags in rows:
-            if cid not in self._entries:
-                where = Packed(self.tier_name, pack_key, offset, length)
-                self._entries[cid] = SharedEntry(where, size, flags)
+    def fetch(self, seg: str) -> Listing:
+        """A segment as the store holds it now (`ObjectNotFound` once deleted)."""
+        return decode_listing(open_blob(self._keyring, self.tier.get(seg), seg.encode()))
+
+    def _merge(self, seg: str, listing: Listing) -> None:
+        self._segments[seg] = frozenset(pack for pack, _ in listing)
+        self._rows[seg] = sum(len(rows) for _, rows in listing)
+        for pack_key, rows in listing:
+            self._packs.add(pack_key)
+            if pack_key in self._excluded:
+                continue
+            for cid, offset, length, size, flags in rows:
+                if cid not in self._entries:
+                    where = Packed(self.tier_name, pack_key, offset, length)
+                    self._entries[cid] = SharedEntry(where, size, flags)
 
     def _drop(self, packs: set[str]) -> None:
         """Forget the chunks these packs hold (under the lock): one pass over the map. A
@@ -165,16 +222,22 @@ class SharedIndex:
             released = self._excluded - packs
             self._drop(set(packs - self._excluded))
             self._excluded = packs
-            again = [seg for seg, pack in self._segments.items() if pack in released]
+            again = [seg for seg, packs in self._segments.items() if packs & released]
             for seg in again:
                 del self._segments[seg]  # fetched by the refresh below
+                self._rows.pop(seg, None)
         if again:
             self.refresh()
 
-    def segments(self) -> dict[str, str]:
-        """Every segment held, with the pack it lists."""
+    def segments(self) -> dict[str, frozenset[str]]:
+        """Every segment held, with the packs it lists."""
         with self._lock:
             return dict(self._segments)
+
+    def sizes(self) -> dict[str, tuple[int, int]]:
+        """Every segment held: (packs, chunks) it lists."""
+        with self._lock:
+            return {seg: (len(p), self._rows.get(seg, 0)) for seg, p in self._segments.items()}
 
     def takeable(self, pack_key: str) -> bool:
         """Whether a chunk of this pack may be taken now (invariant 6; no I/O)."""
@@ -182,28 +245,36 @@ class SharedIndex:
         return gate is None or gate.allows(pack_key)
 
     def refresh(self) -> int:
-        """Fetch the segments not seen yet, and forget those no longer listed (the sweep
-        deleted them); returns how many were new. A segment listed but gone by the time it
-        is fetched is skipped."""
+        """Fetch the segments not seen yet, then forget those no longer listed (a sweep or
+        a compaction deleted them: a compaction's merged segment, written before its
+        sources go, is merged first, so its packs are never missing in between); returns
+        how many were new. A segment listed but gone by the time it is fetched is skipped
+        (`_vanished`: a merge of it may have been written after the listing)."""
         with self._lock:
             held = set(self._segments)  # one published during the list is not "gone"
         keys = {k for k in self.tier.list(INDEX_PREFIX) if k.endswith(".seg")}
         with self._lock:
             new = [k for k in keys if k not in self._segments]
-            gone = [k for k in held if k not in keys and k in self._segments]
-            packs = {self._segments.pop(seg) for seg in gone}
-            self._drop(packs - set(self._segments.values()))
-            self._packs -= packs - set(self._segments.values())
+        vanished = False
         for seg in new:
             try:
-                raw = open_blob(self._keyring, self.tier.get(seg), seg.encode())
+                listing = self.fetch(seg)
             except ObjectNotFound:
+                vanished = True
                 continue
-            pack_key, rows = decode_segment(raw)
             with self._lock:
-                self._merge(seg, pack_key, rows)
+                self._merge(seg, listing)
                 self.segments_read += 1
         with self._lock:
+            gone = [k for k in held if k not in keys and k in self._segments]
+            if gone:
+                for seg in gone:
+                    del self._segments[seg]
+                    self._rows.pop(seg, None)
+                listed = set().union(*self._segments.values())
+                self._drop(self._packs - listed)
+                self._packs = listed
+            self._vanished = vanished
             self._refreshed = self._clock()
         return len(new)
 
@@ -224,10 +295,18 @@ class SharedIndex:
             return {c: self._entries[c] for c in wanted if c in self._entries}
 
     def lists(self, pack_key: str) -> bool:
-        """Does any segment name this pack? Listed afresh: a delete must not trust a cache."""
-        self.refresh()
-        with self._lock:
-            return pack_key in self._packs
+        """Does any segment name this pack? Listed afresh: a delete must not trust a cache.
+        A segment that vanished between the listing and its fetch may have been merged
+        into one the listing missed: listed again, and if segments keep vanishing, the
+        answer is yes (the pack stays)."""
+        for _ in range(3):
+            self.refresh()
+            with self._lock:
+                if pack_key in self._packs:
+                    return True
+                if not self._vanished:
+                    return False
+        return True
 
     def __len__(self) -> int:
         with self._lock:

@@ -210,6 +210,10 @@ class Condemned:
                 self._at = started
                 return self.applied
 
+    def now(self) -> float:
+        """This process's clock, the one its views are dated by."""
+        return self._clock()
+
     def ready(self) -> bool:
         epoch = self.epoch()
         if epoch is None:
@@ -331,9 +335,8 @@ class Sweeper:
             report.released = len(gen.packs & named)
         self.index.refresh()
         segments = self.index.segments()
+        self._unlist(doomed, segments)  # first: nobody finds them again
         for pack in sorted(doomed):
-            for seg in [s for s, p in segments.items() if p == pack]:
-                tier.delete(seg)  # first: nobody finds it again
             size = tier.head(pack) or 0
             delete_pack(tier, pack[len(PACK_PREFIX) :])
             report.deleted += 1
@@ -342,13 +345,14 @@ class Sweeper:
             self.index.refresh()
             segments = self.index.segments()
         oldest = min(t for _, t in marks.values())
-        candidates = set()
-        for seg, pack in segments.items():
-            if pack in named or pack in gen.packs:
+        candidates: set[str] = set()
+        for seg, packs in segments.items():
+            left = packs - named - gen.packs
+            if not left:
                 continue
             written = self._written(seg)
             if written is not None and written + RESOLUTION <= oldest:
-                candidates.add(pack)
+                candidates |= left
         if candidates or gen.packs:
             nxt = Generation(gen.number + 1, frozenset(candidates), self.index.writer)
             try:
@@ -359,6 +363,23 @@ class Sweeper:
                 report.notes.append(f"generation {nxt.number} was written by another sweeper")
         self._tidy(gen.number, marks)
         return report
+
+    def _unlist(self, doomed: set[str], segments: dict[str, frozenset[str]]) -> None:
+        """Every segment naming a doomed pack deleted; one that names other packs too (a
+        compaction's) is first written again without the doomed ones. A compaction that
+        merged a doomed pack after this listing is impossible: it merges only packs not
+        condemned in a view at most `grace / 2` old (sharedcompact.py), and phase 2 runs
+        at least `grace` after the condemnation."""
+        for seg, packs in segments.items():
+            if not packs & doomed:
+                continue
+            if packs - doomed:
+                try:
+                    listing = self.index.fetch(seg)
+                except ObjectNotFound:
+                    continue  # another sweeper or a compaction replaced it: listed anew
+                self.index.publish_merged([(k, rows) for k, rows in listing if k not in doomed])
+            self.index.tier.delete(seg)
 
     def _written(self, seg: str) -> float | None:
         if seg not in self._seg_times:
