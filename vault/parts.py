@@ -408,8 +408,7 @@ class Parts:
             if missing:  # visible now, adopted by the owner's background step
                 refs = [(node, pid) for node, pid in c.refs]
                 return self.durability.commit_pending(session.id, files, held_by, refs)
-            for name, entry in files.items():
-                self._uploads.add_file(session.id, name, entry)
+            self._uploads.add_files(session.id, files)
             rec, _ = self._committer.commit(session.id)
         except BaseException:
             with contextlib.suppress(VaultError):

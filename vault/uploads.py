@@ -528,12 +528,21 @@ class Uploads:
         wait(pending)
 
     def add_file(self, upload_id: str, name: str, entry: FileEntry) -> None:
+        self.add_files(upload_id, {name: entry})
+
+    def add_files(self, upload_id: str, files: Mapping[str, FileEntry]) -> None:
+        """Files into a live upload, in one writer transaction (a commit of many hosts'
+        parts names them all at once: one transaction, and one wait for a sync replica,
+        rather than one per file)."""
+
         def op(w: WriteTxn) -> None:
             self.live(w.catalog, upload_id)
-            w.catalog.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
+            for name, entry in files.items():
+                w.catalog.put(_file_key(upload_id, name), entry.to_bytes(), db=self._files)
 
         local = acked_here(self.session(upload_id))
-        self._s.writer.run(op, size=len(entry.chunks) * 36, local=local)
+        size = sum(len(e.chunks) for e in files.values()) * 36
+        self._s.writer.run(op, size=size, local=local)
 
     def remove_file(self, upload_id: str, name: str) -> bool:
         """Take a file back out of a live upload (an S3 client deleting or renaming an
