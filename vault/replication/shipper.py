@@ -105,6 +105,7 @@ log = logging.getLogger(__name__)
 
 RESUME = "replica.resume"  # in the vault dir: where a start may continue (see above)
 FORGET_STEP = 20  # old generations' objects deleted per idle turn of the shipping thread
+REBASE_CHECK = 1.0  # seconds between two looks at the replica's dead bytes (rebase.py)
 SEGMENT_CONTEXT = b"ckpt replica segment"
 BASE_CONTEXT = b"ckpt replica base"
 MODES = ("async", "sync")
@@ -412,17 +413,26 @@ class Replicator:
     # -- the base thread -----------------------------------------------------------------
     def _base_loop(self) -> None:
         retry = RETRY_MIN
+        checked, dead = float("-inf"), False
         while True:
+            if time.monotonic() - checked >= REBASE_CHECK:  # outside the lock: page stats
+                with self._cond:
+                    replica = self._base_bytes + self._log_bytes
+                envs = (self._s.catalog_env, self._s.frames_env)
+                checked, dead = time.monotonic(), rebase_due(replica, envs)
             with self._cond:
-                while not (self._stopped() or not self._base_ready or self._due() or self._garbage):
-                    self._cond.wait(timeout=1.0)
+                idle = not (self._stopped() or not self._base_ready or self._due(dead))
+                if idle and not self._garbage:
+                    self._cond.wait(timeout=REBASE_CHECK)
+                    continue
                 if self._stopped():
                     return
-                base = not self._base_ready or self._due()
+                base = not self._base_ready or self._due(dead)
                 gen, seq, through = self._gen, self._seq, self._batch
             try:
                 if base:
                     self._ship_base(gen, seq, through)
+                    checked = float("-inf")  # the replica's size changed: judge it anew
                 elif self._still_ours():
                     for _ in range(min(FORGET_STEP, len(self._garbage))):
                         self._tier.delete(self._garbage[0])
@@ -431,15 +441,14 @@ class Replicator:
             except Exception as e:  # noqa: BLE001 - the store is down or failing: retry
                 retry = self._failed(e, retry)
 
-    def _due(self) -> bool:
+    def _due(self, dead: bool) -> bool:
         """A new base of the current generation, so restore replays a bounded log, and
-        early once the log holds mostly dead bytes (rebase.py)."""
+        early once the log holds mostly dead bytes (`dead`: rebase.py's rule, evaluated
+        at most every `REBASE_CHECK` outside the lock, which every writer batch takes)."""
         return self._base_ready and (
             time.monotonic() - self._base_done > self.config.base_interval
             or self._log_bytes > self.config.base_after_bytes
-            or rebase_due(
-                self._base_bytes + self._log_bytes, (self._s.catalog_env, self._s.frames_env)
-            )
+            or dead
         )
 
     def _seal(self, raw: bytes, context: bytes) -> bytes:
