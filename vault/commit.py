@@ -413,8 +413,5 @@ class Committer:
             session.created_by,
         )
         rec = create(self._s, txn, draft, now, quota=plan.quota)
-        session.committed = rec.id
-        self._uploads.count(txn, session, -1)
-        self._uploads.put(txn, session)
-        self._uploads.drop(txn, upload_id, keep_session=True)
+        self._uploads.committed(txn, session, rec.id)
         return rec, True

@@ -77,10 +77,7 @@ class Durability:
             self._s.catalog.add_pending(w.catalog, rec)
             pending = Pending(session.namespace, list(parts), dict(files), dict(held_by))
             self._s.catalog.pending.put(w.catalog, rec.id, pending)
-            session.committed = rec.id
-            self._uploads.count(w.catalog, session, -1)
-            self._uploads.put(w.catalog, session)
-            self._uploads.drop(w.catalog, upload_id, keep_session=True)
+            self._uploads.committed(w.catalog, session, rec.id)
             return rec
 
         return self._s.writer.run(op, size=len(files) * 256, local=True)

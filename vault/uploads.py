@@ -238,6 +238,14 @@ class Uploads:
         if not keep_session:
             txn.delete(upload_id.encode(), db=self._db)
 
+    def committed(self, txn: lmdb.Transaction, session: UploadSession, ckpt_id: str) -> None:
+        """End `session` as committed as `ckpt_id`, in the commit's transaction: its files
+        and sent marks go, the session stays (a retry answers the same checkpoint)."""
+        session.committed = ckpt_id
+        self.count(txn, session, -1)
+        self.put(txn, session)
+        self.drop(txn, session.id, keep_session=True)
+
     def count(self, txn: lmdb.Transaction, session: UploadSession, delta: int) -> None:
         """Open-session counters, total and per token: +1 at open, -1 when it ends (its
         pending bytes end with it)."""
