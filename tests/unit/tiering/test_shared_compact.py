@@ -12,7 +12,7 @@ import pytest
 
 from checkpoint_vault.maintenance.tasks import gc
 from checkpoint_vault.tiering import MemoryTier
-from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault import Vault
 from checkpoint_vault.vault.content.shared import (
     INDEX_PREFIX,
     SharedIndex,
@@ -25,6 +25,7 @@ from checkpoint_vault.vault.content.sharedgc import Condemned
 from checkpoint_vault.vault.errors import TierError
 
 from ..vault.helpers import client_save, read_file
+from .shared_pair import StoreClock, vault_pair
 
 pytestmark = pytest.mark.slow  # ~1-3 s each: two vaults, many demotions and GC runs
 
@@ -32,20 +33,9 @@ GRACE = 600.0
 FANIN = 4
 
 
-class StoreClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def pass_grace(self) -> None:
-        self.now += GRACE + 2
-
-
 @pytest.fixture
 def store_clock() -> StoreClock:
-    return StoreClock()
+    return StoreClock(GRACE)
 
 
 @pytest.fixture
@@ -55,26 +45,8 @@ def tier(store_clock: StoreClock) -> MemoryTier:
 
 @pytest.fixture
 def pair(tmp_path: Path, tier: MemoryTier) -> Iterator[tuple[Vault, Vault]]:
-    vaults = [
-        Vault(
-            tmp_path / name,
-            VaultConfig(
-                gc_grace=0.0,
-                shared_tier="shared",
-                shared_writer=f"{name}-s{shard}",
-                shared_shard=shard,
-                shared_shards=2,
-                shared_gc_grace=GRACE,
-                shared_index_fanin=FANIN,
-            ),
-            FakeClock(),
-            tiers={"shared": tier},
-        )
-        for shard, name in enumerate(("a", "b"))
-    ]
-    yield vaults[0], vaults[1]
-    for v in vaults:
-        v.close()
+    with vault_pair(tmp_path, tier, shared_gc_grace=GRACE, shared_index_fanin=FANIN) as vaults:
+        yield vaults
 
 
 def _segments(tier: MemoryTier) -> list[str]:

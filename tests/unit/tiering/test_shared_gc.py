@@ -14,7 +14,7 @@ import pytest
 from checkpoint_vault.maintenance.tasks import gc
 from checkpoint_vault.protocol import GcReport
 from checkpoint_vault.tiering import MemoryTier
-from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault import Vault
 from checkpoint_vault.vault.content.sharedgc import (
     CLAIM,
     Condemned,
@@ -26,28 +26,16 @@ from checkpoint_vault.vault.content.sharedgc import (
 from checkpoint_vault.vault.frame import chunk_id
 
 from ..vault.helpers import client_save, read_file
+from .shared_pair import StoreClock, vault_pair
 
 pytestmark = pytest.mark.slow  # 1-3 s each: two vaults, several GC runs
 
 GRACE = 60.0
 
 
-class StoreClock:
-    """The store's clock: Last-Modified of what the memory tier is given."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def pass_grace(self) -> None:
-        self.now += GRACE + 2
-
-
 @pytest.fixture
 def store_clock() -> StoreClock:
-    return StoreClock()
+    return StoreClock(GRACE)
 
 
 @pytest.fixture
@@ -57,25 +45,8 @@ def tier(store_clock: StoreClock) -> MemoryTier:
 
 @pytest.fixture
 def pair(tmp_path: Path, tier: MemoryTier) -> Iterator[tuple[Vault, Vault]]:
-    vaults = [
-        Vault(
-            tmp_path / name,
-            VaultConfig(
-                gc_grace=0.0,
-                shared_tier="shared",
-                shared_writer=f"{name}-s{shard}",
-                shared_shard=shard,
-                shared_shards=2,
-                shared_gc_grace=GRACE,
-            ),
-            FakeClock(),
-            tiers={"shared": tier},
-        )
-        for shard, name in enumerate(("a", "b"))
-    ]
-    yield vaults[0], vaults[1]
-    for v in vaults:
-        v.close()
+    with vault_pair(tmp_path, tier, shared_gc_grace=GRACE) as vaults:
+        yield vaults
 
 
 def _ids(vault: Vault, ns: str, ref: str) -> list[bytes]:
