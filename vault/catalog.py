@@ -29,6 +29,7 @@ from .manifest import (
     decode_manifest,
     distinct_chunks,
     encode_entry_refs,
+    file_infos,
 )
 from .pending import PendingTable
 from .records import NamespaceRecord, StoredCheckpoint
@@ -289,8 +290,10 @@ class Catalog:
         files: dict[str, FileEntry],
         now: float,
         created_by: str | None = None,
+        ns_rec: NamespaceRecord | None = None,
     ) -> StoredCheckpoint:
-        """Build the record of a new checkpoint with these files and make it visible."""
+        """Build the record of a new checkpoint with these files and make it visible
+        (`ns_rec`: its namespace's record, if the caller read it in this transaction)."""
         rec = StoredCheckpoint(
             id=cid,
             namespace=ns,
@@ -298,11 +301,11 @@ class Catalog:
             created_at=now,
             metadata=metadata,
             tags=tags,
-            files={n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())},
+            files=file_infos(files),
             size=sum(e.size for e in files.values()),
             created_by=created_by,
         )
-        self.add(txn, rec, files, int(now * 1000))
+        self.add(txn, rec, files, int(now * 1000), ns_rec)
         return rec
 
     def add(
@@ -311,11 +314,12 @@ class Catalog:
         rec: StoredCheckpoint,
         files: dict[str, FileEntry],
         now_ms: int,
+        ns_rec: NamespaceRecord | None = None,
     ) -> None:
         """Make a checkpoint visible: record, manifest, index, counts, references."""
         self.put_record(txn, rec, new=True)
         self._reference(txn, rec, files, now_ms)
-        self._show(txn, rec)
+        self._show(txn, rec, ns_rec)
 
     def add_pending(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> None:
         """Make a checkpoint visible before its manifest exists (vault/pending.py): the
@@ -342,8 +346,11 @@ class Catalog:
         # the dedup-domain index counts per namespace
         self.nsrefs.add(txn, rec.namespace, distinct_chunks(files), +1)
 
-    def _show(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> None:
-        ns = self.require_namespace(txn, rec.namespace)
+    def _show(
+        self, txn: lmdb.Transaction, rec: StoredCheckpoint, ns: NamespaceRecord | None = None
+    ) -> None:
+        if ns is None:
+            ns = self.require_namespace(txn, rec.namespace)
         _put_last(txn, _index_key(rec.namespace, rec.id), b"", self._index)
         for tag in rec.tags:
             txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)

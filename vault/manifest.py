@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import starmap
+from typing import Any
 
 from checkpoint_vault.protocol import ChunkSpan, ManifestFile
 
@@ -54,6 +55,17 @@ class FileEntry:
         chunks = tuple(_CHUNK.iter_unpack(view[start:end]))
         return cls(size, bytes(digest), chunks), end
 
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> FileEntry:
+        """The entry `raw` is exactly (ValueError otherwise), keeping `raw` as its form
+        (`to_bytes`): an entry a worker sent is not packed again for its digest, its
+        stored body and the journal record."""
+        entry, used = cls.from_view(memoryview(raw))
+        if used != len(raw):
+            raise ValueError(f"an entry of {used} bytes in {len(raw)}")
+        entry.__dict__["_bytes"] = raw  # what cached_property `_bytes` would have made
+        return entry
+
     def spans(self) -> Iterator[tuple[bytes, int, int]]:
         """(chunk id, offset in file, length) for every chunk, in order."""
         offset = 0
@@ -71,6 +83,13 @@ class FileEntry:
 
 
 Manifest = Mapping[str, FileEntry]
+
+
+def file_infos(files: Manifest) -> dict[str, dict[str, Any]]:
+    """A checkpoint record's `files` (name -> size and hex hash, by name) made from its
+    entries: by the catalog at commit, and by a worker from the save it prepared when the
+    writing process answers without them (node/calls.py)."""
+    return {n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())}
 
 
 def encode_manifest(files: Manifest) -> bytes:

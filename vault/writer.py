@@ -304,15 +304,20 @@ class Writer:
         # closures hold) are let go now, not a cycle later.
         futures = [item.future for item in batch]
         local = [item.local for item in batch]
-        try:
-            if journaled:
-                _resolve(futures, outcomes)
+        if journaled:
+            # Pinned for the syncer before the answers go: a resolved future wakes the
+            # event loop, which then waits for the GIL on this thread's bookkeeping.
+            try:
                 self._syncer.after(_nobody, self._batch, waited=False)
-            else:
-                self._syncer.after(
-                    lambda failure: self._durable(futures, outcomes, records, failure, local),
-                    self._batch,
-                )
+            except Exception:  # noqa: BLE001 - the journal holds it: a later cycle syncs it
+                log.exception("handing a journaled batch to the syncer failed")
+            _resolve(futures, outcomes)
+            return
+        try:
+            self._syncer.after(
+                lambda failure: self._durable(futures, outcomes, records, failure, local),
+                self._batch,
+            )
         except Exception as e:  # noqa: BLE001 - e.g. no reader slot left for the pins
             # Committed but not tracked: a later batch's cycle makes it durable. Its callers
             # hear the error (a retry with an idempotency key finds the first attempt).
