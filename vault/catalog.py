@@ -339,7 +339,9 @@ class Catalog:
         self, txn: lmdb.Transaction, rec: StoredCheckpoint, files: dict[str, FileEntry], now_ms: int
     ) -> None:
         refs = {name: entry_digest(entry) for name, entry in files.items()}
-        bases = self._delta_bases(txn, rec)
+        # Only an entry of several chunks may be stored as a delta (Entries._delta)
+        several = any(len(entry.chunks) > 1 for entry in files.values())
+        bases = self._delta_bases(txn, rec) if several else {}
         _put_last(txn, rec.id.encode(), encode_entry_refs(refs), self._manifests)
         for name, digest in refs.items():
             self.entries.add(txn, digest, files[name], now_ms, bases.get(name))
