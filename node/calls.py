@@ -11,8 +11,9 @@ as HTTP instead would have the writing process pay for the whole request again.
 
 The messages are node/channel.py's named kinds, encoded here field by field: a save's
 request fields as JSON, its files, entries and new frames as raw blobs; a checkpoint as its
-catalog JSON; an error as its stable code, class name and message, raised again on the
-worker as the engine's class of that code (`VaultError` subclasses only: nothing a peer
+catalog JSON (without its files when they are the ones the worker sent: it has them); an
+error as its stable code, class name and message, raised again on the worker as the
+engine's class of that code (`VaultError` subclasses only: nothing a peer
 sends picks a class outside that tree or runs code). Many calls share one connection per
 worker, answered as they complete; the same connection carries the worker's tokens' last
 uses and, the other way, the writing process's questions (a worker's metrics, for a

@@ -20,8 +20,9 @@ durable state plus the records before it), up to what no acknowledged change dep
 So the chunks a record does not hold, stored and sound in that state, are there again.
 
 Files: `journal/<first seq, 16 hex>.log`, a new one past `FILE_BYTES`. The one being
-written is allocated ahead in steps of zeros (`ALLOC_STEP`) and written over in place: it
-starts again at its beginning whenever a durable state holds all of it. A sync that must
+written is allocated ahead in steps of zeros (`ALLOC_STEP`; `AHEAD` by the syncer while
+saves stream in) and written over in place: it starts again at its beginning whenever a
+durable state holds all of it. A sync that must
 also record a grown file (its size, its new blocks) commits the file system's own
 journal too; one that only overwrites allocated blocks writes the data: 0.11 ms against
 0.18-0.28 ms per append and sync here, what every save's acknowledgement waits for.
