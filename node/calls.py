@@ -48,7 +48,6 @@ from checkpoint_vault.vault import (
 )
 from checkpoint_vault.vault.chunking import ChunkingProfile
 from checkpoint_vault.vault.direct import SaveRequest
-from checkpoint_vault.vault.manifest import file_infos
 
 from .channel import TO_WORKER, TO_WRITER, ChannelError, Kind, Message, encode, read, want
 
@@ -220,7 +219,7 @@ def outcomes_of(message: Message, saves: Sequence[PreparedSave]) -> list[Outcome
         except (ValueError, TypeError, KeyError) as e:
             raise ChannelError(f"a malformed checkpoint record ({e})") from None
         if d.get("elided") is True:  # the files this save sent, as the catalog made them
-            record.files, record.files_elided = file_infos(prepared.entries), False
+            record.set_files(prepared.entries)
         outcomes.append((record, want(d, "created", bool)))
     return outcomes
 

@@ -29,7 +29,6 @@ from .manifest import (
     decode_manifest,
     distinct_chunks,
     encode_entry_refs,
-    file_infos,
 )
 from .pending import PendingTable
 from .records import NamespaceRecord, StoredCheckpoint
@@ -301,10 +300,11 @@ class Catalog:
             created_at=now,
             metadata=metadata,
             tags=tags,
-            files=file_infos(files),
+            files={},
             size=sum(e.size for e in files.values()),
             created_by=created_by,
         )
+        rec.set_files(files)
         self.add(txn, rec, files, int(now * 1000), ns_rec)
         return rec
 

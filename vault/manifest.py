@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import starmap
-from typing import Any
 
 from checkpoint_vault.protocol import ChunkSpan, ManifestFile
 
@@ -83,13 +82,6 @@ class FileEntry:
 
 
 Manifest = Mapping[str, FileEntry]
-
-
-def file_infos(files: Manifest) -> dict[str, dict[str, Any]]:
-    """A checkpoint record's `files` (name -> size and hex hash, by name) made from its
-    entries: by the catalog at commit, and by a worker from the save it prepared when the
-    writing process answers without them (node/calls.py)."""
-    return {n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())}
 
 
 def encode_manifest(files: Manifest) -> bytes:

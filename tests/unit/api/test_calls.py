@@ -34,7 +34,6 @@ from checkpoint_vault.vault.errors import (
     QuotaExceeded,
     VaultError,
 )
-from checkpoint_vault.vault.manifest import file_infos
 
 
 def _over(message: Message, accepted: frozenset[Kind]) -> Message:
@@ -108,9 +107,11 @@ def test_a_new_checkpoint_comes_back_without_its_files_and_the_worker_fills_them
     fresh, inheriting = _save(2), _save(3)
     fresh = PreparedSave(replace(fresh.request, inherit=False), fresh.entries, fresh.frames)
     records = [
-        StoredCheckpoint(f"01a{n}", p.request.ns, None, 1.5, {}, [], file_infos(p.entries), 10 * n)
+        StoredCheckpoint(f"01a{n}", p.request.ns, None, 1.5, {}, [], {}, 10 * n)
         for n, p in enumerate((fresh, inheriting, fresh))
     ]
+    for record, p in zip(records, (fresh, inheriting, fresh), strict=True):
+        record.set_files(p.entries)
     outcomes: list[tuple[StoredCheckpoint, bool] | Exception] = [
         (records[0], True),
         (records[1], True),
