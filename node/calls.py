@@ -11,8 +11,9 @@ as HTTP instead would have the writing process pay for the whole request again.
 
 The messages are node/channel.py's named kinds, encoded here field by field: a save's
 request fields as JSON, its files, entries and new frames as raw blobs; a checkpoint as its
-catalog JSON; an error as its stable code, class name and message, raised again on the
-worker as the engine's class of that code (`VaultError` subclasses only: nothing a peer
+catalog JSON (without its files when they are the ones the worker sent: it has them); an
+error as its stable code, class name and message, raised again on the worker as the
+engine's class of that code (`VaultError` subclasses only: nothing a peer
 sends picks a class outside that tree or runs code). Many calls share one connection per
 worker, answered as they complete; the same connection carries the worker's tokens' last
 uses and, the other way, the writing process's questions (a worker's metrics, for a
@@ -158,13 +159,10 @@ def _patch_here(d: dict[str, Any], entries: Mapping[str, FileEntry]) -> dict[byt
 
 
 def _entry(blob: bytes | memoryview) -> FileEntry:
-    try:
-        entry, used = FileEntry.from_view(memoryview(blob))
+    try:  # kept in the form it came in: the writer needs it three times (`from_bytes`)
+        return FileEntry.from_bytes(bytes(blob))
     except (struct.error, ValueError) as e:
         raise ChannelError(f"a save with a malformed file entry ({e})") from None
-    if used != len(blob):
-        raise ChannelError("a save with a file entry of the wrong length")
-    return entry
 
 
 def _profile(fields: dict[str, Any]) -> ChunkingProfile:
@@ -182,26 +180,32 @@ def _profile_of(name: str, *sizes: int) -> ChunkingProfile:
     return ChunkingProfile(name, *sizes)
 
 
-def saved_message(call: int, outcomes: Sequence[Outcome]) -> Message:
+def saved_message(call: int, outcomes: Sequence[Outcome], saves: Sequence[PreparedSave]) -> Message:
     """SAVED: per save `{"created": bool}` with its record's catalog JSON as the next blob,
-    or `{"error": ...}`."""
+    or `{"error": ...}`. A checkpoint the save created with exactly the files it sent
+    (`"elided": true`) comes without them: the worker has their entries (`outcomes_of`),
+    and they are most of the record's JSON."""
     described: list[dict[str, Any]] = []
     blobs: list[bytes] = []
-    for outcome in outcomes:
+    for outcome, prepared in zip(outcomes, saves, strict=True):
         if isinstance(outcome, Exception):
             described.append({"error": error_fields(outcome)})
             continue
         record, created = outcome
-        described.append({"created": created})
-        blobs.append(record.to_json())
+        elided = created and not prepared.request.inherit
+        described.append({"created": created, "elided": True} if elided else {"created": created})
+        blobs.append(record.to_json(with_files=not elided))
     return Message(Kind.SAVED, call, {"outcomes": described}, blobs)
 
 
-def outcomes_of(message: Message) -> list[Outcome]:
+def outcomes_of(message: Message, saves: Sequence[PreparedSave]) -> list[Outcome]:
+    """Each save's outcome in a SAVED answer to `saves`."""
     described = want(message.fields, "outcomes", list)
+    if len(described) != len(saves):
+        raise ChannelError(f"{len(described)} outcomes for {len(saves)} saves")
     blobs = iter(message.blobs)
     outcomes: list[Outcome] = []
-    for d in described:
+    for d, prepared in zip(described, saves, strict=True):
         if not isinstance(d, dict):
             raise ChannelError("an outcome that is not a JSON object")
         if "error" in d:
@@ -214,6 +218,8 @@ def outcomes_of(message: Message) -> list[Outcome]:
             record = StoredCheckpoint.from_json(blob)
         except (ValueError, TypeError, KeyError) as e:
             raise ChannelError(f"a malformed checkpoint record ({e})") from None
+        if d.get("elided") is True:  # the files this save sent, as the catalog made them
+            record.set_files(prepared.entries)
         outcomes.append((record, want(d, "created", bool)))
     return outcomes
 
@@ -343,7 +349,7 @@ class CallServer:
                 failed.set_exception(e)
                 futures.append(failed)
         if not futures:
-            _send(writer, saved_message(call, []))
+            _send(writer, saved_message(call, [], []))
             return
         left = [len(futures)]
         lock = threading.Lock()  # the syncer resolves them on its own thread
@@ -353,18 +359,20 @@ class CallServer:
                 left[0] -= 1
                 last = left[0] == 0
             if last:
-                loop.call_soon_threadsafe(_reply_all, writer, call, futures)
+                loop.call_soon_threadsafe(_reply_all, writer, call, futures, saves)
 
         for future in futures:
             future.add_done_callback(one_done)
 
 
-def _reply_all(writer: asyncio.StreamWriter, call: int, done: list[Future[Saved]]) -> None:
+def _reply_all(
+    writer: asyncio.StreamWriter, call: int, done: list[Future[Saved]], saves: list[PreparedSave]
+) -> None:
     outcomes: list[Outcome] = [
         e if (e := f.exception()) is not None and isinstance(e, Exception) else f.result()
         for f in done
     ]
-    _send(writer, saved_message(call, outcomes))
+    _send(writer, saved_message(call, outcomes, saves))
 
 
 def _send(writer: asyncio.StreamWriter, message: Message) -> None:
@@ -400,13 +408,10 @@ class CallClient:
         created), or the error that save met."""
         answer = await self._call(lambda call: saves_message(call, prepared), Kind.SAVED)
         try:
-            outcomes = outcomes_of(answer)
+            return outcomes_of(answer, prepared)
         except ChannelError as e:
             log.error("engine calls: the writing process answered %s", e)
             raise Unavailable("the server process that writes answered wrong; retry") from None
-        if len(outcomes) != len(prepared):
-            raise Unavailable("the server process that writes answered another batch; retry")
-        return outcomes
 
     async def note_uses(self, last_used: dict[str, float]) -> None:
         """Hand the writing process when this worker last saw each token."""

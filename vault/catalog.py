@@ -289,8 +289,10 @@ class Catalog:
         files: dict[str, FileEntry],
         now: float,
         created_by: str | None = None,
+        ns_rec: NamespaceRecord | None = None,
     ) -> StoredCheckpoint:
-        """Build the record of a new checkpoint with these files and make it visible."""
+        """Build the record of a new checkpoint with these files and make it visible
+        (`ns_rec`: its namespace's record, if the caller read it in this transaction)."""
         rec = StoredCheckpoint(
             id=cid,
             namespace=ns,
@@ -298,11 +300,12 @@ class Catalog:
             created_at=now,
             metadata=metadata,
             tags=tags,
-            files={n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())},
+            files={},
             size=sum(e.size for e in files.values()),
             created_by=created_by,
         )
-        self.add(txn, rec, files, int(now * 1000))
+        rec.set_files(files)
+        self.add(txn, rec, files, int(now * 1000), ns_rec)
         return rec
 
     def add(
@@ -311,11 +314,12 @@ class Catalog:
         rec: StoredCheckpoint,
         files: dict[str, FileEntry],
         now_ms: int,
+        ns_rec: NamespaceRecord | None = None,
     ) -> None:
         """Make a checkpoint visible: record, manifest, index, counts, references."""
         self.put_record(txn, rec, new=True)
         self._reference(txn, rec, files, now_ms)
-        self._show(txn, rec)
+        self._show(txn, rec, ns_rec)
 
     def add_pending(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> None:
         """Make a checkpoint visible before its manifest exists (vault/pending.py): the
@@ -335,15 +339,20 @@ class Catalog:
         self, txn: lmdb.Transaction, rec: StoredCheckpoint, files: dict[str, FileEntry], now_ms: int
     ) -> None:
         refs = {name: entry_digest(entry) for name, entry in files.items()}
-        bases = self._delta_bases(txn, rec)
+        # Only an entry of several chunks may be stored as a delta (Entries._delta)
+        several = any(len(entry.chunks) > 1 for entry in files.values())
+        bases = self._delta_bases(txn, rec) if several else {}
         _put_last(txn, rec.id.encode(), encode_entry_refs(refs), self._manifests)
         for name, digest in refs.items():
             self.entries.add(txn, digest, files[name], now_ms, bases.get(name))
         # the dedup-domain index counts per namespace
         self.nsrefs.add(txn, rec.namespace, distinct_chunks(files), +1)
 
-    def _show(self, txn: lmdb.Transaction, rec: StoredCheckpoint) -> None:
-        ns = self.require_namespace(txn, rec.namespace)
+    def _show(
+        self, txn: lmdb.Transaction, rec: StoredCheckpoint, ns: NamespaceRecord | None = None
+    ) -> None:
+        if ns is None:
+            ns = self.require_namespace(txn, rec.namespace)
         _put_last(txn, _index_key(rec.namespace, rec.id), b"", self._index)
         for tag in rec.tags:
             txn.put(_tag_key(rec.namespace, tag, rec.id), b"", db=self._tags)

@@ -85,11 +85,13 @@ def create(
     now: float,
     sound: Container[bytes] = (),
     quota: bool = True,
+    ns_rec: NamespaceRecord | None = None,
 ) -> StoredCheckpoint:
     """Make the checkpoint visible (writer thread, inside the caller's transaction).
     `sound`: chunks this same transaction found usable or stored already (a one-request
     save's), which need no second look. `quota` False: checked already (a commit across
-    namespaces checks it at prepare, vault/txn.py)."""
+    namespaces checks it at prepare, vault/txn.py). `ns_rec`: the namespace's record as
+    this same transaction read it (`ensure_namespace`), not read a second time."""
     files = dict(draft.files)
     if draft.inherit:
         for name, entry in inherited(store, txn, draft.parent).items():
@@ -113,4 +115,5 @@ def create(
         files,
         now,
         draft.created_by,
+        ns_rec,
     )

@@ -224,7 +224,8 @@ class DirectSaver:
             if done is not None:
                 return done, False
             now = given[1] if given is not None else self._s.clock.now()
-            if ensure_namespace(self._s, txn, s.ns, fields, now).chunking() != s.profile:
+            ns_rec = ensure_namespace(self._s, txn, s.ns, fields, now)
+            if ns_rec.chunking() != s.profile:
                 raise Conflict(f"namespace {s.ns!r} changed its chunking profile; save again")
             parent_id = self._s.catalog.resolve_id(txn, s.ns, s.parent) if s.parent else None
             self._check_patches(txn, items, bool(s.files))
@@ -238,7 +239,7 @@ class DirectSaver:
                 s.ns, parent_id, s.inherit, s.metadata, s.tags, entries, s.by,
                 id=given[0] if given is not None else None,
             )  # fmt: skip
-            rec = create(self._s, txn, draft, now, sound=items)
+            rec = create(self._s, txn, draft, now, sound=items, ns_rec=ns_rec)
             if s.key is not None:
                 self._keys.remember(txn, s.key, s.by, rec, now)
             return rec, True

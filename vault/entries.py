@@ -239,7 +239,9 @@ class Entries:
         txn.put(digest, _REFS.pack(n + 1), db=self._refs)
 
     def _delta(self, txn: lmdb.Transaction, entry: FileEntry, base: bytes | None) -> Body | None:
-        if base is None or not entry.chunks:
+        # One chunk (every small file: an agent's state) is a delta only when the base holds
+        # that very chunk, which saves no byte over the whole body: not looked for.
+        if base is None or len(entry.chunks) < 2:
             return None
         head = self.body(txn, base)
         whole = self.get(txn, base)

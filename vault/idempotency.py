@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from functools import lru_cache
 
 import blake3
 import lmdb
@@ -34,6 +35,7 @@ _KEY = re.compile(r"[A-Za-z0-9_-]{16,64}")
 _EXPIRY = struct.Struct("<d")
 
 
+@lru_cache(maxsize=1024)  # the writer asks twice a save: replay, then remember
 def _stored_key(key: str, by: str | None) -> bytes:
     """Where `by`'s key is: a token name never holds a NUL, so no two (token, key) pairs
     hash the same text. `by` None (the engine used without tokens) is a token of its own."""

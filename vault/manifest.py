@@ -54,6 +54,17 @@ class FileEntry:
         chunks = tuple(_CHUNK.iter_unpack(view[start:end]))
         return cls(size, bytes(digest), chunks), end
 
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> FileEntry:
+        """The entry `raw` is exactly (ValueError otherwise), keeping `raw` as its form
+        (`to_bytes`): an entry a worker sent is not packed again for its digest, its
+        stored body and the journal record."""
+        entry, used = cls.from_view(memoryview(raw))
+        if used != len(raw):
+            raise ValueError(f"an entry of {used} bytes in {len(raw)}")
+        entry.__dict__["_bytes"] = raw  # what cached_property `_bytes` would have made
+        return entry
+
     def spans(self) -> Iterator[tuple[bytes, int, int]]:
         """(chunk id, offset in file, length) for every chunk, in order."""
         offset = 0

@@ -9,6 +9,7 @@ the protocol's record (protocol), built by `to_protocol`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from checkpoint_vault.protocol import VALIDITY_STATES, JSONObject
 
 from .chunking import ChunkingProfile
 from .clock import rfc3339
+from .manifest import FileEntry
 
 __all__ = ["VALIDITY_STATES", "StoredCheckpoint", "NamespaceRecord", "UploadSession", "Validity"]
 
@@ -59,6 +61,13 @@ class StoredCheckpoint:
     @property
     def is_tombstone(self) -> bool:
         return self.deleted_at is not None
+
+    def set_files(self, entries: Mapping[str, FileEntry]) -> None:
+        """`files` (name -> size and hex hash, by name) from the files' entries: by the
+        catalog at commit, and by a worker from the save it prepared when the writing
+        process answers without them (node/calls.py)."""
+        self.files = {n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(entries.items())}
+        self.files_elided = False
 
     def to_json(self, with_files: bool = True) -> bytes:
         """`with_files=False`: for a catalog that can rebuild `files` from the manifest."""

@@ -2,8 +2,9 @@
 
 Callers submit operations (functions of a `WriteTxn`) and get a Future. The thread drains
 whatever is queued, up to a byte budget, runs each operation in its own nested transactions
-(so one failing operation cannot spoil the others), then commits the frame environment,
-then the catalog, and goes on to the next batch. The commits do not sync: the syncer
+(so one failing operation cannot spoil the others; a batch of one, every lone small save,
+runs in the two transactions themselves, which a failure aborts), then commits the frame
+environment, then the catalog, and goes on to the next batch. The commits do not sync: the syncer
 (vault/syncer.py) makes the state each batch left durable, on its own thread, and only then
 are the batch's Futures resolved. A hundred small chunk writes share one cycle of syncs,
 the disk writes one batch while the next is applied, and the event loop never touches it.
@@ -128,7 +129,9 @@ class Writer:
         self._catalog = catalog
         self._frames = frames
         self._syncer = syncer
-        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        # SimpleQueue: put and get in C, where queue.Queue takes a Python lock and makes a
+        # Condition's waiter lock for every get that waits (one per small save).
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._closed = False
         self._observer: CommitObserver | None = None
         self._refusal: Callable[[], Exception] | None = None
@@ -304,15 +307,20 @@ class Writer:
         # closures hold) are let go now, not a cycle later.
         futures = [item.future for item in batch]
         local = [item.local for item in batch]
-        try:
-            if journaled:
-                _resolve(futures, outcomes)
+        if journaled:
+            # Pinned for the syncer before the answers go: a resolved future wakes the
+            # event loop, which then waits for the GIL on this thread's bookkeeping.
+            try:
                 self._syncer.after(_nobody, self._batch, waited=False)
-            else:
-                self._syncer.after(
-                    lambda failure: self._durable(futures, outcomes, records, failure, local),
-                    self._batch,
-                )
+            except Exception:  # noqa: BLE001 - the journal holds it: a later cycle syncs it
+                log.exception("handing a journaled batch to the syncer failed")
+            _resolve(futures, outcomes)
+            return
+        try:
+            self._syncer.after(
+                lambda failure: self._durable(futures, outcomes, records, failure, local),
+                self._batch,
+            )
         except Exception as e:  # noqa: BLE001 - e.g. no reader slot left for the pins
             # Committed but not tracked: a later batch's cycle makes it durable. Its callers
             # hear the error (a retry with an idempotency key finds the first attempt).
@@ -399,6 +407,8 @@ class Writer:
         ack.add_done_callback(lambda done: _resolve(futures, outcomes, done.exception()))
 
     def _apply(self, batch: list[_Item]) -> tuple[list[tuple[bool, Any]], list[Any]]:
+        if len(batch) == 1:
+            return self._apply_one(batch[0])
         catalog_env, frames_env = self._catalog.lmdb, self._frames.lmdb
         outcomes: list[tuple[bool, Any]] = []
         records: list[Any] = []
@@ -435,6 +445,44 @@ class Writer:
             frames.abort()  # no-op if it already committed
             raise
         return outcomes, records
+
+    def _apply_one(self, item: _Item) -> tuple[list[tuple[bool, Any]], list[Any]]:
+        """A batch of one, in the two transactions themselves: a failing operation aborts
+        both, which is all a child transaction would have undone (the commit of a batch of
+        one spoils no other operation), so one save pays for no nested transactions."""
+        frames = self._frames.lmdb.begin(write=True)
+        try:
+            catalog = self._catalog.lmdb.begin(write=True)
+        except BaseException:
+            frames.abort()
+            raise
+        txn = WriteTxn(catalog, frames)
+        view, rec = (txn, None)
+        try:
+            if self._observer is not None:
+                view, rec = self._observer.record(txn)
+            value = item.op(view)
+        except lmdb.MapFullError:
+            frames.abort()
+            catalog.abort()
+            raise
+        except BaseException as e:
+            frames.abort()
+            catalog.abort()
+            if not isinstance(e, Exception):
+                raise
+            outcomes: list[tuple[bool, Any]] = [(False, e)]  # nothing of it was written
+            _applied([item], outcomes)
+            return outcomes, []
+        outcomes = [(True, value)]
+        _applied([item], outcomes)
+        try:
+            frames.commit()  # frames durable first, as for every batch
+        except BaseException:
+            catalog.abort()
+            raise
+        catalog.commit()
+        return outcomes, [rec] if rec is not None else []
 
 
 def _no_op(w: WriteTxn) -> None:
@@ -496,7 +544,7 @@ class NoWriter(Writer):
         self._closed = False
         self._refusal = error
         self._observer = None
-        self._queue = queue.Queue()
+        self._queue = queue.SimpleQueue()
         self.journaling = False
         self.stats = WriterStats()
 

@@ -3,6 +3,8 @@ field by field and decoded strictly, errors coming back as the engine's own clas
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from checkpoint_vault.node.calls import (
@@ -87,7 +89,8 @@ def test_outcomes_come_back_as_records_and_the_engines_errors() -> None:
         (record, False),
         QuotaExceeded("over"),
     ]
-    back = outcomes_of(_over(saved_message(9, outcomes), TO_WORKER))
+    saves = [_save(1)] * len(outcomes)  # inheriting: its records carry their files
+    back = outcomes_of(_over(saved_message(9, outcomes, saves), TO_WORKER), saves)
     assert back[0] == (record, True)
     assert back[3] == (record, False)
     assert type(back[1]) is CheckpointNotFound
@@ -98,6 +101,29 @@ def test_outcomes_come_back_as_records_and_the_engines_errors() -> None:
     assert back[2].details() == {"missing": ["aa", "bb"]}
     assert type(back[4]) is QuotaExceeded
     assert back[4].status == QuotaExceeded.status
+
+
+def test_a_new_checkpoint_comes_back_without_its_files_and_the_worker_fills_them() -> None:
+    fresh, inheriting = _save(2), _save(3)
+    fresh = PreparedSave(replace(fresh.request, inherit=False), fresh.entries, fresh.frames)
+    records = [
+        StoredCheckpoint(f"01a{n}", p.request.ns, None, 1.5, {}, [], {}, 10 * n)
+        for n, p in enumerate((fresh, inheriting, fresh))
+    ]
+    for record, p in zip(records, (fresh, inheriting, fresh), strict=True):
+        record.set_files(p.entries)
+    outcomes: list[tuple[StoredCheckpoint, bool] | Exception] = [
+        (records[0], True),
+        (records[1], True),
+        (records[2], False),  # a retry's: the record as the catalog holds it
+    ]
+    saves = [fresh, inheriting, fresh]
+    message = _over(saved_message(4, outcomes, saves), TO_WORKER)
+    assert [d.get("elided", False) for d in message.fields["outcomes"]] == [True, False, False]
+    assert b"hash" not in bytes(message.blobs[0])  # the files stayed out of the frame
+    assert outcomes_of(message, saves) == outcomes
+    with pytest.raises(ChannelError, match="3 outcomes for 2 saves"):
+        outcomes_of(message, saves[:2])
 
 
 def test_an_error_names_no_class_outside_the_engines_tree() -> None:

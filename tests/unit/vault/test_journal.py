@@ -30,7 +30,7 @@ from checkpoint_vault.vault import Vault
 from checkpoint_vault.vault.direct import RECORD_OF_CHUNKS
 from checkpoint_vault.vault.frame import chunk_id
 from checkpoint_vault.vault.ids import IdGenerator
-from checkpoint_vault.vault.journal import _HEAD, ALLOC_STEP, SHRINK_ABOVE, Journal
+from checkpoint_vault.vault.journal import _HEAD, AHEAD, ALLOC_STEP, SHRINK_ABOVE, Journal
 from checkpoint_vault.vault.manifest import FileEntry
 from checkpoint_vault.vault.syncer import Syncer
 from checkpoint_vault.vault.writer import Writer
@@ -250,6 +250,27 @@ def test_records_written_over_an_earlier_round_end_where_the_new_ones_do(
     j.close()
     assert log.stat().st_size == ALLOC_STEP
     assert list(Journal(tmp_path / "j", applied=0).pending()) == [(11, b"x" * 40), (12, b"y" * 40)]
+
+
+def test_streaming_appends_sync_allocated_blocks_the_syncer_put_ahead(tmp_path: Path) -> None:
+    """Saves that never let a durable state catch up with the newest record (a steady
+    stream) never start the file over: the syncer's trims keep zeros ahead of the records,
+    so no append changes the file's size (a sync that does commits the file system's own
+    journal too: every other 30 kB save paid for it)."""
+    j = Journal(tmp_path / "j", applied=0)
+    record = bytes(range(256)) * 120  # ~30 kB: an agent's state saved without a parent
+    j.append([record])
+    (log,) = (tmp_path / "j").iterdir()
+    grown_by_appends = 0
+    for n in range(2, 60):
+        j.trim(n - 2)  # the syncer's cycle: a durable state one record behind
+        before = log.stat().st_size
+        j.append([record])
+        grown_by_appends += log.stat().st_size != before
+    assert grown_by_appends == 0
+    assert log.stat().st_size <= 59 * len(record) + AHEAD + ALLOC_STEP
+    j.close()
+    assert [seq for seq, _ in Journal(tmp_path / "j", applied=40).pending()] == list(range(41, 60))
 
 
 def test_a_burst_grows_the_file_and_the_next_round_gives_it_back(tmp_path: Path) -> None:

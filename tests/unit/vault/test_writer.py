@@ -71,6 +71,34 @@ def test_failing_op_does_not_spoil_its_batch(env: Env, frames: Env) -> None:
     writer.close()
 
 
+def test_a_lone_failing_op_writes_nothing_and_the_next_commits(env: Env, frames: Env) -> None:
+    """A batch of one runs in the writer's transactions themselves (no nested pair): its
+    failure must abort both, and tell a staged caller before the writer goes on."""
+    writer = _writer(env, frames)
+    db, fdb = env.db["counters"], frames.db["frames"]
+
+    def boom(w: WriteTxn) -> None:
+        w.catalog.put(b"bad", b"v", db=db)
+        w.frames.put(b"bad", b"v", db=fdb)
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        writer.run(boom)
+    with pytest.raises(ValueError, match="no"):
+        writer.stage(boom)
+    assert writer.run(
+        lambda w: w.catalog.put(b"a", b"v", db=db) and w.frames.put(b"a", b"v", db=fdb)
+    )
+    with env.read() as txn:
+        assert txn.get(b"bad", db=db) is None
+        assert txn.get(b"a", db=db) is not None
+    with frames.read() as txn:
+        assert txn.get(b"bad", db=fdb) is None
+        assert txn.get(b"a", db=fdb) is not None
+    assert writer.stats.batches == 3
+    writer.close()
+
+
 def test_map_grows_while_readers_run(env: Env, frames: Env) -> None:
     writer = _writer(env, frames)
     db = frames.db["frames"]
