@@ -881,6 +881,24 @@ class AsyncVaultClient:
         out = self._t.json_here("GET", _checkpoints_path(namespace), params=params)
         return [Checkpoint.from_wire(r) for r in out["checkpoints"]]
 
+    async def _list_wire(
+        self, namespace: str, limit: int, before: str | None, tag: str | None
+    ) -> builtins.list[dict[str, Any]]:
+        """`list`'s records as the server's JSON, for a caller that makes `Checkpoint`s
+        only of those it uses (LangGraph's get_tuple uses one record of the four it lists,
+        and making one costs ~15 us)."""
+        params = _list_params(limit, before, tag, None, False)
+        out = await self._t.json("GET", _checkpoints_path(namespace), params=params)
+        return _records_of(out)
+
+    def _list_wire_here(
+        self, namespace: str, limit: int, before: str | None, tag: str | None
+    ) -> builtins.list[dict[str, Any]]:
+        """`_list_wire` on the caller's thread, which it blocks (as `_list_here`)."""
+        params = _list_params(limit, before, tag, None, False)
+        out = self._t.json_here("GET", _checkpoints_path(namespace), params=params)
+        return _records_of(out)
+
 
 _BUNDLE_HEADERS = {"Content-Type": BUNDLE_TYPE}
 _SAVES_HEADERS = {"Content-Type": SAVES_TYPE}
@@ -888,6 +906,14 @@ _SAVES_HEADERS = {"Content-Type": SAVES_TYPE}
 
 def _checkpoints_path(namespace: str) -> str:
     return f"/v1/namespaces/{ns_path(namespace)}/checkpoints"
+
+
+def _records_of(listing: Any) -> builtins.list[dict[str, Any]]:
+    """A listing's records, each a JSON object (ValueError otherwise, as `from_wire`)."""
+    records = listing.get("checkpoints") if isinstance(listing, dict) else None
+    if not isinstance(records, builtins.list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError("a listing's answer holds no list of records")
+    return records
 
 
 def _list_params(
