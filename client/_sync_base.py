@@ -85,6 +85,14 @@ class BlockingClient:
         self._thread.check_owner()
         return self.aio._list_here(namespace, limit, before, tag, validity, durable)
 
+    def _list_wire_here(
+        self, namespace: str, limit: int, before: str | None, tag: str | None
+    ) -> list[dict[str, Any]]:
+        """A page of records as the server's JSON, from this thread (`_here_list`'s
+        request; LangGraph's `VaultSaver.get_tuple` makes records only of what it uses)."""
+        self._thread.check_owner()
+        return self.aio._list_wire_here(namespace, limit, before, tag)
+
     def _save_bytes_here(
         self, namespace: str, files: Mapping[str, bytes], opts: SaveOptions
     ) -> Checkpoint:

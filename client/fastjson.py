@@ -19,7 +19,6 @@ falls back the same way (`NaN` in an answer, huge integers).
 from __future__ import annotations
 
 import json
-import re
 from types import ModuleType
 from typing import Any
 
@@ -30,9 +29,6 @@ except ImportError:  # pragma: no cover - the langgraph and test extras install 
     orjson = None
 
 _SEPARATORS = (",", ":")
-# A null token of compact output (a value, an item, the whole); inside a string it would
-# follow other characters than these, or at worst send that value the slow way
-_LITERAL_NULL = re.compile(rb"(?:^|[:,\[])null")
 
 
 def dumps(value: Any) -> bytes:
@@ -43,9 +39,18 @@ def dumps(value: Any) -> bytes:
         except TypeError:
             pass
         else:
-            if _LITERAL_NULL.search(out) is None:  # no None, so no NaN or infinity made one
+            if not _has_null(out):  # no None, so no NaN or infinity made one
                 return out
     return json.dumps(value, separators=_SEPARATORS).encode()
+
+
+def _has_null(out: bytes) -> bool:
+    """Whether compact JSON holds a null token (a value, an item, the whole): one follows
+    ':', ',' or '[' or starts it; inside a string it would follow other characters, or at
+    worst send that value the slow way. Plain substring searches: the regular expression
+    this was (an alternation first) scanned byte by byte, ~20 us for a LangGraph put's
+    600-byte header, the largest piece of its client CPU after serializing."""
+    return b":null" in out or b",null" in out or b"[null" in out or out.startswith(b"null")
 
 
 def dumps_floatless(value: Any) -> bytes:

@@ -54,7 +54,17 @@ def exchange(
     parts = list(body) if body is not None else []
     if body is None and method in _EXPECTING_BODY and "Content-Length" not in headers:
         headers = {**headers, "Content-Length": "0"}  # as http.client sends it
-    request_head = head(method, target, conns.host, headers)
+    return exchange_head(conns, method, head(method, target, conns.host, headers), parts)
+
+
+def exchange_head(
+    conns: Connections,
+    method: str,
+    request_head: bytes,
+    parts: Sequence[bytes | bytearray | memoryview],
+) -> tuple[int, dict[str, str], bytes]:
+    """`exchange` of a head made already (`head`, or a prefix of it kept by a caller that
+    sends the same request often with other bodies: `Transport.prepare`)."""
     conn = conns.take()
     try:
         sock = opened(conn, conns.timeout)
@@ -62,7 +72,8 @@ def exchange(
         status, answer_headers, payload, reusable = receive(sock, method)
     except OSError as e:
         conns.drop(conn)
-        raise Broken(f"{method} {target}: {e!r}") from e
+        line = request_head[: request_head.find(b" HTTP/1.1")].decode("latin-1")
+        raise Broken(f"{line}: {e!r}") from e
     except BaseException:
         conns.drop(conn)
         raise

@@ -191,6 +191,35 @@ class Transport:
         _, payload = self.retrying_here(f"{method} {path}", lambda: self._now(attempt))
         return _parse(payload) if payload and parse else None
 
+    def prepare(self, method: str, path: str, headers: Mapping[str, str]) -> Prepared:
+        """A request sent often with other bodies (one namespace's one-request saves): its
+        target, headers and head made once; `send_here` adds only the body's length."""
+        head = http1.head(
+            method, self._target(path), self._conns.host, {**self._headers, **headers}
+        )
+        return Prepared(method, f"{method} {path}", head[:-2])  # without the head's end
+
+    def send_here(self, request: Prepared, parts: Sequence[bytes], *, parse: bool = True) -> Any:
+        """`json_here` of a prepared request with `parts` as its body: the same
+        connections, retries, counts and errors, without making its head again (through
+        LangGraph's VaultSaver that cost ~15 us of a put's ~0.3 ms)."""
+        size = sum(map(len, parts))
+        head = b"%sContent-Length: %d\r\n\r\n" % (request.head, size)
+
+        def attempt() -> bytes:
+            if self._closed:
+                raise TransportError("the client is closed")
+            status, answer_headers, payload = http1.exchange_head(
+                self._conns, request.method, head, parts
+            )
+            self._count(requests=1, sent=size, received=len(payload))
+            if status >= 400:
+                raise _refusal(status, answer_headers, payload)
+            return payload
+
+        payload = self.retrying_here(request.what, attempt)
+        return _parse(payload) if payload and parse else None
+
     def _exchange(
         self,
         method: str,
@@ -353,6 +382,16 @@ class Transport:
             self.transfer.bytes_sent += sent
             self.transfer.bytes_received += received
             self.transfer.retries += retries
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """`Transport.prepare`'s request: its method, what errors call it, and its head up to
+    the body's length."""
+
+    method: str
+    what: str
+    head: bytes
 
 
 class Stream:

@@ -15,7 +15,6 @@ has the same shape with no document.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -71,7 +70,7 @@ def decode(data: bytes) -> Contents:
     if magic != MAGIC:
         raise ValueError("not a LangGraph checkpoint file (bad magic)")
     head_end = len(data) - _TRAILER.size
-    header = json.loads(data[head_end - head_len : head_end])
+    header = fastjson.loads(data[head_end - head_len : head_end])
     view = memoryview(data)
     pos = 0
 

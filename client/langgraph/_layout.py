@@ -19,6 +19,7 @@ writes"). Encodings are injective: distinct strings never share a segment or a t
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +113,16 @@ class Ref:
     @classmethod
     def of(cls, record: Record) -> Ref | None:
         """None for records this integration did not write."""
-        md = record.metadata
+        return cls.of_metadata(record.metadata)
+
+    @classmethod
+    def of_wire(cls, record: Mapping[str, Any]) -> Ref | None:
+        """`of` a record as the server's JSON (a tombstone has no metadata: None)."""
+        md = record.get("metadata")
+        return cls.of_metadata(md) if isinstance(md, dict) else None
+
+    @classmethod
+    def of_metadata(cls, md: Mapping[str, Any]) -> Ref | None:
         kind = md.get(LANGGRAPH_KEY)
         if kind not in (KIND_CHECKPOINT, KIND_WRITES):
             return None

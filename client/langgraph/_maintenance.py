@@ -8,7 +8,8 @@ chosen ones in one request. Pinned records stay (a pin always wins).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any
 
 from ..aio import AsyncVaultClient
 from ..errors import NotFound
@@ -48,6 +49,13 @@ def next_page(page: list[Record], size: int) -> tuple[str, int] | None:
     if len(page) < size:
         return None
     return page[-1].id, min(PAGE, size * 2)
+
+
+def next_page_wire(page: Sequence[Mapping[str, Any]], size: int) -> tuple[str, int] | None:
+    """`next_page` of a page of records as the server's JSON."""
+    if len(page) < size:
+        return None
+    return str(page[-1]["id"]), min(PAGE, size * 2)
 
 
 async def all_records(client: AsyncVaultClient, namespace: str) -> list[Record]:

@@ -122,8 +122,9 @@ class Memo:
     cache_bytes: int = CACHE_BYTES
     # Checkpoints known to be committed, with what a put on top of them needs.
     committed: Lru[Key, Held] = field(default_factory=lambda: Lru(REMEMBERED))
-    # Puts on their way: writes for these wait, so they commit after their checkpoint.
-    inflight: dict[Key, Future[None]] = field(default_factory=dict)
+    # Puts on their way: writes for these wait, so they commit after their checkpoint;
+    # what the first of them waits on is made then (most puts have no writes waiting).
+    inflight: dict[Key, Future[None] | None] = field(default_factory=dict)
     # Writes whose checkpoint's put has not started: that put carries them too.
     early: Lru[Key, list[StoredWrite]] = field(default_factory=lambda: Lru(EARLY_KEYS))
     puts_since_prune: Lru[str, int] = field(default_factory=lambda: Lru(REMEMBERED))
@@ -138,24 +139,29 @@ class Memo:
         """A put of `key` is on its way (writes for it wait from now); the writes that
         came before it started, which it carries."""
         with self._lock:
-            self.inflight[key] = Future()
+            self.inflight[key] = None
             return self.early.pop(key) or []
 
     def end_put(self, key: Key) -> None:
         """The put of `key` ended, committed or not: writes waiting for it go on."""
         with self._lock:
             done = self.inflight.pop(key)
-        done.set_result(None)
+        if done is not None:
+            done.set_result(None)
 
     def before_writes(self, key: Key, writes: list[StoredWrite]) -> Future[None] | None:
         """The put that writes for `key` must wait for, if it is on its way; if it has not
         started, `writes` are kept for it to carry too (in case their own record commits
         first: a reader takes writes older than their checkpoint from it)."""
         with self._lock:
-            pending = self.inflight.get(key)
-            if pending is None and key not in self.committed:
+            if key in self.inflight:
+                pending = self.inflight[key]
+                if pending is None:
+                    pending = self.inflight[key] = Future()
+                return pending
+            if key not in self.committed:
                 self.early.put(key, (self.early.get(key) or []) + writes)
-            return pending
+            return None
 
     def prune_due(self, namespace: str, every: int) -> bool:
         """Count a put of `namespace`; True (and it is now being pruned) on the `every`-th

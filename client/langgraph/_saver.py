@@ -207,26 +207,28 @@ class AsyncVaultSaver(BaseCheckpointSaver[str]):
         a listing, tag-filtered, and the files this process does not hold already."""
         cid = where.checkpoint_id
         tag = id_tag(cid) if cid else ns_tag(where.checkpoint_ns or "")
-        writes: builtins.list[tuple[Ref, Record]] = []
+        writes: builtins.list[tuple[Ref, dict[str, Any]]] = []
         before, size = None, threads.BY_ID_PAGE if cid else threads.FIRST_PAGE
         while True:
             try:
                 page = yield steps.List(where.namespace, size, before, tag)
             except NotFound:
                 return None  # no such thread
-            for rec in page:
-                ref = Ref.of(rec)
+            for raw in page:
+                ref = Ref.of_wire(raw)
                 if ref is None or ref.checkpoint_ns != where.checkpoint_ns:
                     continue
                 if cid and ref.checkpoint_id != cid:
                     continue
                 if ref.kind == KIND_WRITES:
-                    writes.append((ref, rec))
+                    writes.append((ref, raw))
                     continue
-                mine = [w for r, w in writes if r.checkpoint_id == ref.checkpoint_id]
-                found: Found = yield from self._fetch(rec, ref, mine)
+                mine = [
+                    Record.from_wire(w) for r, w in writes if r.checkpoint_id == ref.checkpoint_id
+                ]
+                found: Found = yield from self._fetch(Record.from_wire(raw), ref, mine)
                 return found
-            if (more := threads.next_page(page, size)) is None:
+            if (more := threads.next_page_wire(page, size)) is None:
                 return None
             before, size = more
 

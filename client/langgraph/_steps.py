@@ -8,10 +8,10 @@ process has the files already, downloads. `AsyncVaultSaver` runs it on its event
 (client/_sync_base.py).
 So the logic is a generator that yields what it needs done and gets each outcome back
 (sans-IO): `Save` (a checkpoint saved, its record sent back, or its error thrown in),
-`List` (a page of a thread's records: a read's one request), `Offload` (blocking work kept
-off an event loop: serializing values), `Run` (a coroutine that belongs on the loop:
-downloads side by side) and `Wait` (a put this one must commit after). `run` and
-`run_here` are the two drivers; nothing else differs.
+`List` (a page of a thread's records as the server's JSON: a read's one request),
+`Offload` (blocking work kept off an event loop: serializing values), `Run` (a coroutine
+that belongs on the loop: downloads side by side) and `Wait` (a put this one must commit
+after). `run` and `run_here` are the two drivers; nothing else differs.
 Inside a saver's atomic block a `Save` is held in its `Staging` instead (answered None),
 and the block's end commits every held save at once (the saver's `atomic`).
 """
@@ -60,7 +60,8 @@ class Offload:
 @dataclass(frozen=True)
 class List:
     """`client.list(namespace, limit=..., before=..., tag=...)`: a page of records, newest
-    first (its NotFound thrown in)."""
+    first, as the server's JSON (its NotFound thrown in): the steps make `Checkpoint`s
+    only of the records they use."""
 
     namespace: str
     limit: int
@@ -116,14 +117,22 @@ async def run(steps: Steps[T], client: AsyncVaultClient, staging: Staging | None
 
 
 def run_here(steps: Steps[T], client: VaultClient, staging: Staging | None = None) -> T:
-    """Run `steps` on this thread, blocking it (a small save goes out from here)."""
-    with _Stepper(steps) as stepper:
-        while (step := stepper.next()) is not None:
+    """Run `steps` on this thread, blocking it (a small save goes out from here). What
+    `_Stepper` does, written out: a put is two steps, and its client CPU is counted."""
+    try:
+        step = steps.send(None)
+        while True:
             try:
-                stepper.answer(_do_here(step, client, staging))
+                answer = _do_here(step, client, staging)
             except Exception as e:  # noqa: BLE001 - the steps decide: handled or raised there
-                stepper.fail(e)
-        return stepper.result
+                step = steps.throw(e)
+            else:
+                step = steps.send(answer)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        steps.close()
 
 
 class _Stepper(Generic[T]):
@@ -166,7 +175,7 @@ async def _do(step: Step, client: AsyncVaultClient, staging: Staging | None) -> 
     if isinstance(step, Save):
         return await client._save_sources(step.namespace, collect_sources(step.files), step.options)
     if isinstance(step, List):
-        return await client.list(step.namespace, limit=step.limit, before=step.before, tag=step.tag)
+        return await client._list_wire(step.namespace, step.limit, step.before, step.tag)
     if isinstance(step, Offload):
         return await asyncio.to_thread(step.fn)
     if isinstance(step, Run):
@@ -185,7 +194,7 @@ def _do_here(step: Step, client: VaultClient, staging: Staging | None) -> Any:
         parse = step.answer == "json"
         return client._post_bytes_here(step.namespace, step.files, step.options, parse=parse)
     if isinstance(step, List):
-        return client.list(step.namespace, limit=step.limit, before=step.before, tag=step.tag)
+        return client._list_wire_here(step.namespace, step.limit, step.before, step.tag)
     if isinstance(step, Offload):
         return step.fn()
     if isinstance(step, Run):

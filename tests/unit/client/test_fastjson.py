@@ -51,6 +51,13 @@ def test_non_finite_numbers_are_written_as_the_standard_library_writes_them(
     assert b"null" not in out
 
 
+@pytest.mark.parametrize("value", [math.nan, [math.inf], [1, -math.inf], {"a": [0, math.nan]}])
+def test_a_non_finite_number_anywhere_goes_the_slow_way(value: Any) -> None:
+    """Where orjson's null can stand: the whole output, an item first or later, a value
+    (the substring checks that replaced a regular expression see each of them)."""
+    assert fastjson.dumps(value) == json.dumps(value, separators=(",", ":")).encode()
+
+
 def test_types_json_refuses_are_refused() -> None:
     with pytest.raises(TypeError):
         fastjson.dumps({"when": datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)})

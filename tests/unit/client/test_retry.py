@@ -31,9 +31,17 @@ async def _on_a_blocked_thread(t: Transport, path: str) -> Any:
     return await asyncio.to_thread(t.json_here, "POST", path, data=b"{}", headers={})
 
 
-@pytest.fixture(params=[_on_the_loop, _on_a_blocked_thread], ids=["loop", "caller"])
+async def _prepared(t: Transport, path: str) -> Any:
+    """`send_here` of a request prepared once (a namespace's one-request saves)."""
+    request = t.prepare("POST", path, {})
+    return await asyncio.to_thread(t.send_here, request, [b"{}"])
+
+
+@pytest.fixture(
+    params=[_on_the_loop, _on_a_blocked_thread, _prepared], ids=["loop", "caller", "prepared"]
+)
 def ask(request: pytest.FixtureRequest) -> Ask:
-    """Both ways a request is made: the retries, errors and counts must be the same."""
+    """Every way a request is made: the retries, errors and counts must be the same."""
     return request.param  # type: ignore[no-any-return]
 
 
@@ -199,3 +207,42 @@ async def test_a_closed_transport_refuses_at_once(aiohttp_server: ServerFactory,
         await ask(t, "/v1/x")
     assert len(seen) == 1
     assert t.transfer.retries == 0
+
+
+async def test_a_prepared_request_sends_each_body_with_its_own_length(
+    aiohttp_server: ServerFactory,
+) -> None:
+    """One head made for many bodies: the token, the type and each body's length."""
+
+    async def echo(request: web.Request) -> web.Response:
+        body = await request.read()
+        return web.json_response(
+            {
+                "body": body.decode(),
+                "length": request.headers["Content-Length"],
+                "auth": request.headers["Authorization"],
+                "type": request.headers["Content-Type"],
+                "path": request.raw_path,
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", echo)
+    server = await aiohttp_server(app)
+    t = Transport(str(server.make_url("")), "tok", retry=FAST)
+    try:
+        request = t.prepare("POST", "/v1/a b/x", {"Content-Type": "application/x-test"})
+        for parts in ([b"12", b"345"], [b""], [b"6" * 70_000]):
+            answer = await asyncio.to_thread(t.send_here, request, parts)
+            body = b"".join(parts).decode()
+            assert answer == {
+                "body": body,
+                "length": str(len(body)),
+                "auth": "Bearer tok",
+                "type": "application/x-test",
+                "path": "/v1/a%20b/x",
+            }
+        assert await asyncio.to_thread(t.send_here, request, [b"{}"], parse=False) is None
+        assert t.transfer.requests == 4
+    finally:
+        await t.close()
