@@ -429,6 +429,9 @@ class CallClient:
         return reply
 
     async def _connected(self) -> asyncio.StreamWriter:
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            return writer  # the usual case, without the lock's acquire and release
         async with self._connecting:
             if self._writer is not None and not self._writer.is_closing():
                 return self._writer
