@@ -162,7 +162,8 @@ def _check_path(request: web.Request) -> None:
     act on `b`), and its namespace pattern admits anything, so a bad name answers 400
     invalid_name here rather than 404 no-such-route."""
     raw = request.raw_path.split("?", 1)[0]
-    if any(seg in (".", "..") for seg in raw.split("/")):
+    dotted = "/." in raw or raw.startswith(".")  # else no segment can be '.' or '..'
+    if dotted and any(seg in (".", "..") for seg in raw.split("/")):
         raise InvalidName("'.' and '..' path segments are not allowed")
     ns = request.match_info.get("ns")
     if ns is not None:

@@ -110,7 +110,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": f"{self._stamp(int(record.created))}.{int(record.msecs):03d}Z",
+            "ts": self.stamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -120,11 +120,25 @@ class JsonFormatter(logging.Formatter):
             out["exc"] = self.formatException(record.exc_info)
         return _LINE(out)
 
-    def _stamp(self, second: int) -> str:
-        """An access line per request formats the same second many times: once is enough."""
+    def stamp(self, created: float) -> str:
+        """A record's `ts` (its milliseconds as `LogRecord.msecs` has them). An access line
+        per request formats the same second many times: once is enough."""
+        second = int(created)
         if self._second[0] != second:
             self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-        return self._second[1]
+        return f"{self._second[1]}.{int((created - second) * 1000):03d}Z"
+
+    def info_line(self, created: float, logger: str, msg: str, extra: dict[str, Any]) -> str:
+        """The line `format` makes of an INFO record of `logger` with these `extra` fields
+        and no exception, without the record."""
+        out: dict[str, Any] = {
+            "ts": self.stamp(created),
+            "level": "info",
+            "logger": logger,
+            "msg": msg,
+        }
+        out.update(extra)
+        return _LINE(out)
 
 
 UNPARSEABLE_EVERY = 1.0  # seconds: at most one line about unparseable requests per process
@@ -182,25 +196,75 @@ def configure_logging(fmt: str = "auto") -> None:
 
 class AccessLogger(AbstractAccessLogger):
     """One line per request, with its id, route, status, size and duration. The record is
-    made here rather than by `Logger.info`, which would also look up the calling frame."""
+    made here rather than by `Logger.info`, which would also look up the calling frame; and
+    while the line goes where `configure_logging` sends JSON lines and nowhere else (no
+    handler or filter added since, as tests add), the line is formatted and written here,
+    as the handler would, without a record: the record and logging's walk to its handler
+    were ~8% of a worker's CPU per small save."""
+
+    def __init__(self, logger: logging.Logger, log_format: str) -> None:
+        super().__init__(logger, log_format)
+        self._pid = os.getpid()  # a worker is started afresh (node/supervisor.py), not forked
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         logger = self.logger
         if not logger.isEnabledFor(logging.INFO) or request.get(HANDED_OVER):
             return  # a connection handed over: the writing process logs its answer
         method, path, status = request.method, request.path, response.status
-        record = logging.LogRecord(
-            logger.name, logging.INFO, __file__, 0, "%s %s %s", (method, path, status), None
-        )
-        record.request_id = request_id(request)
-        record.method = method
-        record.path = path
-        record.status = status
-        record.bytes_out = response.body_length
-        record.ms = round(time * 1000, 2)
-        record.remote = request.remote
-        record.pid = record.process  # which of the service's processes answered
-        logger.handle(record)
+        extra = {
+            "request_id": request_id(request),
+            "method": method,
+            "path": path,
+            "status": status,
+            "bytes_out": response.body_length,
+            "ms": round(time * 1000, 2),
+            "remote": request.remote,
+            "pid": self._pid,  # which of the service's processes answered
+        }
+        handler = _json_only(logger)
+        if handler is None:
+            record = logging.LogRecord(
+                logger.name, logging.INFO, __file__, 0, "%s %s %s", (method, path, status), None
+            )
+            record.__dict__.update(extra)
+            logger.handle(record)
+            return
+        formatter = handler.formatter
+        assert isinstance(formatter, JsonFormatter)
+        line = formatter.info_line(_wall(), logger.name, f"{method} {path} {status}", extra)
+        handler.acquire()
+        try:
+            handler.stream.write(line + handler.terminator)
+            handler.stream.flush()
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - as StreamHandler.emit: reported, not raised
+            handler.handleError(logging.makeLogRecord({"msg": line}))
+        finally:
+            handler.release()
+
+
+_wall = time.time  # `log` has a parameter named time
+
+
+def _json_only(logger: logging.Logger) -> logging.StreamHandler[Any] | None:
+    """The one handler an INFO record of `logger` would reach, if that is the plain JSON
+    stream handler `configure_logging` installs and no filter stands in the way; else None
+    (the record then goes through logging)."""
+    root = logging.root
+    if logger.parent is not root or logger.handlers or logger.filters or not logger.propagate:
+        return None
+    if logger.disabled or len(root.handlers) != 1:
+        return None
+    handler = root.handlers[0]
+    if (
+        type(handler) is not logging.StreamHandler
+        or type(handler.formatter) is not JsonFormatter
+        or handler.filters
+        or handler.level > logging.INFO
+    ):
+        return None
+    return handler
 
 
 @dataclass

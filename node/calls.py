@@ -27,6 +27,7 @@ same idempotency key, so a save committed before the break is returned, not made
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -49,7 +50,19 @@ from checkpoint_vault.vault import (
 from checkpoint_vault.vault.chunking import ChunkingProfile
 from checkpoint_vault.vault.direct import SaveRequest
 
-from .channel import TO_WORKER, TO_WRITER, ChannelError, Kind, Message, encode, read, want
+from .channel import (
+    HEAD,
+    MAX_FRAME,
+    TO_WORKER,
+    TO_WRITER,
+    ChannelError,
+    Kind,
+    Message,
+    decode,
+    encode,
+    read,
+    want,
+)
 
 log = logging.getLogger("ckpt.api")
 
@@ -380,6 +393,58 @@ def _send(writer: asyncio.StreamWriter, message: Message) -> None:
         writer.write(encode(message))
 
 
+class _Frames(asyncio.StreamReaderProtocol):
+    """A worker's end of its connection, reading: each frame taken apart as its last byte
+    arrives and handed on (`take`) from the transport's callback. A reader task woken for
+    each answer cost the worker one more pass of its event loop per save (a readable
+    socket, then the task, then the handler). Writing, and waiting while the writing
+    process reads slower (drain), stay the stream's."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.reader = asyncio.StreamReader(limit=CHANNEL_BUFFER, loop=loop)
+        super().__init__(self.reader, loop=loop)
+        self._buffer = bytearray()
+        self._take: Callable[[Message], None] = lambda _: None
+        self._lost: Callable[[], None] = lambda: None
+
+    def bind(self, take: Callable[[Message], None], lost: Callable[[], None]) -> None:
+        """`take` each message; `lost`: the connection ended (or sent what is no frame)."""
+        self._take, self._lost = take, lost
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        try:
+            while len(buffer) >= HEAD.size:
+                length, call, kind = HEAD.unpack_from(buffer)
+                if length > MAX_FRAME:
+                    raise ChannelError(f"a frame of {length} bytes")
+                end = HEAD.size + length
+                if len(buffer) < end:
+                    return
+                with memoryview(buffer) as view:
+                    payload = bytes(view[HEAD.size : end])
+                del buffer[:end]
+                self._take(decode(kind, call, payload, TO_WORKER))
+        except ChannelError as e:
+            log.error("engine calls: the writing process sent %s; reconnecting", e)
+            buffer.clear()
+            self._end()  # closes the connection: nothing after a bad frame is aligned
+
+    def eof_received(self) -> bool:
+        return False  # the writing process closed its end: close ours (`connection_lost`)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._end()
+
+    def _end(self) -> None:
+        """`lost`, once: by then another connection may have calls of its own under way."""
+        lost, self._lost = self._lost, lambda: None
+        self._take = lambda _: None
+        lost()
+
+
 class CallClient:
     """A worker's end: one connection to the writing process, opened at start and again
     after it broke; used from the worker's event loop."""
@@ -434,14 +499,17 @@ class CallClient:
         return reply
 
     async def _connected(self) -> asyncio.StreamWriter:
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            return writer  # the usual case, without the lock's acquire and release
         async with self._connecting:
             if self._writer is not None and not self._writer.is_closing():
                 return self._writer
             deadline = time.monotonic() + CONNECT_WAIT
             while True:
                 try:
-                    reader, writer = await asyncio.open_unix_connection(
-                        self._path, limit=CHANNEL_BUFFER
+                    transport, frames = await self._loop.create_unix_connection(
+                        lambda: _Frames(self._loop), self._path
                     )
                     break
                 except OSError as e:
@@ -450,35 +518,32 @@ class CallClient:
                             f"the server process that writes is not reachable ({e}); retry"
                         ) from None
                     await asyncio.sleep(CONNECT_RETRY)
+            writer = asyncio.StreamWriter(transport, frames, frames.reader, self._loop)
+            frames.bind(
+                functools.partial(self._take, writer), functools.partial(self._lost, writer)
+            )
             self._writer = writer
-            self._loop.create_task(self._answers(reader, writer))
             return writer
 
-    async def _answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                message = await read(reader, TO_WORKER)
-                if message.kind == Kind.METRICS_ASK:  # the writing process asks (its /metrics)
-                    text = self._metrics().encode()
-                    _send(writer, Message(Kind.METRICS, message.call, blobs=[text]))
-                    continue
-                answer = self._pending.pop(message.call, None)
-                if answer is not None and not answer.done():
-                    answer.set_result(message)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except ChannelError as e:
-            log.error("engine calls: the writing process sent %s; reconnecting", e)
-        finally:
-            writer.close()
-            if self._writer is writer:
-                self._writer = None
-            pending, self._pending = self._pending, {}
-            for answer in pending.values():
-                if not answer.done():
-                    answer.set_exception(
-                        Unavailable("the server process that writes went away; retry the save")
-                    )
+    def _take(self, writer: asyncio.StreamWriter, message: Message) -> None:
+        if message.kind == Kind.METRICS_ASK:  # the writing process asks (its /metrics)
+            text = self._metrics().encode()
+            _send(writer, Message(Kind.METRICS, message.call, blobs=[text]))
+            return
+        answer = self._pending.pop(message.call, None)
+        if answer is not None and not answer.done():
+            answer.set_result(message)
+
+    def _lost(self, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+        if self._writer is writer:
+            self._writer = None
+        pending, self._pending = self._pending, {}
+        for answer in pending.values():
+            if not answer.done():
+                answer.set_exception(
+                    Unavailable("the server process that writes went away; retry the save")
+                )
 
     async def connect(self) -> None:
         """Connect now (the writing process asks connected workers for their metrics)."""

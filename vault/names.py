@@ -12,9 +12,13 @@ from checkpoint_vault.protocol import NOT_IN_NAMES
 
 from .errors import InvalidName
 
-_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-_CHUNK_ID = re.compile(r"[0-9a-f]{64}")
+_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
 MAX_NAMESPACE_SEGMENTS = 8
+# One match for the whole name (a segment holds no '/'): per segment, then per character,
+# these checks ran two dozen Python calls on every request that names a file.
+_NAMESPACE = re.compile(f"{_SEGMENT}(?:/{_SEGMENT}){{0,{MAX_NAMESPACE_SEGMENTS - 1}}}")
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+_CHUNK_ID = re.compile(r"[0-9a-f]{64}")
 MAX_FILE_NAME_BYTES = 1024
 # The namespace parts of a commit across hosts are kept in (vault/parts.py): a name
 # `check_namespace` refuses, so no route reaches it; listings and retention leave it out.
@@ -22,8 +26,7 @@ PARTS = "_parts"
 
 
 def check_namespace(ns: str) -> str:
-    segments = ns.split("/")
-    if len(segments) > MAX_NAMESPACE_SEGMENTS or not all(_SEGMENT.fullmatch(s) for s in segments):
+    if not _NAMESPACE.fullmatch(ns):
         raise InvalidName(
             f"invalid namespace {ns[:200]!r}: up to {MAX_NAMESPACE_SEGMENTS} '/'-separated "
             "segments of [A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
@@ -40,7 +43,7 @@ def check_file_name(name: str, *, stored: bool = False) -> str:
         raise InvalidName(f"file name must be 1 to {MAX_FILE_NAME_BYTES} bytes")
     if name.startswith("/"):
         raise InvalidName(f"file name {name[:200]!r} must be relative (no leading '/')")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if _CONTROL.search(name):
         raise InvalidName("file name must not contain NUL or control characters")
     if not stored and (bad := NOT_IN_NAMES.search(name)) is not None:  # protocol/_text.py
         raise InvalidName(

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -77,6 +78,17 @@ async def test_log_lines_are_json_with_request_ids(crash_server: ServerProcess) 
     assert len(access) == 1
     assert access[0]["status"] == 404
     assert access[0]["logger"] == "ckpt.access"
+    # The line the worker writes itself is the one logging's JsonFormatter wrote.
+    assert list(access[0]) == [
+        "ts", "level", "logger", "msg", "request_id", "method", "path", "status",
+        "bytes_out", "ms", "remote", "pid",
+    ]  # fmt: skip
+    assert access[0]["msg"] == "GET /v1/namespaces/missing/checkpoints/latest 404"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", access[0]["ts"])
+    assert access[0]["level"] == "info"
+    assert access[0]["remote"] == "127.0.0.1"
+    assert isinstance(access[0]["pid"], int)
+    assert isinstance(access[0]["bytes_out"], int)
     assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)
 
 
