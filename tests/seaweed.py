@@ -52,8 +52,11 @@ class _DiedStarting(Exception):
 
 
 class SeaweedFS:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, nice: int = 0) -> None:
+        """`nice`: the server's scheduling priority (a bench that models a bucket on other
+        machines starts it at 19, so it takes the cores only when the vault leaves them)."""
         self.root = root
+        self.nice = nice
         names = ("master", "volume", "filer", "s3")
         picked = distinct_ports(2 * len(names))
         self.ports = dict(zip(names, picked[: len(names)], strict=True))
@@ -101,8 +104,10 @@ class SeaweedFS:
 
     def _spawn(self, binary: str, data: Path) -> None:
         p, g = self.ports, self.grpc
+        niced = ["nice", "-n", str(self.nice)] if self.nice else []
         self._proc = subprocess.Popen(
             [
+                *niced,
                 binary,
                 "server",
                 f"-dir={data}",
