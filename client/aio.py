@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, overload
+from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
 from checkpoint_vault.protocol import (
@@ -84,6 +84,7 @@ if TYPE_CHECKING:
 # Bytes read, chunked and sent per step, and chunk bytes per POST .../chunks: a piece goes in
 # one request. Each request costs ~2 ms of CPU across client and server: 2 MiB batches cost
 # ~0.8 s more per GB saved than 8 MiB ones, and 16 MiB pieces saved 5-15% faster than 8.
+T = TypeVar("T")
 PIECE = 16 << 20
 BATCH_BYTES = PIECE
 MAX_IDS_PER_QUERY = 50_000
@@ -354,8 +355,8 @@ class AsyncVaultClient:
         transaction (the lost chunks sent again first)."""
         opts = SaveOptions.of(options)
         sources = [collect_sources(files) for files in saves.values()]
-        staged = await asyncio.gather(
-            *(self._stage_save(ns, src, opts) for ns, src in zip(saves, sources, strict=True))
+        staged = await _all(
+            [self._stage_save(ns, src, opts) for ns, src in zip(saves, sources, strict=True)]
         )
         commits = [(s.upload, s.listing) for s in staged]
         try:
@@ -997,12 +998,13 @@ class _Growth:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
-async def _all(jobs: list[Coroutine[Any, Any, None]]) -> None:
-    """Run `jobs` together; the first failure cancels the others (each cleans up after
-    itself) and is raised once they have all ended."""
+async def _all(jobs: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run `jobs` together, their results in order; the first failure cancels the others
+    (each cleans up after itself) and is raised once they have all ended (`gather` alone
+    would leave them running, on a loop that may close before they end)."""
     tasks = [asyncio.ensure_future(job) for job in jobs]
     try:
-        await asyncio.gather(*tasks)
+        return await asyncio.gather(*tasks)
     finally:
         for task in tasks:
             task.cancel()
@@ -1208,7 +1210,7 @@ class _Sender:
         included) in one batch, however far the chunker's tail carried from the previous
         piece takes it past BATCH_BYTES (under one chunk); anything else in batches."""
         batches = [todo] if at is not None else _batches(todo, BATCH_BYTES)
-        await asyncio.gather(*(self._post(b, at) for b in batches))
+        await _all([self._post(b, at) for b in batches])
 
     async def _post(
         self, batch: list[tuple[bytes, memoryview | None]], at: tuple[str, int] | None

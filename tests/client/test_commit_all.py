@@ -4,11 +4,13 @@ same checkpoints."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import uuid
 
 import pytest
 
-from checkpoint_vault.client import Forbidden, VaultClient
+from checkpoint_vault.client import AsyncVaultClient, Forbidden, VaultClient
 
 from ..serverproc import ServerProcess
 
@@ -52,3 +54,22 @@ def test_a_namespace_the_token_may_not_write_commits_nothing(server: ServerProce
             [],
         )
         assert not admin.list(f"{run}/ok")
+
+
+async def test_a_refused_namespace_leaves_no_other_upload_running(server: ServerProcess) -> None:
+    """The refusal of one namespace's upload stops the others' staging before the call
+    returns: with `gather` they ran on, on a loop the caller may close next (a pending task
+    destroyed with it)."""
+    run = uuid.uuid4().hex[:8]
+    with VaultClient(server.url, server.token, progress=False) as admin:
+        token = admin.create_token(f"c-{run}", [f"write:{run}/ok", f"read:{run}/*"]).token
+    big = os.urandom(24 << 20)  # staged in pieces: still sending when the refusal comes
+    async with AsyncVaultClient(server.url, token, progress=False) as vault:
+        with pytest.raises(Forbidden):
+            await vault.commit_all({f"{run}/ok": {"f": big}, f"{run}/no": {"f": b"2"}})
+        staging = [
+            t
+            for t in asyncio.all_tasks()
+            if not t.done() and "_stage" in t.get_coro().__qualname__  # type: ignore[union-attr]
+        ]
+        assert staging == []
