@@ -12,13 +12,14 @@ import pytest
 
 from checkpoint_vault.maintenance.tasks import gc
 from checkpoint_vault.tiering import MemoryTier
-from checkpoint_vault.vault import FakeClock, Vault, VaultConfig
+from checkpoint_vault.vault import Vault
 from checkpoint_vault.vault.content.packs import PackBuilder, pack_key, upload
 from checkpoint_vault.vault.content.shared import decode_segment, encode_segment
 from checkpoint_vault.vault.errors import Conflict
 from checkpoint_vault.vault.frame import chunk_id
 
 from ..vault.helpers import client_save, read_file
+from .shared_pair import vault_pair
 
 
 @pytest.fixture
@@ -28,24 +29,8 @@ def tier() -> MemoryTier:
 
 @pytest.fixture
 def pair(tmp_path: Path, tier: MemoryTier) -> Iterator[tuple[Vault, Vault]]:
-    vaults = [
-        Vault(
-            tmp_path / name,
-            VaultConfig(
-                gc_grace=0.0,
-                shared_tier="shared",
-                shared_writer=f"{name}-s{shard}",
-                shared_shard=shard,
-                shared_shards=2,
-            ),
-            FakeClock(),
-            tiers={"shared": tier},
-        )
-        for shard, name in enumerate(("a", "b"))
-    ]
-    yield vaults[0], vaults[1]
-    for v in vaults:
-        v.close()
+    with vault_pair(tmp_path, tier) as vaults:
+        yield vaults
 
 
 def _ids(vault: Vault, ns: str, ref: str) -> list[bytes]:
