@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -35,12 +36,13 @@ from checkpoint_vault.protocol import JSON, decode_bundle, encode_bundle
 from .chunking import ChunkingProfile, cut_whole
 from .content.reader import Reader
 from .create import Draft, create, ensure_namespace
+from .env import Env
 from .errors import Conflict, VaultError
 from .frame import Decoder, Encoder, chunk_id, plaintext_length
 from .idempotency import IdempotencyKeys, check_key
 from .manifest import FileEntry
 from .names import check_file_name
-from .records import NamespaceRecord, StoredCheckpoint
+from .records import StoredCheckpoint
 from .sink import store_all
 from .smallfile import (
     WHOLE_MAX,
@@ -202,20 +204,11 @@ class DirectSaver:
             dict(raw_metadata) if isinstance(raw_metadata, Mapping) else raw_metadata
         )
         tags = check_tags(list(raw_tags) if isinstance(raw_tags, tuple) else raw_tags)
-        if txn is None:
-            with self._s.catalog_env.read() as own:
-                ns_rec, done = self._known(own, ns, key, by)
-        else:
-            ns_rec, done = self._known(txn, ns, key, by)
+        with _reading(self._s.catalog_env, txn) as t:
+            ns_rec = self._s.catalog.namespace(t, ns)
+            done = self._keys.replay(t, key, ns, by) if key is not None else None
         profile = ns_rec.chunking() if ns_rec is not None else wanted
         return SaveRequest(ns, files, parent, inherit, metadata, tags, key, by, profile), done
-
-    def _known(
-        self, txn: Any, ns: str, key: str | None, by: str | None
-    ) -> tuple[NamespaceRecord | None, StoredCheckpoint | None]:
-        """The namespace's record, and the checkpoint a first attempt with `key` made."""
-        ns_rec = self._s.catalog.namespace(txn, ns)
-        return ns_rec, self._keys.replay(txn, key, ns, by) if key is not None else None
 
     def _prepared(self, s: SaveRequest, defer: bool = False, txn: Any = None) -> PreparedSave:
         """Cut and hash here (not in the writer thread every save waits on)."""
@@ -380,11 +373,10 @@ class DirectSaver:
                 blake3.blake3(data).digest(),
                 tuple(zip(ids, (len(c) for c in chunks), strict=True)),
             )
-        if txn is None:
-            with self._s.catalog_env.read() as own:
-                known, new_small, based = self._stored(own, pieces, small, ns, parent)
-        else:
-            known, new_small, based = self._stored(txn, pieces, small, ns, parent)
+        with _reading(self._s.catalog_env, txn) as t:
+            known = {c for c in pieces if self._s.chunks.usable(t, c)}
+            new_small = {name: cid for name, cid in small.items() if cid not in known}
+            based = self._bases(t, ns, parent) if new_small else {}
         encoder = self._encoder()
         whole = Whole(encoder) if new_small else None
         chunked = {c for c in pieces if c not in known} - set(small.values())
@@ -408,19 +400,6 @@ class DirectSaver:
             items[cid] = (pieces[cid], frame)
             self._recent.remember(cid, plain, depth + 1 if patch_base(frame) else 0)
         return entries, items, patch_here
-
-    def _stored(
-        self,
-        txn: Any,
-        pieces: Mapping[bytes, memoryview],
-        small: Mapping[str, bytes],
-        ns: str,
-        parent: str | None,
-    ) -> tuple[set[bytes], dict[str, bytes], dict[str, tuple[bytes, int]]]:
-        """Which pieces are stored, the small files that are not, and their bases."""
-        known = {c for c in pieces if self._s.chunks.usable(txn, c)}
-        new_small = {name: cid for name, cid in small.items() if cid not in known}
-        return known, new_small, self._bases(txn, ns, parent) if new_small else {}
 
     def _base(self, base_id: bytes | None, defer: bool) -> bytes | None:
         """The plaintext of `base_id` if this process holds it; else, unless `defer`, read
@@ -518,3 +497,14 @@ def _fields(profile: ChunkingProfile) -> dict[str, Any]:
     """A new namespace's chunking record (profiles are frozen: one dict per profile; the
     caller must not change it)."""
     return asdict(profile)
+
+
+@contextmanager
+def _reading(env: Env, txn: Any) -> Iterator[Any]:
+    """`txn` when the caller holds a read transaction (a small save's preparation reads in
+    one), else one of `env`'s own for the block."""
+    if txn is not None:
+        yield txn
+        return
+    with env.read() as own:
+        yield own
