@@ -69,11 +69,12 @@ class Durability:
                 created_at=now,
                 metadata=session.metadata,
                 tags=session.tags,
-                files={n: {"size": e.size, "hash": e.hash.hex()} for n, e in sorted(files.items())},
+                files={},
                 size=size,
                 created_by=session.created_by,
                 durable=False,
             )
+            rec.set_files(files)
             self._s.catalog.add_pending(w.catalog, rec)
             pending = Pending(session.namespace, list(parts), dict(files), dict(held_by))
             self._s.catalog.pending.put(w.catalog, rec.id, pending)
