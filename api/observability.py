@@ -109,16 +109,11 @@ class JsonFormatter(logging.Formatter):
         self._second = (-1, "")  # the last whole second formatted, and its text
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": self.stamp(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        out.update({k: v for k, v in record.__dict__.items() if k not in self._STANDARD})
+        extra = {k: v for k, v in record.__dict__.items() if k not in self._STANDARD}
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return _LINE(out)
+            extra["exc"] = self.formatException(record.exc_info)
+        msg = record.getMessage()
+        return self.line(record.created, record.levelname.lower(), record.name, msg, extra)
 
     def stamp(self, created: float) -> str:
         """A record's `ts` (its milliseconds as `LogRecord.msecs` has them). An access line
@@ -128,15 +123,10 @@ class JsonFormatter(logging.Formatter):
             self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
         return f"{self._second[1]}.{int((created - second) * 1000):03d}Z"
 
-    def info_line(self, created: float, logger: str, msg: str, extra: dict[str, Any]) -> str:
-        """The line `format` makes of an INFO record of `logger` with these `extra` fields
-        and no exception, without the record."""
-        out: dict[str, Any] = {
-            "ts": self.stamp(created),
-            "level": "info",
-            "logger": logger,
-            "msg": msg,
-        }
+    def line(self, created: float, level: str, logger: str, msg: str, extra: dict[str, Any]) -> str:
+        """A record's line from its parts: `format`'s, and the access log's without a record."""
+        out: dict[str, Any] = {"ts": self.stamp(created), "level": level, "logger": logger}
+        out["msg"] = msg
         out.update(extra)
         return _LINE(out)
 
@@ -231,7 +221,7 @@ class AccessLogger(AbstractAccessLogger):
             return
         formatter = handler.formatter
         assert isinstance(formatter, JsonFormatter)
-        line = formatter.info_line(_wall(), logger.name, f"{method} {path} {status}", extra)
+        line = formatter.line(_wall(), "info", logger.name, f"{method} {path} {status}", extra)
         handler.acquire()
         try:
             handler.stream.write(line + handler.terminator)
