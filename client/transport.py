@@ -206,19 +206,21 @@ class Transport:
         size = sum(map(len, parts))
         head = b"%sContent-Length: %d\r\n\r\n" % (request.head, size)
 
-        def attempt() -> bytes:
-            if self._closed:
-                raise TransportError("the client is closed")
-            status, answer_headers, payload = http1.exchange_head(
-                self._conns, request.method, head, parts
+        def attempt() -> tuple[int, bytes]:
+            return self._answered(
+                http1.exchange_head(self._conns, request.method, head, parts), size
             )
-            self._count(requests=1, sent=size, received=len(payload))
-            if status >= 400:
-                raise _refusal(status, answer_headers, payload)
-            return payload
 
-        payload = self.retrying_here(request.what, attempt)
+        _, payload = self.retrying_here(request.what, lambda: self._now(attempt))
         return _parse(payload) if payload and parse else None
+
+    def _answered(self, answer: tuple[int, dict[str, str], bytes], sent: int) -> tuple[int, bytes]:
+        """A whole exchange's (status, body), counted; its ClientError for a refusal."""
+        status, answer_headers, payload = answer
+        self._count(requests=1, sent=sent, received=len(payload))
+        if status >= 400:
+            raise _refusal(status, answer_headers, payload)
+        return status, payload
 
     def _exchange(
         self,
@@ -247,13 +249,7 @@ class Transport:
         target = self._target(path, params)
 
         def attempt() -> tuple[int, bytes]:
-            status, answer_headers, payload = http1.exchange(
-                self._conns, method, target, hdrs, parts
-            )
-            self._count(requests=1, sent=size, received=len(payload))
-            if status >= 400:
-                raise _refusal(status, answer_headers, payload)
-            return status, payload
+            return self._answered(http1.exchange(self._conns, method, target, hdrs, parts), size)
 
         return attempt
 
