@@ -50,19 +50,7 @@ from checkpoint_vault.vault import (
 from checkpoint_vault.vault.chunking import ChunkingProfile
 from checkpoint_vault.vault.direct import SaveRequest
 
-from .channel import (
-    HEAD,
-    MAX_FRAME,
-    TO_WORKER,
-    TO_WRITER,
-    ChannelError,
-    Kind,
-    Message,
-    decode,
-    encode,
-    read,
-    want,
-)
+from .channel import TO_WORKER, TO_WRITER, ChannelError, Kind, Message, encode, read, take, want
 
 log = logging.getLogger("ckpt.api")
 
@@ -412,23 +400,13 @@ class _Frames(asyncio.StreamReaderProtocol):
         self._take, self._lost = take, lost
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
+        self._buffer += data
         try:
-            while len(buffer) >= HEAD.size:
-                length, call, kind = HEAD.unpack_from(buffer)
-                if length > MAX_FRAME:
-                    raise ChannelError(f"a frame of {length} bytes")
-                end = HEAD.size + length
-                if len(buffer) < end:
-                    return
-                with memoryview(buffer) as view:
-                    payload = bytes(view[HEAD.size : end])
-                del buffer[:end]
-                self._take(decode(kind, call, payload, TO_WORKER))
+            for message in take(self._buffer, TO_WORKER):
+                self._take(message)
         except ChannelError as e:
             log.error("engine calls: the writing process sent %s; reconnecting", e)
-            buffer.clear()
+            self._buffer.clear()
             self._end()  # closes the connection: nothing after a bad frame is aligned
 
     def eof_received(self) -> bool:

@@ -19,7 +19,7 @@ import asyncio
 import enum
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,10 +110,29 @@ def _blob(view: memoryview, at: int) -> memoryview:
 async def read(reader: asyncio.StreamReader, accepted: frozenset[Kind]) -> Message:
     """The next frame on `reader`; IncompleteReadError at its end, ChannelError if the
     frame is not one `accepted` holds."""
-    length, call, kind = HEAD.unpack(await reader.readexactly(HEAD.size))
+    length, call, kind = _head(await reader.readexactly(HEAD.size))
+    return decode(kind, call, await reader.readexactly(length), accepted)
+
+
+def take(buffer: bytearray, accepted: frozenset[Kind]) -> Iterator[Message]:
+    """`read` for a protocol that buffers what arrives itself: each whole frame at the
+    start of `buffer`, taken out of it as it is yielded; ChannelError as `read`."""
+    while len(buffer) >= HEAD.size:
+        length, call, kind = _head(buffer)
+        end = HEAD.size + length
+        if len(buffer) < end:
+            return
+        with memoryview(buffer) as view:
+            payload = bytes(view[HEAD.size : end])
+        del buffer[:end]
+        yield decode(kind, call, payload, accepted)
+
+
+def _head(raw: bytes | bytearray) -> tuple[int, int, int]:
+    length, call, kind = HEAD.unpack_from(raw)
     if length > MAX_FRAME:
         raise ChannelError(f"a frame of {length} bytes")
-    return decode(kind, call, await reader.readexactly(length), accepted)
+    return length, call, kind
 
 
 def want(fields: Mapping[str, Any], name: str, *types: type) -> Any:
