@@ -112,6 +112,11 @@ class _Staged:
     socket: str | None
     handed: frozenset[str]
 
+    @property
+    def entry(self) -> tuple[UploadSession, dict[str, dict[str, Any]]]:
+        """Its place in a commit of several uploads (`_commit_uploads`)."""
+        return self.upload, self.listing
+
 
 @dataclass(frozen=True)
 class UploadSession:
@@ -358,7 +363,7 @@ class AsyncVaultClient:
         staged = await _all(
             [self._stage_save(ns, src, opts) for ns, src in zip(saves, sources, strict=True)]
         )
-        commits = [(s.upload, s.listing) for s in staged]
+        commits = [s.entry for s in staged]
         try:
             done = await self._commit_uploads(commits, transaction)
         except (MissingChunks, TransactionAborted) as e:
