@@ -112,6 +112,11 @@ class _Staged:
     socket: str | None
     handed: frozenset[str]
 
+    @property
+    def entry(self) -> tuple[UploadSession, dict[str, dict[str, Any]]]:
+        """Its place in a commit of several uploads (`_commit_uploads`)."""
+        return self.upload, self.listing
+
 
 @dataclass(frozen=True)
 class UploadSession:
@@ -329,11 +334,7 @@ class AsyncVaultClient:
 
     async def commit(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Checkpoint:
         """Make the upload a checkpoint of exactly `files` (name -> `send_file` entry)."""
-        listing = {name: f.to_wire() for name, f in files.items()}
-        rec = await self._t.json(
-            "POST", f"/v1/uploads/{upload.id}/commit", json_body={"files": listing}
-        )
-        return Checkpoint.from_wire(rec)
+        return Checkpoint.from_wire(await self._post_files(upload, "commit", _listing(files)))
 
     async def abort(self, upload: UploadSession) -> None:
         await self._t.request("DELETE", f"/v1/uploads/{upload.id}")
@@ -358,7 +359,7 @@ class AsyncVaultClient:
         staged = await _all(
             [self._stage_save(ns, src, opts) for ns, src in zip(saves, sources, strict=True)]
         )
-        commits = [(s.upload, s.listing) for s in staged]
+        commits = [s.entry for s in staged]
         try:
             done = await self._commit_uploads(commits, transaction)
         except (MissingChunks, TransactionAborted) as e:
@@ -380,7 +381,7 @@ class AsyncVaultClient:
     ) -> list[Checkpoint]:
         """Commit uploads of several namespaces (from `begin_upload` and `send_file`, each
         with its own options) all or nothing; checkpoints in the order given."""
-        listed = [(up, {name: f.to_wire() for name, f in files.items()}) for up, files in commits]
+        listed = [(up, _listing(files)) for up, files in commits]
         return await self._commit_uploads(listed, transaction)
 
     async def _commit_uploads(
@@ -422,16 +423,11 @@ class AsyncVaultClient:
         body: dict[str, Any] = {"namespace": namespace}
         if ttl is not None:
             body["ttl"] = ttl
-        opened = UploadOpened.from_wire(await self._t.json("POST", "/v1/parts", json_body=body))
-        return UploadSession(opened.upload_id, opened.namespace, opened.chunking)
+        return await self._open_session("/v1/parts", body)
 
     async def commit_part(self, upload: UploadSession, files: Mapping[str, CommitFile]) -> Part:
         """Commit a part's upload of exactly `files` (as `commit`) and answer the part."""
-        listing = {name: f.to_wire() for name, f in files.items()}
-        rec = await self._t.json(
-            "POST", f"/v1/uploads/{upload.id}/part", json_body={"files": listing}
-        )
-        return Part.from_wire(rec)
+        return Part.from_wire(await self._post_files(upload, "part", _listing(files)))
 
     async def commit_parts(
         self,
@@ -460,10 +456,12 @@ class AsyncVaultClient:
         return Checkpoint.from_wire(await self._t.json("POST", path, json_body=body))
 
     async def _open_upload(self, namespace: str, opts: SaveOptions) -> UploadSession:
-        up = await self._t.json(
-            "POST", f"/v1/namespaces/{ns_path(namespace)}/uploads", json_body=opts.wire()
-        )
-        opened = UploadOpened.from_wire(up)
+        path = f"/v1/namespaces/{ns_path(namespace)}/uploads"
+        return await self._open_session(path, opts.wire())
+
+    async def _open_session(self, path: str, body: dict[str, Any]) -> UploadSession:
+        """`POST path` opening an upload (a save's, a part's: `begin_part`): its session."""
+        opened = UploadOpened.from_wire(await self._t.json("POST", path, json_body=body))
         return UploadSession(opened.upload_id, opened.namespace, opened.chunking)
 
     async def _save_small(
@@ -510,9 +508,8 @@ class AsyncVaultClient:
     async def _commit(self, staged: _Staged, sources: list[Source], verb: str = "commit") -> Any:
         """`POST .../<verb>` of a staged upload: its answer (a checkpoint's record; a
         part's, client/parts.py)."""
-        path = f"/v1/uploads/{staged.upload.id}/{verb}"
         try:
-            return await self._t.json("POST", path, json_body={"files": staged.listing})
+            return await self._post_files(staged.upload, verb, staged.listing)
         except MissingChunks as e:
             # Chunks went missing between our query and the commit (collected, or found
             # damaged, or lost with a server's crash before they were durable): send those
@@ -521,7 +518,15 @@ class AsyncVaultClient:
             await self._resend(
                 staged.sender, sources, staged.listing, lost, staged.socket, staged.handed
             )
-            return await self._t.json("POST", path, json_body={"files": staged.listing})
+            return await self._post_files(staged.upload, verb, staged.listing)
+
+    async def _post_files(
+        self, upload: UploadSession, verb: str, listing: dict[str, dict[str, Any]]
+    ) -> Any:
+        """`POST /v1/uploads/{id}/<verb>` of the upload's files listing (`commit`: a
+        checkpoint; `part`: a part): the answer's JSON."""
+        path = f"/v1/uploads/{upload.id}/{verb}"
+        return await self._t.json("POST", path, json_body={"files": listing})
 
     async def _resend(
         self,
@@ -903,6 +908,11 @@ class AsyncVaultClient:
 
 _BUNDLE_HEADERS = {"Content-Type": BUNDLE_TYPE}
 _SAVES_HEADERS = {"Content-Type": SAVES_TYPE}
+
+
+def _listing(files: Mapping[str, CommitFile]) -> dict[str, dict[str, Any]]:
+    """`send_file` entries as a commit's files listing on the wire."""
+    return {name: f.to_wire() for name, f in files.items()}
 
 
 def _checkpoints_path(namespace: str) -> str:
