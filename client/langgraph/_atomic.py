@@ -14,9 +14,7 @@ since a held save may inherit from a record a prune would delete.
 
 from __future__ import annotations
 
-import asyncio
-
-from ..aio import AsyncVaultClient
+from ..aio import AsyncVaultClient, _all
 from ..chunking import collect_sources
 from ..models import Checkpoint as Record
 from ._memo import Held, Memo
@@ -27,8 +25,8 @@ async def commit(client: AsyncVaultClient, memo: Memo, saves: list[Save]) -> lis
     """Commit the held `saves` as one transaction; their records, in order."""
     if not saves:
         return []
-    staged = await asyncio.gather(
-        *(client._stage_save(s.namespace, collect_sources(s.files), s.options) for s in saves)
+    staged = await _all(
+        [client._stage_save(s.namespace, collect_sources(s.files), s.options) for s in saves]
     )
     records = await client._commit_uploads([s.entry for s in staged], None)
     for save, rec in zip(saves, records, strict=True):
