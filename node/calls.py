@@ -257,21 +257,11 @@ def error_of(fields: Mapping[str, Any]) -> VaultError:
     attrs = fields.get("attrs") or {}
     if not isinstance(attrs, dict):
         raise ChannelError("an error whose attributes are not a JSON object")
-    of_code = [c for c in _error_classes(VaultError) if c.code == code]
-    named = [c for c in of_code if c.__name__ == name]
-    cls = named[0] if named else min(of_code, key=lambda c: len(c.__mro__), default=VaultError)
-    error = cls.__new__(cls)
-    VaultError.__init__(error, message)
+    error = (VaultError.of_code(code, name) or VaultError).rebuilt(message)
     for key, value in attrs.items():
         if key.isidentifier() and not key.startswith("_") and key not in ("code", "status"):
             setattr(error, key, value)
     return error
-
-
-def _error_classes(root: type[VaultError]) -> Iterator[type[VaultError]]:
-    yield root
-    for sub in root.__subclasses__():
-        yield from _error_classes(sub)
 
 
 class CallServer:

@@ -53,15 +53,18 @@ class Worker:
 
     def middlewares(self, first: list[Middleware]) -> list[Middleware]:
         """It authenticates (and charges the token's rate) before it forwards or hands over
-        anything: the process that writes then holds nothing for a caller without a token."""
+        anything: the process that writes then holds nothing for a caller without a token.
+        It settles a namespace's decided transactions (`txn_middleware`) only for what it
+        answers itself: the writing process settles what it is passed, at once, where this
+        process could only wait for it to (its resolver's next pass)."""
         return [
             *first,
             auth_middleware(
                 TOKENS, LIMITER, passed_on, signed_principal
             ),  # another node's owner charges it
             cluster_middleware(),
-            txn_middleware(),  # reads wait for decided transactions (api/txn/)
-            forward_middleware(FORWARDER),
+            forward_middleware(FORWARDER),  # the writing process settles what it is passed
+            txn_middleware(),  # reads here wait for decided transactions (api/txn/)
         ]
 
     def install(self, app: web.Application) -> None:

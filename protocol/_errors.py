@@ -8,8 +8,9 @@ every code the server can emit is listed here with a specific client class.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 
 @dataclass(frozen=True)
@@ -230,3 +231,31 @@ class TabledError(CodedError):
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls.status = status_of(cls.code)
+
+    @classmethod
+    def of_code(cls: type[E], code: str, name: str = "") -> type[E] | None:
+        """The class of this tree (this one included) that another process's error of wire
+        `code` is raised as here: the one called `name` among the classes of that code,
+        else the code's most general class; None if no class of the tree declares the code.
+        Only ever a class of the tree, so nothing a peer sends picks any other class."""
+        of_code = [c for c in _tree(cls) if c.code == code]
+        named = [c for c in of_code if c.__name__ == name]
+        return named[0] if named else min(of_code, key=lambda c: len(c.__mro__), default=None)
+
+    @classmethod
+    def rebuilt(cls: type[E], message: str) -> E:
+        """An error of this class holding `message` alone, as another process answered it:
+        the class's own `__init__` (which may want more, a `MissingChunks`'s list) is not
+        run; the caller sets what else it has."""
+        error = cls.__new__(cls)
+        CodedError.__init__(error, message)
+        return error
+
+
+E = TypeVar("E", bound=TabledError)
+
+
+def _tree(root: type[E]) -> Iterator[type[E]]:
+    yield root
+    for sub in root.__subclasses__():
+        yield from _tree(sub)

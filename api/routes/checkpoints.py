@@ -16,7 +16,7 @@ from ..auth import principal, require, visible_record
 from ..cluster.durable import proxy_file
 from ..http import bundle_body, json_body, json_response, query_int, run
 from ..keys import SAVES, VAULT
-from ..transfer.download import stream_file
+from ..transfer.download import stream_entry
 from ..transfer.receive import expect_descriptor
 
 
@@ -110,9 +110,10 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     ns = request.match_info["ns"]
     require(request, "read", ns)
     ref, name = request.match_info["ref"], request.match_info["name"]
-    rec = await run(request, request.app[VAULT].get, ns, ref)
+    # one read of the record (and its files) for both ways of serving it
+    rec, files = await run(request, request.app[VAULT].manifest, ns, ref)
     proxied = await proxy_file(request, rec, name)  # not adopted yet: from its part's node
-    return proxied or await stream_file(request, ns, rec.id, name)
+    return proxied or await stream_entry(request, rec, files, name)
 
 
 async def get_lineage(request: web.Request) -> web.Response:

@@ -39,11 +39,12 @@ import re
 import select
 import socket
 import threading
+from collections.abc import Mapping
 
 from aiohttp import web
 
 from checkpoint_vault.protocol import DESCRIPTOR_TYPE
-from checkpoint_vault.vault import FileEntry, InvalidRequest, NotFound, Vault
+from checkpoint_vault.vault import FileEntry, InvalidRequest, NotFound, StoredCheckpoint, Vault
 from checkpoint_vault.vault.content.reader import CopyBuffers, batches
 
 from ..errors import InvalidRange
@@ -87,9 +88,10 @@ def _spans(entry: FileEntry, first: int, last: int) -> list[tuple[bytes, int, in
     return [(c, o, n) for c, o, n in entry.spans() if o <= last and o + n > first]
 
 
-async def _entry(request: web.Request, ns: str, ref: str, name: str) -> FileEntry:
+def _entry(
+    request: web.Request, record: StoredCheckpoint, files: Mapping[str, FileEntry], name: str
+) -> FileEntry:
     """The file asked for; a read of it counts towards promoting its checkpoint."""
-    record, files = await run(request, request.app[VAULT].manifest, ns, ref)
     entry = files.get(name)
     if entry is None:
         raise NotFound(f"checkpoint {record.id} has no file {name!r}")
@@ -99,8 +101,17 @@ async def _entry(request: web.Request, ns: str, ref: str, name: str) -> FileEntr
 
 
 async def stream_file(request: web.Request, ns: str, ref: str, name: str) -> web.StreamResponse:
+    record, files = await run(request, request.app[VAULT].manifest, ns, ref)
+    return await stream_entry(request, record, files, name)
+
+
+async def stream_entry(
+    request: web.Request, record: StoredCheckpoint, files: Mapping[str, FileEntry], name: str
+) -> web.StreamResponse:
+    """`stream_file` of a checkpoint the caller read already (`Vault.manifest`): the files
+    route resolves it once, for the part's node and for this."""
     vault = request.app[VAULT]
-    entry = await _entry(request, ns, ref, name)
+    entry = _entry(request, record, files, name)
     if request.content_type == DESCRIPTOR_TYPE:
         return await _deliver(request, vault, entry)
     etag = f'"{entry.hash.hex()}"'

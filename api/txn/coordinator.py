@@ -31,18 +31,12 @@ from checkpoint_vault.cluster import ClusterNode, NotOwner, upload_shard
 from checkpoint_vault.cluster.txn import ABORT, COMMIT
 from checkpoint_vault.vault import VaultError
 from checkpoint_vault.vault.errors import (
-    Conflict,
-    HashMismatch,
-    InvalidName,
+    Fenced,
     InvalidRequest,
     MissingChunks,
-    QuotaExceeded,
-    TooLarge,
-    TooManyUploads,
+    ReadOnlyStandby,
     TransactionAborted,
     Unavailable,
-    UploadExpired,
-    UploadNotFound,
 )
 from checkpoint_vault.vault.records import StoredCheckpoint
 from checkpoint_vault.vault.txn import Entry
@@ -50,29 +44,19 @@ from checkpoint_vault.vault.txn import Entry
 from ..auth import principal, visible_record
 from ..cluster import CLUSTER
 from ..cluster.forward import FORWARDED, SESSION
-from ..errors import Forbidden, Unauthorized
+from ..errors import ApiError, BodyTimeout, RequestTimeout
 from ..http import run
+from ..ratelimit import RateLimited
 from .resolving import TxnService
 
 APPLY_WAIT = 20.0  # seconds the coordinator retries an owner's apply (a restart, a takeover)
 APPLY_RETRY = 0.25  # seconds between those tries
 
-# An owner's refusal, raised here as the class it was raised as there (the message, which
-# names the namespace, is the owner's).
-_BY_CODE: dict[str, type[VaultError] | type[Forbidden] | type[Unauthorized]] = {
-    "not_found": UploadNotFound,
-    "invalid_request": InvalidRequest,
-    "invalid_name": InvalidName,
-    "hash_mismatch": HashMismatch,
-    "too_large": TooLarge,
-    "conflict": Conflict,
-    "transaction_aborted": TransactionAborted,
-    "upload_expired": UploadExpired,
-    "quota_exceeded": QuotaExceeded,
-    "too_many_uploads": TooManyUploads,
-    "forbidden": Forbidden,
-    "unauthorized": Unauthorized,
-}
+# An owner's answers that are about the owner, or this process's way to it, rather than the
+# request: it failed (500) or is away for a moment (503), lost its shard or only follows a
+# replica, or the body it was sent stalled. The answer is then `NotOwner` (503, retried).
+_OWNER_FAILED = (500, 503)
+_NOT_THE_REQUEST = (Fenced, ReadOnlyStandby, BodyTimeout, RequestTimeout)
 
 
 @dataclass(frozen=True)
@@ -81,18 +65,26 @@ class Outcome:
     created: bool  # this call made at least one of them (else: a retry)
 
 
-def relayed(status: int, answer: Any) -> Exception:
-    """The error an owner answered, as this process raises it."""
+def relayed(status: int, answer: Any, retry_after: str | None = None) -> Exception:
+    """The error an owner answered, as this process raises it: a refusal of the request as
+    the class of its code, the engine's, else the service's (`of_code`, as a worker's
+    errors are, node/calls.py), with the owner's message (it names the namespace) and
+    Retry-After; anything else (`_OWNER_FAILED`, `_NOT_THE_REQUEST`, a code no class here
+    declares) as `NotOwner`."""
     error = answer.get("error", {}) if isinstance(answer, dict) else {}
     code, message = str(error.get("code", "")), str(error.get("message", f"status {status}"))
     if code == "missing_chunks":
         e = MissingChunks([str(c) for c in error.get("missing") or []])
         e.message = message
         return e
-    cls = _BY_CODE.get(code)
-    if cls is not None:
-        return cls(message)
-    return NotOwner(f"a shard's owner answered {status}: {message}")
+    cls = VaultError.of_code(code) or ApiError.of_code(code)
+    if cls is None or cls.status in _OWNER_FAILED or issubclass(cls, _NOT_THE_REQUEST):
+        return NotOwner(f"a shard's owner answered {status}: {message}")
+    refused = cls.rebuilt(message)
+    if isinstance(refused, RateLimited):  # the owner's wait, passed on
+        wait = retry_after or ""
+        refused.retry_after = int(wait) if wait.isdigit() else 1
+    return refused
 
 
 async def commit_across(
@@ -225,11 +217,11 @@ async def _ask(
             owner.url.rstrip("/") + path, json=body, headers=headers
         ) as r:
             answer = await r.json(content_type=None)
-            status = r.status
+            status, retry_after = r.status, r.headers.get("Retry-After")
     except (aiohttp.ClientError, ValueError):
         raise NotOwner(f"the owner of shard {shard} at {owner.url} did not answer") from None
     if status >= 300:
-        raise relayed(status, answer)
+        raise relayed(status, answer, retry_after)
     return status, answer
 
 
