@@ -80,4 +80,4 @@ def test_a_forwarded_change_settles_in_the_writing_process(
         assert latest["files"]["f"]["size"] == len(f"round {i}")
     log = server.log_path.read_text(errors="replace")
     by_resolver = [t for t in txns if re.search(f"resolver: .*{t}", log)]
-    assert len(by_resolver) < ROUNDS // 2, by_resolver
+    assert len(by_resolver) <= ROUNDS // 2, by_resolver  # before: every one
