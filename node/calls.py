@@ -50,7 +50,7 @@ from checkpoint_vault.vault import (
 from checkpoint_vault.vault.chunking import ChunkingProfile
 from checkpoint_vault.vault.direct import SaveRequest
 
-from .channel import TO_WORKER, TO_WRITER, ChannelError, Kind, Message, encode, read, take, want
+from .channel import TO_WORKER, TO_WRITER, ChannelError, Kind, Message, encode, take, want
 
 log = logging.getLogger("ckpt.api")
 
@@ -266,24 +266,29 @@ def error_of(fields: Mapping[str, Any]) -> VaultError:
 
 class CallServer:
     """The writing process's end: commits the prepared saves its workers send and takes
-    their tokens' last uses (`note_uses`: its own `TokenCache.note_uses`)."""
+    their tokens' last uses (`note_uses`: its own `TokenCache.note_uses`). Each worker's
+    connection is a `_Calls` protocol (`connection`)."""
 
     def __init__(self, vault: Vault, note_uses: Callable[[dict[str, float]], None]) -> None:
         self._vault = vault
         self._note_uses = note_uses
-        self._connections: set[asyncio.StreamWriter] = set()
+        self._connections: set[asyncio.Transport] = set()
         self._asked: dict[int, asyncio.Future[str]] = {}  # our questions to the workers
         self._ids = itertools.count(1)
+
+    def connection(self) -> asyncio.Protocol:
+        """A new worker connection's protocol (`loop.create_unix_server`)."""
+        return _Calls(self)
 
     async def worker_metrics(self) -> list[str]:
         """Each connected worker's metrics, in Prometheus text (its request counters are
         its own; `/metrics` sums them with this process's, api/observability.py)."""
         loop = asyncio.get_running_loop()
         asked = []
-        for writer in list(self._connections):
+        for transport in list(self._connections):
             call = next(self._ids)
             self._asked[call] = answer = loop.create_future()
-            _send(writer, Message(Kind.METRICS_ASK, call))
+            _send(transport, Message(Kind.METRICS_ASK, call))
             asked.append((call, answer))
         texts = []
         for call, answer in asked:
@@ -295,22 +300,7 @@ class CallServer:
                 self._asked.pop(call, None)
         return texts
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._connections.add(writer)
-        try:
-            while True:
-                try:
-                    message = await read(reader, TO_WRITER)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                self._take(writer, message)
-        except ChannelError as e:
-            log.error("engine calls: closing a connection that sent %s", e)
-        finally:
-            self._connections.discard(writer)
-            writer.close()
-
-    def _take(self, writer: asyncio.StreamWriter, message: Message) -> None:
+    def _take(self, transport: asyncio.Transport, message: Message) -> None:
         if message.kind == Kind.METRICS:  # a worker answering our question
             answer = self._asked.get(message.call)
             if answer is not None and not answer.done() and message.blobs:
@@ -321,12 +311,12 @@ class CallServer:
             if not all(isinstance(v, float | int) for v in uses.values()):
                 raise ChannelError("token uses that are not times")
             self._note_uses(uses)
-            _send(writer, Message(Kind.NOTED, message.call))
+            _send(transport, Message(Kind.NOTED, message.call))
             return
-        self._commit_all(writer, message.call, prepared_saves(message))
+        self._commit_all(transport, message.call, prepared_saves(message))
 
     def _commit_all(
-        self, writer: asyncio.StreamWriter, call: int, saves: list[PreparedSave]
+        self, transport: asyncio.Transport, call: int, saves: list[PreparedSave]
     ) -> None:
         """Queue every save of a batch at once (one writer batch takes them); answer once
         the last is durable, with each one's outcome."""
@@ -340,7 +330,7 @@ class CallServer:
                 failed.set_exception(e)
                 futures.append(failed)
         if not futures:
-            _send(writer, saved_message(call, [], []))
+            _send(transport, saved_message(call, [], []))
             return
         left = [len(futures)]
         lock = threading.Lock()  # the syncer resolves them on its own thread
@@ -350,25 +340,59 @@ class CallServer:
                 left[0] -= 1
                 last = left[0] == 0
             if last:
-                loop.call_soon_threadsafe(_reply_all, writer, call, futures, saves)
+                loop.call_soon_threadsafe(_reply_all, transport, call, futures, saves)
 
         for future in futures:
             future.add_done_callback(one_done)
 
 
+class _Calls(asyncio.Protocol):
+    """A worker's connection, on the writing process: each frame taken apart as its last
+    byte arrives (`take`) and handled from the transport's callback, as the worker's end
+    reads its answers (`_Frames`): a reader task woken for each save cost this process's
+    loop a pass, two `readexactly` and a coroutine resumed. Nothing here waits to write:
+    answers are small, and a worker reads them as they come."""
+
+    def __init__(self, server: CallServer) -> None:
+        self._server = server
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._server._connections.add(transport)
+
+    def data_received(self, data: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        self._buffer += data
+        try:
+            for message in take(self._buffer, TO_WRITER):
+                self._server._take(transport, message)
+        except ChannelError as e:
+            log.error("engine calls: closing a connection that sent %s", e)
+            self._buffer.clear()
+            transport.close()  # nothing after a bad frame is aligned
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None:
+            self._server._connections.discard(self._transport)
+
+
 def _reply_all(
-    writer: asyncio.StreamWriter, call: int, done: list[Future[Saved]], saves: list[PreparedSave]
+    transport: asyncio.Transport, call: int, done: list[Future[Saved]], saves: list[PreparedSave]
 ) -> None:
     outcomes: list[Outcome] = [
         e if (e := f.exception()) is not None and isinstance(e, Exception) else f.result()
         for f in done
     ]
-    _send(writer, saved_message(call, outcomes, saves))
+    _send(transport, saved_message(call, outcomes, saves))
 
 
-def _send(writer: asyncio.StreamWriter, message: Message) -> None:
-    if not writer.is_closing():
-        writer.write(encode(message))
+def _send(transport: asyncio.WriteTransport | asyncio.StreamWriter, message: Message) -> None:
+    if not transport.is_closing():
+        transport.write(encode(message))
 
 
 class _Frames(asyncio.StreamReaderProtocol):

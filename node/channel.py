@@ -15,7 +15,6 @@ closes the connection then, since nothing after a bad frame can be trusted to be
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import struct
@@ -107,16 +106,11 @@ def _blob(view: memoryview, at: int) -> memoryview:
     return view[start : start + length]
 
 
-async def read(reader: asyncio.StreamReader, accepted: frozenset[Kind]) -> Message:
-    """The next frame on `reader`; IncompleteReadError at its end, ChannelError if the
-    frame is not one `accepted` holds."""
-    length, call, kind = _head(await reader.readexactly(HEAD.size))
-    return decode(kind, call, await reader.readexactly(length), accepted)
-
-
 def take(buffer: bytearray, accepted: frozenset[Kind]) -> Iterator[Message]:
-    """`read` for a protocol that buffers what arrives itself: each whole frame at the
-    start of `buffer`, taken out of it as it is yielded; ChannelError as `read`."""
+    """Each whole frame at the start of `buffer` (what a connection's protocol received,
+    both ends buffer it themselves), taken out of it as it is yielded; ChannelError if
+    a frame is not one `accepted` holds, or is longer than MAX_FRAME (told by its head,
+    before its payload arrives)."""
     while len(buffer) >= HEAD.size:
         length, call, kind = _head(buffer)
         end = HEAD.size + length

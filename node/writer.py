@@ -24,7 +24,7 @@ from checkpoint_vault.api.roles import read_only_middleware
 from checkpoint_vault.api.settings import Settings
 from checkpoint_vault.api.txn import txn_middleware
 
-from .calls import CHANNEL_BUFFER, CallServer
+from .calls import CallServer
 from .forward import trusted_forwards
 from .handoff import FIRST, Adopted
 from .keys import ADOPTED, CALLS
@@ -88,7 +88,9 @@ async def _calls_context(app: web.Application) -> AsyncIterator[None]:
     app[CALLS] = CallServer(app[VAULT], app[TOKENS].note_uses)
     peers = WorkerPeers(path.name, lambda: worker_pids(app))  # its workers only: 0600
     listener = worker_listener(str(path), peers)
-    server = await asyncio.start_unix_server(app[CALLS].handle, sock=listener, limit=CHANNEL_BUFFER)
+    server = await asyncio.get_running_loop().create_unix_server(
+        app[CALLS].connection, sock=listener
+    )
     try:
         yield
     finally:

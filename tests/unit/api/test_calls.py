@@ -3,11 +3,14 @@ field by field and decoded strictly, errors coming back as the engine's own clas
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from checkpoint_vault.node.calls import (
+    CallServer,
     error_fields,
     error_of,
     outcomes_of,
@@ -25,7 +28,13 @@ from checkpoint_vault.node.channel import (
     decode,
     encode,
 )
-from checkpoint_vault.vault import DEFAULT_PROFILE, FileEntry, PreparedSave, StoredCheckpoint
+from checkpoint_vault.vault import (
+    DEFAULT_PROFILE,
+    FileEntry,
+    PreparedSave,
+    StoredCheckpoint,
+    Vault,
+)
 from checkpoint_vault.vault.direct import SaveRequest
 from checkpoint_vault.vault.errors import (
     CheckpointNotFound,
@@ -150,3 +159,45 @@ def test_small_files_left_to_the_writer_cross_with_their_bases_and_nothing_else(
         fields = dict(message.fields["saves"][0], patch_here=bad)
         with pytest.raises(ChannelError, match="patch_here"):
             prepared_saves(Message(message.kind, 1, {"saves": [fields]}, message.blobs))
+
+
+def test_the_writing_end_answers_every_frame_of_one_read_and_closes_on_a_bad_one(
+    tmp_path: Path, vault: Vault
+) -> None:
+    """Frames arriving together are each answered (the protocol takes every whole frame a
+    read brings, a cut one waits for its rest); a frame that does not decode ends the
+    connection, with nothing after it taken."""
+    uses: list[dict[str, float]] = []
+    server = CallServer(vault, uses.append)
+
+    async def go() -> None:
+        path = str(tmp_path / "calls.sock")
+        listening = await asyncio.get_running_loop().create_unix_server(
+            server.connection, path=path
+        )
+        async with listening:
+            reader, writer = await asyncio.open_unix_connection(path)
+            one, two = (
+                encode(Message(Kind.USES, n, {"last_used": {f"t{n}": 1.5}})) for n in (1, 2)
+            )
+            writer.write(one + two[:7])
+            await writer.drain()
+            assert await _answer(reader) == (Kind.NOTED, 1)
+            writer.write(two[7:])
+            assert await _answer(reader) == (Kind.NOTED, 2)
+            writer.write(HEAD.pack(5, 3, 250) + b"xxxxx" + two)  # a kind nobody sends
+            assert await reader.read() == b""  # closed, the frame after it not answered
+            writer.close()
+
+    asyncio.run(go())
+    assert uses == [{"t1": 1.5}, {"t2": 1.5}]
+
+
+def _uses(call: int) -> bytes:
+    return encode(Message(Kind.USES, call, {"last_used": {f"t{call}": 1.5}}))
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[Kind, int]:
+    length, call, kind = HEAD.unpack_from(await reader.readexactly(HEAD.size))
+    message = decode(kind, call, await reader.readexactly(length), TO_WORKER)
+    return message.kind, message.call

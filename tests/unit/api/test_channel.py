@@ -3,7 +3,6 @@ anything else is a `ChannelError`, never a guess."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import pytest
@@ -18,7 +17,7 @@ from checkpoint_vault.node.channel import (
     Message,
     decode,
     encode,
-    read,
+    take,
 )
 
 
@@ -64,10 +63,16 @@ def test_a_malformed_payload_is_refused(payload: bytes, why: str) -> None:
 
 
 def test_a_frame_past_the_bound_is_refused_before_its_payload_is_read() -> None:
-    async def go() -> None:
-        reader = asyncio.StreamReader()
-        reader.feed_data(HEAD.pack(MAX_FRAME + 1, 1, Kind.SAVES))  # and nothing more
-        with pytest.raises(ChannelError, match="bytes"):
-            await read(reader, TO_WRITER)
+    buffer = bytearray(HEAD.pack(MAX_FRAME + 1, 1, Kind.SAVES))  # and nothing more
+    with pytest.raises(ChannelError, match="bytes"):
+        list(take(buffer, TO_WRITER))
 
-    asyncio.run(go())
+
+def test_whole_frames_are_taken_out_and_a_partial_one_waits() -> None:
+    first, second = encode(Message(Kind.USES, 1, {"a": 1})), encode(Message(Kind.USES, 2))
+    buffer = bytearray(first + second[:5])
+    assert [m.call for m in take(buffer, TO_WRITER)] == [1]
+    assert buffer == second[:5]
+    buffer += second[5:]
+    assert [(m.call, m.fields) for m in take(buffer, TO_WRITER)] == [(2, {})]
+    assert not buffer
