@@ -278,7 +278,7 @@ class CallServer:
 
     def connection(self) -> asyncio.Protocol:
         """A new worker connection's protocol (`loop.create_unix_server`)."""
-        return _Calls(self)
+        return _Calls(self._take, self._connections)
 
     async def worker_metrics(self) -> list[str]:
         """Each connected worker's metrics, in Prometheus text (its request counters are
@@ -353,15 +353,21 @@ class _Calls(asyncio.Protocol):
     loop a pass, two `readexactly` and a coroutine resumed. Nothing here waits to write:
     answers are small, and a worker reads them as they come."""
 
-    def __init__(self, server: CallServer) -> None:
-        self._server = server
+    def __init__(
+        self,
+        handle: Callable[[asyncio.Transport, Message], None],
+        connections: set[asyncio.Transport],
+    ) -> None:
+        """`handle` each message; `connections`: the open ones, this one while it is."""
+        self._handle = handle
+        self._connections = connections
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        self._server._connections.add(transport)
+        self._connections.add(transport)
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport
@@ -369,7 +375,7 @@ class _Calls(asyncio.Protocol):
         self._buffer += data
         try:
             for message in take(self._buffer, TO_WRITER):
-                self._server._take(transport, message)
+                self._handle(transport, message)
         except ChannelError as e:
             log.error("engine calls: closing a connection that sent %s", e)
             self._buffer.clear()
@@ -377,7 +383,7 @@ class _Calls(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None:
-            self._server._connections.discard(self._transport)
+            self._connections.discard(self._transport)
 
 
 def _reply_all(

@@ -222,6 +222,9 @@ class CodedError(Exception):
         return self.message
 
 
+E = TypeVar("E", bound="TabledError")  # a class of the tree `of_code` searches
+
+
 class TabledError(CodedError):
     """A server-side coded error: its HTTP `status` is the error table's for its `code`, set
     on every subclass as it is declared, so a code missing from the table fails at import."""
@@ -250,9 +253,6 @@ class TabledError(CodedError):
         error = cls.__new__(cls)
         CodedError.__init__(error, message)
         return error
-
-
-E = TypeVar("E", bound=TabledError)
 
 
 def _tree(root: type[E]) -> Iterator[type[E]]:
