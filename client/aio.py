@@ -81,10 +81,11 @@ from .transport import Prepared, RetryPolicy, Transport
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+T = TypeVar("T")
+
 # Bytes read, chunked and sent per step, and chunk bytes per POST .../chunks: a piece goes in
 # one request. Each request costs ~2 ms of CPU across client and server: 2 MiB batches cost
 # ~0.8 s more per GB saved than 8 MiB ones, and 16 MiB pieces saved 5-15% faster than 8.
-T = TypeVar("T")
 PIECE = 16 << 20
 BATCH_BYTES = PIECE
 MAX_IDS_PER_QUERY = 50_000
